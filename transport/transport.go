@@ -1,0 +1,144 @@
+// Package transport defines the point-to-point link that every goccl transport
+// (shared memory, TCP, and later RoCE) implements, and the message header that
+// travels with each message so that ranks disagreeing about an operation get an
+// error instead of a hang or garbage.
+//
+// A Link connects this rank to exactly one peer, in both directions. Messages on a
+// link are delivered in order. Algorithms (internal/algo) only ever see Links.
+package transport
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Header describes the operation a message belongs to. The sender puts its own
+// view of the operation in the header; the receiver compares it with its own
+// view and fails with a *MismatchError on any difference.
+type Header struct {
+	Seq   uint64 // operation sequence number on the communicator (starts at 1)
+	Op    uint8  // collective kind (goccl's opcode; opaque here)
+	DType uint8  // element type (goccl's DataType; opaque here)
+	RedOp uint8  // reduction operator (goccl's RedOp; opaque here)
+	Root  int32  // root rank, or -1 when the operation has none
+	Count uint64 // element count of the operation as the caller gave it
+	Bytes uint64 // bytes in this message
+}
+
+// HeaderSize is the size of a Header on the wire.
+const HeaderSize = 40
+
+// Encode writes h into b (len(b) >= HeaderSize), little-endian.
+func (h *Header) Encode(b []byte) {
+	_ = b[HeaderSize-1]
+	binary.LittleEndian.PutUint64(b[0:], h.Seq)
+	b[8] = h.Op
+	b[9] = h.DType
+	b[10] = h.RedOp
+	b[11] = 0
+	binary.LittleEndian.PutUint32(b[12:], uint32(h.Root))
+	binary.LittleEndian.PutUint64(b[16:], h.Count)
+	binary.LittleEndian.PutUint64(b[24:], h.Bytes)
+	binary.LittleEndian.PutUint64(b[32:], headerMagic^h.Seq^h.Count^h.Bytes) // integrity word
+}
+
+// Decode reads a Header from b (len(b) >= HeaderSize). It returns an error when
+// the integrity word does not match (a torn or foreign frame).
+func (h *Header) Decode(b []byte) error {
+	if len(b) < HeaderSize {
+		return fmt.Errorf("transport: header needs %d bytes, got %d", HeaderSize, len(b))
+	}
+	h.Seq = binary.LittleEndian.Uint64(b[0:])
+	h.Op = b[8]
+	h.DType = b[9]
+	h.RedOp = b[10]
+	h.Root = int32(binary.LittleEndian.Uint32(b[12:]))
+	h.Count = binary.LittleEndian.Uint64(b[16:])
+	h.Bytes = binary.LittleEndian.Uint64(b[24:])
+	if binary.LittleEndian.Uint64(b[32:]) != headerMagic^h.Seq^h.Count^h.Bytes {
+		return errors.New("transport: corrupt message header (bad integrity word)")
+	}
+	return nil
+}
+
+const headerMagic = 0x6c63636f67_0001 // "goccl" v1
+
+// Check compares the header a peer sent (got) with the one this rank expects
+// (want) and returns a *MismatchError naming the first field that differs.
+func Check(peer int, want, got *Header) error {
+	switch {
+	case got.Seq != want.Seq:
+		return &MismatchError{Peer: peer, Field: "sequence", Want: want.Seq, Got: got.Seq}
+	case got.Op != want.Op:
+		return &MismatchError{Peer: peer, Field: "op", Want: uint64(want.Op), Got: uint64(got.Op)}
+	case got.DType != want.DType:
+		return &MismatchError{Peer: peer, Field: "dtype", Want: uint64(want.DType), Got: uint64(got.DType)}
+	case got.RedOp != want.RedOp:
+		return &MismatchError{Peer: peer, Field: "redop", Want: uint64(want.RedOp), Got: uint64(got.RedOp)}
+	case got.Root != want.Root:
+		return &MismatchError{Peer: peer, Field: "root", Want: uint64(int64(want.Root)), Got: uint64(int64(got.Root))}
+	case got.Count != want.Count:
+		return &MismatchError{Peer: peer, Field: "count", Want: want.Count, Got: got.Count}
+	case got.Bytes != want.Bytes:
+		return &MismatchError{Peer: peer, Field: "message bytes", Want: want.Bytes, Got: got.Bytes}
+	}
+	return nil
+}
+
+// MismatchError reports that a peer's message belongs to a different operation
+// than the one this rank is running (different count, dtype, op, root or order).
+type MismatchError struct {
+	Peer      int
+	Field     string
+	Want, Got uint64
+}
+
+func (e *MismatchError) Error() string {
+	return fmt.Sprintf("peer %d disagrees on %s: this rank has %d, peer sent %d", e.Peer, e.Field, int64(e.Want), int64(e.Got))
+}
+
+// ErrClosed is returned by a Link used after Close, or whose peer closed it.
+var ErrClosed = errors.New("transport: link closed")
+
+// PeerError wraps a failure of the link to a given peer.
+type PeerError struct {
+	Peer int
+	Op   string // "send", "recv", "connect"
+	Err  error
+}
+
+func (e *PeerError) Error() string { return fmt.Sprintf("%s peer %d: %v", e.Op, e.Peer, e.Err) }
+func (e *PeerError) Unwrap() error { return e.Err }
+
+// ReduceFunc folds src into dst element by element (dst[i] = dst[i] op src[i]).
+// len(dst) == len(src) and both are whole elements. A transport may call it
+// several times per message, on consecutive pieces, as data arrives; pieces are
+// always cut at multiples of 64 bytes so elements are never split.
+type ReduceFunc func(dst, src []byte)
+
+// Link is an ordered, reliable, bidirectional message channel to one peer.
+//
+// Send and Recv may be called concurrently with each other (one sender and one
+// receiver goroutine at a time), never two Sends or two Recvs at once.
+// Every blocking method returns ctx.Err() (wrapped) once ctx is done.
+// Hot paths must not allocate.
+type Link interface {
+	// Peer is the rank at the other end.
+	Peer() int
+	// Send transmits h and buf (h.Bytes == len(buf)) and returns once buf may
+	// be reused.
+	Send(ctx context.Context, h *Header, buf []byte) error
+	// TrySend transmits h and buf only if it can do so without waiting for the
+	// peer (enough free buffer space now). It reports whether it sent.
+	TrySend(h *Header, buf []byte) (bool, error)
+	// Recv receives the next message, checks its header against want
+	// (transport.Check) and stores its payload into buf (len(buf) == want.Bytes):
+	// copied when reduce is nil, else folded in with reduce(buf[i:j], payload[i:j]).
+	Recv(ctx context.Context, want *Header, buf []byte, reduce ReduceFunc) error
+	// Close releases the link. Pending and later calls on either side fail.
+	Close() error
+	// Name is a short description for logs, e.g. "shm" or "tcp/2 socks 10.0.0.2:41000".
+	Name() string
+}
