@@ -61,3 +61,11 @@ func Send[T Element](ctx context.Context, c *Comm, buf []T, count int, peer int)
 func Recv[T Element](ctx context.Context, c *Comm, buf []T, count int, peer int) error {
 	return c.RecvBytes(ctx, asBytes(buf), count, TypeOf[T](), peer)
 }
+
+// SendRecv sends count elements of sendbuf to sendPeer and receives count
+// elements from recvPeer into recvbuf, concurrently, so that ranks exchanging
+// in a ring or pairwise cannot deadlock (the ncclGroupStart/Send/Recv/
+// ncclGroupEnd idea). A peer of -1 skips that half.
+func SendRecv[T Element](ctx context.Context, c *Comm, sendbuf []T, sendPeer int, recvbuf []T, recvPeer int, count int) error {
+	return c.SendRecvBytes(ctx, asBytes(sendbuf), sendPeer, asBytes(recvbuf), recvPeer, count, TypeOf[T]())
+}
