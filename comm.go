@@ -3,15 +3,48 @@ package goccl
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
+	"github.com/goccl/goccl/internal/algo"
+	"github.com/goccl/goccl/internal/reduce"
 	"github.com/goccl/goccl/rendezvous"
+	"github.com/goccl/goccl/transport"
 )
 
+// DefaultTimeout bounds every operation whose context has no deadline, unless
+// GOCCL_TIMEOUT or WithTimeout says otherwise.
+const DefaultTimeout = 5 * time.Minute
+
 // Comm is a communicator: a group of ranks that run collectives together.
+//
+// A Comm runs one operation at a time: calls from several goroutines are
+// serialized, and every rank must issue the same collectives in the same order.
+// After an operation fails the communicator is poisoned: later calls return an
+// error wrapping the first failure.
 type Comm struct {
 	rank, size, localRank int
 	timeout               time.Duration
+	algoForced            algo.Algorithm
+	log                   *logger
+
+	mu       sync.Mutex
+	group    *algo.Group // nil when size == 1
+	seq      uint64      // collective sequence number
+	sendSeq  []uint64    // point-to-point sequence numbers per peer
+	recvSeq  []uint64
+	op       algo.Op
+	octx     opContext
+	scratch  []byte
+	poison   error
+	closed   bool
+	store    rendezvous.Store
+	cleanup  []func()
+	loggedOp [numOpKinds]bool
 }
 
 // Option configures Init.
@@ -34,17 +67,15 @@ func WithRank(r int) Option { return func(c *config) { c.rank = r } }
 // WithWorldSize sets the number of ranks (overrides the environment).
 func WithWorldSize(n int) Option { return func(c *config) { c.size = n } }
 
-// WithLocalRank sets the rank among the ranks on this host.
+// WithLocalRank sets the rank among the ranks on this host (default: computed
+// from the ranks that report the same host).
 func WithLocalRank(r int) Option { return func(c *config) { c.localRank = r } }
 
 // WithStoreAddr sets the host:port of the rendezvous store that rank 0 serves.
 func WithStoreAddr(addr string) Option { return func(c *config) { c.storeAddr = addr } }
 
-// WithTimeout sets the default operation timeout (GOCCL_TIMEOUT).
+// WithTimeout sets the default operation timeout (as GOCCL_TIMEOUT does).
 func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
-
-// Init joins the communicator described by opts and the environment.
-func Init(ctx context.Context, opts ...Option) (*Comm, error) { return nil, errors.New("TODO") }
 
 // Rank is this process's rank in [0, Size()).
 func (c *Comm) Rank() int { return c.rank }
@@ -55,36 +86,492 @@ func (c *Comm) Size() int { return c.size }
 // LocalRank is the rank among the ranks on this host.
 func (c *Comm) LocalRank() int { return c.localRank }
 
-// Close releases the communicator's links.
-func (c *Comm) Close() error { return nil }
+// Close releases the communicator's links and files. Messages already sent are
+// still delivered to peers. Close is idempotent.
+func (c *Comm) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	var err error
+	if c.group != nil {
+		err = c.group.Close()
+	}
+	for i := len(c.cleanup) - 1; i >= 0; i-- {
+		c.cleanup[i]()
+	}
+	if c.store != nil {
+		c.store.Close()
+	}
+	return err
+}
+
+// opKind is the collective carried in transport headers.
+type opKind uint8
+
+const (
+	opAllReduce opKind = iota + 1
+	opBroadcast
+	opReduce
+	opAllGather
+	opReduceScatter
+	opAllToAll
+	opSendRecv
+	opBarrier
+	numOpKinds
+)
+
+var opNames = [...]string{"", "AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllToAll", "SendRecv", "Barrier"}
+
+func (k opKind) String() string {
+	if k < numOpKinds {
+		return opNames[k]
+	}
+	return "op(" + strconv.Itoa(int(k)) + ")"
+}
+
+// begin locks the communicator and prepares c.op and c.octx for one operation.
+// It returns the context the links must use.
+func (c *Comm) begin(ctx context.Context, kind opKind, dt DataType, op RedOp, root, count int) (context.Context, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, c.errorf(kind, 0, "%w", ErrClosed)
+	}
+	if c.poison != nil {
+		c.mu.Unlock()
+		return nil, c.errorf(kind, 0, "communicator unusable after an earlier error: %w", c.poison)
+	}
+	if kind != opSendRecv {
+		c.seq++
+	}
+	r := reduce.Op(op)
+	c.op.Header = transport.Header{Seq: c.seq, Op: uint8(kind), DType: uint8(dt), RedOp: uint8(r), Root: int32(root), Count: uint64(count)}
+	c.op.ElemSize = dt.Size()
+	c.op.Reduce = nil
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if _, ok := ctx.Deadline(); ok || c.timeout <= 0 {
+		return ctx, nil
+	}
+	c.octx.parent = ctx
+	c.octx.deadline = time.Now().Add(c.timeout)
+	return &c.octx, nil
+}
+
+// end finishes an operation: on failure it poisons the communicator and
+// closes its links so that peers waiting on this rank fail fast.
+func (c *Comm) end(kind opKind, err error) error {
+	if err != nil {
+		err = c.wrap(kind, c.op.Header.Seq, err)
+		c.poison = err
+		if c.group != nil {
+			c.group.Abort()
+		}
+	}
+	c.octx.parent = nil
+	c.mu.Unlock()
+	return err
+}
+
+// opContext is a reusable context that adds the communicator's operation
+// timeout to a context without one, without allocating per operation. Links
+// observe it through Deadline and Err; its Done channel is the parent's.
+type opContext struct {
+	parent   context.Context
+	deadline time.Time
+}
+
+func (o *opContext) Deadline() (time.Time, bool) { return o.deadline, true }
+func (o *opContext) Done() <-chan struct{}       { return o.parent.Done() }
+func (o *opContext) Value(key any) any           { return o.parent.Value(key) }
+func (o *opContext) Err() error {
+	if err := o.parent.Err(); err != nil {
+		return err
+	}
+	if !time.Now().Before(o.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+func (c *Comm) checkTypes(kind opKind, dt DataType, op RedOp, reducing bool) error {
+	if !dt.Valid() {
+		return c.errorf(kind, 0, "%w: unknown data type %d", ErrInvalidArgument, uint8(dt))
+	}
+	if !reducing {
+		return nil
+	}
+	if !op.Valid() {
+		return c.errorf(kind, 0, "%w: unknown reduction op %d", ErrInvalidArgument, uint8(op))
+	}
+	if op == Avg && !dt.IsFloat() {
+		return c.errorf(kind, 0, "%w: avg is only defined for floating-point types, got %v", ErrInvalidArgument, dt)
+	}
+	return nil
+}
+
+func (c *Comm) checkLen(kind opKind, name string, buf []byte, elems int, dt DataType) error {
+	if elems < 0 {
+		return c.errorf(kind, 0, "%w: negative count %d", ErrInvalidArgument, elems)
+	}
+	if need := elems * dt.Size(); len(buf) < need {
+		return c.errorf(kind, 0, "%w: %s holds %d elements of %v, the operation needs %d", ErrInvalidArgument, name, len(buf)/dt.Size(), dt, elems)
+	}
+	return nil
+}
+
+func (c *Comm) checkRoot(kind opKind, root int) error {
+	if root < 0 || root >= c.size {
+		return c.errorf(kind, 0, "%w: root %d is outside [0, %d)", ErrInvalidArgument, root, c.size)
+	}
+	return nil
+}
+
+func (c *Comm) setReduce(kind opKind, dt DataType, op RedOp) error {
+	f, err := reduce.Func(reduce.DType(dt), reduce.Op(op))
+	if err != nil {
+		return c.errorf(kind, 0, "%w: %v", ErrInvalidArgument, err)
+	}
+	c.op.Reduce = f
+	return nil
+}
+
+func (c *Comm) chooseAllReduce(nbytes int) algo.Algorithm {
+	a := c.algoForced
+	if a == algo.Auto {
+		a = algo.Ring
+		if nbytes <= rhdMaxBytes {
+			a = algo.RHD
+		}
+	}
+	return a
+}
+
+// rhdMaxBytes is the AllReduce size up to which recursive halving-doubling
+// (log2 P latency terms) beats the ring (P-1 latency terms).
+const rhdMaxBytes = 256 << 10
+
+func (c *Comm) logAlgo(kind opKind, name string) {
+	if !c.loggedOp[kind] && c.log.info {
+		c.loggedOp[kind] = true
+		c.log.Infof("%v uses %s", kind, name)
+	}
+}
+
+// AllReduceBytes is AllReduce on raw bytes: count elements of type dt.
+func (c *Comm) AllReduceBytes(ctx context.Context, send, recv []byte, count int, dt DataType, op RedOp) error {
+	if err := c.checkTypes(opAllReduce, dt, op, true); err != nil {
+		return err
+	}
+	if err := c.checkLen(opAllReduce, "sendbuf", send, count, dt); err != nil {
+		return err
+	}
+	if err := c.checkLen(opAllReduce, "recvbuf", recv, count, dt); err != nil {
+		return err
+	}
+	ctx, err := c.begin(ctx, opAllReduce, dt, op, -1, count)
+	if err != nil {
+		return err
+	}
+	if err := c.setReduce(opAllReduce, dt, op); err != nil {
+		return c.end(opAllReduce, err)
+	}
+	n := count * dt.Size()
+	if !sameStart(send, recv) {
+		copy(recv[:n], send[:n])
+	}
+	if c.group != nil {
+		a := c.chooseAllReduce(n)
+		c.logAlgo(opAllReduce, a.String())
+		err = c.group.AllReduce(ctx, &c.op, recv[:n], count, a)
+	}
+	if err == nil && op == Avg {
+		err = reduce.DivideBy(reduce.DType(dt), recv[:n], c.size)
+	}
+	return c.end(opAllReduce, err)
+}
+
+// BroadcastBytes is Broadcast on raw bytes.
+func (c *Comm) BroadcastBytes(ctx context.Context, send, recv []byte, count int, dt DataType, root int) error {
+	if err := c.checkTypes(opBroadcast, dt, 0, false); err != nil {
+		return err
+	}
+	if err := c.checkRoot(opBroadcast, root); err != nil {
+		return err
+	}
+	if c.rank == root {
+		if err := c.checkLen(opBroadcast, "sendbuf", send, count, dt); err != nil {
+			return err
+		}
+	}
+	if err := c.checkLen(opBroadcast, "recvbuf", recv, count, dt); err != nil {
+		return err
+	}
+	ctx, err := c.begin(ctx, opBroadcast, dt, 0, root, count)
+	if err != nil {
+		return err
+	}
+	n := count * dt.Size()
+	if c.rank == root && !sameStart(send, recv) {
+		copy(recv[:n], send[:n])
+	}
+	if c.group != nil {
+		c.logAlgo(opBroadcast, "tree")
+		err = c.group.Broadcast(ctx, &c.op, recv[:n], count, root)
+	}
+	return c.end(opBroadcast, err)
+}
+
+// ReduceBytes is Reduce on raw bytes.
+func (c *Comm) ReduceBytes(ctx context.Context, send, recv []byte, count int, dt DataType, op RedOp, root int) error {
+	if err := c.checkTypes(opReduce, dt, op, true); err != nil {
+		return err
+	}
+	if err := c.checkRoot(opReduce, root); err != nil {
+		return err
+	}
+	if err := c.checkLen(opReduce, "sendbuf", send, count, dt); err != nil {
+		return err
+	}
+	if c.rank == root {
+		if err := c.checkLen(opReduce, "recvbuf", recv, count, dt); err != nil {
+			return err
+		}
+	}
+	ctx, err := c.begin(ctx, opReduce, dt, op, root, count)
+	if err != nil {
+		return err
+	}
+	if err := c.setReduce(opReduce, dt, op); err != nil {
+		return c.end(opReduce, err)
+	}
+	n := count * dt.Size()
+	if c.group == nil {
+		copy(recv[:n], send[:n])
+	} else {
+		c.logAlgo(opReduce, "tree")
+		var r []byte
+		if c.rank == root {
+			r = recv[:n]
+		}
+		err = c.group.Reduce(ctx, &c.op, send[:n], r, count, root)
+	}
+	if err == nil && op == Avg && c.rank == root {
+		err = reduce.DivideBy(reduce.DType(dt), recv[:n], c.size)
+	}
+	return c.end(opReduce, err)
+}
+
+// AllGatherBytes is AllGather on raw bytes; count is per rank.
+func (c *Comm) AllGatherBytes(ctx context.Context, send, recv []byte, count int, dt DataType) error {
+	if err := c.checkTypes(opAllGather, dt, 0, false); err != nil {
+		return err
+	}
+	if err := c.checkLen(opAllGather, "sendbuf", send, count, dt); err != nil {
+		return err
+	}
+	if err := c.checkLen(opAllGather, "recvbuf", recv, count*c.size, dt); err != nil {
+		return err
+	}
+	ctx, err := c.begin(ctx, opAllGather, dt, 0, -1, count)
+	if err != nil {
+		return err
+	}
+	n := count * dt.Size()
+	mine := recv[c.rank*n : (c.rank+1)*n]
+	if !sameStart(send, mine) {
+		copy(mine, send[:n])
+	}
+	if c.group != nil {
+		c.logAlgo(opAllGather, "ring")
+		err = c.group.AllGather(ctx, &c.op, recv[:n*c.size], count)
+	}
+	return c.end(opAllGather, err)
+}
+
+// ReduceScatterBytes is ReduceScatter on raw bytes; count is per rank (the
+// size of recv).
+func (c *Comm) ReduceScatterBytes(ctx context.Context, send, recv []byte, count int, dt DataType, op RedOp) error {
+	if err := c.checkTypes(opReduceScatter, dt, op, true); err != nil {
+		return err
+	}
+	if err := c.checkLen(opReduceScatter, "sendbuf", send, count*c.size, dt); err != nil {
+		return err
+	}
+	if err := c.checkLen(opReduceScatter, "recvbuf", recv, count, dt); err != nil {
+		return err
+	}
+	ctx, err := c.begin(ctx, opReduceScatter, dt, op, -1, count)
+	if err != nil {
+		return err
+	}
+	if err := c.setReduce(opReduceScatter, dt, op); err != nil {
+		return c.end(opReduceScatter, err)
+	}
+	n := count * dt.Size()
+	if c.group == nil {
+		copy(recv[:n], send[:n])
+	} else {
+		c.logAlgo(opReduceScatter, "ring")
+		err = c.group.ReduceScatter(ctx, &c.op, send[:n*c.size], recv[:n], count)
+	}
+	if err == nil && op == Avg {
+		err = reduce.DivideBy(reduce.DType(dt), recv[:n], c.size)
+	}
+	return c.end(opReduceScatter, err)
+}
+
+// AllToAllBytes is AllToAll on raw bytes; count is the elements per block.
+func (c *Comm) AllToAllBytes(ctx context.Context, send, recv []byte, count int, dt DataType) error {
+	if err := c.checkTypes(opAllToAll, dt, 0, false); err != nil {
+		return err
+	}
+	if err := c.checkLen(opAllToAll, "sendbuf", send, count*c.size, dt); err != nil {
+		return err
+	}
+	if err := c.checkLen(opAllToAll, "recvbuf", recv, count*c.size, dt); err != nil {
+		return err
+	}
+	ctx, err := c.begin(ctx, opAllToAll, dt, 0, -1, count)
+	if err != nil {
+		return err
+	}
+	n := count * dt.Size() * c.size
+	src := send[:n]
+	if sameStart(send, recv) && n > 0 {
+		if cap(c.scratch) < n {
+			c.scratch = make([]byte, n)
+		}
+		src = c.scratch[:n]
+		copy(src, send[:n])
+	}
+	if c.group == nil {
+		copy(recv[:n], src)
+	} else {
+		c.logAlgo(opAllToAll, "pairwise")
+		err = c.group.AllToAll(ctx, &c.op, src, recv[:n], count)
+	}
+	return c.end(opAllToAll, err)
+}
+
+// SendRecvBytes is SendRecv on raw bytes. A peer of -1 skips that half.
+func (c *Comm) SendRecvBytes(ctx context.Context, send []byte, sendPeer int, recv []byte, recvPeer int, count int, dt DataType) error {
+	if err := c.checkTypes(opSendRecv, dt, 0, false); err != nil {
+		return err
+	}
+	for _, p := range [2]int{sendPeer, recvPeer} {
+		if p < -1 || p >= c.size {
+			return c.errorf(opSendRecv, 0, "%w: peer %d is outside [0, %d)", ErrInvalidArgument, p, c.size)
+		}
+	}
+	if sendPeer >= 0 {
+		if err := c.checkLen(opSendRecv, "sendbuf", send, count, dt); err != nil {
+			return err
+		}
+	}
+	if recvPeer >= 0 {
+		if err := c.checkLen(opSendRecv, "recvbuf", recv, count, dt); err != nil {
+			return err
+		}
+	}
+	if (sendPeer == c.rank) != (recvPeer == c.rank) {
+		return c.errorf(opSendRecv, 0, "%w: a send to self needs a receive from self (send peer %d, recv peer %d)", ErrInvalidArgument, sendPeer, recvPeer)
+	}
+	ctx, err := c.begin(ctx, opSendRecv, dt, 0, -1, count)
+	if err != nil {
+		return err
+	}
+	n := count * dt.Size()
+	if sendPeer == c.rank {
+		copy(recv[:n], send[:n])
+		return c.end(opSendRecv, nil)
+	}
+	var s, r []byte
+	if sendPeer >= 0 {
+		s = send[:n]
+	}
+	if recvPeer >= 0 {
+		r = recv[:n]
+	}
+	err = c.group.SendRecvP2P(ctx, &c.op, c.nextSend(sendPeer), sendPeer, s, c.nextRecv(recvPeer), recvPeer, r)
+	return c.end(opSendRecv, err)
+}
+
+func (c *Comm) nextSend(p int) uint64 {
+	if p < 0 {
+		return 0
+	}
+	c.sendSeq[p]++
+	return c.sendSeq[p]
+}
+
+func (c *Comm) nextRecv(p int) uint64 {
+	if p < 0 {
+		return 0
+	}
+	c.recvSeq[p]++
+	return c.recvSeq[p]
+}
+
+// SendBytes sends count elements of buf to peer.
+func (c *Comm) SendBytes(ctx context.Context, buf []byte, count int, dt DataType, peer int) error {
+	if peer == c.rank {
+		return c.errorf(opSendRecv, 0, "%w: Send to self (peer %d) would never complete; use SendRecv", ErrInvalidArgument, peer)
+	}
+	if peer < 0 {
+		return c.errorf(opSendRecv, 0, "%w: peer %d is outside [0, %d)", ErrInvalidArgument, peer, c.size)
+	}
+	return c.SendRecvBytes(ctx, buf, peer, nil, -1, count, dt)
+}
+
+// RecvBytes receives count elements from peer into buf.
+func (c *Comm) RecvBytes(ctx context.Context, buf []byte, count int, dt DataType, peer int) error {
+	if peer == c.rank {
+		return c.errorf(opSendRecv, 0, "%w: Recv from self (peer %d) would never complete; use SendRecv", ErrInvalidArgument, peer)
+	}
+	if peer < 0 {
+		return c.errorf(opSendRecv, 0, "%w: peer %d is outside [0, %d)", ErrInvalidArgument, peer, c.size)
+	}
+	return c.SendRecvBytes(ctx, nil, -1, buf, peer, count, dt)
+}
 
 // Barrier returns once every rank has entered it.
-func (c *Comm) Barrier(ctx context.Context) error { return errors.New("TODO") }
+func (c *Comm) Barrier(ctx context.Context) error {
+	ctx, err := c.begin(ctx, opBarrier, Uint8, 0, -1, 0)
+	if err != nil {
+		return err
+	}
+	if c.group != nil {
+		err = c.group.Barrier(ctx, &c.op)
+	}
+	return c.end(opBarrier, err)
+}
 
-func (c *Comm) AllReduceBytes(ctx context.Context, send, recv []byte, count int, dt DataType, op RedOp) error {
-	return errors.New("TODO")
+// sameStart reports whether a and b start at the same element (true when
+// either is empty, so no copy is attempted).
+func sameStart(a, b []byte) bool {
+	return len(a) == 0 || len(b) == 0 || &a[0] == &b[0]
 }
-func (c *Comm) BroadcastBytes(ctx context.Context, send, recv []byte, count int, dt DataType, root int) error {
-	return errors.New("TODO")
+
+// envDuration parses GOCCL_TIMEOUT-style values: a Go duration ("90s", "5m")
+// or a number of seconds.
+func envDuration(name string) (time.Duration, bool, error) {
+	v, ok := os.LookupEnv(name)
+	if !ok || strings.TrimSpace(v) == "" {
+		return 0, false, nil
+	}
+	if secs, err := strconv.ParseFloat(v, 64); err == nil {
+		return time.Duration(secs * float64(time.Second)), true, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, false, fmt.Errorf("goccl: %s=%q is neither a duration (90s, 5m) nor a number of seconds", name, v)
+	}
+	return d, true, nil
 }
-func (c *Comm) ReduceBytes(ctx context.Context, send, recv []byte, count int, dt DataType, op RedOp, root int) error {
-	return errors.New("TODO")
-}
-func (c *Comm) AllGatherBytes(ctx context.Context, send, recv []byte, count int, dt DataType) error {
-	return errors.New("TODO")
-}
-func (c *Comm) ReduceScatterBytes(ctx context.Context, send, recv []byte, count int, dt DataType, op RedOp) error {
-	return errors.New("TODO")
-}
-func (c *Comm) AllToAllBytes(ctx context.Context, send, recv []byte, count int, dt DataType) error {
-	return errors.New("TODO")
-}
-func (c *Comm) SendBytes(ctx context.Context, buf []byte, count int, dt DataType, peer int) error {
-	return errors.New("TODO")
-}
-func (c *Comm) SendRecvBytes(ctx context.Context, send []byte, sendPeer int, recv []byte, recvPeer int, count int, dt DataType) error {
-	return errors.New("TODO")
-}
-func (c *Comm) RecvBytes(ctx context.Context, buf []byte, count int, dt DataType, peer int) error {
-	return errors.New("TODO")
-}
+
+var _ = errors.New

@@ -3,3 +3,5 @@ module github.com/goccl/goccl
 go 1.26.0
 
 require github.com/x448/float16 v0.8.4
+
+require golang.org/x/sys v0.49.0

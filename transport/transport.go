@@ -69,10 +69,10 @@ const headerMagic = 0x6c63636f67_0001 // "goccl" v1
 // (want) and returns a *MismatchError naming the first field that differs.
 func Check(peer int, want, got *Header) error {
 	switch {
-	case got.Seq != want.Seq:
-		return &MismatchError{Peer: peer, Field: "sequence", Want: want.Seq, Got: got.Seq}
 	case got.Op != want.Op:
 		return &MismatchError{Peer: peer, Field: "op", Want: uint64(want.Op), Got: uint64(got.Op)}
+	case got.Seq != want.Seq:
+		return &MismatchError{Peer: peer, Field: "sequence", Want: want.Seq, Got: got.Seq}
 	case got.DType != want.DType:
 		return &MismatchError{Peer: peer, Field: "dtype", Want: uint64(want.DType), Got: uint64(got.DType)}
 	case got.RedOp != want.RedOp:

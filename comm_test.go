@@ -1,0 +1,308 @@
+package goccl_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goccl/goccl"
+	"github.com/goccl/goccl/rendezvous"
+)
+
+// TestMain turns the test binary into a rank when GOCCL_TEST_WORKER is set:
+// the multi-process tests start several copies of it through the environment
+// that `goccl run` would set.
+func TestMain(m *testing.M) {
+	if mode := os.Getenv("GOCCL_TEST_WORKER"); mode != "" {
+		os.Exit(worker(mode))
+	}
+	os.Exit(m.Run())
+}
+
+func worker(mode string) int {
+	ctx := context.Background()
+	c, err := goccl.Init(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "init:", err)
+		return 2
+	}
+	defer c.Close()
+	switch mode {
+	case "matrix":
+		var counts []int
+		for _, f := range strings.Split(os.Getenv("GOCCL_TEST_COUNTS"), ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "bad GOCCL_TEST_COUNTS:", err)
+				return 2
+			}
+			counts = append(counts, n)
+		}
+		m := &matrix{ctx: ctx, c: c, counts: counts}
+		if err := m.run(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		fmt.Printf("rank %d: %d operations checked\n", c.Rank(), m.ops)
+		return 0
+	}
+	fmt.Fprintln(os.Stderr, "unknown worker mode", mode)
+	return 2
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// spawn runs n ranks of the test binary in worker mode and returns each rank's
+// combined output; it fails the test if any rank fails.
+func spawn(t *testing.T, n int, mode string, extraEnv ...string) []string {
+	t.Helper()
+	addr := freeAddr(t)
+	outs := make([]bytes.Buffer, n)
+	cmds := make([]*exec.Cmd, n)
+	for r := 0; r < n; r++ {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "GOCCL_TEST_WORKER="+mode,
+			"GOCCL_RANK="+strconv.Itoa(r), "GOCCL_WORLD_SIZE="+strconv.Itoa(n),
+			"GOCCL_LOCAL_RANK="+strconv.Itoa(r), "GOCCL_STORE_ADDR="+addr, "GOCCL_TIMEOUT=120s")
+		cmd.Env = append(cmd.Env, extraEnv...)
+		cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[r] = cmd
+	}
+	failed := false
+	for r, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			failed = true
+			t.Errorf("rank %d: %v\n%s", r, err, outs[r].String())
+		}
+	}
+	res := make([]string, n)
+	for r := range outs {
+		res[r] = outs[r].String()
+	}
+	if failed {
+		t.FailNow()
+	}
+	return res
+}
+
+// TestCollectivesMultiProcess runs the whole matrix (every collective x dtype x
+// op x in/out-of-place x counts) in separate processes, over shared memory and
+// over TCP, for world sizes 1 to 4.
+func TestCollectivesMultiProcess(t *testing.T) {
+	counts := "0,1,7,1000003"
+	if testing.Short() {
+		counts = "0,1,7,1003"
+	}
+	for _, tr := range []struct{ name, env string }{{"shm", "GOCCL_SHM_DISABLE=0"}, {"tcp", "GOCCL_SHM_DISABLE=1"}} {
+		for n := 1; n <= 4; n++ {
+			t.Run(fmt.Sprintf("%s/np%d", tr.name, n), func(t *testing.T) {
+				outs := spawn(t, n, "matrix", tr.env, "GOCCL_TEST_COUNTS="+counts, "GOCCL_DEBUG=INFO")
+				for r, out := range outs {
+					if !strings.Contains(out, "operations checked") {
+						t.Fatalf("rank %d did not report:\n%s", r, out)
+					}
+					if n > 1 {
+						want := "via " + tr.name
+						if !strings.Contains(out, want) {
+							t.Fatalf("rank %d: GOCCL_DEBUG=INFO output lacks %q:\n%s", r, want, out)
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// goroutineRanks runs f on n ranks in this process sharing an in-memory store.
+func goroutineRanks(t *testing.T, n int, timeout time.Duration, f func(c *goccl.Comm) error) []error {
+	t.Helper()
+	store := rendezvous.NewMemStore()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := 0; r < n; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			c, err := goccl.Init(context.Background(), goccl.WithRank(r), goccl.WithWorldSize(n),
+				goccl.WithStore(store), goccl.WithTimeout(timeout))
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			defer c.Close()
+			errs[r] = f(c)
+		}(r)
+	}
+	wg.Wait()
+	return errs
+}
+
+// TestCollectivesInProcess runs a small matrix with goroutine ranks (this is
+// the part the race detector covers).
+func TestCollectivesInProcess(t *testing.T) {
+	for _, shmOff := range []string{"0", "1"} {
+		t.Run("shm_disable="+shmOff, func(t *testing.T) {
+			t.Setenv("GOCCL_SHM_DISABLE", shmOff)
+			for _, n := range []int{2, 3} {
+				errs := goroutineRanks(t, n, time.Minute, func(c *goccl.Comm) error {
+					m := &matrix{ctx: context.Background(), c: c, counts: []int{0, 5, 300}}
+					return m.run()
+				})
+				for r, err := range errs {
+					if err != nil {
+						t.Fatalf("np %d rank %d: %v", n, r, err)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestWorldSizeOne(t *testing.T) {
+	c, err := goccl.Init(context.Background(), goccl.WithRank(0), goccl.WithWorldSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	m := &matrix{ctx: context.Background(), c: c, counts: []int{0, 1, 7, 1000}}
+	if err := m.run(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	ctx := context.Background()
+	c, err := goccl.Init(ctx, goccl.WithRank(0), goccl.WithWorldSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cases := []struct {
+		name string
+		err  error
+		want []string
+	}{
+		{"avg on ints", goccl.AllReduce(ctx, c, []int32{1}, []int32{1}, 1, goccl.Avg), []string{"rank 0", "AllReduce", "avg", "int32"}},
+		{"short recv", goccl.AllReduce(ctx, c, make([]float32, 10), make([]float32, 5), 10, goccl.Sum), []string{"rank 0", "AllReduce", "recvbuf", "5", "10"}},
+		{"short send", goccl.AllGather(ctx, c, make([]float32, 3), make([]float32, 10), 4), []string{"AllGather", "sendbuf", "3", "4"}},
+		{"negative count", goccl.AllReduce(ctx, c, []float32{1}, []float32{1}, -1, goccl.Sum), []string{"negative count -1"}},
+		{"bad root", goccl.Broadcast(ctx, c, []float32{1}, []float32{1}, 1, 3), []string{"Broadcast", "root 3"}},
+		{"bad reduce root", goccl.Reduce(ctx, c, []float32{1}, []float32{1}, 1, goccl.Sum, -1), []string{"Reduce", "root -1"}},
+		{"bad op", goccl.AllReduce(ctx, c, []float32{1}, []float32{1}, 1, goccl.RedOp(9)), []string{"reduction op 9"}},
+		{"send to self", goccl.Send(ctx, c, []float32{1}, 1, 0), []string{"Send to self"}},
+		{"peer out of range", goccl.Recv(ctx, c, []float32{1}, 1, 4), []string{"peer 4"}},
+	}
+	for _, tc := range cases {
+		if tc.err == nil {
+			t.Errorf("%s: no error", tc.name)
+			continue
+		}
+		if !errors.Is(tc.err, goccl.ErrInvalidArgument) {
+			t.Errorf("%s: %v is not ErrInvalidArgument", tc.name, tc.err)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(tc.err.Error(), w) {
+				t.Errorf("%s: error %q lacks %q", tc.name, tc.err, w)
+			}
+		}
+	}
+	// A bad call does not poison the communicator.
+	if err := goccl.AllReduce(ctx, c, []float32{2}, make([]float32, 1), 1, goccl.Sum); err != nil {
+		t.Fatalf("after bad input: %v", err)
+	}
+}
+
+// TestMismatchAcrossRanks: differing counts, dtypes and op order give an error
+// on every rank, never a hang or garbage. (Differing roots can leave every rank
+// a sender with nothing to receive; catching that needs the fingerprint
+// exchange of GOCCL_DEBUG_CHECK, issue 4.)
+func TestMismatchAcrossRanks(t *testing.T) {
+	for _, tr := range []string{"0", "1"} {
+		t.Setenv("GOCCL_SHM_DISABLE", tr)
+		cases := map[string]func(ctx context.Context, c *goccl.Comm) error{
+			"count": func(ctx context.Context, c *goccl.Comm) error {
+				n := 1000 + c.Rank()
+				return goccl.AllReduce(ctx, c, make([]float32, n), make([]float32, n), n, goccl.Sum)
+			},
+			"dtype": func(ctx context.Context, c *goccl.Comm) error {
+				if c.Rank() == 0 {
+					return goccl.AllReduce(ctx, c, make([]float32, 64), make([]float32, 64), 64, goccl.Sum)
+				}
+				return goccl.AllReduce(ctx, c, make([]int32, 64), make([]int32, 64), 64, goccl.Sum)
+			},
+			"order": func(ctx context.Context, c *goccl.Comm) error {
+				if c.Rank() == 0 {
+					return goccl.AllGather(ctx, c, make([]float32, 4), make([]float32, 4*c.Size()), 4)
+				}
+				return goccl.AllReduce(ctx, c, make([]float32, 4), make([]float32, 4), 4, goccl.Sum)
+			},
+		}
+		for name, f := range cases {
+			for _, n := range []int{2, 3} {
+				start := time.Now()
+				errs := goroutineRanks(t, n, 20*time.Second, func(c *goccl.Comm) error {
+					return f(context.Background(), c)
+				})
+				for r, err := range errs {
+					if err == nil {
+						t.Errorf("shm_disable=%s %s np%d: rank %d got no error", tr, name, n, r)
+						continue
+					}
+					if !strings.Contains(err.Error(), fmt.Sprintf("rank %d", r)) {
+						t.Errorf("%s: rank %d error does not name the rank: %v", name, r, err)
+					}
+				}
+				if time.Since(start) > 15*time.Second {
+					t.Errorf("shm_disable=%s %s np%d: took %v (timeout instead of detection)", tr, name, n, time.Since(start))
+				}
+			}
+		}
+	}
+}
+
+func TestWorldSizeNeverReached(t *testing.T) {
+	store := rendezvous.NewMemStore()
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := 0; r < 2; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			c, err := goccl.Init(context.Background(), goccl.WithRank(r), goccl.WithWorldSize(3),
+				goccl.WithStore(store), goccl.WithTimeout(time.Second))
+			if err == nil {
+				c.Close()
+			}
+			errs[r] = err
+		}(r)
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err == nil {
+			t.Fatalf("rank %d: Init of a 3-rank world with 2 ranks succeeded", r)
+		}
+		if !strings.Contains(err.Error(), "rank(s) 2") || !strings.Contains(err.Error(), "world size 3") {
+			t.Errorf("rank %d: error should name the missing rank 2: %v", r, err)
+		}
+	}
+}

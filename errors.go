@@ -1,0 +1,61 @@
+package goccl
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/goccl/goccl/transport"
+)
+
+// Errors that callers can test with errors.Is.
+var (
+	// ErrInvalidArgument: a bad count, buffer length, root, peer, type or op.
+	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrClosed: the communicator was closed.
+	ErrClosed = errors.New("communicator closed")
+	// ErrMismatch: ranks called different operations (count, type, op, root or
+	// order differ). errors.As with *MismatchError gives the details.
+	ErrMismatch = errors.New("ranks disagree on the operation")
+)
+
+// MismatchError says which field of an operation a peer disagreed on.
+type MismatchError = transport.MismatchError
+
+// Error is the error every goccl operation returns: it names the rank, the
+// operation and its sequence number on the communicator.
+type Error struct {
+	Rank int
+	Op   string // "AllReduce", "Init", ...
+	Seq  uint64 // operation sequence number (0 when not applicable)
+	Err  error
+}
+
+func (e *Error) Error() string {
+	if e.Seq > 0 {
+		return fmt.Sprintf("goccl: rank %d: %s (op #%d): %v", e.Rank, e.Op, e.Seq, e.Err)
+	}
+	return fmt.Sprintf("goccl: rank %d: %s: %v", e.Rank, e.Op, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrMismatch) true for header mismatches.
+func (e *Error) Is(target error) bool {
+	if target == ErrMismatch {
+		var m *transport.MismatchError
+		return errors.As(e.Err, &m)
+	}
+	return false
+}
+
+func (c *Comm) errorf(kind opKind, seq uint64, format string, args ...any) error {
+	return &Error{Rank: c.rank, Op: kind.String(), Seq: seq, Err: fmt.Errorf(format, args...)}
+}
+
+func (c *Comm) wrap(kind opKind, seq uint64, err error) error {
+	var e *Error
+	if errors.As(err, &e) {
+		return err
+	}
+	return &Error{Rank: c.rank, Op: kind.String(), Seq: seq, Err: err}
+}

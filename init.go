@@ -1,0 +1,373 @@
+package goccl
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/goccl/goccl/internal/algo"
+	"github.com/goccl/goccl/rendezvous"
+	"github.com/goccl/goccl/transport"
+	"github.com/goccl/goccl/transport/shm"
+	"github.com/goccl/goccl/transport/tcp"
+)
+
+// Init joins the communicator described by opts and the environment.
+//
+// Rank and world size come from the options, else from the environment, in
+// this order: GOCCL_RANK/GOCCL_WORLD_SIZE/GOCCL_LOCAL_RANK/GOCCL_STORE_ADDR
+// (set by `goccl run`), torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+// MASTER_PORT), OpenMPI (OMPI_COMM_WORLD_*), Slurm (SLURM_PROCID,
+// SLURM_NTASKS, SLURM_LOCALID). With none of them the communicator has one
+// rank. See package rendezvous for how ranks find the store under mpirun.
+//
+// Init connects every pair of ranks: shared memory (/dev/shm) when both run on
+// the same host, TCP otherwise (GOCCL_SHM_DISABLE=1 forces TCP;
+// GOCCL_SOCKET_IFNAME picks the interface, GOCCL_NSOCKS_PERPEER the sockets
+// per peer). It returns an error naming the missing ranks when the world does
+// not assemble before ctx's deadline, or the operation timeout when ctx has
+// none.
+func Init(ctx context.Context, opts ...Option) (*Comm, error) {
+	start := time.Now()
+	cfg := config{rank: -1, size: -1, localRank: -1}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	env, haveEnv, err := rendezvous.FromEnv()
+	if err != nil {
+		return nil, &Error{Rank: cfg.rank, Op: "Init", Err: err}
+	}
+	if cfg.rank < 0 {
+		cfg.rank = 0
+		if haveEnv {
+			cfg.rank = env.Rank
+		}
+	}
+	if cfg.size < 0 {
+		cfg.size = 1
+		if haveEnv {
+			cfg.size = env.WorldSize
+		}
+	}
+	if cfg.localRank < 0 && haveEnv && env.Source != "" {
+		cfg.localRank = env.LocalRank
+	}
+	if cfg.storeAddr != "" {
+		env.StoreAddr = cfg.storeAddr
+	}
+	c := &Comm{rank: cfg.rank, size: cfg.size, localRank: cfg.localRank, log: newLogger(cfg.rank)}
+	fail := func(err error) (*Comm, error) {
+		c.Close()
+		var e *Error
+		if errors.As(err, &e) {
+			return nil, err
+		}
+		return nil, &Error{Rank: c.rank, Op: "Init", Err: err}
+	}
+	if cfg.size < 1 {
+		return fail(fmt.Errorf("%w: world size %d", ErrInvalidArgument, cfg.size))
+	}
+	if cfg.rank >= cfg.size {
+		return fail(fmt.Errorf("%w: rank %d is outside [0, %d)", ErrInvalidArgument, cfg.rank, cfg.size))
+	}
+	c.timeout = DefaultTimeout
+	if d, ok, err := envDuration("GOCCL_TIMEOUT"); err != nil {
+		return fail(err)
+	} else if ok {
+		c.timeout = d
+	}
+	if cfg.timeout > 0 {
+		c.timeout = cfg.timeout
+	}
+	if c.algoForced, err = algoFromEnv(); err != nil {
+		return fail(err)
+	}
+	c.sendSeq = make([]uint64, c.size)
+	c.recvSeq = make([]uint64, c.size)
+	if c.size == 1 {
+		if c.localRank < 0 {
+			c.localRank = 0
+		}
+		return c, nil
+	}
+	if _, ok := ctx.Deadline(); !ok && c.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+
+	// Phase 1: the store.
+	iface, err := tcp.SelectInterface(os.Getenv("GOCCL_SOCKET_IFNAME"))
+	if err != nil {
+		return fail(err)
+	}
+	store := cfg.store
+	if store == nil {
+		env.Rank, env.WorldSize = c.rank, c.size
+		store, err = rendezvous.Connect(ctx, env, iface.IP.String())
+		if err != nil {
+			return fail(fmt.Errorf("connecting to the rendezvous store: %w", err))
+		}
+		c.store = store
+	}
+	tStore := time.Now()
+
+	// Phase 2: publish this rank's address card and read everyone's.
+	jobID := env.JobID
+	if c.rank == 0 {
+		if jobID == "" {
+			var b [8]byte
+			rand.Read(b[:])
+			jobID = hex.EncodeToString(b[:])
+		}
+		if err := store.Set(ctx, "goccl/jobid", []byte(jobID)); err != nil {
+			return fail(err)
+		}
+	} else {
+		v, err := store.Get(ctx, "goccl/jobid")
+		if err != nil {
+			return fail(c.missingRanks(ctx, store, err))
+		}
+		jobID = string(v)
+	}
+	ep, err := tcp.Listen(c.rank, iface.IP, jobID)
+	if err != nil {
+		return fail(err)
+	}
+	c.cleanup = append(c.cleanup, func() { ep.Close() })
+	me := card{Host: hostIdentity(), Addr: ep.Addr(), Pid: os.Getpid()}
+	if err := store.Set(ctx, cardKey(c.rank), []byte(me.String())); err != nil {
+		return fail(err)
+	}
+	cards := make([]card, c.size)
+	for r := 0; r < c.size; r++ {
+		v, err := store.Get(ctx, cardKey(r))
+		if err != nil {
+			return fail(c.missingRanks(ctx, store, err))
+		}
+		if cards[r], err = parseCard(string(v)); err != nil {
+			return fail(fmt.Errorf("rank %d published a bad address card: %w", r, err))
+		}
+	}
+	if c.localRank < 0 {
+		c.localRank = 0
+		for r := 0; r < c.rank; r++ {
+			if cards[r].Host == me.Host {
+				c.localRank++
+			}
+		}
+	}
+	tCards := time.Now()
+
+	// Phase 3: links.
+	shmOff := os.Getenv("GOCCL_SHM_DISABLE") == "1"
+	nsocks := 1
+	if v := os.Getenv("GOCCL_NSOCKS_PERPEER"); v != "" {
+		if nsocks, err = strconv.Atoi(v); err != nil || nsocks < 1 || nsocks > 64 {
+			return fail(fmt.Errorf("%w: GOCCL_NSOCKS_PERPEER=%q must be an integer in [1, 64]", ErrInvalidArgument, v))
+		}
+	}
+	links := make([]transport.Link, c.size)
+	useShm := make([]bool, c.size)
+	for p := range cards {
+		useShm[p] = p != c.rank && !shmOff && cards[p].Host == me.Host
+	}
+	if err := c.connectShm(ctx, store, jobID, useShm, links); err != nil {
+		closeLinks(links)
+		return fail(err)
+	}
+	if err := c.connectTCP(ctx, ep, cards, useShm, nsocks, links); err != nil {
+		closeLinks(links)
+		return fail(err)
+	}
+	for p, l := range links {
+		if l != nil {
+			c.log.Infof("peer %d via %s", p, l.Name())
+		}
+	}
+	c.group = algo.NewGroup(c.rank, c.size, links)
+	tLinks := time.Now()
+
+	// Phase 4: everyone is connected.
+	if err := c.Barrier(ctx); err != nil {
+		return fail(err)
+	}
+	c.log.Infof("init: %d ranks, store %v, address exchange %v, links %v, barrier %v, total %v",
+		c.size, tStore.Sub(start).Round(time.Microsecond), tCards.Sub(tStore).Round(time.Microsecond),
+		tLinks.Sub(tCards).Round(time.Microsecond), time.Since(tLinks).Round(time.Microsecond), time.Since(start).Round(time.Microsecond))
+	return c, nil
+}
+
+func closeLinks(links []transport.Link) {
+	for _, l := range links {
+		if l != nil {
+			l.Close()
+		}
+	}
+}
+
+// connectShm creates this rank's inbound rings from every same-host peer,
+// opens the peers' rings for its outbound traffic, and unlinks the files once
+// every rank has mapped them (so nothing is left in /dev/shm after a crash).
+func (c *Comm) connectShm(ctx context.Context, store rendezvous.Store, jobID string, useShm []bool, links []transport.Link) error {
+	dir := os.Getenv("GOCCL_SHM_DIR")
+	if dir == "" {
+		dir = "/dev/shm"
+	}
+	cfg := shm.Config{Dir: dir}
+	path := func(src, dst int) string {
+		return filepath.Join(dir, fmt.Sprintf("goccl-%s-%d-%d", jobID, src, dst))
+	}
+	in := make([]*shm.Ring, c.size)
+	for p, ok := range useShm {
+		if !ok {
+			continue
+		}
+		r, err := shm.CreateRing(path(p, c.rank), cfg)
+		if err != nil {
+			for _, r := range in {
+				if r != nil {
+					r.Unlink()
+				}
+			}
+			return fmt.Errorf("shared memory with rank %d: %w", p, err)
+		}
+		in[p] = r
+	}
+	if err := store.Set(ctx, fmt.Sprintf("goccl/shm/%d", c.rank), []byte("1")); err != nil {
+		return err
+	}
+	var firstErr error
+	for p, ok := range useShm {
+		if !ok {
+			continue
+		}
+		if firstErr == nil {
+			if _, err := store.Get(ctx, fmt.Sprintf("goccl/shm/%d", p)); err != nil {
+				firstErr = fmt.Errorf("waiting for rank %d's shared memory: %w", p, err)
+			}
+		}
+		var out *shm.Ring
+		if firstErr == nil {
+			var err error
+			if out, err = shm.OpenRing(path(c.rank, p)); err != nil {
+				firstErr = fmt.Errorf("shared memory with rank %d: %w", p, err)
+			}
+		}
+		if out != nil {
+			links[p] = shm.NewLink(c.rank, p, out, in[p])
+		}
+	}
+	// Every rank reaches this barrier, with or without shared-memory peers.
+	if err := rendezvous.Barrier(ctx, store, "goccl/shm-mapped", c.size); err != nil && firstErr == nil {
+		firstErr = err
+	}
+	for _, r := range in {
+		if r != nil {
+			r.Unlink()
+		}
+	}
+	return firstErr
+}
+
+func (c *Comm) connectTCP(ctx context.Context, ep *tcp.Endpoint, cards []card, useShm []bool, nsocks int, links []transport.Link) error {
+	var wg sync.WaitGroup
+	errs := make([]error, c.size)
+	for p := range cards {
+		if p == c.rank || useShm[p] {
+			continue
+		}
+		wg.Add(1)
+		go func(p int) {
+			defer wg.Done()
+			links[p], errs[p] = ep.Connect(ctx, p, cards[p].Addr, nsocks)
+		}(p)
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// missingRanks turns a store timeout into an error that names the ranks whose
+// address card never arrived.
+func (c *Comm) missingRanks(ctx context.Context, store rendezvous.Store, err error) error {
+	if ctx.Err() == nil {
+		return err
+	}
+	var missing []string
+	for r := 0; r < c.size && len(missing) < 16; r++ {
+		qctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		if _, gerr := store.Get(qctx, cardKey(r)); gerr != nil {
+			missing = append(missing, strconv.Itoa(r))
+		}
+		cancel()
+	}
+	if len(missing) == 0 {
+		return err
+	}
+	return fmt.Errorf("world size %d not reached: no word from rank(s) %s: %w", c.size, strings.Join(missing, ","), err)
+}
+
+func cardKey(r int) string { return "goccl/card/" + strconv.Itoa(r) }
+
+// card is what each rank publishes in the store at Init.
+type card struct {
+	Host string // host identity: same value means shared memory works
+	Addr string // TCP endpoint
+	Pid  int
+}
+
+func (c card) String() string { return c.Host + "|" + c.Addr + "|" + strconv.Itoa(c.Pid) }
+
+func parseCard(s string) (card, error) {
+	f := strings.Split(s, "|")
+	if len(f) != 3 {
+		return card{}, fmt.Errorf("%q has %d fields, want 3", s, len(f))
+	}
+	pid, err := strconv.Atoi(f[2])
+	if err != nil {
+		return card{}, fmt.Errorf("%q: bad pid", s)
+	}
+	if _, _, err := net.SplitHostPort(f[1]); err != nil {
+		return card{}, fmt.Errorf("%q: bad address: %v", s, err)
+	}
+	return card{Host: f[0], Addr: f[1], Pid: pid}, nil
+}
+
+// hostIdentity is equal for two processes exactly when they can share memory
+// through the same /dev/shm: the kernel boot id, the hostname, and the device
+// number of the /dev/shm mount (different containers on one host differ).
+func hostIdentity() string {
+	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	host, _ := os.Hostname()
+	var dev uint64
+	var st syscall.Stat_t
+	if syscall.Stat("/dev/shm", &st) == nil {
+		dev = uint64(st.Dev)
+	}
+	return strings.TrimSpace(string(boot)) + "/" + host + "/" + strconv.FormatUint(dev, 16)
+}
+
+func algoFromEnv() (algo.Algorithm, error) {
+	switch v := strings.ToLower(strings.TrimSpace(os.Getenv("GOCCL_ALGO"))); v {
+	case "":
+		return algo.Auto, nil
+	case "ring":
+		return algo.Ring, nil
+	case "rhd":
+		return algo.RHD, nil
+	case "tree":
+		return algo.Tree, nil
+	default:
+		return 0, fmt.Errorf("%w: GOCCL_ALGO=%q: want ring, rhd or tree", ErrInvalidArgument, v)
+	}
+}

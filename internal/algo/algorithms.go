@@ -1,0 +1,431 @@
+package algo
+
+import (
+	"context"
+	"math/bits"
+	"unsafe"
+)
+
+// Algorithm names an AllReduce algorithm (GOCCL_ALGO, like NCCL_ALGO).
+type Algorithm uint8
+
+const (
+	Auto Algorithm = iota // let the tuner decide
+	Ring                  // ring reduce-scatter then ring all-gather
+	RHD                   // recursive halving-doubling (Rabenseifner)
+	Tree                  // binomial-tree reduce to rank 0 then binomial-tree broadcast
+)
+
+func (a Algorithm) String() string {
+	switch a {
+	case Ring:
+		return "ring"
+	case RHD:
+		return "rhd"
+	case Tree:
+		return "tree"
+	}
+	return "auto"
+}
+
+// pipelineBytes is the piece size in which tree broadcasts and reductions are
+// pipelined, so a rank forwards piece k while it receives piece k+1.
+const pipelineBytes = 512 << 10
+
+// block returns the element offset and length of block i when count elements
+// are split into n nearly equal blocks (the first count%n blocks get one more).
+func block(count, n, i int) (off, length int) {
+	base, rem := count/n, count%n
+	off = i*base + min(i, rem)
+	length = base
+	if i < rem {
+		length++
+	}
+	return off, length
+}
+
+// sameStart reports whether a and b start at the same address (true for two
+// empty slices, so that no copy is attempted).
+func sameStart(a, b []byte) bool {
+	return len(a) == 0 || len(b) == 0 || unsafe.SliceData(a) == unsafe.SliceData(b)
+}
+
+func mod(a, n int) int { return ((a % n) + n) % n }
+
+// AllReduceRing reduces buf (count elements, in place) across the group with
+// the ring algorithm: P-1 reduce-scatter steps, then P-1 all-gather steps, each
+// step sending one of P blocks to the next rank while receiving another from the
+// previous one (Patarasuk and Yuan, "Bandwidth optimal all-reduce algorithms
+// for clusters of workstations", 2009). Every block is reduced along one chain
+// and then copied, so all ranks end with bit-identical results.
+func (g *Group) AllReduceRing(ctx context.Context, op *Op, buf []byte, count int) error {
+	if err := g.checkGroup(op); err != nil {
+		return err
+	}
+	P, r, es := g.Size, g.Rank, op.ElemSize
+	if P == 1 {
+		return nil
+	}
+	next, prev := mod(r+1, P), mod(r-1, P)
+	blk := func(i int) []byte {
+		off, n := block(count, P, mod(i, P))
+		return buf[off*es : (off+n)*es]
+	}
+	for s := 0; s < P-1; s++ {
+		if err := g.sendRecv(ctx, op, next, blk(r-s), prev, blk(r-s-1), true); err != nil {
+			return err
+		}
+	}
+	for s := 0; s < P-1; s++ {
+		if err := g.sendRecv(ctx, op, next, blk(r+1-s), prev, blk(r-s), false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// AllReduceRHD reduces buf (count elements, in place) with recursive
+// halving-doubling (Rabenseifner; Thakur, Rabenseifner and Gropp, "Optimization
+// of collective communication operations in MPICH", 2005): a recursive-halving
+// reduce-scatter then a recursive-doubling all-gather over the largest power of
+// two p' <= P ranks. For P not a power of two, the first 2(P-p') ranks pair up
+// first: even ranks hand their vector to the odd neighbour and sit out, and get
+// the result back at the end.
+func (g *Group) AllReduceRHD(ctx context.Context, op *Op, buf []byte, count int) error {
+	if err := g.checkGroup(op); err != nil {
+		return err
+	}
+	P, r, es := g.Size, g.Rank, op.ElemSize
+	if P == 1 {
+		return nil
+	}
+	pow := 1 << (bits.Len(uint(P)) - 1)
+	rem := P - pow
+	nbytes := count * es
+
+	// Fold the extra ranks in.
+	newRank := -1
+	switch {
+	case r < 2*rem && r%2 == 0:
+		if err := g.send(ctx, op, r+1, buf[:nbytes]); err != nil {
+			return err
+		}
+	case r < 2*rem:
+		if err := g.recv(ctx, op, r-1, buf[:nbytes], true); err != nil {
+			return err
+		}
+		newRank = r / 2
+	default:
+		newRank = r - rem
+	}
+	real := func(nr int) int {
+		if nr < rem {
+			return nr*2 + 1
+		}
+		return nr + rem
+	}
+
+	if newRank >= 0 {
+		// Recursive halving: each step halves the segment this rank owns.
+		var los, his [64]int
+		lo, hi := 0, count
+		steps := 0
+		for mask := pow >> 1; mask > 0; mask >>= 1 {
+			partner := real(newRank ^ mask)
+			mid := lo + (hi-lo)/2
+			keepLo, keepHi, giveLo, giveHi := lo, mid, mid, hi
+			if newRank&mask != 0 {
+				keepLo, keepHi, giveLo, giveHi = mid, hi, lo, mid
+			}
+			los[steps], his[steps] = lo, hi
+			steps++
+			if err := g.sendRecv(ctx, op, partner, buf[giveLo*es:giveHi*es], partner, buf[keepLo*es:keepHi*es], true); err != nil {
+				return err
+			}
+			lo, hi = keepLo, keepHi
+		}
+		// Recursive doubling: each step doubles the segment, in reverse order.
+		for mask := 1; mask < pow; mask <<= 1 {
+			steps--
+			partner := real(newRank ^ mask)
+			plo, phi := los[steps], his[steps]
+			// The partner owns the other half of [plo, phi).
+			otherLo, otherHi := plo, lo
+			if lo == plo {
+				otherLo, otherHi = hi, phi
+			}
+			if err := g.sendRecv(ctx, op, partner, buf[lo*es:hi*es], partner, buf[otherLo*es:otherHi*es], false); err != nil {
+				return err
+			}
+			lo, hi = plo, phi
+		}
+	}
+
+	// Hand the result back to the ranks that sat out.
+	if r < 2*rem {
+		if r%2 == 0 {
+			return g.recv(ctx, op, r+1, buf[:nbytes], false)
+		}
+		return g.send(ctx, op, r-1, buf[:nbytes])
+	}
+	return nil
+}
+
+// AllReduceTree reduces to rank 0 with a binomial tree and broadcasts back.
+func (g *Group) AllReduceTree(ctx context.Context, op *Op, buf []byte, count int) error {
+	if err := g.reduceTree(ctx, op, buf, buf, count, 0); err != nil {
+		return err
+	}
+	return g.bcastTree(ctx, op, buf, count, 0)
+}
+
+// AllReduce runs the given algorithm (Auto is resolved by the caller's tuner;
+// here it means ring).
+func (g *Group) AllReduce(ctx context.Context, op *Op, buf []byte, count int, a Algorithm) error {
+	switch a {
+	case RHD:
+		return g.AllReduceRHD(ctx, op, buf, count)
+	case Tree:
+		return g.AllReduceTree(ctx, op, buf, count)
+	}
+	return g.AllReduceRing(ctx, op, buf, count)
+}
+
+// Broadcast copies count elements of buf on root to buf on every rank along a
+// binomial tree rooted at root, pipelined in pieces of pipelineBytes.
+func (g *Group) Broadcast(ctx context.Context, op *Op, buf []byte, count, root int) error {
+	if err := g.checkGroup(op); err != nil {
+		return err
+	}
+	return g.bcastTree(ctx, op, buf, count, root)
+}
+
+// treeNeighbours returns the parent (-1 at the root) and the children (largest
+// subtree first) of rank r in the binomial tree of size P rooted at root.
+func treeNeighbours(r, P, root int, children *[64]int) (parent, nchildren int) {
+	vr := mod(r-root, P)
+	parent = -1
+	mask := 1
+	for mask < P {
+		if vr&mask != 0 {
+			parent = mod(vr-mask+root, P)
+			break
+		}
+		mask <<= 1
+	}
+	for mask >>= 1; mask > 0; mask >>= 1 {
+		if vr+mask < P {
+			children[nchildren] = mod(vr+mask+root, P)
+			nchildren++
+		}
+	}
+	return parent, nchildren
+}
+
+func pieceElems(es int) int {
+	n := pipelineBytes / es
+	if n < 1 {
+		n = 1
+	}
+	return n
+}
+
+func (g *Group) bcastTree(ctx context.Context, op *Op, buf []byte, count, root int) error {
+	P, es := g.Size, op.ElemSize
+	if P == 1 {
+		return nil
+	}
+	var children [64]int
+	parent, nc := treeNeighbours(g.Rank, P, root, &children)
+	piece := pieceElems(es)
+	npieces := max(1, (count+piece-1)/piece)
+	for k := 0; k < npieces; k++ {
+		lo, hi := k*piece, min(count, (k+1)*piece)
+		p := buf[lo*es : hi*es]
+		if parent >= 0 {
+			if err := g.recv(ctx, op, parent, p, false); err != nil {
+				g.Abort()
+				g.waitAll(children[:nc])
+				return err
+			}
+		}
+		for _, c := range children[:nc] {
+			if err := g.wait(c); err != nil {
+				g.Abort()
+				g.waitAll(children[:nc])
+				return err
+			}
+			g.post(ctx, op, c, p)
+		}
+	}
+	return g.waitAll(children[:nc])
+}
+
+func (g *Group) waitAll(peers []int) error {
+	var first error
+	for _, p := range peers {
+		if err := g.wait(p); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// Reduce reduces count elements of send across the group into recv on root
+// along a binomial tree, pipelined in pieces. recv is only used on root; other
+// ranks accumulate in scratch. send is never modified.
+func (g *Group) Reduce(ctx context.Context, op *Op, send, recv []byte, count, root int) error {
+	if err := g.checkGroup(op); err != nil {
+		return err
+	}
+	return g.reduceTree(ctx, op, send, recv, count, root)
+}
+
+func (g *Group) reduceTree(ctx context.Context, op *Op, send, recv []byte, count, root int) error {
+	P, es := g.Size, op.ElemSize
+	nbytes := count * es
+	if P == 1 {
+		copy(recv[:nbytes], send[:nbytes])
+		return nil
+	}
+	var children [64]int
+	parent, nc := treeNeighbours(g.Rank, P, root, &children)
+	acc := recv
+	if parent >= 0 {
+		if nc == 0 {
+			acc = send // a leaf forwards its input untouched
+		} else {
+			acc = g.Scratch(nbytes)
+		}
+	}
+	piece := pieceElems(es)
+	npieces := max(1, (count+piece-1)/piece)
+	for k := 0; k < npieces; k++ {
+		lo, hi := k*piece, min(count, (k+1)*piece)
+		a := acc[lo*es : hi*es]
+		if nc > 0 && !sameStart(acc, send) {
+			copy(a, send[lo*es:hi*es])
+		}
+		// Children in reverse order: the smallest subtree finishes first.
+		for i := nc - 1; i >= 0; i-- {
+			if err := g.recv(ctx, op, children[i], a, true); err != nil {
+				if parent >= 0 {
+					g.Abort()
+					g.wait(parent)
+				}
+				return err
+			}
+		}
+		if parent >= 0 {
+			if err := g.wait(parent); err != nil {
+				return err
+			}
+			g.post(ctx, op, parent, a)
+		}
+	}
+	if parent >= 0 {
+		return g.wait(parent)
+	}
+	return nil
+}
+
+// AllGather gathers count elements from every rank into buf (Size*count
+// elements; this rank's block must already be in place at Rank*count) with the
+// ring algorithm: P-1 steps, each forwarding the block received in the last.
+func (g *Group) AllGather(ctx context.Context, op *Op, buf []byte, count int) error {
+	if err := g.checkGroup(op); err != nil {
+		return err
+	}
+	P, r, es := g.Size, g.Rank, op.ElemSize
+	next, prev := mod(r+1, P), mod(r-1, P)
+	blk := func(i int) []byte {
+		i = mod(i, P)
+		return buf[i*count*es : (i+1)*count*es]
+	}
+	for s := 0; s < P-1; s++ {
+		if err := g.sendRecv(ctx, op, next, blk(r-s), prev, blk(r-s-1), false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ReduceScatter reduces send (Size*count elements) across the group and leaves
+// block Rank (count elements) in recv, with the ring algorithm: at step s a
+// rank forwards its running partial sum of one block and receives the previous
+// rank's partial of the next, folding in its own contribution. Two blocks of
+// scratch are used; send is never modified. recv may alias send's block Rank.
+func (g *Group) ReduceScatter(ctx context.Context, op *Op, send, recv []byte, count int) error {
+	if err := g.checkGroup(op); err != nil {
+		return err
+	}
+	P, r, es := g.Size, g.Rank, op.ElemSize
+	bb := count * es
+	own := func(i int) []byte {
+		i = mod(i, P)
+		return send[i*bb : (i+1)*bb]
+	}
+	if P == 1 {
+		copy(recv[:bb], own(0))
+		return nil
+	}
+	next, prev := mod(r+1, P), mod(r-1, P)
+	scratch := g.Scratch(2 * bb)
+	acc := [2][]byte{scratch[:bb], scratch[bb:]}
+	out := own(r - 1)
+	for s := 0; s < P-1; s++ {
+		j := r - s - 2
+		dst := acc[s%2]
+		if s == P-2 {
+			dst = recv[:bb] // j == r: the final block lands in recv
+		}
+		copy(dst, own(j))
+		if err := g.sendRecv(ctx, op, next, out, prev, dst, true); err != nil {
+			return err
+		}
+		out = dst
+	}
+	return nil
+}
+
+// AllToAll sends block p of send to rank p and receives rank p's block Rank
+// into block p of recv (count elements per block), in P-1 pairwise steps
+// (step s: send to Rank+s, receive from Rank-s). send and recv must not
+// overlap (the caller copies for in-place).
+func (g *Group) AllToAll(ctx context.Context, op *Op, send, recv []byte, count int) error {
+	if err := g.checkGroup(op); err != nil {
+		return err
+	}
+	P, r, es := g.Size, g.Rank, op.ElemSize
+	bb := count * es
+	copy(recv[r*bb:(r+1)*bb], send[r*bb:(r+1)*bb])
+	for s := 1; s < P; s++ {
+		to, from := mod(r+s, P), mod(r-s, P)
+		if err := g.sendRecv(ctx, op, to, send[to*bb:(to+1)*bb], from, recv[from*bb:(from+1)*bb], false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Barrier is a dissemination barrier (Hensgen, Finkel and Manber, 1988):
+// ceil(log2 P) rounds of empty messages to Rank+2^k and from Rank-2^k.
+func (g *Group) Barrier(ctx context.Context, op *Op) error {
+	P, r := g.Size, g.Rank
+	for k := 1; k < P; k <<= 1 {
+		if err := g.sendRecv(ctx, op, mod(r+k, P), nil, mod(r-k, P), nil, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SendRecv sends send to `to` and receives recv from `from` concurrently
+// (either may be -1).
+func (g *Group) SendRecv(ctx context.Context, op *Op, to int, send []byte, from int, recv []byte) error {
+	if to == g.Rank && from == g.Rank {
+		copy(recv, send)
+		return nil
+	}
+	return g.sendRecv(ctx, op, to, send, from, recv, false)
+}

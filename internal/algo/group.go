@@ -1,0 +1,243 @@
+// Package algo holds goccl's collective algorithms as schedules of send, receive
+// and receive-reduce steps over transport.Links. Nothing here opens a socket or
+// a file: a Group is built from Links by the communicator, or from in-memory
+// links by the tests, so every algorithm is unit-tested in one process.
+//
+// All buffers are byte slices whose lengths are whole elements; the element
+// size and the reduction are supplied by the caller (Op).
+package algo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/goccl/goccl/transport"
+)
+
+// Op describes one collective call as every rank must agree on it.
+type Op struct {
+	Header   transport.Header     // Seq, Op, DType, RedOp, Root, Count; Bytes is set per message
+	ElemSize int                  // bytes per element
+	Reduce   transport.ReduceFunc // nil for data-movement collectives
+}
+
+// Group is one rank's view of the communicator for the algorithms: its links to
+// every other rank and the per-link background senders that let a rank send and
+// receive at the same time. A Group runs one operation at a time.
+type Group struct {
+	Rank, Size int
+	links      []transport.Link // indexed by rank; nil at Rank
+	senders    []*sender
+	scratch    []byte // grown on demand, reused across operations
+
+	recvHdr transport.Header // reused so that passing &hdr to a Link does not allocate
+	sendHdr transport.Header
+	aborted bool
+}
+
+// NewGroup wraps links (indexed by rank, nil at rank) for the algorithms.
+func NewGroup(rank, size int, links []transport.Link) *Group {
+	g := &Group{Rank: rank, Size: size, links: links, senders: make([]*sender, size)}
+	for p, l := range links {
+		if l != nil {
+			g.senders[p] = newSender(l)
+		}
+	}
+	return g
+}
+
+// Link returns the link to peer (nil for this rank).
+func (g *Group) Link(peer int) transport.Link { return g.links[peer] }
+
+// Close stops the background senders and closes every link.
+func (g *Group) Close() error {
+	var first error
+	for p, l := range g.links {
+		if l == nil {
+			continue
+		}
+		if err := l.Close(); err != nil && first == nil {
+			first = err
+		}
+		g.senders[p].stop()
+	}
+	return first
+}
+
+// Abort closes every link so that peers blocked on this rank fail fast; the
+// Group is unusable afterwards.
+func (g *Group) Abort() {
+	if g.aborted {
+		return
+	}
+	g.aborted = true
+	for _, l := range g.links {
+		if l != nil {
+			l.Close()
+		}
+	}
+}
+
+// Scratch returns a reusable buffer of n bytes (contents undefined).
+func (g *Group) Scratch(n int) []byte {
+	if cap(g.scratch) < n {
+		g.scratch = make([]byte, n)
+	}
+	return g.scratch[:n]
+}
+
+// post starts sending buf to peer in the background (or inline when the link
+// can take it without waiting). wait(peer) must follow before the next post to
+// the same peer and before buf is modified.
+func (g *Group) post(ctx context.Context, op *Op, peer int, buf []byte) {
+	s := g.senders[peer]
+	s.hdr = op.Header
+	s.hdr.Bytes = uint64(len(buf))
+	if s.busy {
+		panic("algo: post to a peer with a send in flight") // programming error in a schedule
+	}
+	s.busy = true
+	sent, err := s.link.TrySend(&s.hdr, buf)
+	if sent || err != nil {
+		s.inlineErr = err
+		s.inline = true
+		return
+	}
+	s.inline = false
+	s.req <- sendReq{ctx: ctx, buf: buf}
+}
+
+// wait blocks until the send posted to peer is done and returns its error.
+func (g *Group) wait(peer int) error {
+	s := g.senders[peer]
+	if !s.busy {
+		return nil
+	}
+	s.busy = false
+	if s.inline {
+		return s.inlineErr
+	}
+	return <-s.done
+}
+
+// recv receives the next message from peer into buf, folding it in with
+// op.Reduce when reduce is true.
+func (g *Group) recv(ctx context.Context, op *Op, peer int, buf []byte, reduce bool) error {
+	g.recvHdr = op.Header
+	g.recvHdr.Bytes = uint64(len(buf))
+	var f transport.ReduceFunc
+	if reduce {
+		f = op.Reduce
+	}
+	return g.links[peer].Recv(ctx, &g.recvHdr, buf, f)
+}
+
+// send sends buf to peer and waits for it.
+func (g *Group) send(ctx context.Context, op *Op, peer int, buf []byte) error {
+	g.post(ctx, op, peer, buf)
+	return g.wait(peer)
+}
+
+// sendRecv sends sendBuf to `to` while receiving recvBuf from `from`; either
+// peer may be -1. On a receive failure it aborts the group so that a send
+// blocked on a dead or disagreeing peer returns instead of hanging.
+func (g *Group) sendRecv(ctx context.Context, op *Op, to int, sendBuf []byte, from int, recvBuf []byte, reduce bool) error {
+	if to >= 0 {
+		g.post(ctx, op, to, sendBuf)
+	}
+	var rerr error
+	if from >= 0 {
+		rerr = g.recv(ctx, op, from, recvBuf, reduce)
+		if rerr != nil && to >= 0 {
+			g.Abort()
+		}
+	}
+	var serr error
+	if to >= 0 {
+		serr = g.wait(to)
+	}
+	if rerr != nil {
+		return rerr
+	}
+	return serr
+}
+
+// sender owns the background goroutine that performs blocking sends on one
+// link, so that a rank can send to one peer while receiving from another.
+type sender struct {
+	link transport.Link
+	req  chan sendReq
+	done chan error
+	hdr  transport.Header
+
+	busy, inline bool
+	inlineErr    error
+}
+
+type sendReq struct {
+	ctx context.Context
+	buf []byte
+}
+
+func newSender(l transport.Link) *sender {
+	s := &sender{link: l, req: make(chan sendReq, 1), done: make(chan error, 1)}
+	go s.loop()
+	return s
+}
+
+func (s *sender) loop() {
+	for r := range s.req {
+		s.done <- s.link.Send(r.ctx, &s.hdr, r.buf)
+	}
+}
+
+func (s *sender) stop() {
+	if s.busy && !s.inline {
+		<-s.done
+		s.busy = false
+	}
+	close(s.req)
+}
+
+// errEmpty guards schedules against impossible states.
+var errEmpty = errors.New("algo: empty group")
+
+// checkGroup validates the group against the op before a schedule runs.
+func (g *Group) checkGroup(op *Op) error {
+	if g.Size <= 0 {
+		return errEmpty
+	}
+	if op.ElemSize <= 0 {
+		return fmt.Errorf("algo: element size %d", op.ElemSize)
+	}
+	return nil
+}
+
+// SendRecvP2P is SendRecv for point-to-point traffic, whose headers carry
+// per-peer sequence numbers (sendSeq for the message to `to`, recvSeq for the
+// one expected from `from`) instead of the collective sequence number.
+func (g *Group) SendRecvP2P(ctx context.Context, op *Op, sendSeq uint64, to int, send []byte, recvSeq uint64, from int, recv []byte) error {
+	seq := op.Header.Seq
+	defer func() { op.Header.Seq = seq }()
+	if to >= 0 {
+		op.Header.Seq = sendSeq
+		g.post(ctx, op, to, send)
+	}
+	var rerr error
+	if from >= 0 {
+		op.Header.Seq = recvSeq
+		rerr = g.recv(ctx, op, from, recv, false)
+		if rerr != nil && to >= 0 {
+			g.Abort()
+		}
+	}
+	var serr error
+	if to >= 0 {
+		serr = g.wait(to)
+	}
+	if rerr != nil {
+		return rerr
+	}
+	return serr
+}

@@ -1,0 +1,110 @@
+// Package memlink is an in-process transport.Link over Go channels, used by
+// tests to run algorithms with many ranks in one process.
+package memlink
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/goccl/goccl/transport"
+)
+
+type msg struct {
+	h    transport.Header
+	data []byte
+}
+
+type pipe struct {
+	ch     chan msg
+	closed chan struct{}
+	once   sync.Once
+}
+
+func newPipe(depth int) *pipe { return &pipe{ch: make(chan msg, depth), closed: make(chan struct{})} }
+
+func (p *pipe) close() { p.once.Do(func() { close(p.closed) }) }
+
+// Link is one end of an in-memory connection.
+type Link struct {
+	self, peer int
+	out, in    *pipe
+}
+
+// Mesh returns links[i][j], the link of rank i to rank j (nil on the diagonal),
+// for n ranks. depth is how many messages a direction buffers before Send blocks.
+func Mesh(n, depth int) [][]transport.Link {
+	links := make([][]transport.Link, n)
+	for i := range links {
+		links[i] = make([]transport.Link, n)
+	}
+	for i := 0; i < n; i++ {
+		for j := i + 1; j < n; j++ {
+			a, b := newPipe(depth), newPipe(depth)
+			links[i][j] = &Link{self: i, peer: j, out: a, in: b}
+			links[j][i] = &Link{self: j, peer: i, out: b, in: a}
+		}
+	}
+	return links
+}
+
+func (l *Link) Peer() int    { return l.peer }
+func (l *Link) Name() string { return "mem" }
+
+func (l *Link) Send(ctx context.Context, h *transport.Header, buf []byte) error {
+	m := msg{h: *h, data: append([]byte(nil), buf...)}
+	select {
+	case l.out.ch <- m:
+		return nil
+	case <-l.out.closed:
+		return &transport.PeerError{Peer: l.peer, Op: "send", Err: transport.ErrClosed}
+	case <-l.in.closed:
+		return &transport.PeerError{Peer: l.peer, Op: "send", Err: transport.ErrClosed}
+	case <-ctx.Done():
+		return &transport.PeerError{Peer: l.peer, Op: "send", Err: ctx.Err()}
+	}
+}
+
+// TrySend never sends inline, so the tests exercise the background senders.
+func (l *Link) TrySend(h *transport.Header, buf []byte) (bool, error) { return false, nil }
+
+func (l *Link) Recv(ctx context.Context, want *transport.Header, buf []byte, reduce transport.ReduceFunc) error {
+	var m msg
+	// Messages sent before a Close are still delivered, as on real transports.
+	select {
+	case m = <-l.in.ch:
+	default:
+		select {
+		case m = <-l.in.ch:
+		case <-l.in.closed:
+			return &transport.PeerError{Peer: l.peer, Op: "recv", Err: transport.ErrClosed}
+		case <-l.out.closed:
+			return &transport.PeerError{Peer: l.peer, Op: "recv", Err: transport.ErrClosed}
+		case <-ctx.Done():
+			return &transport.PeerError{Peer: l.peer, Op: "recv", Err: ctx.Err()}
+		}
+	}
+	if err := transport.Check(l.peer, want, &m.h); err != nil {
+		l.Close()
+		return err
+	}
+	if len(m.data) != len(buf) {
+		return fmt.Errorf("memlink: got %d bytes, want %d", len(m.data), len(buf))
+	}
+	if reduce == nil {
+		copy(buf, m.data)
+		return nil
+	}
+	// Fold in 64-byte-aligned pieces, as real transports do.
+	for off := 0; off < len(buf); off += 4096 {
+		end := min(off+4096, len(buf))
+		reduce(buf[off:end], m.data[off:end])
+	}
+	return nil
+}
+
+func (l *Link) Close() error {
+	l.out.close()
+	l.in.close()
+	return nil
+}

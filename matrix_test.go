@@ -1,0 +1,314 @@
+package goccl_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/goccl/goccl"
+	"github.com/x448/float16"
+)
+
+// The collective matrix: every collective x dtype x op x {out-of-place,
+// in-place} x count, each element compared with a value this file computes on
+// its own (int64 / float64 arithmetic, never goccl's kernels).
+
+// val is rank r's input at global index i: small integers so that float sums
+// and products are exact in every type, including float16 and bfloat16.
+func val(dt goccl.DataType, r, i int) int64 {
+	v := int64((r*7+i*13)%5) - 1 // -1..3
+	switch dt {
+	case goccl.Uint8, goccl.Uint32, goccl.Uint64:
+		v += 2 // 1..5
+	}
+	return v
+}
+
+// expected reduces val over all ranks at index i, in float64 for float types
+// and int64 otherwise (integer wrap happens when converting to the type).
+func expected(dt goccl.DataType, op goccl.RedOp, P, i int) float64 {
+	acc := float64(val(dt, 0, i))
+	iacc := val(dt, 0, i)
+	for r := 1; r < P; r++ {
+		v := val(dt, r, i)
+		switch op {
+		case goccl.Sum, goccl.Avg:
+			acc += float64(v)
+			iacc += v
+		case goccl.Prod:
+			acc *= float64(v)
+			iacc *= v
+		case goccl.Min:
+			acc = math.Min(acc, float64(v))
+			iacc = min(iacc, v)
+		case goccl.Max:
+			acc = math.Max(acc, float64(v))
+			iacc = max(iacc, v)
+		}
+	}
+	if op == goccl.Avg {
+		return acc / float64(P)
+	}
+	if dt.IsFloat() {
+		return acc
+	}
+	return float64(iacc)
+}
+
+// conv holds the per-type conversions the checker needs.
+type conv[T goccl.Element] struct {
+	from func(float64) T
+	to   func(T) float64
+	tol  float64 // relative tolerance (0 = exact)
+}
+
+func convFor[T goccl.Element]() conv[T] {
+	var z T
+	var c any
+	switch any(z).(type) {
+	case int8:
+		c = conv[int8]{func(f float64) int8 { return int8(int64(f)) }, func(v int8) float64 { return float64(v) }, 0}
+	case uint8:
+		c = conv[uint8]{func(f float64) uint8 { return uint8(int64(f)) }, func(v uint8) float64 { return float64(v) }, 0}
+	case int32:
+		c = conv[int32]{func(f float64) int32 { return int32(int64(f)) }, func(v int32) float64 { return float64(v) }, 0}
+	case uint32:
+		c = conv[uint32]{func(f float64) uint32 { return uint32(int64(f)) }, func(v uint32) float64 { return float64(v) }, 0}
+	case int64:
+		c = conv[int64]{func(f float64) int64 { return int64(f) }, func(v int64) float64 { return float64(v) }, 0}
+	case uint64:
+		c = conv[uint64]{func(f float64) uint64 { return uint64(int64(f)) }, func(v uint64) float64 { return float64(v) }, 0}
+	case goccl.Float16:
+		c = conv[goccl.Float16]{func(f float64) goccl.Float16 { return float16.Fromfloat32(float32(f)) }, func(v goccl.Float16) float64 { return float64(v.Float32()) }, 2e-3}
+	case goccl.BFloat16:
+		c = conv[goccl.BFloat16]{func(f float64) goccl.BFloat16 { return goccl.BFloat16From(float32(f)) }, func(v goccl.BFloat16) float64 { return float64(v.Float32()) }, 1e-2}
+	case float32:
+		c = conv[float32]{func(f float64) float32 { return float32(f) }, func(v float32) float64 { return float64(v) }, 1e-6}
+	case float64:
+		c = conv[float64]{func(f float64) float64 { return f }, func(v float64) float64 { return v }, 1e-12}
+	}
+	return c.(conv[T])
+}
+
+func (c conv[T]) same(got T, want float64) bool {
+	g := c.to(got)
+	w := c.to(c.from(want)) // the wanted value as representable in T
+	if c.tol == 0 {
+		return g == w
+	}
+	return math.Abs(g-w) <= c.tol*math.Max(1, math.Abs(w))
+}
+
+type matrix struct {
+	ctx    context.Context
+	c      *goccl.Comm
+	counts []int
+	ops    int
+}
+
+func (m *matrix) run() error {
+	for _, dt := range goccl.DataTypes() {
+		var err error
+		switch dt {
+		case goccl.Int8:
+			err = runTyped[int8](m, dt)
+		case goccl.Uint8:
+			err = runTyped[uint8](m, dt)
+		case goccl.Int32:
+			err = runTyped[int32](m, dt)
+		case goccl.Uint32:
+			err = runTyped[uint32](m, dt)
+		case goccl.Int64:
+			err = runTyped[int64](m, dt)
+		case goccl.Uint64:
+			err = runTyped[uint64](m, dt)
+		case goccl.Float16Type:
+			err = runTyped[goccl.Float16](m, dt)
+		case goccl.BFloat16Type:
+			err = runTyped[goccl.BFloat16](m, dt)
+		case goccl.Float32:
+			err = runTyped[float32](m, dt)
+		case goccl.Float64:
+			err = runTyped[float64](m, dt)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return m.pointToPoint()
+}
+
+func fill[T goccl.Element](cv conv[T], dt goccl.DataType, buf []T, r, base int) {
+	for i := range buf {
+		buf[i] = cv.from(float64(val(dt, r, base+i)))
+	}
+}
+
+func runTyped[T goccl.Element](m *matrix, dt goccl.DataType) error {
+	cv := convFor[T]()
+	c, ctx := m.c, m.ctx
+	P, r := c.Size(), c.Rank()
+	for _, count := range m.counts {
+		for _, inPlace := range []bool{false, true} {
+			where := func(coll string, op any) string {
+				return fmt.Sprintf("rank %d %s %v %v count %d inplace %v", r, coll, dt, op, count, inPlace)
+			}
+			for _, op := range goccl.RedOps() {
+				if op == goccl.Avg && !dt.IsFloat() {
+					continue
+				}
+				// AllReduce
+				send := make([]T, count)
+				fill(cv, dt, send, r, 0)
+				recv := send
+				if !inPlace {
+					recv = make([]T, count)
+				}
+				m.ops++
+				if err := goccl.AllReduce(ctx, c, send, recv, count, op); err != nil {
+					return fmt.Errorf("%s: %w", where("AllReduce", op), err)
+				}
+				for i := range recv {
+					if w := expected(dt, op, P, i); !cv.same(recv[i], w) {
+						return fmt.Errorf("%s: elem %d = %v, want %v", where("AllReduce", op), i, cv.to(recv[i]), w)
+					}
+				}
+				// Reduce, root rotating
+				root := m.ops % P
+				send = make([]T, count)
+				fill(cv, dt, send, r, 0)
+				recv = send
+				if !inPlace {
+					recv = make([]T, count)
+				}
+				m.ops++
+				if err := goccl.Reduce(ctx, c, send, recv, count, op, root); err != nil {
+					return fmt.Errorf("%s root %d: %w", where("Reduce", op), root, err)
+				}
+				if r == root {
+					for i := range recv {
+						if w := expected(dt, op, P, i); !cv.same(recv[i], w) {
+							return fmt.Errorf("%s root %d: elem %d = %v, want %v", where("Reduce", op), root, i, cv.to(recv[i]), w)
+						}
+					}
+				}
+				// ReduceScatter
+				send = make([]T, P*count)
+				fill(cv, dt, send, r, 0)
+				recv = send[r*count : (r+1)*count]
+				if !inPlace {
+					recv = make([]T, count)
+				}
+				m.ops++
+				if err := goccl.ReduceScatter(ctx, c, send, recv, count, op); err != nil {
+					return fmt.Errorf("%s: %w", where("ReduceScatter", op), err)
+				}
+				for i := range recv {
+					if w := expected(dt, op, P, r*count+i); !cv.same(recv[i], w) {
+						return fmt.Errorf("%s: elem %d = %v, want %v", where("ReduceScatter", op), i, cv.to(recv[i]), w)
+					}
+				}
+			}
+			// Broadcast
+			root := m.ops % P
+			send := make([]T, count)
+			fill(cv, dt, send, r, 0)
+			recv := send
+			if !inPlace {
+				recv = make([]T, count)
+			}
+			m.ops++
+			if err := goccl.Broadcast(ctx, c, send, recv, count, root); err != nil {
+				return fmt.Errorf("%s root %d: %w", where("Broadcast", "-"), root, err)
+			}
+			for i := range recv {
+				if w := float64(val(dt, root, i)); !cv.same(recv[i], w) {
+					return fmt.Errorf("%s root %d: elem %d = %v, want %v", where("Broadcast", "-"), root, i, cv.to(recv[i]), w)
+				}
+			}
+			// AllGather
+			recv = make([]T, P*count)
+			send = make([]T, count)
+			if inPlace {
+				send = recv[r*count : (r+1)*count]
+			}
+			fill(cv, dt, send, r, 0)
+			m.ops++
+			if err := goccl.AllGather(ctx, c, send, recv, count); err != nil {
+				return fmt.Errorf("%s: %w", where("AllGather", "-"), err)
+			}
+			for q := 0; q < P; q++ {
+				for i := 0; i < count; i++ {
+					if w := float64(val(dt, q, i)); !cv.same(recv[q*count+i], w) {
+						return fmt.Errorf("%s: block %d elem %d = %v, want %v", where("AllGather", "-"), q, i, cv.to(recv[q*count+i]), w)
+					}
+				}
+			}
+			// AllToAll
+			send = make([]T, P*count)
+			fill(cv, dt, send, r, 0)
+			recv = send
+			if !inPlace {
+				recv = make([]T, P*count)
+			}
+			m.ops++
+			if err := goccl.AllToAll(ctx, c, send, recv, count); err != nil {
+				return fmt.Errorf("%s: %w", where("AllToAll", "-"), err)
+			}
+			for q := 0; q < P; q++ {
+				for i := 0; i < count; i++ {
+					if w := float64(val(dt, q, r*count+i)); !cv.same(recv[q*count+i], w) {
+						return fmt.Errorf("%s: block %d elem %d = %v, want %v", where("AllToAll", "-"), q, i, cv.to(recv[q*count+i]), w)
+					}
+				}
+			}
+			// SendRecv around the ring
+			next, prev := (r+1)%P, (r+P-1)%P
+			send = make([]T, count)
+			fill(cv, dt, send, r, 0)
+			recv = make([]T, count)
+			m.ops++
+			if err := goccl.SendRecv(ctx, c, send, next, recv, prev, count); err != nil {
+				return fmt.Errorf("%s: %w", where("SendRecv", "-"), err)
+			}
+			for i := range recv {
+				if w := float64(val(dt, prev, i)); !cv.same(recv[i], w) {
+					return fmt.Errorf("%s: elem %d = %v, want %v", where("SendRecv", "-"), i, cv.to(recv[i]), w)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// pointToPoint checks that Send/Recv between a pair arrive in order, and Barrier.
+func (m *matrix) pointToPoint() error {
+	c, ctx := m.c, m.ctx
+	if err := c.Barrier(ctx); err != nil {
+		return err
+	}
+	if c.Size() < 2 {
+		return nil
+	}
+	const msgs = 5
+	switch c.Rank() {
+	case 0:
+		for k := 0; k < msgs; k++ {
+			buf := []int64{int64(k), int64(k * k)}
+			if err := goccl.Send(ctx, c, buf, len(buf), 1); err != nil {
+				return fmt.Errorf("rank 0 Send #%d: %w", k, err)
+			}
+		}
+	case 1:
+		for k := 0; k < msgs; k++ {
+			buf := make([]int64, 2)
+			if err := goccl.Recv(ctx, c, buf, 2, 0); err != nil {
+				return fmt.Errorf("rank 1 Recv #%d: %w", k, err)
+			}
+			if buf[0] != int64(k) || buf[1] != int64(k*k) {
+				return fmt.Errorf("rank 1 Recv #%d got %v: out of order", k, buf)
+			}
+		}
+	}
+	return c.Barrier(ctx)
+}

@@ -1,0 +1,264 @@
+package rendezvous
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// nonceKey is the store key under which rank 0 publishes the nonce it also
+// writes into the address file; other ranks read it back to check that the
+// address file and the server they reached belong to the same launch.
+const nonceKey = "goccl/rendezvous/addr-nonce"
+
+// AddrFilePath returns the address file Connect uses when env has no
+// StoreAddr: <dir>/goccl-store-<JobID>.addr, dir being env.StoreDir or
+// os.TempDir(), and the JobID escaped to a safe file name.
+func AddrFilePath(env Env) string {
+	dir := env.StoreDir
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	return filepath.Join(dir, escapeName("goccl-store-", env.JobID)+".addr")
+}
+
+// Connect returns the store for this rank. With env.StoreAddr set: rank 0 serves a TCP store on it (binding the port
+// of StoreAddr on all interfaces or the given host) and connects to itself; other ranks DialTCP it.
+// With no StoreAddr (e.g. under mpirun, which gives ranks but no address): rank 0 serves a TCP store on an ephemeral
+// port of a routable address it picks (the caller passes it as hostIP) and publishes "host:port" in the address file
+// <StoreDir or os.TempDir()>/goccl-store-<JobID>.addr (written atomically, removed when the server closes); other ranks
+// poll for that file until ctx ends, then dial. Without a JobID in that case, return an error telling the user to set
+// GOCCL_STORE_ADDR or GOCCL_JOB_ID. The returned Store's Close also stops the server on rank 0.
+//
+// Details: with StoreAddr, rank 0 binds the given host when it is a loopback
+// address or "localhost" (a single-host job), and all interfaces otherwise
+// (a host name may resolve to an address other hosts cannot reach, such as
+// Debian's 127.0.1.1). With the address file, a stale file from an earlier
+// job with the same id is never trusted blindly: rank 0 removes it before
+// serving, and the file carries a random nonce that rank 0 also stores in its
+// server; other ranks use an address only once they reach a server that holds
+// the same nonce, and otherwise keep polling until ctx ends. hostIP is
+// ignored when StoreAddr is set. A job of one rank without StoreAddr needs
+// neither a JobID nor hostIP: its store is served on 127.0.0.1.
+//
+// Rank 0's Close stops the server under every other rank, so close rank 0's
+// store last (for example after a Barrier that all ranks pass when done).
+func Connect(ctx context.Context, env Env, hostIP string) (Store, error) {
+	if env.WorldSize < 1 || env.Rank < 0 || env.Rank >= env.WorldSize {
+		return nil, fmt.Errorf("rendezvous: connect: rank %d out of range for world size %d", env.Rank, env.WorldSize)
+	}
+	if env.StoreAddr != "" {
+		return connectAddr(ctx, env)
+	}
+	if env.WorldSize == 1 {
+		// Nobody else needs to find the store: serve it on loopback.
+		return serveLocal(ctx)
+	}
+	if env.JobID == "" {
+		return nil, errors.New("rendezvous: connect: the environment gives no store address and no job id; " +
+			"set GOCCL_STORE_ADDR=host:port (rank 0 serves the store there) " +
+			"or GOCCL_JOB_ID to a value common to all ranks (with GOCCL_STORE_DIR on a shared file system for multi-host jobs)")
+	}
+	if env.Rank == 0 {
+		return serveAddrFile(ctx, env, hostIP)
+	}
+	return dialAddrFile(ctx, env)
+}
+
+func connectAddr(ctx context.Context, env Env) (Store, error) {
+	if env.Rank != 0 {
+		return DialTCP(ctx, env.StoreAddr)
+	}
+	host, port, err := net.SplitHostPort(env.StoreAddr)
+	if err != nil {
+		return nil, fmt.Errorf("rendezvous: connect: store address %q: %w", env.StoreAddr, err)
+	}
+	bind := net.JoinHostPort("", port)
+	if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
+		bind = env.StoreAddr
+	}
+	srv, err := NewTCPServer(bind)
+	if err != nil {
+		return nil, fmt.Errorf("rendezvous: connect: rank 0 cannot serve the store on %s (from %s): %w", bind, env.StoreAddr, err)
+	}
+	cl, err := DialTCP(ctx, selfAddr(srv))
+	if err != nil {
+		srv.Close()
+		return nil, err
+	}
+	return &servingStore{TCPStore: cl, srv: srv}, nil
+}
+
+func serveLocal(ctx context.Context) (Store, error) {
+	srv, err := NewTCPServer("127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("rendezvous: connect: %w", err)
+	}
+	cl, err := DialTCP(ctx, srv.Addr())
+	if err != nil {
+		srv.Close()
+		return nil, err
+	}
+	return &servingStore{TCPStore: cl, srv: srv}, nil
+}
+
+// selfAddr is an address at which this process reaches srv.
+func selfAddr(srv *TCPServer) string {
+	a := srv.ln.Addr().(*net.TCPAddr)
+	if a.IP.IsUnspecified() {
+		return net.JoinHostPort("127.0.0.1", fmt.Sprint(a.Port))
+	}
+	return a.String()
+}
+
+func serveAddrFile(ctx context.Context, env Env, hostIP string) (Store, error) {
+	if hostIP == "" {
+		return nil, errors.New("rendezvous: connect: rank 0 needs a routable host IP to publish when no store address is given")
+	}
+	path := AddrFilePath(env)
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("rendezvous: connect: %w", err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("rendezvous: connect: removing stale address file: %w", err)
+	}
+	srv, err := NewTCPServer(net.JoinHostPort(hostIP, "0"))
+	if err != nil {
+		return nil, fmt.Errorf("rendezvous: connect: rank 0 cannot serve the store on %s: %w", hostIP, err)
+	}
+	fail := func(err error) (Store, error) {
+		srv.Close()
+		return nil, err
+	}
+	cl, err := DialTCP(ctx, srv.Addr())
+	if err != nil {
+		return fail(err)
+	}
+	var nb [16]byte
+	rand.Read(nb[:])
+	nonce := hex.EncodeToString(nb[:])
+	if err := cl.Set(ctx, nonceKey, []byte(nonce)); err != nil {
+		cl.Close()
+		return fail(err)
+	}
+	content := []byte(srv.Addr() + "\n" + nonce + "\n")
+	if err := writeFileAtomic(dir, filepath.Base(path), content); err != nil {
+		cl.Close()
+		return fail(fmt.Errorf("rendezvous: connect: publishing the store address: %w", err))
+	}
+	return &servingStore{TCPStore: cl, srv: srv, addrFile: path, addrContent: content}, nil
+}
+
+// parseAddrFile parses "host:port\nnonce\n".
+func parseAddrFile(b []byte) (addr, nonce string, ok bool) {
+	lines := strings.Split(string(b), "\n")
+	if len(lines) != 3 || lines[2] != "" || lines[1] == "" || checkHostPort(lines[0]) != nil {
+		return "", "", false
+	}
+	return lines[0], lines[1], true
+}
+
+func dialAddrFile(ctx context.Context, env Env) (Store, error) {
+	path := AddrFilePath(env)
+	start := time.Now()
+	bo := backoff{cur: 10 * time.Millisecond, max: 200 * time.Millisecond}
+	last := "the file does not exist"
+	for {
+		if cl := tryAddrFile(ctx, path, &last); cl != nil {
+			return cl, nil
+		}
+		if err := sleepCtx(ctx, nil, bo.next()); err != nil {
+			return nil, fmt.Errorf("rendezvous: connect: rank %d found no live store through %s after %v: %w (last problem: %s); "+
+				"is rank 0 running with the same job id and store directory (GOCCL_STORE_DIR must be shared by all hosts)?",
+				env.Rank, path, time.Since(start).Round(time.Millisecond), err, last)
+		}
+	}
+}
+
+// tryAddrFile makes one attempt to use the address file; on failure it
+// returns nil and records why in last.
+func tryAddrFile(ctx context.Context, path string, last *string) *TCPStore {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			*last = err.Error()
+		}
+		return nil
+	}
+	addr, nonce, ok := parseAddrFile(b)
+	if !ok {
+		*last = "malformed address file"
+		return nil
+	}
+	// One short attempt: the address may be stale. The nonce check bounds the
+	// time spent on a port now owned by something else.
+	actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	c, err := dialOnce(actx, addr)
+	if err != nil {
+		*last = fmt.Sprintf("dial %s: %v", addr, err)
+		return nil
+	}
+	cl := newTCPStore(addr, c)
+	got, err := cl.Get(actx, nonceKey)
+	if err != nil || string(got) != nonce {
+		cl.Close()
+		*last = fmt.Sprintf("the server at %s is not the one that wrote the file", addr)
+		return nil
+	}
+	return cl
+}
+
+// servingStore is rank 0's store: a client of its own server.
+type servingStore struct {
+	*TCPStore
+	srv         *TCPServer
+	addrFile    string // "" when none was published
+	addrContent []byte
+}
+
+// Close closes the client, removes the address file (when it is still ours)
+// and stops the server.
+func (s *servingStore) Close() error {
+	err := s.TCPStore.Close()
+	if s.addrFile != "" {
+		if b, rerr := os.ReadFile(s.addrFile); rerr == nil && bytes.Equal(b, s.addrContent) {
+			if rerr := os.Remove(s.addrFile); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+				err = errors.Join(err, rerr)
+			}
+		}
+	}
+	return errors.Join(err, s.srv.Close())
+}
+
+// Barrier returns once worldSize callers have called it with the same key. It
+// uses the keys key+"/count" (an Add counter) and key+"/done" (set by the last
+// arrival, awaited by all), so a key can be used for one barrier only.
+func Barrier(ctx context.Context, s Store, key string, worldSize int) error {
+	if worldSize < 1 {
+		return fmt.Errorf("rendezvous: barrier %s: world size %d < 1", quoteKey(key), worldSize)
+	}
+	n, err := s.Add(ctx, key+"/count", 1)
+	if err != nil {
+		return err
+	}
+	if n > int64(worldSize) {
+		return fmt.Errorf("rendezvous: barrier %s: %d arrivals for world size %d (key reused?)", quoteKey(key), n, worldSize)
+	}
+	if n == int64(worldSize) {
+		if err := s.Set(ctx, key+"/done", nil); err != nil {
+			return err
+		}
+	}
+	return s.Wait(ctx, key+"/done")
+}

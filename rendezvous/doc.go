@@ -1,0 +1,44 @@
+// Package rendezvous provides the key-value stores ranks use to find each other
+// at Init: an embedded TCP store served by rank 0 (the default), a file store in
+// a shared directory, and an in-process store for tests.
+//
+// # Finding the store
+//
+// FromEnv reads rank, world size and local rank from the environment of the
+// launcher (goccl's own GOCCL_* variables, torchrun, OpenMPI's mpirun or
+// Slurm's srun), together with the store address when the launcher gives one.
+// Connect turns that into a Store: rank 0 serves a TCPServer and every rank,
+// rank 0 included, talks to it through a TCPStore.
+//
+// # Rendezvous under mpirun
+//
+// mpirun (like srun) tells each process its rank and the world size but gives
+// no address where rank 0 can be reached, so when GOCCL_STORE_ADDR (or
+// MASTER_ADDR and MASTER_PORT) is not set, goccl passes rank 0's address
+// through the file system. Rank 0 starts the TCP store on an ephemeral port of
+// one of its routable addresses, then writes "host:port" and a random nonce
+// to the address file <dir>/goccl-store-<job id>.addr, atomically (a
+// temporary file renamed into place), where <dir> is GOCCL_STORE_DIR, or the
+// system temporary directory when that is unset, and <job id> is an
+// identifier every rank of the job sees alike: GOCCL_JOB_ID, else the one the
+// launcher provides (OpenMPI's OMPI_MCA_ess_base_jobid or PMIX_NAMESPACE,
+// Slurm's SLURM_JOB_ID.SLURM_STEP_ID, torchrun's TORCHELASTIC_RUN_ID). The
+// other ranks poll for the file until the Init timeout, dial the address
+// they find, and accept it only if that server holds the same nonce, so a
+// stale file left by an earlier job with the same id (which rank 0 also
+// deletes before it starts serving) is never used: they keep polling instead.
+// Rank 0 deletes the file when its store closes. The temporary directory
+// works when all ranks run on one host; for jobs spanning hosts, set
+// GOCCL_STORE_DIR to a directory on a file system shared by all hosts (NFS,
+// Lustre, a home directory), or set GOCCL_STORE_ADDR=host:port on every rank
+// to name rank 0's host and a free port, which needs no shared file system.
+// Without a job id and without a store address, Connect fails and asks for
+// GOCCL_STORE_ADDR or GOCCL_JOB_ID.
+//
+// # The TCP store
+//
+// The TCP store's wire protocol is described in wire.go: length-prefixed
+// binary frames with bounded keys (MaxKeyLen) and values (MaxValueLen). The
+// server holds a Get or Wait until its keys exist, so clients never poll; a
+// malformed frame closes only that client's connection.
+package rendezvous

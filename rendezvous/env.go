@@ -1,0 +1,176 @@
+package rendezvous
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Env is what the launcher's environment says about this rank.
+type Env struct {
+	Rank, WorldSize, LocalRank int
+	StoreAddr                  string // host:port of the TCP store, "" if the environment gives none
+	StoreDir                   string // shared directory for a file store / address file, "" if none
+	JobID                      string // identifier common to all ranks of this job, "" if unknown
+	Source                     string // "goccl", "torchrun", "openmpi", "slurm"
+}
+
+// envSource is one launcher's rank variables.
+type envSource struct {
+	name              string
+	rank, size, local string
+	strict            bool // present when either rank or size is set (else: when rank is set)
+}
+
+// envSources in order of precedence.
+var envSources = []envSource{
+	{name: "goccl", rank: "GOCCL_RANK", size: "GOCCL_WORLD_SIZE", local: "GOCCL_LOCAL_RANK", strict: true},
+	{name: "torchrun", rank: "RANK", size: "WORLD_SIZE", local: "LOCAL_RANK"},
+	{name: "openmpi", rank: "OMPI_COMM_WORLD_RANK", size: "OMPI_COMM_WORLD_SIZE", local: "OMPI_COMM_WORLD_LOCAL_RANK"},
+	{name: "slurm", rank: "SLURM_PROCID", size: "SLURM_NTASKS", local: "SLURM_LOCALID"},
+}
+
+// FromEnv reads, in order of precedence: GOCCL_RANK, GOCCL_WORLD_SIZE, GOCCL_LOCAL_RANK, GOCCL_STORE_ADDR (and
+// GOCCL_STORE_DIR, GOCCL_JOB_ID); torchrun's RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR+MASTER_PORT; OpenMPI's
+// OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK; Slurm's SLURM_PROCID, SLURM_NTASKS,
+// SLURM_LOCALID. ok is false when none is set. A malformed or out-of-range value is an error naming the variable and value.
+//
+// In detail (a variable set to the empty string counts as unset):
+//
+//   - Rank and WorldSize come from the first launcher, in the order above,
+//     whose rank variable is set (for goccl: GOCCL_RANK or GOCCL_WORLD_SIZE),
+//     and both must be set; Source names that launcher. Rank must be in
+//     [0, WorldSize).
+//   - LocalRank is GOCCL_LOCAL_RANK if set, else the chosen launcher's
+//     local-rank variable, else 0; it must be in [0, WorldSize).
+//   - StoreAddr is GOCCL_STORE_ADDR, else MASTER_ADDR:MASTER_PORT when both
+//     are set (whatever the launcher); it must be host:port with a numeric
+//     port in [1, 65535].
+//   - StoreDir is GOCCL_STORE_DIR.
+//   - JobID is the first set of GOCCL_JOB_ID, TORCHELASTIC_RUN_ID,
+//     OMPI_MCA_ess_base_jobid, PMIX_NAMESPACE, OMPI_MCA_orte_ess_jobid, and
+//     SLURM_JOB_ID (as SLURM_JOB_ID.SLURM_STEP_ID when the step is set).
+func FromEnv() (env Env, ok bool, err error) {
+	return fromLookup(os.LookupEnv)
+}
+
+// fromLookup is FromEnv reading variables through lookup.
+func fromLookup(lookup func(string) (string, bool)) (env Env, ok bool, err error) {
+	get := func(name string) (string, bool) {
+		v, ok := lookup(name)
+		if !ok || v == "" {
+			return "", false
+		}
+		return v, true
+	}
+	var src *envSource
+	for i := range envSources {
+		s := &envSources[i]
+		_, hasRank := get(s.rank)
+		_, hasSize := get(s.size)
+		if hasRank || (s.strict && hasSize) {
+			src = s
+			break
+		}
+	}
+	if src == nil {
+		return Env{}, false, nil
+	}
+	env.Source = src.name
+	fail := func(format string, args ...any) (Env, bool, error) {
+		return Env{}, true, fmt.Errorf("rendezvous: "+format, args...)
+	}
+	intVar := func(name string) (int, bool, error) {
+		v, ok := get(name)
+		if !ok {
+			return 0, false, nil
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil {
+			return 0, true, fmt.Errorf("rendezvous: %s=%q is not an integer", name, v)
+		}
+		return n, true, nil
+	}
+	size, set, err := intVar(src.size)
+	if err != nil {
+		return Env{}, true, err
+	}
+	if !set {
+		return fail("%s is set but %s is not", src.rank, src.size)
+	}
+	if size < 1 {
+		return fail("%s=%d: the world size must be at least 1", src.size, size)
+	}
+	rank, set, err := intVar(src.rank)
+	if err != nil {
+		return Env{}, true, err
+	}
+	if !set {
+		return fail("%s is set but %s is not", src.size, src.rank)
+	}
+	if rank < 0 || rank >= size {
+		return fail("%s=%d is out of range [0, %d) (%s=%d)", src.rank, rank, size, src.size, size)
+	}
+	env.Rank, env.WorldSize = rank, size
+
+	for _, name := range []string{"GOCCL_LOCAL_RANK", src.local} {
+		lr, set, err := intVar(name)
+		if err != nil {
+			return Env{}, true, err
+		}
+		if !set {
+			continue
+		}
+		if lr < 0 || lr >= size {
+			return fail("%s=%d is out of range [0, %d) (%s=%d)", name, lr, size, src.size, size)
+		}
+		env.LocalRank = lr
+		break
+	}
+
+	if v, ok := get("GOCCL_STORE_ADDR"); ok {
+		if err := checkHostPort(v); err != nil {
+			return fail("GOCCL_STORE_ADDR=%q: %v", v, err)
+		}
+		env.StoreAddr = v
+	} else if host, ok := get("MASTER_ADDR"); ok {
+		if port, ok := get("MASTER_PORT"); ok {
+			if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+				return fail("MASTER_PORT=%q is not a port number in [1, 65535]", port)
+			}
+			env.StoreAddr = net.JoinHostPort(host, port)
+		}
+	}
+	env.StoreDir, _ = get("GOCCL_STORE_DIR")
+	for _, name := range []string{"GOCCL_JOB_ID", "TORCHELASTIC_RUN_ID", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "OMPI_MCA_orte_ess_jobid"} {
+		if v, ok := get(name); ok {
+			env.JobID = v
+			break
+		}
+	}
+	if env.JobID == "" {
+		if job, ok := get("SLURM_JOB_ID"); ok {
+			env.JobID = job
+			if step, ok := get("SLURM_STEP_ID"); ok {
+				env.JobID += "." + step
+			}
+		}
+	}
+	return env, true, nil
+}
+
+// checkHostPort accepts host:port with a numeric port in [1, 65535]; the host
+// may be empty (this host).
+func checkHostPort(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("port %q is not a number in [1, 65535]", port)
+	}
+	return nil
+}

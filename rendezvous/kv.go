@@ -1,0 +1,169 @@
+package rendezvous
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Limits shared by every Store in this package (and enforced on the TCP wire).
+const (
+	// MaxKeyLen is the longest key, in bytes.
+	MaxKeyLen = 4 << 10
+	// MaxValueLen is the longest value, in bytes.
+	MaxValueLen = 64 << 20
+	// MaxWaitKeys is the most keys one Wait call may name.
+	MaxWaitKeys = 1 << 16
+)
+
+// ErrClosed is wrapped by the errors of calls made on (or blocked in) a closed
+// Store.
+var ErrClosed = errors.New("rendezvous: store closed")
+
+// checkKey validates a key against MaxKeyLen.
+func checkKey(key string) error {
+	if len(key) > MaxKeyLen {
+		return fmt.Errorf("rendezvous: key of %d bytes exceeds the limit of %d", len(key), MaxKeyLen)
+	}
+	return nil
+}
+
+func checkKeys(keys []string) error {
+	if len(keys) > MaxWaitKeys {
+		return fmt.Errorf("rendezvous: wait on %d keys exceeds the limit of %d", len(keys), MaxWaitKeys)
+	}
+	for _, k := range keys {
+		if err := checkKey(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkValue(value []byte) error {
+	if len(value) > MaxValueLen {
+		return fmt.Errorf("rendezvous: value of %d bytes exceeds the limit of %d", len(value), MaxValueLen)
+	}
+	return nil
+}
+
+// quoteKey quotes a key for an error message, shortening very long ones.
+func quoteKey(key string) string {
+	const max = 64
+	if len(key) > max {
+		return strconv.Quote(key[:max]) + "..."
+	}
+	return strconv.Quote(key)
+}
+
+// addCounter parses old (nil: absent, counts as 0) as a decimal int64, adds
+// delta and returns the new value and its encoding.
+func addCounter(key string, old []byte, exists bool, delta int64) (int64, []byte, error) {
+	var n int64
+	if exists {
+		v, err := strconv.ParseInt(string(old), 10, 64)
+		if err != nil {
+			return 0, nil, fmt.Errorf("rendezvous: add %s: key holds a value that is not a decimal integer", quoteKey(key))
+		}
+		n = v
+	}
+	if (delta > 0 && n > math.MaxInt64-delta) || (delta < 0 && n < math.MinInt64-delta) {
+		return 0, nil, fmt.Errorf("rendezvous: add %s: %d%+d overflows int64", quoteKey(key), n, delta)
+	}
+	n += delta
+	return n, strconv.AppendInt(nil, n, 10), nil
+}
+
+// kv is the in-memory map behind MemStore and TCPServer. Values stored in it
+// are never modified in place (Set and Add store fresh slices), so a value
+// returned by lookup may be read without the lock.
+type kv struct {
+	mu      sync.Mutex
+	m       map[string][]byte
+	waiters map[string]chan struct{} // closed when the key is first set
+}
+
+func newKV() *kv {
+	return &kv{m: make(map[string][]byte), waiters: make(map[string]chan struct{})}
+}
+
+func (k *kv) storeLocked(key string, value []byte) {
+	k.m[key] = value
+	if ch, ok := k.waiters[key]; ok {
+		close(ch)
+		delete(k.waiters, key)
+	}
+}
+
+// set stores value (which the caller must not modify afterwards).
+func (k *kv) set(key string, value []byte) {
+	k.mu.Lock()
+	k.storeLocked(key, value)
+	k.mu.Unlock()
+}
+
+// lookup returns the value of key, or, when key is absent, a channel closed
+// once it is set. Keys are never deleted, so a key seen once stays.
+func (k *kv) lookup(key string) (value []byte, ok bool, set <-chan struct{}) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if v, ok := k.m[key]; ok {
+		return v, true, nil
+	}
+	ch, ok := k.waiters[key]
+	if !ok {
+		ch = make(chan struct{})
+		k.waiters[key] = ch
+	}
+	return nil, false, ch
+}
+
+func (k *kv) add(key string, delta int64) (int64, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	old, exists := k.m[key]
+	n, enc, err := addCounter(key, old, exists, delta)
+	if err != nil {
+		return 0, err
+	}
+	k.storeLocked(key, enc)
+	return n, nil
+}
+
+// backoff is a capped exponential delay with jitter: next returns a random
+// delay in [cur/2, cur], so that pollers that started together (many ranks, or
+// many goroutines contending for a file lock) do not retry in lockstep.
+type backoff struct{ cur, max time.Duration }
+
+func (b *backoff) next() time.Duration {
+	d := b.cur
+	b.cur = min(2*b.cur, b.max)
+	return d/2 + rand.N(d/2+1)
+}
+
+// sleepCtx sleeps for d unless ctx or closed ends first; it returns ctx's
+// error or ErrClosed in that case.
+func sleepCtx(ctx context.Context, closed <-chan struct{}, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-closed:
+		return ErrClosed
+	}
+}
+
+var (
+	_ Store = (*memStore)(nil)
+	_ Store = (*TCPStore)(nil)
+	_ Store = (*FileStore)(nil)
+	_ Store = (*servingStore)(nil)
+)

@@ -1,0 +1,204 @@
+package rendezvous
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"net"
+	"sync"
+	"time"
+)
+
+// TCPServer serves a Store over TCP to TCPStore clients (see DialTCP). Rank 0
+// of a job runs one. It keeps the data in memory; it holds each Get or Wait
+// request until its keys exist, so clients never poll.
+//
+// The server is defensive: frames are bounded (MaxKeyLen, MaxValueLen) and a
+// malformed, oversized or out-of-protocol frame closes that client's
+// connection without a reply and without logging; other clients are not
+// affected.
+type TCPServer struct {
+	ln   net.Listener
+	kv   *kv
+	done chan struct{}
+
+	mu     sync.Mutex
+	closed bool
+	conns  map[net.Conn]struct{}
+	wg     sync.WaitGroup
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// NewTCPServer listens on addr ("127.0.0.1:0", ":29500", ...) and serves in
+// background goroutines until Close.
+func NewTCPServer(addr string) (*TCPServer, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	s := &TCPServer{
+		ln:    ln,
+		kv:    newKV(),
+		done:  make(chan struct{}),
+		conns: make(map[net.Conn]struct{}),
+	}
+	s.wg.Add(1)
+	go s.acceptLoop()
+	return s, nil
+}
+
+// Addr returns the address the server listens on, as host:port (with the
+// actual port when addr asked for port 0).
+func (s *TCPServer) Addr() string { return s.ln.Addr().String() }
+
+// Close stops the listener, closes every client connection (their pending
+// calls fail) and waits for the server's goroutines to finish. Calling it
+// again returns the first call's result.
+func (s *TCPServer) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.done)
+		s.closeErr = s.ln.Close()
+		s.mu.Lock()
+		s.closed = true
+		for c := range s.conns {
+			c.Close()
+		}
+		s.mu.Unlock()
+		s.wg.Wait()
+	})
+	return s.closeErr
+}
+
+func (s *TCPServer) acceptLoop() {
+	defer s.wg.Done()
+	bo := backoff{cur: 5 * time.Millisecond, max: time.Second}
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			select {
+			case <-s.done:
+				return
+			default:
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Transient (e.g. out of file descriptors): wait and retry, as
+			// net/http does.
+			t := time.NewTimer(bo.next())
+			select {
+			case <-t.C:
+			case <-s.done:
+				t.Stop()
+				return
+			}
+			continue
+		}
+		bo.cur = 5 * time.Millisecond
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			c.Close()
+			return
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serveConn(c)
+	}
+}
+
+// serveConn runs one client connection. A reader goroutine decodes frames into
+// reqs; this goroutine executes them one at a time and writes the replies. A
+// client has at most one request outstanding: a request that arrives while a
+// Get or Wait is still held is a protocol error and closes the connection, as
+// does any read error (the client went away: its held request is dropped).
+func (s *TCPServer) serveConn(c net.Conn) {
+	reqs := make(chan request)
+	gone := make(chan struct{}) // closed when the reader stops
+	quit := make(chan struct{}) // closed when this goroutine stops
+	defer func() {
+		close(quit)
+		c.Close()
+		<-gone // the reader has returned: c is closed, so its read failed
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		s.wg.Done()
+	}()
+	go func() {
+		defer close(gone)
+		br := bufio.NewReader(c)
+		for {
+			req, err := readRequest(br)
+			if err != nil {
+				return // EOF, network error or malformed frame: drop the client
+			}
+			select {
+			case reqs <- req:
+			case <-quit:
+				return
+			}
+		}
+	}()
+	for {
+		var req request
+		select {
+		case req = <-reqs:
+		case <-gone:
+			return
+		case <-s.done:
+			return
+		}
+		status, payload, ok := s.handle(req, reqs, gone)
+		if !ok {
+			return
+		}
+		if _, err := (&net.Buffers{responseHeader(status, len(payload)), payload}).WriteTo(c); err != nil {
+			return
+		}
+	}
+}
+
+// handle executes req. ok is false when the connection must be closed
+// instead of answered.
+func (s *TCPServer) handle(req request, reqs <-chan request, gone <-chan struct{}) (status byte, payload []byte, ok bool) {
+	switch req.op {
+	case opSet:
+		s.kv.set(req.keys[0], req.value)
+		return statusOK, nil, true
+	case opAdd:
+		n, err := s.kv.add(req.keys[0], req.delta)
+		if err != nil {
+			return statusErr, errorPayload(err), true
+		}
+		return statusOK, binary.BigEndian.AppendUint64(nil, uint64(n)), true
+	case opGet, opWait:
+		var last []byte
+		for _, key := range req.keys {
+			for {
+				v, found, set := s.kv.lookup(key)
+				if found {
+					last = v
+					break
+				}
+				select {
+				case <-set:
+				case <-gone: // client went away (or sent garbage)
+					return 0, nil, false
+				case <-reqs: // second request while one is held
+					return 0, nil, false
+				case <-s.done:
+					return 0, nil, false
+				}
+			}
+		}
+		if req.op == opGet {
+			return statusOK, last, true
+		}
+		return statusOK, nil, true
+	}
+	return 0, nil, false // unreachable: decodeRequest accepts only known ops
+}

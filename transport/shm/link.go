@@ -1,0 +1,376 @@
+package shm
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/goccl/goccl/transport"
+)
+
+// Wait strategy: poll the shared counter spinIters times (under a microsecond),
+// then yield the processor yieldIters times (lets a peer goroutine of the same
+// process run), then sleep on the futex word with a futexSleep timeout, after
+// which ctx, the closed flag and the counter are checked again.
+const (
+	spinIters  = 1000
+	yieldIters = 4
+	futexSleep = 10 * time.Millisecond
+)
+
+// futexSleeps counts futex sleeps (slow path only), for tests.
+var futexSleeps atomic.Uint64
+
+// state bits of a link: closedBit | number of calls in flight.
+const closedBit = 1 << 63
+
+type link struct {
+	self, peer int
+	out, in    *Ring
+
+	// closedBit | calls currently using the mappings. The mappings are
+	// unmapped by whoever brings it to exactly closedBit.
+	state atomic.Uint64
+	_     [56]byte
+
+	// Sender-owned (one Send/TrySend at a time).
+	sTail uint64 // slots published (only the sender writes out.tail)
+	sHead uint64 // last seen out.head
+	_     [48]byte
+
+	// Receiver-owned (one Recv at a time).
+	rHead uint64 // slots released (only the receiver writes in.head)
+	rTail uint64 // last seen in.tail
+	_     [48]byte
+}
+
+// NewLink returns the Link of rank self to rank peer: out carries self->peer, in carries peer->self.
+//
+// The Link owns both rings from now on: its Close unmaps them (and unlinks the
+// name of a ring that this side opened, if still present). It panics on nil rings, on out == in, or on a ring
+// already given to another Link.
+func NewLink(self, peer int, out, in *Ring) transport.Link {
+	if out == nil || in == nil || out == in {
+		panic("shm: NewLink needs two distinct rings")
+	}
+	if !out.owned.CompareAndSwap(false, true) {
+		panic("shm: ring " + out.path + " already belongs to a Link")
+	}
+	if !in.owned.CompareAndSwap(false, true) {
+		out.owned.Store(false)
+		panic("shm: ring " + in.path + " already belongs to a Link")
+	}
+	l := &link{self: self, peer: peer, out: out, in: in}
+	l.sTail, l.sHead = out.tail.Load(), out.head.Load()
+	l.rHead, l.rTail = in.head.Load(), in.tail.Load()
+	return l
+}
+
+func (l *link) Peer() int    { return l.peer }
+func (l *link) Name() string { return "shm" }
+
+// enter registers a call that will touch the mappings; false when closed.
+func (l *link) enter() bool {
+	if l.state.Add(1)&closedBit != 0 {
+		l.leave()
+		return false
+	}
+	return true
+}
+
+func (l *link) leave() {
+	if l.state.Add(^uint64(0)) == closedBit {
+		l.out.unmap()
+		l.in.unmap()
+	}
+}
+
+// shutdown closes the link; the caller must be registered (enter or Close).
+func (l *link) shutdown() {
+	if l.state.Or(closedBit)&closedBit != 0 {
+		return
+	}
+	l.out.markClosed()
+	l.in.markClosed()
+}
+
+// Close sets the closed flag on both rings, wakes every waiter in either
+// process, and unmaps the rings once no call of this process uses them. Pending
+// and later calls on both sides fail with transport.ErrClosed (a Recv still
+// returns messages that were completely sent before the peer closed).
+func (l *link) Close() error {
+	l.state.Add(1) // keeps the mappings alive while we write the flags
+	l.shutdown()
+	l.leave()
+	// The name of a ring this side opened is needed by nobody now: its creator
+	// mapped it first. (A created ring's name may still be needed by a slow
+	// peer that has not opened it yet, so it is left to Ring.Unlink.)
+	for _, r := range [2]*Ring{l.out, l.in} {
+		if r.opened {
+			r.Unlink()
+		}
+	}
+	return nil
+}
+
+func (l *link) errClosed(op string) error {
+	return &transport.PeerError{Peer: l.peer, Op: op, Err: transport.ErrClosed}
+}
+
+func (l *link) errCtx(ctx context.Context, op string) error {
+	return &transport.PeerError{Peer: l.peer, Op: op, Err: ctx.Err()}
+}
+
+func (l *link) errCorrupt(format string, args ...any) error {
+	return &transport.PeerError{Peer: l.peer, Op: "recv", Err: fmt.Errorf("shm: corrupt ring %s: "+format, append([]any{l.in.path}, args...)...)}
+}
+
+func isDone(done <-chan struct{}) bool {
+	if done == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
+}
+
+func slotsFor(n, slotSize int) int {
+	if n == 0 {
+		return 1
+	}
+	return (n + slotSize - 1) / slotSize
+}
+
+// Send transmits h and buf; it returns once buf has been copied into the ring.
+// A Send interrupted (ctx or closure) after part of the message was published
+// closes the link, since the peer could not tell where the next message starts.
+func (l *link) Send(ctx context.Context, h *transport.Header, buf []byte) error {
+	if h.Bytes != uint64(len(buf)) {
+		return fmt.Errorf("shm: send to peer %d: header says %d bytes, buffer has %d", l.peer, h.Bytes, len(buf))
+	}
+	if !l.enter() {
+		return l.errClosed("send")
+	}
+	defer l.leave()
+	done := ctx.Done()
+	if isDone(done) {
+		return l.errCtx(ctx, "send")
+	}
+	return l.publish(ctx, done, h, buf)
+}
+
+// TrySend sends only if every slot the message needs is free now; otherwise it
+// returns (false, nil) and changes nothing. A message needing more than Slots
+// slots is never sent by TrySend.
+func (l *link) TrySend(h *transport.Header, buf []byte) (bool, error) {
+	if h.Bytes != uint64(len(buf)) {
+		return false, fmt.Errorf("shm: send to peer %d: header says %d bytes, buffer has %d", l.peer, h.Bytes, len(buf))
+	}
+	if !l.enter() {
+		return false, l.errClosed("send")
+	}
+	defer l.leave()
+	r := l.out
+	if r.closed.Load() != 0 {
+		return false, l.errClosed("send")
+	}
+	need := uint64(slotsFor(len(buf), r.slotSize))
+	slots := uint64(r.slots)
+	if l.sTail-l.sHead+need > slots {
+		l.sHead = r.head.Load()
+		if l.sTail-l.sHead+need > slots {
+			return false, nil
+		}
+	}
+	return true, l.publish(nil, nil, h, buf) // never waits: the space is there
+}
+
+func (l *link) publish(ctx context.Context, done <-chan struct{}, h *transport.Header, buf []byte) error {
+	r := l.out
+	slots := uint64(r.slots)
+	n := len(buf)
+	ns := slotsFor(n, r.slotSize)
+	off := 0
+	for i := 0; i < ns; i++ {
+		if r.closed.Load() != 0 {
+			if i > 0 {
+				l.shutdown()
+			}
+			return l.errClosed("send")
+		}
+		if l.sTail-l.sHead >= slots {
+			if err := l.waitSpace(ctx, done); err != nil {
+				if i > 0 {
+					l.shutdown()
+				}
+				return err
+			}
+		}
+		meta, payload := r.slot(l.sTail)
+		m := min(n-off, r.slotSize)
+		binary.LittleEndian.PutUint32(meta[0:], uint32(m))
+		if i == 0 {
+			binary.LittleEndian.PutUint32(meta[4:], flagFirst)
+			h.Encode(meta[8:])
+		} else {
+			binary.LittleEndian.PutUint32(meta[4:], 0)
+		}
+		copy(payload[:m], buf[off:off+m])
+		off += m
+		l.sTail++
+		r.tail.Store(l.sTail) // release: slot contents before the counter
+		// Wake the receiver only if it announced that it sleeps; taking the
+		// flag makes it one FUTEX_WAKE per sleep rather than one per slot.
+		if r.recvWaiting.Load() != 0 && r.recvWaiting.Swap(0) != 0 {
+			r.dataWord.Add(1)
+			futexWake(r.dataWord, 1)
+		}
+	}
+	return nil
+}
+
+// waitSpace blocks until the outbound ring has a free slot.
+func (l *link) waitSpace(ctx context.Context, done <-chan struct{}) error {
+	r := l.out
+	slots := uint64(r.slots)
+	for i := 0; ; i++ {
+		if hd := r.head.Load(); l.sTail-hd < slots {
+			l.sHead = hd
+			return nil
+		}
+		if r.closed.Load() != 0 {
+			return l.errClosed("send")
+		}
+		if i < spinIters {
+			continue
+		}
+		if i < spinIters+yieldIters {
+			runtime.Gosched()
+			continue
+		}
+		if isDone(done) {
+			return l.errCtx(ctx, "send")
+		}
+		// Set the waiter flag, re-check, then sleep on a word that every
+		// waker bumps: a wake-up between the re-check and the sleep makes
+		// FUTEX_WAIT return at once instead of being lost.
+		w := r.spaceWord.Load()
+		r.sendWaiting.Store(1)
+		if hd := r.head.Load(); l.sTail-hd >= slots && r.closed.Load() == 0 {
+			futexSleeps.Add(1)
+			futexWait(r.spaceWord, w)
+		}
+		r.sendWaiting.Store(0)
+	}
+}
+
+// Recv receives the next message into buf, copying or folding it in with
+// reduce directly from the ring's slots. A header mismatch or corrupt frame
+// closes the link (both sides see it closed) and returns the error. A Recv
+// interrupted in the middle of a message also closes the link.
+func (l *link) Recv(ctx context.Context, want *transport.Header, buf []byte, reduce transport.ReduceFunc) error {
+	if want.Bytes != uint64(len(buf)) {
+		return fmt.Errorf("shm: recv from peer %d: header says %d bytes, buffer has %d", l.peer, want.Bytes, len(buf))
+	}
+	if !l.enter() {
+		return l.errClosed("recv")
+	}
+	defer l.leave()
+	done := ctx.Done()
+	if isDone(done) {
+		return l.errCtx(ctx, "recv")
+	}
+	r := l.in
+	n := len(buf)
+	ns := slotsFor(n, r.slotSize)
+	off := 0
+	for i := 0; i < ns; i++ {
+		if l.rHead == l.rTail {
+			if err := l.waitData(ctx, done); err != nil {
+				if i > 0 {
+					l.shutdown()
+				}
+				return err
+			}
+		}
+		meta, payload := r.slot(l.rHead)
+		m := int(binary.LittleEndian.Uint32(meta[0:]))
+		flags := binary.LittleEndian.Uint32(meta[4:])
+		if i == 0 {
+			if flags&flagFirst == 0 {
+				l.shutdown()
+				return l.errCorrupt("expected the first slot of a message")
+			}
+			var got transport.Header
+			if err := got.Decode(meta[8:]); err != nil {
+				l.shutdown()
+				return &transport.PeerError{Peer: l.peer, Op: "recv", Err: err}
+			}
+			if err := transport.Check(l.peer, want, &got); err != nil {
+				l.shutdown()
+				return &transport.PeerError{Peer: l.peer, Op: "recv", Err: err}
+			}
+		} else if flags&flagFirst != 0 {
+			l.shutdown()
+			return l.errCorrupt("message ended after %d of %d bytes", off, n)
+		}
+		if exp := min(n-off, r.slotSize); m != exp {
+			l.shutdown()
+			return l.errCorrupt("slot holds %d bytes, expected %d", m, exp)
+		}
+		if reduce != nil {
+			if m > 0 {
+				reduce(buf[off:off+m], payload[:m])
+			}
+		} else {
+			copy(buf[off:off+m], payload[:m])
+		}
+		off += m
+		l.rHead++
+		r.head.Store(l.rHead) // release the slot to the sender
+		if r.sendWaiting.Load() != 0 && r.sendWaiting.Swap(0) != 0 {
+			r.spaceWord.Add(1)
+			futexWake(r.spaceWord, 1)
+		}
+	}
+	return nil
+}
+
+// waitData blocks until the inbound ring has a published slot. Data published
+// before the peer closed is still delivered.
+func (l *link) waitData(ctx context.Context, done <-chan struct{}) error {
+	r := l.in
+	for i := 0; ; i++ {
+		closed := r.closed.Load() != 0 // before tail: data sent before a close is seen
+		if t := r.tail.Load(); t != l.rHead {
+			l.rTail = t
+			return nil
+		}
+		if closed {
+			return l.errClosed("recv")
+		}
+		if i < spinIters {
+			continue
+		}
+		if i < spinIters+yieldIters {
+			runtime.Gosched()
+			continue
+		}
+		if isDone(done) {
+			return l.errCtx(ctx, "recv")
+		}
+		w := r.dataWord.Load()
+		r.recvWaiting.Store(1)
+		if r.tail.Load() == l.rHead && r.closed.Load() == 0 {
+			futexSleeps.Add(1)
+			futexWait(r.dataWord, w)
+		}
+		r.recvWaiting.Store(0)
+	}
+}

@@ -1,0 +1,344 @@
+// Package shm implements transport.Link between two ranks on the same host over
+// shared memory: each direction is a single-producer/single-consumer ring of
+// fixed-size slots in a file under /dev/shm that both processes map.
+//
+// The receiving rank creates its inbound ring with CreateRing and passes the
+// ring's path (Ring.Path) to the peer out of band, e.g. through the rendezvous
+// store; the sending rank maps it with OpenRing. Once both sides have mapped a
+// ring, either side may Unlink it so that nothing is left in /dev/shm if a
+// process dies (Link.Close also unlinks the rings its side opened). NewLink
+// then pairs a rank's outbound and inbound ring into a transport.Link.
+//
+// Waiting: a blocked Send (ring full) or Recv (ring empty) polls the shared
+// counter for about a microsecond, yields a few times, then sleeps on a futex
+// word in the mapping (shared FUTEX_WAIT, 10 ms timeout so ctx cancellation and
+// closure are noticed). The other side issues FUTEX_WAKE only when the
+// waiter's flag is set, so no system call is made while neither side sleeps.
+//
+// A ReduceFunc given to Recv runs directly on the ring's memory: it must not
+// keep src after it returns.
+//
+// Ring file layout (all integers little-endian, offsets in bytes):
+//
+//	header page (4096 bytes)
+//	  0   magic "GOCCLSHM" (uint64, stored last by the creator)
+//	  8   layout version (uint32)
+//	  12  SlotSize (uint32)
+//	  16  Slots (uint32)
+//	  20  slot metadata size (uint32, 64)
+//	  24  header page size (uint32, 4096)
+//	  32  total file size (uint64)
+//	  128 tail: slots published by the producer (uint64, own cache line pair)
+//	  256 head: slots released by the consumer (uint64, own cache line pair)
+//	  384 closed flag (uint32)
+//	  512 data futex word (uint32): the consumer sleeps on it
+//	  516 consumer-waiting flag (uint32)
+//	  640 space futex word (uint32): the producer sleeps on it
+//	  644 producer-waiting flag (uint32)
+//	Slots slots, slot i at 4096 + i*(64+SlotSize):
+//	  0   payload length in this slot (uint32)
+//	  4   flags (uint32): bit 0 = first slot of a message
+//	  8   encoded transport.Header (40 bytes, first slot of a message only)
+//	  64  payload (SlotSize bytes, 64-byte aligned)
+//
+// A message occupies max(1, ceil(Bytes/SlotSize)) consecutive slots; its header
+// travels in the first one. Counters only grow; slot index = counter % Slots.
+package shm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goccl/goccl/transport"
+)
+
+// Defaults used for zero fields of Config.
+const (
+	DefaultDir      = "/dev/shm"
+	DefaultSlotSize = 512 << 10
+	DefaultSlots    = 8
+)
+
+// Config sizes a ring.
+type Config struct {
+	Dir      string // directory for ring files; default "/dev/shm"
+	SlotSize int    // payload bytes per slot, multiple of 64; default 512 KiB
+	Slots    int    // slots per ring; default 8
+}
+
+const (
+	ringMagic   = 0x4d48534c43434f47 // "GOCCLSHM" little-endian
+	ringVersion = 1
+
+	headerPage = 4096
+	slotMeta   = 64
+
+	maxSlotSize = 1 << 30
+	maxSlots    = 1 << 16
+
+	offMagic       = 0
+	offVersion     = 8
+	offSlotSize    = 12
+	offSlots       = 16
+	offSlotMeta    = 20
+	offHeaderPage  = 24
+	offTotal       = 32
+	offTail        = 128
+	offHead        = 256
+	offClosed      = 384
+	offDataWord    = 512
+	offRecvWaiting = 516
+	offSpaceWord   = 640
+	offSendWaiting = 644
+
+	flagFirst = 1
+)
+
+func (c Config) normalize() (Config, error) {
+	if c.Dir == "" {
+		c.Dir = DefaultDir
+	}
+	if c.SlotSize == 0 {
+		c.SlotSize = DefaultSlotSize
+	}
+	if c.Slots == 0 {
+		c.Slots = DefaultSlots
+	}
+	if c.SlotSize < 0 || c.SlotSize%64 != 0 || c.SlotSize > maxSlotSize {
+		return c, fmt.Errorf("shm: SlotSize %d must be a positive multiple of 64 up to %d", c.SlotSize, maxSlotSize)
+	}
+	if c.Slots < 0 || c.Slots > maxSlots {
+		return c, fmt.Errorf("shm: Slots %d must be between 1 and %d", c.Slots, maxSlots)
+	}
+	return c, nil
+}
+
+func ringSize(slotSize, slots int) int64 {
+	return headerPage + int64(slots)*int64(slotMeta+slotSize)
+}
+
+// Ring is one mapped single-producer/single-consumer ring. A Ring is handed to
+// NewLink, which then owns it and unmaps it when the Link is closed.
+type Ring struct {
+	path     string
+	dev, ino uint64 // identity of the file, so Unlink never removes a newer file of the same name
+	opened   bool   // mapped by OpenRing (else created by CreateRing)
+	mem      []byte
+	slotSize int
+	slots    int
+	stride   int
+
+	tail        *atomic.Uint64
+	head        *atomic.Uint64
+	closed      *atomic.Uint32
+	dataWord    *atomic.Uint32
+	recvWaiting *atomic.Uint32
+	spaceWord   *atomic.Uint32
+	sendWaiting *atomic.Uint32
+
+	owned    atomic.Bool // handed to NewLink
+	closing  atomic.Bool // Ring.Close called
+	unmapped atomic.Bool
+}
+
+func resolve(path, dir string) string {
+	if filepath.IsAbs(path) {
+		return path
+	}
+	return filepath.Join(dir, path)
+}
+
+// CreateRing creates (O_EXCL) and maps a single-producer/single-consumer ring file at path.
+// The RECEIVING rank creates its inbound rings. Errors name the path and the size needed.
+//
+// A relative path is taken relative to cfg.Dir (default /dev/shm). The file's
+// memory is reserved up front (fallocate), so a full /dev/shm is reported here
+// instead of as a SIGBUS later.
+func CreateRing(path string, cfg Config) (*Ring, error) {
+	cfg, err := cfg.normalize()
+	if err != nil {
+		return nil, err
+	}
+	path = resolve(path, cfg.Dir)
+	size := ringSize(cfg.SlotSize, cfg.Slots)
+	what := func() string {
+		return fmt.Sprintf("%d bytes needed: %d slots of %d+%d bytes plus a %d-byte header", size, cfg.Slots, cfg.SlotSize, slotMeta, headerPage)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("shm: create ring %s (%s): %w", path, what(), err)
+	}
+	defer f.Close()
+	fail := func(err error) (*Ring, error) {
+		os.Remove(path)
+		return nil, err
+	}
+	fd := int(f.Fd())
+	if err := unix.Fallocate(fd, 0, 0, size); err != nil {
+		if !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.ENOSYS) {
+			return fail(fmt.Errorf("shm: create ring %s: cannot reserve %s (is %s large enough?): %w", path, what(), filepath.Dir(path), err))
+		}
+		if err := f.Truncate(size); err != nil {
+			return fail(fmt.Errorf("shm: create ring %s: cannot size it (%s): %w", path, what(), err))
+		}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fail(fmt.Errorf("shm: create ring %s: %w", path, err))
+	}
+	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fail(fmt.Errorf("shm: create ring %s: mmap (%s): %w", path, what(), err))
+	}
+	le := binary.LittleEndian
+	le.PutUint32(mem[offVersion:], ringVersion)
+	le.PutUint32(mem[offSlotSize:], uint32(cfg.SlotSize))
+	le.PutUint32(mem[offSlots:], uint32(cfg.Slots))
+	le.PutUint32(mem[offSlotMeta:], slotMeta)
+	le.PutUint32(mem[offHeaderPage:], headerPage)
+	le.PutUint64(mem[offTotal:], uint64(size))
+	r := newRing(path, mem, cfg.SlotSize, cfg.Slots)
+	r.dev, r.ino = uint64(st.Dev), st.Ino
+	// Publish: the opener checks the magic last-written word (release store).
+	(*atomic.Uint64)(unsafe.Pointer(&mem[offMagic])).Store(ringMagic)
+	return r, nil
+}
+
+// OpenRing maps an existing ring created by the peer (the sender opens its outbound ring).
+//
+// A relative path is taken relative to DefaultDir (/dev/shm); pass Ring.Path()
+// of the creator's ring when it was created elsewhere.
+func OpenRing(path string) (*Ring, error) {
+	path = resolve(path, DefaultDir)
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("shm: open ring: %w", err)
+	}
+	defer f.Close()
+	fd := int(f.Fd())
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("shm: open ring %s: %w", path, err)
+	}
+	if st.Size < headerPage {
+		return nil, fmt.Errorf("shm: open ring %s: file is %d bytes, not an initialized goccl ring", path, st.Size)
+	}
+	mem, err := unix.Mmap(fd, 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("shm: open ring %s: mmap %d bytes: %w", path, st.Size, err)
+	}
+	bad := func(format string, args ...any) (*Ring, error) {
+		unix.Munmap(mem)
+		return nil, fmt.Errorf("shm: open ring %s: "+format, append([]any{path}, args...)...)
+	}
+	if m := (*atomic.Uint64)(unsafe.Pointer(&mem[offMagic])).Load(); m != ringMagic {
+		return bad("not an initialized goccl ring (magic %#x)", m)
+	}
+	le := binary.LittleEndian
+	if v := le.Uint32(mem[offVersion:]); v != ringVersion {
+		return bad("ring layout version %d, this build speaks %d", v, ringVersion)
+	}
+	slotSize := int(le.Uint32(mem[offSlotSize:]))
+	slots := int(le.Uint32(mem[offSlots:]))
+	if _, err := (Config{SlotSize: slotSize, Slots: slots}).normalize(); err != nil || slotSize == 0 || slots == 0 {
+		return bad("bad geometry: %d slots of %d bytes", slots, slotSize)
+	}
+	if le.Uint32(mem[offSlotMeta:]) != slotMeta || le.Uint32(mem[offHeaderPage:]) != headerPage {
+		return bad("unexpected layout")
+	}
+	size := ringSize(slotSize, slots)
+	if int64(le.Uint64(mem[offTotal:])) != size || st.Size != size {
+		return bad("file is %d bytes, geometry (%d slots of %d bytes) needs %d", st.Size, slots, slotSize, size)
+	}
+	r := newRing(path, mem, slotSize, slots)
+	r.dev, r.ino = uint64(st.Dev), st.Ino
+	r.opened = true
+	return r, nil
+}
+
+func newRing(path string, mem []byte, slotSize, slots int) *Ring {
+	u64 := func(off int) *atomic.Uint64 { return (*atomic.Uint64)(unsafe.Pointer(&mem[off])) }
+	u32 := func(off int) *atomic.Uint32 { return (*atomic.Uint32)(unsafe.Pointer(&mem[off])) }
+	return &Ring{
+		path:        path,
+		mem:         mem,
+		slotSize:    slotSize,
+		slots:       slots,
+		stride:      slotMeta + slotSize,
+		tail:        u64(offTail),
+		head:        u64(offHead),
+		closed:      u32(offClosed),
+		dataWord:    u32(offDataWord),
+		recvWaiting: u32(offRecvWaiting),
+		spaceWord:   u32(offSpaceWord),
+		sendWaiting: u32(offSendWaiting),
+	}
+}
+
+// Path is the ring file's absolute path (what the peer passes to OpenRing).
+func (r *Ring) Path() string { return r.path }
+
+// Unlink removes the file name (mappings stay valid) so nothing leaks in /dev/shm if a process dies.
+//
+// Call it once both sides have mapped the ring. It is a no-op when the name is
+// already gone or now names a different file.
+func (r *Ring) Unlink() error {
+	var st unix.Stat_t
+	if err := unix.Stat(r.path, &st); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("shm: unlink ring %s: %w", r.path, err)
+	}
+	if uint64(st.Dev) != r.dev || st.Ino != r.ino {
+		return nil
+	}
+	if err := os.Remove(r.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("shm: unlink ring: %w", err)
+	}
+	return nil
+}
+
+// Close marks a ring that was never handed to NewLink as closed (so a peer
+// using it fails instead of waiting) and unmaps it. It does not unlink the
+// file. Rings owned by a Link are released by the Link's Close instead.
+func (r *Ring) Close() error {
+	if r.owned.Load() {
+		return fmt.Errorf("shm: ring %s belongs to a Link; close the Link", r.path)
+	}
+	if !r.closing.CompareAndSwap(false, true) {
+		return nil
+	}
+	r.markClosed()
+	return r.unmap()
+}
+
+// markClosed sets the shared closed flag and wakes any waiter, in any process.
+func (r *Ring) markClosed() {
+	r.closed.Store(1)
+	r.dataWord.Add(1)
+	r.spaceWord.Add(1)
+	futexWake(r.dataWord, wakeAll)
+	futexWake(r.spaceWord, wakeAll)
+}
+
+func (r *Ring) unmap() error {
+	if !r.unmapped.CompareAndSwap(false, true) {
+		return nil
+	}
+	return unix.Munmap(r.mem)
+}
+
+// slot returns the metadata and payload of slot number n (a counter value).
+func (r *Ring) slot(n uint64) (meta, payload []byte) {
+	off := headerPage + int(n%uint64(r.slots))*r.stride
+	return r.mem[off : off+transport.HeaderSize+8], r.mem[off+slotMeta : off+r.stride]
+}

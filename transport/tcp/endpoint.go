@@ -1,0 +1,521 @@
+// Package tcp implements transport.Link over TCP, for ranks on different hosts.
+//
+// Every rank owns one Endpoint: a listening socket plus the bookkeeping that
+// pairs accepted connections with peers. For each pair of ranks the lower rank
+// dials the higher one; every connection starts with a fixed-size hello
+// (client to server) and an ack (server to client):
+//
+//	hello (160 bytes, little-endian)
+//	  0  [8]   magic "GOCCLTCP"
+//	  8  u16   protocol version (1)
+//	 10  u16   nsocks: sockets in this link (1..64)
+//	 12  u16   index of this socket in the link (0..nsocks-1)
+//	 14  u16   length of the job id (0..128)
+//	 16  i32   dialing rank
+//	 20  i32   target rank
+//	 24  [128] job id, zero padded
+//	152  u32   CRC-32 (IEEE) of bytes 0..151
+//	156  u32   reserved, zero
+//
+//	ack (16 bytes, little-endian)
+//	  0  [4]   magic "GCAK"
+//	  4  u16   protocol version
+//	  6  u16   status: 0 ok, else the reason for the rejection
+//	  8  i32   rank of the accepting endpoint
+//	 12  u32   reserved, zero
+//
+// A connection whose hello is garbage (bad magic or checksum, short, or not
+// sent within a few seconds) is closed without an answer; a well-formed hello
+// for another job, rank or socket layout gets a rejecting ack and is closed.
+// Accepted connections are parked per (peer, socket index) until Connect for
+// that peer collects them.
+//
+// After the handshake each message is the 40-byte transport.Header followed by
+// its payload; see Link for how payloads are striped over several sockets.
+package tcp
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"log"
+	"math"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/goccl/goccl/transport"
+)
+
+const (
+	helloMagic   = "GOCCLTCP"
+	ackMagic     = "GCAK"
+	helloVersion = 1
+	helloSize    = 160
+	ackSize      = 16
+	maxJobID     = 128
+	maxSocks     = 64
+
+	// defaultHelloTimeout bounds how long an accepted connection may take to
+	// present its hello, and (doubled) how long a dialer waits for the ack.
+	defaultHelloTimeout = 5 * time.Second
+)
+
+// Ack status codes.
+const (
+	ackOK uint16 = iota
+	ackBadVersion
+	ackBadJob
+	ackBadRank
+	ackBadSocks
+)
+
+func ackReason(s uint16) string {
+	switch s {
+	case ackBadVersion:
+		return "protocol version mismatch"
+	case ackBadJob:
+		return "job id mismatch"
+	case ackBadRank:
+		return "wrong rank (the peer is not the rank this address belongs to, or the lower rank must dial)"
+	case ackBadSocks:
+		return "bad socket index or count"
+	}
+	return fmt.Sprintf("status %d", s)
+}
+
+// aLongTimeAgo is a deadline in the past: setting it makes blocked I/O return.
+var aLongTimeAgo = time.Unix(1, 0)
+
+var debug = os.Getenv("GOCCL_DEBUG") != ""
+
+func logf(format string, args ...any) {
+	if debug {
+		log.Printf("goccl/tcp: "+format, args...)
+	}
+}
+
+// Endpoint is one rank's listening socket plus the bookkeeping that pairs
+// accepted connections with peers.
+type Endpoint struct {
+	self         int
+	jobID        string
+	ln           *net.TCPListener
+	addr         string
+	helloTimeout time.Duration
+
+	mu       sync.Mutex
+	parked   map[parkKey]parkedConn
+	changed  chan struct{} // closed and replaced whenever parked changes
+	inflight map[*net.TCPConn]struct{}
+	closed   bool
+	done     chan struct{}
+	wg       sync.WaitGroup
+
+	rejected atomic.Int64 // connections refused during the handshake
+}
+
+type parkKey struct{ peer, index int }
+
+type parkedConn struct {
+	conn   *net.TCPConn
+	nsocks int
+}
+
+// Listen opens rank self's listening socket on ip with an ephemeral port.
+// jobID (at most 128 bytes) identifies the job: connections presenting another
+// job id, or garbage, are closed and ignored.
+func Listen(self int, ip net.IP, jobID string) (*Endpoint, error) {
+	if ip == nil {
+		return nil, errors.New("tcp: Listen needs an IP address (see SelectInterface)")
+	}
+	return listen(self, &net.TCPAddr{IP: ip}, jobID, defaultHelloTimeout)
+}
+
+func listen(self int, laddr *net.TCPAddr, jobID string, helloTimeout time.Duration) (*Endpoint, error) {
+	if self < 0 || self > math.MaxInt32 {
+		return nil, fmt.Errorf("tcp: invalid rank %d", self)
+	}
+	if len(jobID) > maxJobID {
+		return nil, fmt.Errorf("tcp: job id is %d bytes, at most %d allowed", len(jobID), maxJobID)
+	}
+	ln, err := net.ListenTCP("tcp", laddr)
+	if err != nil {
+		return nil, fmt.Errorf("tcp: rank %d: listen on %s: %w", self, laddr, err)
+	}
+	e := &Endpoint{
+		self:         self,
+		jobID:        jobID,
+		ln:           ln,
+		addr:         ln.Addr().String(),
+		helloTimeout: helloTimeout,
+		parked:       make(map[parkKey]parkedConn),
+		changed:      make(chan struct{}),
+		inflight:     make(map[*net.TCPConn]struct{}),
+		done:         make(chan struct{}),
+	}
+	e.wg.Add(1)
+	go e.acceptLoop()
+	return e, nil
+}
+
+// Addr returns the "ip:port" address peers dial.
+func (e *Endpoint) Addr() string { return e.addr }
+
+// Close stops accepting, closes parked and half-open connections and waits
+// for the endpoint's goroutines. Links already returned by Connect stay open.
+func (e *Endpoint) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	close(e.done)
+	for c := range e.inflight {
+		c.Close()
+	}
+	for k, p := range e.parked {
+		p.conn.Close()
+		delete(e.parked, k)
+	}
+	close(e.changed)
+	e.changed = make(chan struct{})
+	e.mu.Unlock()
+	err := e.ln.Close()
+	e.wg.Wait()
+	return err
+}
+
+func (e *Endpoint) isClosed() bool {
+	select {
+	case <-e.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (e *Endpoint) acceptLoop() {
+	defer e.wg.Done()
+	backoff := 5 * time.Millisecond
+	for {
+		c, err := e.ln.AcceptTCP()
+		if err != nil {
+			if e.isClosed() || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Transient (out of file descriptors, aborted connection...).
+			logf("rank %d: accept: %v", e.self, err)
+			select {
+			case <-e.done:
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 5 * time.Millisecond
+		e.mu.Lock()
+		if e.closed {
+			e.mu.Unlock()
+			c.Close()
+			return
+		}
+		e.inflight[c] = struct{}{}
+		e.wg.Add(1)
+		e.mu.Unlock()
+		go e.serve(c)
+	}
+}
+
+// serve runs the server side of the handshake on an accepted connection and
+// parks it when valid.
+func (e *Endpoint) serve(c *net.TCPConn) {
+	defer e.wg.Done()
+	key, nsocks, err := e.handshake(c)
+	e.mu.Lock()
+	delete(e.inflight, c)
+	if err != nil || e.closed {
+		e.mu.Unlock()
+		c.Close()
+		if err != nil {
+			e.rejected.Add(1)
+			logf("rank %d: rejected connection from %s: %v", e.self, c.RemoteAddr(), err)
+		}
+		return
+	}
+	if old, ok := e.parked[key]; ok {
+		// A newer connection for the same slot (the peer retried): it wins.
+		old.conn.Close()
+	}
+	e.parked[key] = parkedConn{conn: c, nsocks: nsocks}
+	close(e.changed)
+	e.changed = make(chan struct{})
+	e.mu.Unlock()
+}
+
+func (e *Endpoint) handshake(c *net.TCPConn) (parkKey, int, error) {
+	if err := c.SetDeadline(time.Now().Add(e.helloTimeout)); err != nil {
+		return parkKey{}, 0, err
+	}
+	var b [helloSize]byte
+	if _, err := io.ReadFull(c, b[:]); err != nil {
+		return parkKey{}, 0, fmt.Errorf("reading hello: %w", err)
+	}
+	if string(b[0:8]) != helloMagic {
+		return parkKey{}, 0, errors.New("bad hello magic")
+	}
+	h := decodeHello(&b)
+	status := ackOK
+	var why error
+	switch {
+	case h.version != helloVersion:
+		status, why = ackBadVersion, fmt.Errorf("protocol version %d, want %d", h.version, helloVersion)
+	case binary.LittleEndian.Uint32(b[152:]) != crc32.ChecksumIEEE(b[:152]):
+		return parkKey{}, 0, errors.New("bad hello checksum")
+	case int(h.jobLen) > maxJobID:
+		return parkKey{}, 0, fmt.Errorf("job id length %d", h.jobLen)
+	case string(b[24:24+int(h.jobLen)]) != e.jobID:
+		status, why = ackBadJob, fmt.Errorf("job id %q, want %q", b[24:24+int(h.jobLen)], e.jobID)
+	case int(h.to) != e.self || h.from < 0 || int(h.from) >= e.self:
+		status, why = ackBadRank, fmt.Errorf("hello from rank %d to rank %d", h.from, h.to)
+	case h.nsocks < 1 || h.nsocks > maxSocks || h.index >= h.nsocks:
+		status, why = ackBadSocks, fmt.Errorf("socket %d of %d", h.index, h.nsocks)
+	}
+	var a [ackSize]byte
+	copy(a[0:4], ackMagic)
+	binary.LittleEndian.PutUint16(a[4:], helloVersion)
+	binary.LittleEndian.PutUint16(a[6:], status)
+	binary.LittleEndian.PutUint32(a[8:], uint32(e.self))
+	if _, err := c.Write(a[:]); err != nil && why == nil {
+		why = fmt.Errorf("writing ack: %w", err)
+	}
+	if why != nil {
+		return parkKey{}, 0, why
+	}
+	if err := c.SetDeadline(time.Time{}); err != nil {
+		return parkKey{}, 0, err
+	}
+	return parkKey{peer: int(h.from), index: int(h.index)}, int(h.nsocks), nil
+}
+
+type hello struct {
+	version, nsocks, index, jobLen uint16
+	from, to                       int32
+}
+
+func decodeHello(b *[helloSize]byte) hello {
+	return hello{
+		version: binary.LittleEndian.Uint16(b[8:]),
+		nsocks:  binary.LittleEndian.Uint16(b[10:]),
+		index:   binary.LittleEndian.Uint16(b[12:]),
+		jobLen:  binary.LittleEndian.Uint16(b[14:]),
+		from:    int32(binary.LittleEndian.Uint32(b[16:])),
+		to:      int32(binary.LittleEndian.Uint32(b[20:])),
+	}
+}
+
+func encodeHello(b *[helloSize]byte, jobID string, from, to, index, nsocks int) {
+	*b = [helloSize]byte{}
+	copy(b[0:8], helloMagic)
+	binary.LittleEndian.PutUint16(b[8:], helloVersion)
+	binary.LittleEndian.PutUint16(b[10:], uint16(nsocks))
+	binary.LittleEndian.PutUint16(b[12:], uint16(index))
+	binary.LittleEndian.PutUint16(b[14:], uint16(len(jobID)))
+	binary.LittleEndian.PutUint32(b[16:], uint32(int32(from)))
+	binary.LittleEndian.PutUint32(b[20:], uint32(int32(to)))
+	copy(b[24:24+maxJobID], jobID)
+	binary.LittleEndian.PutUint32(b[152:], crc32.ChecksumIEEE(b[:152]))
+}
+
+// Connect returns the Link to peer. The lower rank dials the higher one's
+// peerAddr; the higher rank waits for the nsocks connections that peer dials
+// (peerAddr is then only used in messages). Both sides must pass the same
+// nsocks (1..64). Connect honours ctx: once it is done, Connect fails with an
+// error naming the peer and address and wrapping ctx.Err(). Without a ctx
+// deadline it waits as long as ctx allows.
+func (e *Endpoint) Connect(ctx context.Context, peer int, peerAddr string, nsocks int) (transport.Link, error) {
+	if peer < 0 || peer > math.MaxInt32 || peer == e.self {
+		return nil, fmt.Errorf("tcp: rank %d: invalid peer %d", e.self, peer)
+	}
+	if nsocks < 1 || nsocks > maxSocks {
+		return nil, fmt.Errorf("tcp: rank %d: nsocks %d out of range 1..%d", e.self, nsocks, maxSocks)
+	}
+	if e.isClosed() {
+		return nil, &transport.PeerError{Peer: peer, Op: "connect", Err: fmt.Errorf("tcp: endpoint closed: %w", transport.ErrClosed)}
+	}
+	var conns []*net.TCPConn
+	var err error
+	if e.self < peer {
+		conns, err = e.dial(ctx, peer, peerAddr, nsocks)
+	} else {
+		conns, err = e.collect(ctx, peer, peerAddr, nsocks)
+	}
+	if err != nil {
+		return nil, &transport.PeerError{Peer: peer, Op: "connect", Err: err}
+	}
+	for _, c := range conns {
+		tuneConn(c)
+	}
+	return newLink(peer, conns), nil
+}
+
+func (e *Endpoint) dial(ctx context.Context, peer int, addr string, nsocks int) ([]*net.TCPConn, error) {
+	conns := make([]*net.TCPConn, 0, nsocks)
+	for i := 0; i < nsocks; i++ {
+		c, err := e.dialOne(ctx, peer, addr, i, nsocks)
+		if err != nil {
+			for _, c := range conns {
+				c.Close()
+			}
+			return nil, fmt.Errorf("tcp: rank %d dialing peer %d at %s (socket %d of %d): %w", e.self, peer, addr, i, nsocks, err)
+		}
+		conns = append(conns, c)
+	}
+	return conns, nil
+}
+
+func (e *Endpoint) dialOne(ctx context.Context, peer int, addr string, index, nsocks int) (*net.TCPConn, error) {
+	backoff := 10 * time.Millisecond
+	for {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			tc := c.(*net.TCPConn)
+			if err := e.clientHello(ctx, tc, peer, index, nsocks); err != nil {
+				tc.Close()
+				return nil, err
+			}
+			return tc, nil
+		}
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return nil, fmt.Errorf("%w (%v)", ctxErr, err)
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, err
+		}
+		// The peer may not be listening yet: retry until ctx says stop.
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("%w (%v)", ctx.Err(), err)
+		case <-e.done:
+			t.Stop()
+			return nil, fmt.Errorf("endpoint closed: %w", transport.ErrClosed)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+}
+
+func (e *Endpoint) clientHello(ctx context.Context, c *net.TCPConn, peer, index, nsocks int) error {
+	dl := time.Now().Add(2 * e.helloTimeout)
+	ctxDL, hasCtxDL := ctx.Deadline()
+	if hasCtxDL && ctxDL.Before(dl) {
+		dl = ctxDL
+	}
+	if err := c.SetDeadline(dl); err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(aLongTimeAgo) })
+	var b [helloSize]byte
+	encodeHello(&b, e.jobID, e.self, peer, index, nsocks)
+	_, err := c.Write(b[:])
+	var a [ackSize]byte
+	if err == nil {
+		_, err = io.ReadFull(c, a[:])
+	}
+	stop()
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		// Even when the I/O succeeded, the AfterFunc may have poisoned the
+		// connection's deadline: give up.
+		return fmt.Errorf("handshake: %w", ctxErr)
+	}
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) && hasCtxDL && dl.Equal(ctxDL) {
+			return fmt.Errorf("handshake: %w", context.DeadlineExceeded)
+		}
+		return fmt.Errorf("handshake: %w", err)
+	}
+	if string(a[0:4]) != ackMagic {
+		return errors.New("handshake: the listener is not a goccl endpoint (bad ack)")
+	}
+	if s := binary.LittleEndian.Uint16(a[6:]); s != ackOK {
+		return fmt.Errorf("handshake rejected by peer (rank %d): %s", int32(binary.LittleEndian.Uint32(a[8:])), ackReason(s))
+	}
+	if r := int(int32(binary.LittleEndian.Uint32(a[8:]))); r != peer {
+		return fmt.Errorf("handshake: address belongs to rank %d, not %d", r, peer)
+	}
+	return c.SetDeadline(time.Time{})
+}
+
+// collect waits until the nsocks connections dialed by peer are parked and
+// takes them.
+func (e *Endpoint) collect(ctx context.Context, peer int, addr string, nsocks int) ([]*net.TCPConn, error) {
+	for {
+		e.mu.Lock()
+		if e.closed {
+			e.mu.Unlock()
+			return nil, fmt.Errorf("tcp: endpoint closed: %w", transport.ErrClosed)
+		}
+		conns, have, err := e.takeLocked(peer, nsocks)
+		ch := e.changed
+		e.mu.Unlock()
+		if err != nil {
+			return nil, fmt.Errorf("tcp: rank %d waiting for peer %d (%s): %w", e.self, peer, addr, err)
+		}
+		if conns != nil {
+			return conns, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("tcp: rank %d waiting for peer %d (%s) to connect, %d of %d sockets arrived: %w",
+				e.self, peer, addr, have, nsocks, ctx.Err())
+		}
+	}
+}
+
+// takeLocked returns the parked connections of peer when all nsocks are
+// there, otherwise how many are.
+func (e *Endpoint) takeLocked(peer, nsocks int) ([]*net.TCPConn, int, error) {
+	have := 0
+	for i := 0; i < maxSocks; i++ {
+		p, ok := e.parked[parkKey{peer, i}]
+		if !ok {
+			continue
+		}
+		if p.nsocks != nsocks {
+			// Both sides must agree on the socket count; drop the strays.
+			for j := 0; j < maxSocks; j++ {
+				if q, ok := e.parked[parkKey{peer, j}]; ok {
+					q.conn.Close()
+					delete(e.parked, parkKey{peer, j})
+				}
+			}
+			return nil, 0, fmt.Errorf("peer connects with %d sockets, this rank expects %d", p.nsocks, nsocks)
+		}
+		have++
+	}
+	if have < nsocks {
+		return nil, have, nil
+	}
+	conns := make([]*net.TCPConn, nsocks)
+	for i := range conns {
+		k := parkKey{peer, i}
+		conns[i] = e.parked[k].conn
+		delete(e.parked, k)
+	}
+	return conns, have, nil
+}
+
+// rejectedCount reports how many connections failed the handshake.
+func (e *Endpoint) rejectedCount() int64 { return e.rejected.Load() }
