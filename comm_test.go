@@ -306,3 +306,32 @@ func TestWorldSizeNeverReached(t *testing.T) {
 		}
 	}
 }
+
+// TestOperationTimeout: a peer that never joins the operation makes it fail
+// with a deadline error after the communicator's timeout (no context deadline
+// given), over shared memory and over TCP.
+func TestOperationTimeout(t *testing.T) {
+	for _, shmOff := range []string{"0", "1"} {
+		t.Setenv("GOCCL_SHM_DISABLE", shmOff)
+		done := make(chan struct{})
+		start := time.Now()
+		errs := goroutineRanks(t, 2, 500*time.Millisecond, func(c *goccl.Comm) error {
+			if c.Rank() == 1 {
+				<-done // never calls AllReduce
+				return nil
+			}
+			defer close(done)
+			buf := make([]float32, 1<<20)
+			return goccl.AllReduce(context.Background(), c, buf, buf, len(buf), goccl.Sum)
+		})
+		if !errors.Is(errs[0], context.DeadlineExceeded) {
+			t.Fatalf("shm_disable=%s: rank 0 got %v, want a deadline error", shmOff, errs[0])
+		}
+		if !strings.Contains(errs[0].Error(), "rank 0") || !strings.Contains(errs[0].Error(), "AllReduce") {
+			t.Errorf("error does not name rank and op: %v", errs[0])
+		}
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("shm_disable=%s: took %v", shmOff, d)
+		}
+	}
+}

@@ -128,18 +128,6 @@ func (l *link) errCorrupt(format string, args ...any) error {
 	return &transport.PeerError{Peer: l.peer, Op: "recv", Err: fmt.Errorf("shm: corrupt ring %s: "+format, append([]any{l.in.path}, args...)...)}
 }
 
-func isDone(done <-chan struct{}) bool {
-	if done == nil {
-		return false
-	}
-	select {
-	case <-done:
-		return true
-	default:
-		return false
-	}
-}
-
 func slotsFor(n, slotSize int) int {
 	if n == 0 {
 		return 1
@@ -158,11 +146,10 @@ func (l *link) Send(ctx context.Context, h *transport.Header, buf []byte) error 
 		return l.errClosed("send")
 	}
 	defer l.leave()
-	done := ctx.Done()
-	if isDone(done) {
+	if ctx.Err() != nil { // Err, not just Done: a deadline-only context has no Done channel
 		return l.errCtx(ctx, "send")
 	}
-	return l.publish(ctx, done, h, buf)
+	return l.publish(ctx, h, buf)
 }
 
 // TrySend sends only if every slot the message needs is free now; otherwise it
@@ -188,10 +175,10 @@ func (l *link) TrySend(h *transport.Header, buf []byte) (bool, error) {
 			return false, nil
 		}
 	}
-	return true, l.publish(nil, nil, h, buf) // never waits: the space is there
+	return true, l.publish(context.Background(), h, buf) // never waits: the space is there
 }
 
-func (l *link) publish(ctx context.Context, done <-chan struct{}, h *transport.Header, buf []byte) error {
+func (l *link) publish(ctx context.Context, h *transport.Header, buf []byte) error {
 	r := l.out
 	slots := uint64(r.slots)
 	n := len(buf)
@@ -205,7 +192,7 @@ func (l *link) publish(ctx context.Context, done <-chan struct{}, h *transport.H
 			return l.errClosed("send")
 		}
 		if l.sTail-l.sHead >= slots {
-			if err := l.waitSpace(ctx, done); err != nil {
+			if err := l.waitSpace(ctx); err != nil {
 				if i > 0 {
 					l.shutdown()
 				}
@@ -236,7 +223,7 @@ func (l *link) publish(ctx context.Context, done <-chan struct{}, h *transport.H
 }
 
 // waitSpace blocks until the outbound ring has a free slot.
-func (l *link) waitSpace(ctx context.Context, done <-chan struct{}) error {
+func (l *link) waitSpace(ctx context.Context) error {
 	r := l.out
 	slots := uint64(r.slots)
 	for i := 0; ; i++ {
@@ -254,7 +241,7 @@ func (l *link) waitSpace(ctx context.Context, done <-chan struct{}) error {
 			runtime.Gosched()
 			continue
 		}
-		if isDone(done) {
+		if ctx.Err() != nil { // Err, not just Done: a deadline-only context has no Done channel
 			return l.errCtx(ctx, "send")
 		}
 		// Set the waiter flag, re-check, then sleep on a word that every
@@ -282,8 +269,7 @@ func (l *link) Recv(ctx context.Context, want *transport.Header, buf []byte, red
 		return l.errClosed("recv")
 	}
 	defer l.leave()
-	done := ctx.Done()
-	if isDone(done) {
+	if ctx.Err() != nil { // Err, not just Done: a deadline-only context has no Done channel
 		return l.errCtx(ctx, "recv")
 	}
 	r := l.in
@@ -292,7 +278,7 @@ func (l *link) Recv(ctx context.Context, want *transport.Header, buf []byte, red
 	off := 0
 	for i := 0; i < ns; i++ {
 		if l.rHead == l.rTail {
-			if err := l.waitData(ctx, done); err != nil {
+			if err := l.waitData(ctx); err != nil {
 				if i > 0 {
 					l.shutdown()
 				}
@@ -344,7 +330,7 @@ func (l *link) Recv(ctx context.Context, want *transport.Header, buf []byte, red
 
 // waitData blocks until the inbound ring has a published slot. Data published
 // before the peer closed is still delivered.
-func (l *link) waitData(ctx context.Context, done <-chan struct{}) error {
+func (l *link) waitData(ctx context.Context) error {
 	r := l.in
 	for i := 0; ; i++ {
 		closed := r.closed.Load() != 0 // before tail: data sent before a close is seen
@@ -362,7 +348,7 @@ func (l *link) waitData(ctx context.Context, done <-chan struct{}) error {
 			runtime.Gosched()
 			continue
 		}
-		if isDone(done) {
+		if ctx.Err() != nil { // Err, not just Done: a deadline-only context has no Done channel
 			return l.errCtx(ctx, "recv")
 		}
 		w := r.dataWord.Load()

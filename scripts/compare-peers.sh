@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Runs goccl perf and the peer benchmarks (OpenMPI 4.1 from ../shared/peers/
+# mpi_coll_perf.c, Gloo from ../shared/peers/gloo_coll_perf.py) side by side in
+# one run, 2 ranks, and prints one markdown table per collective with ratio
+# columns. A peer that is not installed is skipped with a message.
+#
+# Usage: scripts/compare-peers.sh [COLL...]     (default: all_reduce)
+# Environment: MINB (8), MAXB (128M), FACTOR (4), ITERS (20), WARMUP (5),
+#              REPEAT (1: runs per configuration; the table shows medians),
+#              PEERS (../shared/peers), OUT (a scratch directory).
+# busbw follows nccl-tests (doc/PERFORMANCE.md); GB = 1e9.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+colls=("$@")
+[ ${#colls[@]} -gt 0 ] || colls=(all_reduce)
+MINB=${MINB:-8} MAXB=${MAXB:-128M} FACTOR=${FACTOR:-4} ITERS=${ITERS:-20} WARMUP=${WARMUP:-5} REPEAT=${REPEAT:-1}
+PEERS=${PEERS:-../shared/peers}
+OUT=${OUT:-$(mktemp -d /tmp/goccl-compare.XXXXXX)}
+mkdir -p "$OUT"
+export PATH="$PATH:/usr/local/go/bin"
+
+go build -o "$OUT/goccl" ./cmd/goccl
+have_mpi=0
+if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 && [ -f "$PEERS/mpi_coll_perf.c" ]; then
+  mpicc -O2 -o "$OUT/mpi_coll_perf" "$PEERS/mpi_coll_perf.c" -lm && have_mpi=1
+else
+  echo "# skipping OpenMPI: mpicc/mpirun (Debian openmpi-bin libopenmpi-dev) or $PEERS/mpi_coll_perf.c not found" >&2
+fi
+have_gloo=0
+if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import torch' >/dev/null 2>&1 && [ -f "$PEERS/gloo_coll_perf.py" ]; then
+  have_gloo=1
+else
+  echo "# skipping Gloo: /usr/bin/python3 with torch (Debian python3-torch) or $PEERS/gloo_coll_perf.py not found" >&2
+fi
+
+args=(-b "$MINB" -e "$MAXB" -f "$FACTOR" -n "$ITERS" -w "$WARMUP")
+mpirun_() { mpirun --allow-run-as-root --oversubscribe -np 2 "$@"; }
+
+for coll in "${colls[@]}"; do
+  for rep in $(seq 1 "$REPEAT"); do
+    "$OUT/goccl" perf "$coll" -np 2 "${args[@]}" -c 1 > "$OUT/$coll.goccl-shm.$rep"
+    GOCCL_SHM_DISABLE=1 "$OUT/goccl" perf "$coll" -np 2 "${args[@]}" -c 1 > "$OUT/$coll.goccl-tcp.$rep"
+    if [ $have_mpi = 1 ] && [ "$coll" != reduce ] && [ "$coll" != sendrecv ]; then
+      mpirun_ --mca btl self,vader "$OUT/mpi_coll_perf" -c "$coll" "${args[@]}" > "$OUT/$coll.mpi-shm.$rep" 2>/dev/null
+      mpirun_ --mca btl self,tcp "$OUT/mpi_coll_perf" -c "$coll" "${args[@]}" > "$OUT/$coll.mpi-tcp.$rep" 2>/dev/null
+    fi
+    if [ $have_gloo = 1 ] && [ "$coll" = all_reduce ]; then
+      port=$((29500 + RANDOM % 1000))
+      for r in 0 1; do
+        MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$r WORLD_SIZE=2 /usr/bin/python3 "$PEERS/gloo_coll_perf.py" \
+          -b "$MINB" -e "$MAXB" -f "$FACTOR" -n "$ITERS" -w "$WARMUP" > "$OUT/$coll.gloo.$rep.r$r" 2>/dev/null &
+      done
+      wait
+      mv "$OUT/$coll.gloo.$rep.r0" "$OUT/$coll.gloo.$rep"; rm -f "$OUT/$coll.gloo.$rep.r1"
+    fi
+  done
+
+  # One row per size: median time (us) and busbw (GB/s) of each configuration.
+  echo
+  echo "### $coll, 2 ranks, busbw GB/s (time µs), out-of-place, median of $REPEAT run(s)"
+  echo
+  awk -v coll="$coll" -v out="$OUT" -v rep="$REPEAT" '
+    function median(a, n,   i, j, t) {
+      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    BEGIN {
+      ncfg = split("goccl-shm mpi-shm goccl-tcp mpi-tcp gloo", cfg, " ")
+      for (c = 1; c <= ncfg; c++) for (r = 1; r <= rep; r++) {
+        f = out "/" coll "." cfg[c] "." r
+        while ((getline line < f) > 0) {
+          if (line ~ /^#/ || line ~ /^[ \t]*$/) continue
+          n = split(line, fld, " ")
+          if (n < 9 || fld[1] !~ /^[0-9]+$/) continue
+          s = fld[1]; sizes[s] = 1
+          k = c SUBSEP s; cnt[k]++; bw[k, cnt[k]] = fld[8]; tm[k, cnt[k]] = fld[6]
+        }
+        close(f)
+      }
+      printf "| size (B) | goccl shm | OpenMPI shm | shm ratio | goccl tcp | OpenMPI tcp | tcp ratio | Gloo | goccl tcp / Gloo |\n"
+      printf "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+      ns = 0; for (s in sizes) ss[++ns] = s + 0
+      for (i = 1; i <= ns; i++) for (j = i + 1; j <= ns; j++) if (ss[j] < ss[i]) { t = ss[i]; ss[i] = ss[j]; ss[j] = t }
+      for (i = 1; i <= ns; i++) {
+        s = ss[i]
+        for (c = 1; c <= ncfg; c++) {
+          k = c SUBSEP s
+          if (cnt[k] == 0) { B[c] = ""; T[c] = ""; continue }
+          delete a; for (r = 1; r <= cnt[k]; r++) a[r] = bw[k, r] + 0; B[c] = median(a, cnt[k])
+          delete a; for (r = 1; r <= cnt[k]; r++) a[r] = tm[k, r] + 0; T[c] = median(a, cnt[k])
+        }
+        line = sprintf("| %d", s)
+        for (c = 1; c <= ncfg; c++) {
+          line = line (B[c] == "" ? " | –" : sprintf(" | %.2f (%.1f)", B[c], T[c]))
+          if (c == 2 || c == 4) line = line ratio(B[c-1], B[c], T[c-1], T[c])
+        }
+        line = line ratio(B[3], B[5], T[3], T[5])
+        print line " |"
+      }
+    }
+    # Ratio goccl/peer: busbw ratio, or inverse time ratio when busbw rounds to 0.
+    function ratio(g, p, tg, tp) {
+      if (g == "" || p == "") return " | –"
+      if (p + 0 >= 0.05 && g + 0 >= 0.05) return sprintf(" | %.2f×", g / p)
+      if (tg + 0 > 0) return sprintf(" | %.2f× (time)", tp / tg)
+      return " | –"
+    }'
+done
+echo
+echo "# raw outputs in $OUT" >&2
