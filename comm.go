@@ -44,7 +44,7 @@ type Comm struct {
 	closed   bool
 	store    rendezvous.Store
 	cleanup  []func()
-	loggedOp [numOpKinds]bool
+	loggedOp [numOpKinds]uint8 // bit a set: algorithm a already logged for this kind
 }
 
 // Option configures Init.
@@ -255,10 +255,12 @@ func (c *Comm) chooseAllReduce(nbytes int) algo.Algorithm {
 // (log2 P latency terms) beats the ring (P-1 latency terms).
 const rhdMaxBytes = 256 << 10
 
-func (c *Comm) logAlgo(kind opKind, name string) {
-	if !c.loggedOp[kind] && c.log.info {
-		c.loggedOp[kind] = true
-		c.log.Infof("%v uses %s", kind, name)
+// logAlgo reports, once per operation kind and algorithm, which algorithm ran
+// (GOCCL_DEBUG=INFO).
+func (c *Comm) logAlgo(kind opKind, a algo.Algorithm, name string, nbytes int) {
+	if bit := uint8(1) << a; c.loggedOp[kind]&bit == 0 && c.log.info {
+		c.loggedOp[kind] |= bit
+		c.log.Infof("%v uses %s (first use: %d bytes, %d ranks)", kind, name, nbytes, c.size)
 	}
 }
 
@@ -286,7 +288,7 @@ func (c *Comm) AllReduceBytes(ctx context.Context, send, recv []byte, count int,
 	}
 	if c.group != nil {
 		a := c.chooseAllReduce(n)
-		c.logAlgo(opAllReduce, a.String())
+		c.logAlgo(opAllReduce, a, a.String(), n)
 		err = c.group.AllReduce(ctx, &c.op, recv[:n], count, a)
 	}
 	if err == nil && op == Avg {
@@ -320,7 +322,7 @@ func (c *Comm) BroadcastBytes(ctx context.Context, send, recv []byte, count int,
 		copy(recv[:n], send[:n])
 	}
 	if c.group != nil {
-		c.logAlgo(opBroadcast, "tree")
+		c.logAlgo(opBroadcast, 0, "tree", n)
 		err = c.group.Broadcast(ctx, &c.op, recv[:n], count, root)
 	}
 	return c.end(opBroadcast, err)
@@ -353,7 +355,7 @@ func (c *Comm) ReduceBytes(ctx context.Context, send, recv []byte, count int, dt
 	if c.group == nil {
 		copy(recv[:n], send[:n])
 	} else {
-		c.logAlgo(opReduce, "tree")
+		c.logAlgo(opReduce, 0, "tree", n)
 		var r []byte
 		if c.rank == root {
 			r = recv[:n]
@@ -387,7 +389,7 @@ func (c *Comm) AllGatherBytes(ctx context.Context, send, recv []byte, count int,
 		copy(mine, send[:n])
 	}
 	if c.group != nil {
-		c.logAlgo(opAllGather, "ring")
+		c.logAlgo(opAllGather, 0, "ring", n)
 		err = c.group.AllGather(ctx, &c.op, recv[:n*c.size], count)
 	}
 	return c.end(opAllGather, err)
@@ -416,7 +418,7 @@ func (c *Comm) ReduceScatterBytes(ctx context.Context, send, recv []byte, count 
 	if c.group == nil {
 		copy(recv[:n], send[:n])
 	} else {
-		c.logAlgo(opReduceScatter, "ring")
+		c.logAlgo(opReduceScatter, 0, "ring", n)
 		err = c.group.ReduceScatter(ctx, &c.op, send[:n*c.size], recv[:n], count)
 	}
 	if err == nil && op == Avg {
@@ -452,7 +454,7 @@ func (c *Comm) AllToAllBytes(ctx context.Context, send, recv []byte, count int, 
 	if c.group == nil {
 		copy(recv[:n], src)
 	} else {
-		c.logAlgo(opAllToAll, "pairwise")
+		c.logAlgo(opAllToAll, 0, "pairwise", n)
 		err = c.group.AllToAll(ctx, &c.op, src, recv[:n], count)
 	}
 	return c.end(opAllToAll, err)
