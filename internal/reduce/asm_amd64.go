@@ -89,6 +89,9 @@ func f16MinAVX2(dst, a, b *byte, n int)
 func f16MaxAVX2(dst, a, b *byte, n int)
 
 //go:noescape
+func f16DivAVX2(dst *byte, n int, q float32)
+
+//go:noescape
 func bf16SumAVX2(dst, a, b *byte, n int)
 
 //go:noescape
@@ -99,6 +102,9 @@ func bf16MinAVX2(dst, a, b *byte, n int)
 
 //go:noescape
 func bf16MaxAVX2(dst, a, b *byte, n int)
+
+//go:noescape
+func bf16DivAVX2(dst *byte, n int, q float32)
 
 //go:noescape
 func f32SumAVX2(dst, a, b *byte, n int)
@@ -113,6 +119,9 @@ func f32MinAVX2(dst, a, b *byte, n int)
 func f32MaxAVX2(dst, a, b *byte, n int)
 
 //go:noescape
+func f32DivAVX2(dst *byte, n int, q float32)
+
+//go:noescape
 func f64SumAVX2(dst, a, b *byte, n int)
 
 //go:noescape
@@ -125,67 +134,13 @@ func f64MinAVX2(dst, a, b *byte, n int)
 func f64MaxAVX2(dst, a, b *byte, n int)
 
 //go:noescape
-func f16DivAVX2(dst *byte, n int, q float32)
-
-//go:noescape
-func bf16DivAVX2(dst *byte, n int, q float32)
-
-//go:noescape
-func f32DivAVX2(dst *byte, n int, q float32)
-
-//go:noescape
 func f64DivAVX2(dst *byte, n int, q float64)
-
-//go:noescape
-func i8SumAVX512(dst, a, b *byte, n int)
 
 //go:noescape
 func i8ProdAVX512(dst, a, b *byte, n int)
 
 //go:noescape
-func i8MinAVX512(dst, a, b *byte, n int)
-
-//go:noescape
-func i8MaxAVX512(dst, a, b *byte, n int)
-
-//go:noescape
-func u8SumAVX512(dst, a, b *byte, n int)
-
-//go:noescape
 func u8ProdAVX512(dst, a, b *byte, n int)
-
-//go:noescape
-func u8MinAVX512(dst, a, b *byte, n int)
-
-//go:noescape
-func u8MaxAVX512(dst, a, b *byte, n int)
-
-//go:noescape
-func i32SumAVX512(dst, a, b *byte, n int)
-
-//go:noescape
-func i32ProdAVX512(dst, a, b *byte, n int)
-
-//go:noescape
-func i32MinAVX512(dst, a, b *byte, n int)
-
-//go:noescape
-func i32MaxAVX512(dst, a, b *byte, n int)
-
-//go:noescape
-func u32SumAVX512(dst, a, b *byte, n int)
-
-//go:noescape
-func u32ProdAVX512(dst, a, b *byte, n int)
-
-//go:noescape
-func u32MinAVX512(dst, a, b *byte, n int)
-
-//go:noescape
-func u32MaxAVX512(dst, a, b *byte, n int)
-
-//go:noescape
-func i64SumAVX512(dst, a, b *byte, n int)
 
 //go:noescape
 func i64ProdAVX512(dst, a, b *byte, n int)
@@ -195,9 +150,6 @@ func i64MinAVX512(dst, a, b *byte, n int)
 
 //go:noescape
 func i64MaxAVX512(dst, a, b *byte, n int)
-
-//go:noescape
-func u64SumAVX512(dst, a, b *byte, n int)
 
 //go:noescape
 func u64ProdAVX512(dst, a, b *byte, n int)
@@ -221,6 +173,9 @@ func f16MinAVX512(dst, a, b *byte, n int)
 func f16MaxAVX512(dst, a, b *byte, n int)
 
 //go:noescape
+func f16DivAVX512(dst *byte, n int, q float32)
+
+//go:noescape
 func bf16SumAVX512(dst, a, b *byte, n int)
 
 //go:noescape
@@ -233,10 +188,7 @@ func bf16MinAVX512(dst, a, b *byte, n int)
 func bf16MaxAVX512(dst, a, b *byte, n int)
 
 //go:noescape
-func f32SumAVX512(dst, a, b *byte, n int)
-
-//go:noescape
-func f32ProdAVX512(dst, a, b *byte, n int)
+func bf16DivAVX512(dst *byte, n int, q float32)
 
 //go:noescape
 func f32MinAVX512(dst, a, b *byte, n int)
@@ -245,28 +197,10 @@ func f32MinAVX512(dst, a, b *byte, n int)
 func f32MaxAVX512(dst, a, b *byte, n int)
 
 //go:noescape
-func f64SumAVX512(dst, a, b *byte, n int)
-
-//go:noescape
-func f64ProdAVX512(dst, a, b *byte, n int)
-
-//go:noescape
 func f64MinAVX512(dst, a, b *byte, n int)
 
 //go:noescape
 func f64MaxAVX512(dst, a, b *byte, n int)
-
-//go:noescape
-func f16DivAVX512(dst *byte, n int, q float32)
-
-//go:noescape
-func bf16DivAVX512(dst *byte, n int, q float32)
-
-//go:noescape
-func f32DivAVX512(dst *byte, n int, q float32)
-
-//go:noescape
-func f64DivAVX512(dst *byte, n int, q float64)
 
 // asmKernels lists the binary kernels: implementation, type, operator,
 // bytes of input per vector, function.
@@ -311,27 +245,11 @@ var asmKernels = [...]asmKernel{
 	{AVX2, Float64, Prod, 32, f64ProdAVX2},
 	{AVX2, Float64, Min, 32, f64MinAVX2},
 	{AVX2, Float64, Max, 32, f64MaxAVX2},
-	{AVX512, Int8, Sum, 64, i8SumAVX512},
 	{AVX512, Int8, Prod, 64, i8ProdAVX512},
-	{AVX512, Int8, Min, 64, i8MinAVX512},
-	{AVX512, Int8, Max, 64, i8MaxAVX512},
-	{AVX512, Uint8, Sum, 64, u8SumAVX512},
 	{AVX512, Uint8, Prod, 64, u8ProdAVX512},
-	{AVX512, Uint8, Min, 64, u8MinAVX512},
-	{AVX512, Uint8, Max, 64, u8MaxAVX512},
-	{AVX512, Int32, Sum, 64, i32SumAVX512},
-	{AVX512, Int32, Prod, 64, i32ProdAVX512},
-	{AVX512, Int32, Min, 64, i32MinAVX512},
-	{AVX512, Int32, Max, 64, i32MaxAVX512},
-	{AVX512, Uint32, Sum, 64, u32SumAVX512},
-	{AVX512, Uint32, Prod, 64, u32ProdAVX512},
-	{AVX512, Uint32, Min, 64, u32MinAVX512},
-	{AVX512, Uint32, Max, 64, u32MaxAVX512},
-	{AVX512, Int64, Sum, 64, i64SumAVX512},
 	{AVX512, Int64, Prod, 64, i64ProdAVX512},
 	{AVX512, Int64, Min, 64, i64MinAVX512},
 	{AVX512, Int64, Max, 64, i64MaxAVX512},
-	{AVX512, Uint64, Sum, 64, u64SumAVX512},
 	{AVX512, Uint64, Prod, 64, u64ProdAVX512},
 	{AVX512, Uint64, Min, 64, u64MinAVX512},
 	{AVX512, Uint64, Max, 64, u64MaxAVX512},
@@ -343,12 +261,8 @@ var asmKernels = [...]asmKernel{
 	{AVX512, BFloat16, Prod, 64, bf16ProdAVX512},
 	{AVX512, BFloat16, Min, 64, bf16MinAVX512},
 	{AVX512, BFloat16, Max, 64, bf16MaxAVX512},
-	{AVX512, Float32, Sum, 64, f32SumAVX512},
-	{AVX512, Float32, Prod, 64, f32ProdAVX512},
 	{AVX512, Float32, Min, 64, f32MinAVX512},
 	{AVX512, Float32, Max, 64, f32MaxAVX512},
-	{AVX512, Float64, Sum, 64, f64SumAVX512},
-	{AVX512, Float64, Prod, 64, f64ProdAVX512},
 	{AVX512, Float64, Min, 64, f64MinAVX512},
 	{AVX512, Float64, Max, 64, f64MaxAVX512},
 }
@@ -361,6 +275,4 @@ var asmDivKernels = [...]asmDivKernel{
 	{impl: AVX2, dt: Float64, step: 32, fn64: f64DivAVX2},
 	{impl: AVX512, dt: Float16, step: 32, fn32: f16DivAVX512},
 	{impl: AVX512, dt: BFloat16, step: 64, fn32: bf16DivAVX512},
-	{impl: AVX512, dt: Float32, step: 64, fn32: f32DivAVX512},
-	{impl: AVX512, dt: Float64, step: 64, fn64: f64DivAVX512},
 }

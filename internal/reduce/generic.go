@@ -138,6 +138,58 @@ func maxN[T number](d, a, b []T) {
 	}
 }
 
+// min8 and max8 compare in int32: the compiler has no 8-bit conditional move
+// and would branch (mispredicting on random data).
+func min8[T ~int8 | ~uint8](d, a, b []T) {
+	d, a, b, n := common(d, a, b)
+	if n == 0 {
+		return
+	}
+	pd, pa, pb := unsafe.Pointer(&d[0]), unsafe.Pointer(&a[0]), unsafe.Pointer(&b[0])
+	stride := unroll * unsafe.Sizeof(d[0])
+	i := 0
+	for ; i+unroll <= n; i += unroll {
+		dd, aa, bb := (*[unroll]T)(pd), (*[unroll]T)(pa), (*[unroll]T)(pb)
+		dd[0] = T(min(int32(aa[0]), int32(bb[0])))
+		dd[1] = T(min(int32(aa[1]), int32(bb[1])))
+		dd[2] = T(min(int32(aa[2]), int32(bb[2])))
+		dd[3] = T(min(int32(aa[3]), int32(bb[3])))
+		dd[4] = T(min(int32(aa[4]), int32(bb[4])))
+		dd[5] = T(min(int32(aa[5]), int32(bb[5])))
+		dd[6] = T(min(int32(aa[6]), int32(bb[6])))
+		dd[7] = T(min(int32(aa[7]), int32(bb[7])))
+		pd, pa, pb = unsafe.Add(pd, stride), unsafe.Add(pa, stride), unsafe.Add(pb, stride)
+	}
+	for ; i < n; i++ {
+		d[i] = T(min(int32(a[i]), int32(b[i])))
+	}
+}
+
+func max8[T ~int8 | ~uint8](d, a, b []T) {
+	d, a, b, n := common(d, a, b)
+	if n == 0 {
+		return
+	}
+	pd, pa, pb := unsafe.Pointer(&d[0]), unsafe.Pointer(&a[0]), unsafe.Pointer(&b[0])
+	stride := unroll * unsafe.Sizeof(d[0])
+	i := 0
+	for ; i+unroll <= n; i += unroll {
+		dd, aa, bb := (*[unroll]T)(pd), (*[unroll]T)(pa), (*[unroll]T)(pb)
+		dd[0] = T(max(int32(aa[0]), int32(bb[0])))
+		dd[1] = T(max(int32(aa[1]), int32(bb[1])))
+		dd[2] = T(max(int32(aa[2]), int32(bb[2])))
+		dd[3] = T(max(int32(aa[3]), int32(bb[3])))
+		dd[4] = T(max(int32(aa[4]), int32(bb[4])))
+		dd[5] = T(max(int32(aa[5]), int32(bb[5])))
+		dd[6] = T(max(int32(aa[6]), int32(bb[6])))
+		dd[7] = T(max(int32(aa[7]), int32(bb[7])))
+		pd, pa, pb = unsafe.Add(pd, stride), unsafe.Add(pa, stride), unsafe.Add(pb, stride)
+	}
+	for ; i < n; i++ {
+		d[i] = T(max(int32(a[i]), int32(b[i])))
+	}
+}
+
 // sum8 adds bytes (int8 or uint8: wrapping addition is the same) eight at a
 // time in 64-bit words: the low 7 bits of each byte are added without
 // carrying into the next byte, then the top bits are fixed up with xor.
@@ -265,16 +317,14 @@ func numberKernels[T number](s *kernelSet, dt DType) {
 
 func genericKernels() *kernelSet {
 	s := new(kernelSet)
-	numberKernels[int8](s, Int8)
-	numberKernels[uint8](s, Uint8)
 	numberKernels[int32](s, Int32)
 	numberKernels[uint32](s, Uint32)
 	numberKernels[int64](s, Int64)
 	numberKernels[uint64](s, Uint64)
 	numberKernels[float32](s, Float32)
 	numberKernels[float64](s, Float64)
-	s.f3[Int8][Sum] = sum8
-	s.f3[Uint8][Sum] = sum8
+	s.f3[Int8] = [numKernelOps]func(dst, a, b []byte){sum8, typed3(prodN[int8]), typed3(min8[int8]), typed3(max8[int8])}
+	s.f3[Uint8] = [numKernelOps]func(dst, a, b []byte){sum8, typed3(prodN[uint8]), typed3(min8[uint8]), typed3(max8[uint8])}
 	s.f3[Float16] = [numKernelOps]func(dst, a, b []byte){typed3(f16Sum), typed3(f16Prod), typed3(f16Min), typed3(f16Max)}
 	s.f3[BFloat16] = [numKernelOps]func(dst, a, b []byte){typed3(bf16Sum), typed3(bf16Prod), typed3(bf16Min), typed3(bf16Max)}
 	for dt := range numDTypes {

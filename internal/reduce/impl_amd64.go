@@ -32,29 +32,33 @@ func archInit() {
 	x := &cpu.X86
 	avail := [numImpls]bool{
 		AVX2:   x.HasAVX && x.HasAVX2 && x.HasF16C,
-		AVX512: x.HasAVX512F && x.HasAVX512BW && x.HasAVX512DQ && x.HasF16C,
+		AVX512: x.HasAVX && x.HasAVX2 && x.HasF16C && x.HasAVX512F && x.HasAVX512BW && x.HasAVX512DQ,
 	}
-	gen := impls[Generic]
+	// The AVX512 set is the AVX2 set with the kernels where AVX-512 pays
+	// (see pays512 in gen_asm.go) replaced.
+	base := impls[Generic]
 	for im := AVX2; im < numImpls; im++ {
 		if !avail[im] {
 			continue
 		}
 		s := new(kernelSet)
-		*s = *gen
+		*s = *base
 		for _, k := range asmKernels {
 			if k.impl != im {
 				continue
 			}
+			tail := impls[Generic].f3[k.dt][k.op]
 			size := k.dt.Size()
-			s.f3[k.dt][k.op] = asm3(k.fn, k.step, size, gen.f3[k.dt][k.op])
-			s.f2[k.dt][k.op] = asm2(k.fn, k.step, size, gen.f3[k.dt][k.op])
+			s.f3[k.dt][k.op] = asm3(k.fn, k.step, size, tail)
+			s.f2[k.dt][k.op] = asm2(k.fn, k.step, size, tail)
 		}
 		for _, k := range asmDivKernels {
 			if k.impl == im {
-				s.div[k.dt] = asmDiv(k, gen.div[k.dt])
+				s.div[k.dt] = asmDiv(k, impls[Generic].div[k.dt])
 			}
 		}
 		impls[im] = s
+		base = s
 	}
 }
 

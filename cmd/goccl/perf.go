@@ -1,0 +1,403 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/goccl/goccl"
+	"github.com/goccl/goccl/internal/launch"
+)
+
+func init() {
+	register(&command{
+		name:    "perf",
+		summary: "benchmark a collective, with nccl-tests' flags and output",
+		usage:   "goccl perf COLL [flags]",
+		run:     runPerf,
+	})
+}
+
+const perfHelp = `usage: goccl perf COLL [flags]
+
+Benchmarks one collective like nccl-tests' COLL_perf and prints the same
+table. COLL is all_reduce, all_gather, reduce_scatter, broadcast, reduce,
+alltoall or sendrecv (a "_perf" suffix is accepted).
+
+Ranks: with -np N (and no GOCCL_RANK in the environment), goccl perf starts N
+local ranks of itself with the same arguments (as goccl run would) and shows
+rank 0's report. Otherwise it is one rank of the world its environment
+describes (goccl run, torchrun, mpirun, srun), or a world of 1. Only rank 0
+prints the report.
+
+For each size, the collective runs -w warm-up iterations (at the largest and
+smallest size, once per type/op/root), then -n timed iterations out of place
+and -n in place. time is the mean time per iteration in microseconds, then
+combined across ranks as -a says (default: the slowest rank); algbw is the
+bytes moved per rank over time (1 GB = 1e9 B), busbw is algbw times the
+nccl-tests factor: 2(n-1)/n for all_reduce, (n-1)/n for all_gather,
+reduce_scatter and alltoall, 1 for broadcast, reduce and sendrecv.
+
+With -c 1 each size is also run once more, out of place and in place, on
+inputs of small integers per (rank, element), and every element of the
+result is compared with a value the checker computes on its own; #wrong is
+the number of wrong elements summed over ranks ("N/A" for in-place sendrecv
+and with -c 0). Writes outside the operation's output (guard bytes after
+every buffer, the send buffer, a non-root rank's reduce buffer) are counted
+too. "Out of bounds values" is the number of tests with wrong elements plus
+the number of elements written out of bounds; when it is not 0, goccl perf
+exits with status 1.
+
+Flags (single dash, as nccl-tests; the long names work too):
+  -b, -minbytes SIZE     smallest size in bytes (K, M, G suffixes: 1024-based) (default 8)
+  -e, -maxbytes SIZE     largest size (default 32M)
+  -f, -stepfactor N      multiply the size by N each step (default 2)
+  -i, -stepbytes SIZE    add SIZE each step when -f is 0 or 1 (default 1M)
+  -n, -iters N           timed iterations per size (default 20)
+  -w, -warmup_iters N    warm-up iterations (default 5)
+  -c, -check N           check the results N times, 0 to skip (default 1)
+  -o, -op OP             sum, prod, min, max, avg or all (default sum)
+  -d, -datatype TYPE     int8, uint8, int32, uint32, int64, uint64, half,
+                         bfloat16, float, double or all (default float)
+  -r, -root N            root of broadcast and reduce, -1 for every rank (default 0)
+  -a, -average N         time across ranks: 0 rank 0, 1 mean, 2 min, 3 max (default 3)
+  -J, -json FILE         also write the results as JSON to FILE (rank 0)
+  -np N                  start N local ranks of this command
+  -t, -g N               threads and GPUs per rank: only 1 is supported
+`
+
+// perfConfig is the parsed command line.
+type perfConfig struct {
+	coll       *coll
+	minBytes   int64
+	maxBytes   int64
+	stepFactor int64
+	stepBytes  int64
+	iters      int
+	warmup     int
+	check      int
+	op         string // "sum" ... or "all"
+	dtype      string // "float" ... or "all"
+	root       int
+	average    int
+	jsonFile   string
+	np         int
+	threads    int
+	gpus       int
+}
+
+// sizeValue parses nccl-tests sizes: a number with an optional K, M or G.
+type sizeValue struct{ v *int64 }
+
+func (s sizeValue) String() string {
+	if s.v == nil {
+		return ""
+	}
+	return strconv.FormatInt(*s.v, 10)
+}
+
+func (s sizeValue) Set(str string) error {
+	v, err := parseSize(str)
+	if err != nil {
+		return err
+	}
+	*s.v = v
+	return nil
+}
+
+// parseSize reads "8", "128K", "1.5M", "8G" (1024-based; a trailing "B" as
+// in "1KB" is ignored, as nccl-tests ignores it).
+func parseSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	i := 0
+	for i < len(t) && (t[i] >= '0' && t[i] <= '9' || t[i] == '.' || (i == 0 && t[i] == '+')) {
+		i++
+	}
+	num, unit := t[:i], strings.TrimSpace(t[i:])
+	f, err := strconv.ParseFloat(num, 64)
+	if err != nil || num == "" {
+		return 0, fmt.Errorf("invalid size %q", s)
+	}
+	mult := 1.0
+	if unit != "" {
+		switch unit[0] {
+		case 'k', 'K':
+			mult = 1 << 10
+		case 'm', 'M':
+			mult = 1 << 20
+		case 'g', 'G':
+			mult = 1 << 30
+		default:
+			return 0, fmt.Errorf("invalid size %q", s)
+		}
+		if rest := unit[1:]; rest != "" && rest != "B" && rest != "b" && rest != "iB" {
+			return 0, fmt.Errorf("invalid size %q", s)
+		}
+	}
+	v := f * mult
+	if v > 1<<62 {
+		return 0, fmt.Errorf("size %q too large", s)
+	}
+	return int64(v), nil
+}
+
+// parsePerfArgs parses "COLL [flags]" (COLL may also come after the flags).
+func parsePerfArgs(args []string, stderr io.Writer) (*perfConfig, error) {
+	cfg := &perfConfig{
+		minBytes: 8, maxBytes: 32 << 20, stepFactor: 2, stepBytes: 1 << 20,
+		iters: 20, warmup: 5, check: 1, op: "sum", dtype: "float", average: avgMax,
+		threads: 1, gpus: 1,
+	}
+	var collName string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		collName, args = args[0], args[1:]
+	}
+	fs := flag.NewFlagSet("goccl perf", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), perfHelp) }
+	both := func(short, long string, f func(name string)) { f(short); f(long) }
+	both("b", "minbytes", func(n string) { fs.Var(sizeValue{&cfg.minBytes}, n, "") })
+	both("e", "maxbytes", func(n string) { fs.Var(sizeValue{&cfg.maxBytes}, n, "") })
+	both("i", "stepbytes", func(n string) { fs.Var(sizeValue{&cfg.stepBytes}, n, "") })
+	both("f", "stepfactor", func(n string) { fs.Int64Var(&cfg.stepFactor, n, cfg.stepFactor, "") })
+	both("n", "iters", func(n string) { fs.IntVar(&cfg.iters, n, cfg.iters, "") })
+	both("w", "warmup_iters", func(n string) { fs.IntVar(&cfg.warmup, n, cfg.warmup, "") })
+	both("c", "check", func(n string) { fs.IntVar(&cfg.check, n, cfg.check, "") })
+	both("o", "op", func(n string) { fs.StringVar(&cfg.op, n, cfg.op, "") })
+	both("d", "datatype", func(n string) { fs.StringVar(&cfg.dtype, n, cfg.dtype, "") })
+	both("r", "root", func(n string) { fs.IntVar(&cfg.root, n, cfg.root, "") })
+	both("a", "average", func(n string) { fs.IntVar(&cfg.average, n, cfg.average, "") })
+	both("J", "json", func(n string) { fs.StringVar(&cfg.jsonFile, n, "", "") })
+	both("t", "nthreads", func(n string) { fs.IntVar(&cfg.threads, n, 1, "") })
+	both("g", "ngpus", func(n string) { fs.IntVar(&cfg.gpus, n, 1, "") })
+	fs.IntVar(&cfg.np, "np", 0, "")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	rest := fs.Args()
+	if collName == "" && len(rest) > 0 {
+		collName, rest = rest[0], rest[1:]
+	}
+	if len(rest) > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", rest)
+	}
+	if collName == "" {
+		return nil, errors.New("no collective given")
+	}
+	c, err := lookupColl(collName)
+	if err != nil {
+		return nil, err
+	}
+	cfg.coll = c
+	switch {
+	case cfg.minBytes > cfg.maxBytes:
+		return nil, fmt.Errorf("invalid sizes for 'minbytes' and 'maxbytes': %d > %d", cfg.minBytes, cfg.maxBytes)
+	case cfg.stepFactor <= 1 && cfg.stepBytes <= 0:
+		return nil, errors.New("-f must be > 1, or -i > 0 when -f is 0 or 1")
+	case cfg.iters < 1:
+		return nil, errors.New("-n must be at least 1")
+	case cfg.warmup < 0 || cfg.check < 0:
+		return nil, errors.New("-w and -c must not be negative")
+	case cfg.average < 0 || cfg.average > 3:
+		return nil, errors.New("-a must be 0, 1, 2 or 3")
+	case cfg.threads != 1 || cfg.gpus != 1:
+		return nil, errors.New("-t and -g: goccl perf runs one thread and one device per rank; use -np for more ranks")
+	case cfg.np < 0:
+		return nil, errors.New("-np must not be negative")
+	case cfg.root < -1:
+		return nil, fmt.Errorf("invalid root %d", cfg.root)
+	}
+	types, err := cfg.types()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := cfg.ops(); err != nil {
+		return nil, err
+	}
+	if c.reduces && cfg.op == "avg" && cfg.dtype != "all" && !types[0].IsFloat() {
+		return nil, fmt.Errorf("avg is only supported for floating-point types, not %s", types[0])
+	}
+	return cfg, nil
+}
+
+// nccl-tests' orders for -d all and -o all.
+var (
+	allTypes = []goccl.DataType{goccl.Int8, goccl.Uint8, goccl.Int32, goccl.Uint32, goccl.Int64, goccl.Uint64,
+		goccl.Float16Type, goccl.Float32, goccl.Float64, goccl.BFloat16Type}
+	allOps = []goccl.RedOp{goccl.Sum, goccl.Prod, goccl.Max, goccl.Min, goccl.Avg}
+)
+
+func (cfg *perfConfig) types() ([]goccl.DataType, error) {
+	if cfg.dtype == "all" {
+		return allTypes, nil
+	}
+	dt, err := goccl.ParseDataType(cfg.dtype)
+	if err != nil {
+		return nil, fmt.Errorf("-d: unknown data type %q", cfg.dtype)
+	}
+	return []goccl.DataType{dt}, nil
+}
+
+// ops lists the ops to run; collectives without a reduction (other than
+// sendrecv, which prints the op like nccl-tests) run once.
+func (cfg *perfConfig) ops() ([]goccl.RedOp, error) {
+	var ops []goccl.RedOp
+	if cfg.op == "all" {
+		ops = allOps
+	} else {
+		op, err := goccl.ParseRedOp(cfg.op)
+		if err != nil {
+			return nil, fmt.Errorf("-o: unknown op %q", cfg.op)
+		}
+		ops = []goccl.RedOp{op}
+	}
+	if cfg.coll != nil && !cfg.coll.reduces && !cfg.coll.opColumn {
+		ops = ops[:1]
+	}
+	return ops, nil
+}
+
+func (cfg *perfConfig) roots(nranks int) ([]int, error) {
+	if !cfg.coll.rooted {
+		return []int{-1}, nil
+	}
+	if cfg.root == -1 {
+		r := make([]int, nranks)
+		for i := range r {
+			r[i] = i
+		}
+		return r, nil
+	}
+	if cfg.root >= nranks {
+		return nil, fmt.Errorf("root %d is out of range for %d ranks", cfg.root, nranks)
+	}
+	return []int{cfg.root}, nil
+}
+
+func runPerf(args []string, stdout, stderr io.Writer) int {
+	cfg, err := parsePerfArgs(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "goccl perf: %v\nRun 'goccl perf -h' for usage.\n", err)
+		return 2
+	}
+	if cfg.np > 0 && os.Getenv(launch.EnvRank) == "" {
+		if _, err := cfg.roots(cfg.np); err != nil {
+			fmt.Fprintf(stderr, "goccl perf: %v\n", err)
+			return 2
+		}
+		return perfLaunch(cfg, args, stdout, stderr)
+	}
+	ctx := context.Background()
+	c, err := goccl.Init(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "goccl perf: init: %v\n", err)
+		return 1
+	}
+	defer c.Close()
+	if cfg.np > 0 && cfg.np != c.Size() && c.Rank() == 0 {
+		fmt.Fprintf(stderr, "goccl perf: -np %d ignored: the environment gives %d ranks\n", cfg.np, c.Size())
+	}
+	status, err := perfRank(ctx, cfg, c, stdout, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "goccl perf: %v\n", err)
+	}
+	return status
+}
+
+// perfLaunch starts cfg.np ranks of this executable with the same arguments.
+func perfLaunch(cfg *perfConfig, args []string, stdout, stderr io.Writer) int {
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(stderr, "goccl perf: cannot find my executable to launch ranks: %v\n", err)
+		return 1
+	}
+	err = launch.Run(context.Background(), launch.Config{
+		NP:     cfg.np,
+		Prog:   exe,
+		Args:   append([]string{"perf"}, args...),
+		Stdout: stdout,
+		Stderr: stderr,
+		Label: func(rank int, isStderr bool) string {
+			if isStderr {
+				return launch.DefaultLabel(rank, isStderr)
+			}
+			return "" // only rank 0 prints the report, verbatim
+		},
+		ForwardSignals: true,
+	})
+	return reportLaunch("goccl perf", err, stderr)
+}
+
+// perfRank runs the benchmark on this rank. It returns the exit status: 0,
+// or 1 when results were wrong or out of bounds (then on every rank) or an
+// error happened.
+func perfRank(ctx context.Context, cfg *perfConfig, c benchComm, stdout, stderr io.Writer) (int, error) {
+	rank, n := c.Rank(), c.Size()
+	types, _ := cfg.types()
+	ops, _ := cfg.ops()
+	roots, err := cfg.roots(n)
+	if err != nil {
+		return 2, err
+	}
+	devs, err := gatherDevices(ctx, c)
+	if err != nil {
+		return 1, fmt.Errorf("rank %d: gathering device information: %w", rank, err)
+	}
+	b := newBench(ctx, cfg, c, stdout, stderr)
+	b.printf("%s", formatConfigLine(cfg.minBytes, cfg.maxBytes, cfg.stepFactor, cfg.stepBytes, cfg.warmup, cfg.iters, cfg.check))
+	b.printf("#")
+	b.printf("# Using devices")
+	for _, d := range devs {
+		b.printf("%s", formatDeviceLine(d))
+	}
+	b.printf("#")
+	for _, l := range columnHeader() {
+		b.printf("%s", l)
+	}
+	if err := b.run(types, ops, roots); err != nil {
+		return 1, err
+	}
+	avg := 0.0
+	if b.bwCount > 0 {
+		avg = b.bwSum / float64(b.bwCount)
+	}
+	for _, l := range footer(b.errors, avg) {
+		b.printf("%s", l)
+	}
+	status := 0
+	if b.errors != 0 {
+		status = 1
+	}
+	if rank == 0 && cfg.jsonFile != "" {
+		rep := &jsonReport{
+			Collective: cfg.coll.name, NRanks: n, Devices: devs, Results: b.rows,
+			Errors: b.errors, AvgBusBW: avg, OK: b.errors == 0, GocclVersion: versionString(),
+			Config: jsonConfig{
+				MinBytes: cfg.minBytes, MaxBytes: cfg.maxBytes, StepFactor: cfg.stepFactor, StepBytes: cfg.stepBytes,
+				Iters: cfg.iters, WarmupIters: cfg.warmup, Check: cfg.check, Op: cfg.op, Datatype: cfg.dtype,
+				Root: cfg.root, Average: cfg.average,
+			},
+		}
+		if rep.Results == nil {
+			rep.Results = []jsonRow{}
+		}
+		if err := writeJSON(cfg.jsonFile, rep); err != nil {
+			fmt.Fprintf(stderr, "goccl perf: writing %s: %v\n", cfg.jsonFile, err)
+			status = 1
+		}
+	}
+	// Rank 0 has printed everything: only now may ranks exit (a launcher
+	// stops the others as soon as one exits with an error).
+	if err := c.Barrier(ctx); err != nil {
+		return 1, fmt.Errorf("rank %d: final barrier: %w", rank, err)
+	}
+	return status, nil
+}

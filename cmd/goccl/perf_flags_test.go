@@ -1,0 +1,268 @@
+package main
+
+import (
+	"io"
+	"math"
+	"testing"
+
+	"github.com/goccl/goccl"
+)
+
+func TestParseSize(t *testing.T) {
+	good := map[string]int64{"8": 8, "0": 0, "1K": 1024, "1k": 1024, "128M": 128 << 20, "8G": 8 << 30, "1.5K": 1536, "1KB": 1024, "2 M": 2 << 20, "32M": 32 << 20}
+	for s, want := range good {
+		if got, err := parseSize(s); err != nil || got != want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d", s, got, err, want)
+		}
+	}
+	for _, s := range []string{"", "K", "1X", "-1", "abc", "1KX", "1e3"} {
+		if v, err := parseSize(s); err == nil {
+			t.Errorf("parseSize(%q) = %d, want an error", s, v)
+		}
+	}
+}
+
+func TestParsePerfArgs(t *testing.T) {
+	cfg, err := parsePerfArgs([]string{"all_reduce", "-b", "8", "-e", "128M", "-f", "2", "-np", "4"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.coll.kind != collAllReduce || cfg.minBytes != 8 || cfg.maxBytes != 128<<20 || cfg.stepFactor != 2 || cfg.np != 4 ||
+		cfg.iters != 20 || cfg.warmup != 5 || cfg.check != 1 || cfg.op != "sum" || cfg.dtype != "float" || cfg.root != 0 || cfg.average != avgMax {
+		t.Errorf("cfg %+v", cfg)
+	}
+	// Defaults, flags before the collective, long names, the _perf suffix.
+	cfg, err = parsePerfArgs([]string{"--minbytes", "1K", "-maxbytes=4K", "-iters", "3", "-d", "all", "-o", "all", "-r", "-1", "-J", "x.json", "reduce_perf"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.coll.kind != collReduce || cfg.minBytes != 1024 || cfg.maxBytes != 4096 || cfg.iters != 3 || cfg.root != -1 || cfg.jsonFile != "x.json" {
+		t.Errorf("cfg %+v", cfg)
+	}
+	types, _ := cfg.types()
+	ops, _ := cfg.ops()
+	roots, _ := cfg.roots(3)
+	if len(types) != 10 || len(ops) != 5 || ops[2] != goccl.Max || ops[3] != goccl.Min || len(roots) != 3 {
+		t.Errorf("types %v ops %v roots %v", types, ops, roots)
+	}
+	cfg, _ = parsePerfArgs([]string{"all_gather", "-o", "all"}, io.Discard)
+	if ops, _ := cfg.ops(); len(ops) != 1 {
+		t.Errorf("all_gather runs ops %v", ops)
+	}
+	if r, _ := cfg.roots(4); len(r) != 1 || r[0] != -1 {
+		t.Errorf("all_gather roots %v", r)
+	}
+	if cfg.minBytes != 8 || cfg.maxBytes != 32<<20 {
+		t.Errorf("default sizes %d %d", cfg.minBytes, cfg.maxBytes)
+	}
+	cfg, _ = parsePerfArgs([]string{"broadcast", "-r", "5"}, io.Discard)
+	if _, err := cfg.roots(4); err == nil {
+		t.Error("root 5 of 4 accepted")
+	}
+
+	bad := [][]string{
+		{}, {"-b", "8"}, {"all_reduc"}, {"all_reduce", "extra"}, {"all_reduce", "-b", "1M", "-e", "1K"},
+		{"all_reduce", "-f", "1", "-i", "0"}, {"all_reduce", "-n", "0"}, {"all_reduce", "-d", "float8"},
+		{"all_reduce", "-o", "mulsum"}, {"all_reduce", "-o", "avg", "-d", "int32"}, {"all_reduce", "-g", "2"},
+		{"all_reduce", "-a", "4"}, {"all_reduce", "-x"}, {"all_reduce", "-b", "1Q"},
+	}
+	for _, args := range bad {
+		if _, err := parsePerfArgs(args, io.Discard); err == nil {
+			t.Errorf("parsePerfArgs(%q) succeeded", args)
+		}
+	}
+	// avg with all types is fine: integer types are skipped.
+	if _, err := parsePerfArgs([]string{"all_reduce", "-o", "avg", "-d", "all"}, io.Discard); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestSizes(t *testing.T) {
+	cfg := &perfConfig{minBytes: 8, maxBytes: 100, stepFactor: 2}
+	if got := cfg.sizes(); len(got) != 4 || got[3] != 64 {
+		t.Errorf("sizes %v", got)
+	}
+	cfg = &perfConfig{minBytes: 0, maxBytes: 10, stepFactor: 1, stepBytes: 4}
+	if got := cfg.sizes(); len(got) != 3 || got[2] != 8 {
+		t.Errorf("sizes %v", got)
+	}
+	cfg = &perfConfig{minBytes: 0, maxBytes: 10, stepFactor: 2, stepBytes: 4}
+	if got := cfg.sizes(); len(got) != 1 || got[0] != 0 {
+		t.Errorf("sizes from 0 by a factor: %v", got) // 0*2 = 0 stops the loop
+	}
+}
+
+func TestLookupColl(t *testing.T) {
+	for name, want := range map[string]string{"all_reduce": "all_reduce", "allreduce": "all_reduce", "AllReduce": "all_reduce",
+		"all_reduce_perf": "all_reduce", "alltoall": "alltoall", "all_to_all": "alltoall", "sendrecv": "sendrecv", "reduce_scatter_perf": "reduce_scatter"} {
+		c, err := lookupColl(name)
+		if err != nil || c.name != want {
+			t.Errorf("lookupColl(%q) = %v, %v", name, c, err)
+		}
+	}
+}
+
+func TestLayouts(t *testing.T) {
+	get := func(name string) *coll { c, _ := lookupColl(name); return c }
+	cases := []struct {
+		coll              string
+		count, elt, n     int
+		want              layout
+		printed, algBytes float64
+	}{
+		{"all_reduce", 1000, 4, 3, layout{1000, 1000, 1000, 0, 0}, 4000, 4000},
+		{"broadcast", 7, 8, 3, layout{7, 7, 7, 0, 0}, 56, 56},
+		{"sendrecv", 5, 1, 2, layout{5, 5, 5, 0, 0}, 5, 5},
+		// Blocks of count/n rounded down to 16 bytes.
+		{"all_gather", 1000, 4, 3, layout{332, 996, 332, 332, 0}, 3984, 3984},
+		{"all_gather", 2, 4, 2, layout{0, 0, 0, 0, 0}, 0, 0},
+		{"all_gather", 8, 4, 2, layout{4, 8, 4, 4, 0}, 32, 32},
+		{"reduce_scatter", 1000, 2, 3, layout{328 * 3, 328, 328, 0, 328}, 1968, 1968},
+		{"alltoall", 1000, 1, 3, layout{320 * 3, 320 * 3, 320, 0, 0}, 960, 960},
+		{"alltoall", 100, 8, 4, layout{24 * 4, 24 * 4, 24, 0, 0}, 768, 768},
+	}
+	for _, c := range cases {
+		co := get(c.coll)
+		l := co.layoutFor(c.count, c.elt, c.n)
+		if l != c.want || float64(l.printedSize(c.elt)) != c.printed || co.algBytes(l.paramCount, c.elt, c.n) != c.algBytes {
+			t.Errorf("%s(%d x %d B, %d ranks) = %+v printed %d alg %v", c.coll, c.count, c.elt, c.n, l, l.printedSize(c.elt), co.algBytes(l.paramCount, c.elt, c.n))
+		}
+	}
+	// In-place regions.
+	if r := get("all_gather").layoutFor(8, 4, 2).inplaceRegion(1); r != 8 {
+		t.Errorf("all_gather region %d", r)
+	}
+	if r := get("reduce_scatter").layoutFor(96, 4, 3).inplaceRegion(2); r != 96 {
+		t.Errorf("reduce_scatter region %d", r)
+	}
+}
+
+func TestBusFactors(t *testing.T) {
+	want := map[string]float64{"all_reduce": 2 * 3.0 / 4, "all_gather": 3.0 / 4, "reduce_scatter": 3.0 / 4, "alltoall": 3.0 / 4, "broadcast": 1, "reduce": 1, "sendrecv": 1}
+	for name, f := range want {
+		c, _ := lookupColl(name)
+		if got := c.busFactor(4); got != f {
+			t.Errorf("%s: %v, want %v", name, got, f)
+		}
+		alg, bus := c.bandwidth(1e6, 4, 4, 1e-3)
+		wantAlg := 4.0
+		if c.kind == collAllGather || c.kind == collReduceScatter || c.kind == collAllToAll {
+			wantAlg = 16
+		}
+		if math.Abs(alg-wantAlg) > 1e-9 || math.Abs(bus-wantAlg*f) > 1e-9 {
+			t.Errorf("%s: bandwidth %v %v", name, alg, bus)
+		}
+	}
+	c, _ := lookupColl("all_reduce")
+	if a, b := c.bandwidth(100, 4, 2, 0); a != 0 || b != 0 {
+		t.Error("zero time must give zero bandwidth")
+	}
+}
+
+func TestHalfConversion(t *testing.T) {
+	// Every half value decodes like the library's Float16 type and encodes back.
+	for h := 0; h < 1<<16; h++ {
+		f := halfToFloat64(uint16(h))
+		lib := float64(goccl.Float16(h).Float32())
+		if math.IsNaN(f) {
+			if !math.IsNaN(lib) {
+				t.Fatalf("%#04x: NaN vs %v", h, lib)
+			}
+			continue
+		}
+		if f != lib {
+			t.Fatalf("%#04x: %v, library %v", h, f, lib)
+		}
+		if back := halfFromFloat64(f); back != uint16(h) {
+			t.Fatalf("%#04x -> %v -> %#04x", h, f, back)
+		}
+	}
+	// Rounding to nearest even, overflow, underflow.
+	for v, want := range map[float64]uint16{2049: 0x6800, 2051: 0x6802, 65519: 0x7bff, 65520: 0x7c00, 1e6: 0x7c00, -1e6: 0xfc00, 0x1p-25: 0, 0x1.8p-25: 1, 0x1p-24: 1} {
+		if got := halfFromFloat64(v); got != want {
+			t.Errorf("halfFromFloat64(%v) = %#04x, want %#04x", v, got, want)
+		}
+	}
+	if got := halfFromFloat64(math.Copysign(0, -1)); got != 0x8000 {
+		t.Errorf("-0 = %#04x", got)
+	}
+}
+
+// TestPatternsExact: for the world sizes perf is meant for, every float
+// expected result other than avg is exact in the element type, so the
+// checker compares for equality.
+func TestPatternsExact(t *testing.T) {
+	for _, dt := range goccl.DataTypes() {
+		if !dt.IsFloat() {
+			continue
+		}
+		for n := 1; n <= 32; n++ {
+			for _, op := range []goccl.RedOp{goccl.Sum, goccl.Prod, goccl.Min, goccl.Max} {
+				kind := map[goccl.RedOp]patKind{goccl.Sum: patSum, goccl.Prod: patProd, goccl.Min: patMinMax, goccl.Max: patMinMax}[op]
+				p := newPattern(dt, kind, op, n)
+				if !p.exact {
+					t.Errorf("%s %s n=%d: not exact", dt, op, n)
+				}
+				for i := 0; i < 64; i++ {
+					_, want := p.reduced(i)
+					// The exact float64 reduction must survive rounding to dt.
+					var exact float64
+					for r := 0; r < n; r++ {
+						v := float64(p.value(r, i))
+						switch {
+						case r == 0:
+							exact = v
+						case op == goccl.Sum:
+							exact += v
+						case op == goccl.Prod:
+							exact *= v
+						case op == goccl.Min:
+							exact = math.Min(exact, v)
+						default:
+							exact = math.Max(exact, v)
+						}
+					}
+					if want != exact {
+						t.Fatalf("%s %s n=%d i=%d: %v rounds to %v", dt, op, n, i, exact, want)
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestIntegerExpectations(t *testing.T) {
+	// int8 sums wrap; uint8 min/max compare unsigned; uint64 compares unsigned.
+	p := newPattern(goccl.Int8, patSum, goccl.Sum, 3)
+	var s int8
+	for r := 0; r < 3; r++ {
+		s += int8(p.value(r, 5))
+	}
+	if got, _ := p.reduced(5); got != int64(s) {
+		t.Errorf("int8 sum %d, want %d", got, s)
+	}
+	p = newPattern(goccl.Uint8, patMinMax, goccl.Max, 4)
+	var m uint8
+	for r := 0; r < 4; r++ {
+		m = max(m, uint8(p.value(r, 9)))
+	}
+	if got, _ := p.reduced(9); got != int64(m) {
+		t.Errorf("uint8 max %d, want %d", got, m)
+	}
+	p = newPattern(goccl.Uint64, patMinMax, goccl.Min, 4)
+	mm := ^uint64(0)
+	for r := 0; r < 4; r++ {
+		mm = min(mm, uint64(p.value(r, 2)))
+	}
+	if got, _ := p.reduced(2); uint64(got) != mm {
+		t.Errorf("uint64 min %d, want %d", uint64(got), mm)
+	}
+	p = newPattern(goccl.Int32, patProd, goccl.Prod, 5)
+	var pr int32 = 1
+	for r := 0; r < 5; r++ {
+		pr *= int32(p.value(r, 7))
+	}
+	if got, _ := p.reduced(7); got != int64(pr) {
+		t.Errorf("int32 prod %d, want %d", got, pr)
+	}
+}

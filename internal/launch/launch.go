@@ -1,0 +1,404 @@
+// Package launch starts the ranks of a local goccl job: N copies of one
+// program, each told its place in the world through GOCCL_* environment
+// variables, with their output prefixed line by line and their lifetimes tied
+// together (when one rank fails the others are stopped).
+//
+// It is the engine behind `goccl run -np N PROG` and `goccl perf -np N`.
+package launch
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// DefaultGrace is how long ranks get between SIGTERM and SIGKILL.
+const DefaultGrace = 3 * time.Second
+
+// Config describes a local job.
+type Config struct {
+	// NP is the number of ranks to start (at least 1).
+	NP int
+	// Prog is what to run: an executable path, a name looked up on PATH, or a
+	// Go main package given as a directory ("./examples/ddp-digits") or an
+	// import path. A package is built once, with `go build` in Dir (so the
+	// current module applies), into a temporary directory that Run removes.
+	Prog string
+	// Args are the arguments passed to every rank.
+	Args []string
+	// Env holds extra "KEY=VALUE" entries for every rank. They come after the
+	// parent environment and the GOCCL_* variables, so they override both.
+	Env []string
+	// Dir is the working directory of the ranks and of the build; "" means the
+	// current directory.
+	Dir string
+	// Stdout and Stderr receive the ranks' output, one whole line per Write;
+	// nil means os.Stdout and os.Stderr. Build output goes to Stderr.
+	Stdout, Stderr io.Writer
+	// Label returns the prefix written before each line a rank prints on
+	// stdout (stderr false) or stderr (stderr true). nil means DefaultLabel.
+	Label func(rank int, stderr bool) string
+	// Grace is the time between SIGTERM and SIGKILL when ranks are stopped;
+	// 0 means DefaultGrace.
+	Grace time.Duration
+	// ForwardSignals makes Run catch SIGINT and SIGTERM while the ranks run and
+	// pass them on to the ranks (which get SIGKILL if they are still alive
+	// Grace later). Run then returns a *SignalError.
+	ForwardSignals bool
+}
+
+// DefaultLabel prefixes every line with "[rank] ".
+func DefaultLabel(rank int, stderr bool) string { return "[" + strconv.Itoa(rank) + "] " }
+
+// Environment variables set for every rank.
+const (
+	EnvRank           = "GOCCL_RANK"
+	EnvWorldSize      = "GOCCL_WORLD_SIZE"
+	EnvLocalRank      = "GOCCL_LOCAL_RANK"
+	EnvLocalWorldSize = "GOCCL_LOCAL_WORLD_SIZE"
+	EnvStoreAddr      = "GOCCL_STORE_ADDR"
+	EnvJobID          = "GOCCL_JOB_ID"
+)
+
+// RankEnv returns the GOCCL_* variables of rank in a local job of np ranks.
+func RankEnv(rank, np int, storeAddr, jobID string) []string {
+	r, n := strconv.Itoa(rank), strconv.Itoa(np)
+	return []string{
+		EnvRank + "=" + r,
+		EnvWorldSize + "=" + n,
+		EnvLocalRank + "=" + r,
+		EnvLocalWorldSize + "=" + n,
+		EnvStoreAddr + "=" + storeAddr,
+		EnvJobID + "=" + jobID,
+	}
+}
+
+// ExitError reports the first rank that failed: it exited with a non-zero
+// status or was killed by a signal. Ranks that failed after it (usually
+// because of it, or because they were stopped) are not reported.
+type ExitError struct {
+	Rank    int
+	Pid     int
+	Status  int            // exit status; -1 when Signal is set
+	Signal  syscall.Signal // the signal that killed the rank, or 0
+	Stopped int            // other ranks still running then, which Run stopped
+}
+
+func (e *ExitError) Error() string {
+	var what string
+	if e.Signal != 0 {
+		what = "killed by signal: " + e.Signal.String()
+	} else {
+		what = "exited with status " + strconv.Itoa(e.Status)
+	}
+	return fmt.Sprintf("rank %d (pid %d) %s; %s", e.Rank, e.Pid, what, stoppedPhrase(e.Stopped, true))
+}
+
+// ExitCode is the status a launcher should exit with: the rank's exit status,
+// or 128 plus the signal number.
+func (e *ExitError) ExitCode() int {
+	if e.Signal != 0 {
+		return 128 + int(e.Signal)
+	}
+	if e.Status <= 0 || e.Status > 255 {
+		return 1
+	}
+	return e.Status
+}
+
+// SignalError reports that the launcher received a signal (with
+// Config.ForwardSignals) and passed it on to the ranks.
+type SignalError struct {
+	Signal  os.Signal
+	Stopped int // ranks still running when it arrived
+}
+
+func (e *SignalError) Error() string {
+	return fmt.Sprintf("received signal: %v; %s", e.Signal, stoppedPhrase(e.Stopped, false))
+}
+
+// ExitCode is 128 plus the signal number (130 for SIGINT).
+func (e *SignalError) ExitCode() int {
+	if s, ok := e.Signal.(syscall.Signal); ok {
+		return 128 + int(s)
+	}
+	return 1
+}
+
+func stoppedPhrase(n int, other bool) string {
+	o := ""
+	if other {
+		o = "other "
+	}
+	switch n {
+	case 0:
+		return "no " + o + "ranks were running"
+	case 1:
+		return "stopped the " + o + "1 rank"
+	}
+	return fmt.Sprintf("stopped the %s%d ranks", o, n)
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	return port, nil
+}
+
+// NewJobID returns a random 16-digit hex job identifier.
+func NewJobID() string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return strconv.FormatInt(time.Now().UnixNano(), 16)
+	}
+	return hex.EncodeToString(b[:])
+}
+
+type rank struct {
+	id      int
+	cmd     *exec.Cmd
+	done    bool
+	readers sync.WaitGroup
+	pipes   []*os.File // read ends
+}
+
+type exit struct {
+	rank  int
+	state *os.ProcessState
+	err   error
+}
+
+// Run starts cfg.NP ranks of cfg.Prog and waits for all of them. It returns
+// nil when every rank exits with status 0, an *ExitError naming the first rank
+// that failed (after stopping the others: SIGTERM, then SIGKILL after
+// cfg.Grace), a *SignalError when ForwardSignals is set and a signal arrived,
+// or another error (bad config, build or start failure, ctx ended: the ranks
+// are then stopped the same way).
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.NP < 1 {
+		return fmt.Errorf("launch: need at least 1 rank, got %d", cfg.NP)
+	}
+	if cfg.Prog == "" {
+		return errors.New("launch: no program given")
+	}
+	if cfg.Stdout == nil {
+		cfg.Stdout = os.Stdout
+	}
+	if cfg.Stderr == nil {
+		cfg.Stderr = os.Stderr
+	}
+	if cfg.Label == nil {
+		cfg.Label = DefaultLabel
+	}
+	if cfg.Grace <= 0 {
+		cfg.Grace = DefaultGrace
+	}
+
+	var sigs chan os.Signal
+	if cfg.ForwardSignals {
+		// Catch signals from the start, the build included.
+		sigs = make(chan os.Signal, 4)
+		signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+		defer signal.Stop(sigs)
+	}
+
+	path, cleanup, err := resolveProg(ctx, cfg.Prog, cfg.Dir, cfg.Stderr)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	select {
+	case s := <-sigs:
+		return &SignalError{Signal: s}
+	default:
+	}
+
+	port, err := FreePort()
+	if err != nil {
+		return fmt.Errorf("launch: finding a free port for the store: %w", err)
+	}
+	storeAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	jobID := NewJobID()
+	parentEnv := os.Environ()
+
+	var outMu sync.Mutex // one line at a time, across both streams
+	ranks := make([]*rank, cfg.NP)
+	exits := make(chan exit, cfg.NP)
+	started := 0
+	var startErr error
+	for i := range ranks {
+		r := &rank{id: i}
+		ranks[i] = r
+		cmd := exec.Command(path, cfg.Args...)
+		cmd.Dir = cfg.Dir
+		env := make([]string, 0, len(parentEnv)+8+len(cfg.Env))
+		env = append(env, parentEnv...)
+		env = append(env, RankEnv(i, cfg.NP, storeAddr, jobID)...)
+		env = append(env, cfg.Env...)
+		cmd.Env = env
+		cmd.SysProcAttr = sysProcAttr()
+		var ws []*os.File
+		for _, isErr := range []bool{false, true} {
+			pr, pw, err := os.Pipe()
+			if err != nil {
+				startErr = err
+				break
+			}
+			out := cfg.Stdout
+			if isErr {
+				out = cfg.Stderr
+				cmd.Stderr = pw
+			} else {
+				cmd.Stdout = pw
+			}
+			r.pipes = append(r.pipes, pr)
+			ws = append(ws, pw)
+			lw := &lineWriter{prefix: []byte(cfg.Label(i, isErr)), out: out, mu: &outMu}
+			r.readers.Add(1)
+			go func() {
+				defer r.readers.Done()
+				lw.copyFrom(pr)
+			}()
+		}
+		if startErr == nil {
+			startErr = cmd.Start()
+		}
+		for _, w := range ws {
+			w.Close()
+		}
+		if startErr != nil {
+			for _, p := range r.pipes {
+				p.Close()
+			}
+			startErr = fmt.Errorf("launch: starting rank %d (%s): %w", i, path, startErr)
+			ranks = ranks[:i]
+			break
+		}
+		r.cmd = cmd
+		started++
+		go func() {
+			err := cmd.Wait()
+			exits <- exit{rank: r.id, state: cmd.ProcessState, err: err}
+		}()
+	}
+
+	var (
+		first    *ExitError
+		sigErr   *SignalError
+		stopping bool
+		kill     <-chan time.Time
+		done     = ctx.Done()
+		ctxErr   error
+		ctxRun   int
+		running  = started
+	)
+	// Ranks lead their own process groups (on Linux): signals reach the
+	// processes a rank started as well, even after the rank itself exited.
+	signalAll := func(s os.Signal) {
+		for _, r := range ranks {
+			signalGroup(r.cmd.Process, s)
+		}
+	}
+	stop := func(s os.Signal) {
+		signalAll(s)
+		if !stopping {
+			stopping = true
+			kill = time.After(cfg.Grace)
+		}
+	}
+	if startErr != nil {
+		stop(syscall.SIGTERM)
+	}
+	for running > 0 {
+		select {
+		case e := <-exits:
+			running--
+			r := ranks[e.rank]
+			r.done = true
+			if stopping || e.err == nil {
+				continue
+			}
+			ee := &ExitError{Rank: e.rank, Status: -1, Stopped: running}
+			if e.state != nil {
+				ee.Pid = e.state.Pid()
+				ee.Status = e.state.ExitCode()
+				if ws, ok := e.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+					ee.Signal = ws.Signal()
+				}
+			} else {
+				ee.Pid = r.cmd.Process.Pid
+			}
+			first = ee
+			stop(syscall.SIGTERM)
+		case s := <-sigs:
+			if first == nil && sigErr == nil && ctxErr == nil && startErr == nil {
+				sigErr = &SignalError{Signal: s, Stopped: running}
+			}
+			stop(s)
+		case <-done:
+			done = nil
+			if first == nil && sigErr == nil && startErr == nil {
+				ctxErr, ctxRun = ctx.Err(), running
+			}
+			stop(syscall.SIGTERM)
+		case <-kill:
+			kill = nil
+			signalAll(syscall.SIGKILL)
+		}
+	}
+
+	// Every rank has exited; their output pipes normally reach EOF at once.
+	// A grandchild holding a pipe open must not hang the launcher.
+	drained := make(chan struct{})
+	go func() {
+		for _, r := range ranks {
+			r.readers.Wait()
+		}
+		close(drained)
+	}()
+	select {
+	case <-drained:
+	case <-time.After(2 * time.Second):
+		// Leftover processes of the ranks hold the pipes: end them.
+		for _, r := range ranks {
+			signalGroup(r.cmd.Process, syscall.SIGKILL)
+			for _, p := range r.pipes {
+				p.Close()
+			}
+		}
+		<-drained
+	}
+	for _, r := range ranks {
+		for _, p := range r.pipes {
+			p.Close()
+		}
+	}
+
+	switch {
+	case startErr != nil:
+		return startErr
+	case first != nil:
+		return first
+	case sigErr != nil:
+		return sigErr
+	case ctxErr != nil:
+		return fmt.Errorf("launch: %w; %s", ctxErr, stoppedPhrase(ctxRun, false))
+	}
+	return nil
+}

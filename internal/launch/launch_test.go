@@ -1,0 +1,456 @@
+package launch
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The test binary doubles as the rank program: with GOCCL_LAUNCH_HELPER set,
+// TestMain runs helper instead of the tests.
+const helperEnv = "GOCCL_LAUNCH_HELPER"
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(helperEnv); mode != "" {
+		os.Exit(helper(mode))
+	}
+	os.Exit(m.Run())
+}
+
+func helper(mode string) int {
+	rank, _ := strconv.Atoi(os.Getenv("GOCCL_RANK"))
+	switch mode {
+	case "env":
+		for _, k := range []string{EnvRank, EnvWorldSize, EnvLocalRank, EnvLocalWorldSize, EnvStoreAddr, EnvJobID, "LAUNCH_TEST_PARENT", "LAUNCH_TEST_EXTRA"} {
+			fmt.Printf("%s=%s\n", k, os.Getenv(k))
+		}
+		fmt.Fprintf(os.Stderr, "args=%q\n", os.Args[1:])
+		fmt.Print("partial") // no newline: must still come out, as a whole line
+		return 0
+	case "lines":
+		// Many lines written in pieces, concurrently on both streams.
+		var wg sync.WaitGroup
+		for _, f := range []*os.File{os.Stdout, os.Stderr} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 200; i++ {
+					f.WriteString("line ")
+					f.WriteString(strconv.Itoa(i))
+					f.WriteString(" of rank ")
+					f.WriteString(strconv.Itoa(rank) + " " + strings.Repeat("x", i%37) + "\n")
+				}
+			}()
+		}
+		wg.Wait()
+		fmt.Println(strings.Repeat("L", 200000))
+		return 0
+	case "fail1":
+		// Rank 1 fails; the others would sleep for a minute. When stopped they
+		// exit 7 (a cascade failure that must not be reported).
+		if rank == 1 {
+			time.Sleep(200 * time.Millisecond)
+			fmt.Fprintln(os.Stderr, "rank 1 failing")
+			return 3
+		}
+		c := make(chan os.Signal, 1)
+		signal.Notify(c, syscall.SIGTERM)
+		fmt.Println("sleeping")
+		select {
+		case <-c:
+			return 7
+		case <-time.After(time.Minute):
+			return 0
+		}
+	case "kill2":
+		if rank == 2 {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+		time.Sleep(time.Minute)
+		return 0
+	case "stubborn":
+		// Ignores SIGTERM: needs the SIGKILL.
+		signal.Ignore(syscall.SIGTERM)
+		if rank == 0 {
+			time.Sleep(100 * time.Millisecond)
+			return 1
+		}
+		time.Sleep(time.Minute)
+		return 0
+	case "trap":
+		c := make(chan os.Signal, 1)
+		signal.Notify(c, os.Interrupt)
+		fmt.Println("ready")
+		select {
+		case s := <-c:
+			fmt.Println("got", s)
+			return 0
+		case <-time.After(time.Minute):
+			return 0
+		}
+	case "sleep":
+		time.Sleep(time.Minute)
+		return 0
+	case "ok":
+		return 0
+	}
+	return 99
+}
+
+func selfExe(t *testing.T) string {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return exe
+}
+
+// syncBuffer is a bytes.Buffer safe for the launcher's writes.
+type syncBuffer struct {
+	mu     sync.Mutex
+	b      bytes.Buffer
+	writes int
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.writes++
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func helperConfig(t *testing.T, np int, mode string) (Config, *syncBuffer, *syncBuffer) {
+	var out, errb syncBuffer
+	return Config{
+		NP:     np,
+		Prog:   selfExe(t),
+		Env:    []string{helperEnv + "=" + mode},
+		Stdout: &out,
+		Stderr: &errb,
+	}, &out, &errb
+}
+
+func TestEnvAndPrefixes(t *testing.T) {
+	t.Setenv("LAUNCH_TEST_PARENT", "from-parent")
+	cfg, out, errb := helperConfig(t, 3, "env")
+	cfg.Args = []string{"-x", "y z"}
+	cfg.Env = append(cfg.Env, "LAUNCH_TEST_EXTRA=extra")
+	if err := Run(context.Background(), cfg); err != nil {
+		t.Fatalf("Run: %v\nstderr:\n%s", err, errb)
+	}
+	vals := map[string]map[int]string{}
+	for _, line := range strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n") {
+		m := regexp.MustCompile(`^\[(\d)\] (.*)$`).FindStringSubmatch(line)
+		if m == nil {
+			t.Fatalf("line without a rank prefix: %q", line)
+		}
+		r, _ := strconv.Atoi(m[1])
+		k, v, ok := strings.Cut(m[2], "=")
+		if !ok {
+			if m[2] != "partial" {
+				t.Errorf("unexpected line %q", line)
+			}
+			k, v = "partial", "yes"
+		}
+		if vals[k] == nil {
+			vals[k] = map[int]string{}
+		}
+		vals[k][r] = v
+	}
+	for r := 0; r < 3; r++ {
+		want := map[string]string{
+			EnvRank: strconv.Itoa(r), EnvWorldSize: "3", EnvLocalRank: strconv.Itoa(r), EnvLocalWorldSize: "3",
+			"LAUNCH_TEST_PARENT": "from-parent", "LAUNCH_TEST_EXTRA": "extra", "partial": "yes",
+		}
+		for k, v := range want {
+			if got := vals[k][r]; got != v {
+				t.Errorf("rank %d: %s=%q, want %q", r, k, got, v)
+			}
+		}
+		if !regexp.MustCompile(`^127\.0\.0\.1:\d+$`).MatchString(vals[EnvStoreAddr][r]) || vals[EnvStoreAddr][r] != vals[EnvStoreAddr][0] {
+			t.Errorf("rank %d: store address %q (rank 0: %q)", r, vals[EnvStoreAddr][r], vals[EnvStoreAddr][0])
+		}
+		if !regexp.MustCompile(`^[0-9a-f]{16}$`).MatchString(vals[EnvJobID][r]) || vals[EnvJobID][r] != vals[EnvJobID][0] {
+			t.Errorf("rank %d: job id %q (rank 0: %q)", r, vals[EnvJobID][r], vals[EnvJobID][0])
+		}
+		if want := fmt.Sprintf("[%d] args=[\"-x\" \"y z\"]\n", r); !strings.Contains(errb.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errb)
+		}
+	}
+}
+
+func TestWholeLines(t *testing.T) {
+	cfg, out, errb := helperConfig(t, 3, "lines")
+	if err := Run(context.Background(), cfg); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	re := regexp.MustCompile(`^\[(\d)\] line (\d+) of rank (\d) (x*)$`)
+	for _, s := range []*syncBuffer{out, errb} {
+		count := map[string]int{}
+		for _, line := range strings.Split(strings.TrimSuffix(s.String(), "\n"), "\n") {
+			if strings.HasSuffix(line, "LLLL") {
+				if line != "["+line[1:2]+"] "+strings.Repeat("L", 200000) {
+					t.Errorf("long line mangled (%d bytes)", len(line))
+				}
+				count["long"]++
+				continue
+			}
+			m := re.FindStringSubmatch(line)
+			if m == nil || m[1] != m[3] {
+				t.Fatalf("mixed or unprefixed line %q", line)
+			}
+			if i, _ := strconv.Atoi(m[2]); len(m[4]) != i%37 {
+				t.Fatalf("torn line %q", line)
+			}
+			count[m[1]]++
+		}
+		for r := 0; r < 3; r++ {
+			if n := count[strconv.Itoa(r)]; n != 200 {
+				t.Errorf("rank %d: %d lines, want 200", r, n)
+			}
+		}
+		if s == out && count["long"] != 3 {
+			t.Errorf("%d long lines, want 3", count["long"])
+		}
+	}
+}
+
+func TestFirstFailureStopsOthers(t *testing.T) {
+	cfg, out, errb := helperConfig(t, 4, "fail1")
+	start := time.Now()
+	err := Run(context.Background(), cfg)
+	elapsed := time.Since(start)
+	var ee *ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("Run = %v, want *ExitError\nstdout:\n%s\nstderr:\n%s", err, out, errb)
+	}
+	if ee.Rank != 1 || ee.Status != 3 || ee.Signal != 0 || ee.Stopped != 3 || ee.Pid <= 0 {
+		t.Errorf("ExitError = %+v, want rank 1 status 3, 3 stopped", *ee)
+	}
+	if ee.ExitCode() != 3 {
+		t.Errorf("ExitCode = %d, want 3", ee.ExitCode())
+	}
+	want := fmt.Sprintf("rank 1 (pid %d) exited with status 3; stopped the other 3 ranks", ee.Pid)
+	if err.Error() != want {
+		t.Errorf("Error() = %q, want %q", err.Error(), want)
+	}
+	if elapsed > 5*time.Second {
+		t.Errorf("took %v to stop the sleeping ranks", elapsed)
+	}
+	if !strings.Contains(errb.String(), "[1] rank 1 failing\n") {
+		t.Errorf("stderr lacks rank 1's message:\n%s", errb)
+	}
+}
+
+func TestKilledBySignal(t *testing.T) {
+	cfg, _, _ := helperConfig(t, 3, "kill2")
+	err := Run(context.Background(), cfg)
+	var ee *ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("Run = %v, want *ExitError", err)
+	}
+	if ee.Rank != 2 || ee.Signal != syscall.SIGKILL || ee.Status != -1 {
+		t.Errorf("ExitError = %+v", *ee)
+	}
+	if !strings.Contains(err.Error(), "rank 2 (pid ") || !strings.Contains(err.Error(), "killed by signal: killed; stopped the other 2 ranks") {
+		t.Errorf("Error() = %q", err)
+	}
+	if ee.ExitCode() != 128+9 {
+		t.Errorf("ExitCode = %d", ee.ExitCode())
+	}
+}
+
+func TestSigkillAfterGrace(t *testing.T) {
+	cfg, _, _ := helperConfig(t, 2, "stubborn")
+	cfg.Grace = 300 * time.Millisecond
+	start := time.Now()
+	err := Run(context.Background(), cfg)
+	var ee *ExitError
+	if !errors.As(err, &ee) || ee.Rank != 0 || ee.Status != 1 {
+		t.Fatalf("Run = %v, want rank 0 status 1", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("took %v", d)
+	}
+}
+
+func TestSuccess(t *testing.T) {
+	cfg, _, _ := helperConfig(t, 4, "ok")
+	if err := Run(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestContextCancel(t *testing.T) {
+	cfg, _, _ := helperConfig(t, 2, "sleep")
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := Run(ctx, cfg)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Run = %v, want deadline exceeded", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("took %v", d)
+	}
+}
+
+func TestForwardSignals(t *testing.T) {
+	cfg, out, _ := helperConfig(t, 2, "trap")
+	cfg.ForwardSignals = true
+	// Signal this process once both ranks are ready.
+	cfg.Stdout = writerFunc(func(p []byte) (int, error) {
+		n, err := out.Write(p)
+		if strings.Count(out.String(), "ready") == 2 && bytes.Contains(p, []byte("ready")) {
+			syscall.Kill(os.Getpid(), syscall.SIGINT)
+		}
+		return n, err
+	})
+	err := Run(context.Background(), cfg)
+	var se *SignalError
+	if !errors.As(err, &se) || se.Signal != os.Interrupt || se.Stopped != 2 || se.ExitCode() != 130 {
+		t.Fatalf("Run = %#v, want SignalError(interrupt, 2 stopped)", err)
+	}
+	for r := 0; r < 2; r++ {
+		if want := fmt.Sprintf("[%d] got interrupt\n", r); !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+func TestLabel(t *testing.T) {
+	cfg, out, errb := helperConfig(t, 2, "env")
+	cfg.Label = func(rank int, stderr bool) string {
+		if stderr {
+			return DefaultLabel(rank, stderr)
+		}
+		return ""
+	}
+	if err := Run(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "[") || !strings.HasPrefix(out.String(), "GOCCL_RANK=") {
+		t.Errorf("stdout should be unprefixed:\n%s", out)
+	}
+	if !strings.Contains(errb.String(), "[1] args=") {
+		t.Errorf("stderr should be prefixed:\n%s", errb)
+	}
+}
+
+func TestBadProgram(t *testing.T) {
+	for _, prog := range []string{"./testdata/no-such-thing", "no-such-command-goccl", "./testdata/notmain", "./testdata", "./launch.go"} {
+		err := Run(context.Background(), Config{NP: 2, Prog: prog, Stdout: &syncBuffer{}, Stderr: &syncBuffer{}})
+		if err == nil {
+			t.Errorf("Run(%q) succeeded", prog)
+		} else {
+			t.Logf("%s: %v", prog, err)
+		}
+	}
+	if err := Run(context.Background(), Config{NP: 0, Prog: "true"}); err == nil {
+		t.Error("NP 0 accepted")
+	}
+}
+
+func TestPathProgram(t *testing.T) {
+	var out syncBuffer
+	err := Run(context.Background(), Config{NP: 2, Prog: "sh", Args: []string{"-c", "echo rank $GOCCL_RANK; exit $GOCCL_RANK"}, Stdout: &out})
+	var ee *ExitError
+	if !errors.As(err, &ee) || ee.Rank != 1 || ee.Status != 1 {
+		t.Fatalf("Run = %v, want rank 1 status 1", err)
+	}
+	if !strings.Contains(out.String(), "[1] rank 1\n") {
+		t.Errorf("output %q", out.String())
+	}
+}
+
+func TestBuildPackage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a Go package")
+	}
+	for _, prog := range []string{"./testdata/hello", "github.com/goccl/goccl/internal/launch/testdata/hello"} {
+		var out, errb syncBuffer
+		err := Run(context.Background(), Config{NP: 2, Prog: prog, Stdout: &out, Stderr: &errb})
+		if err != nil {
+			t.Fatalf("Run(%s): %v\n%s", prog, err, errb.String())
+		}
+		for r := 0; r < 2; r++ {
+			if want := fmt.Sprintf("[%d] hello from rank %d of 2\n", r, r); !strings.Contains(out.String(), want) {
+				t.Errorf("%s: output lacks %q:\n%s", prog, want, out.String())
+			}
+		}
+		// One build, launched twice, removed afterwards.
+		exes := regexp.MustCompile(`\] exe (.*)\n`).FindAllStringSubmatch(out.String(), -1)
+		if len(exes) != 2 || exes[0][1] != exes[1][1] || !strings.HasSuffix(exes[0][1], "/hello") {
+			t.Fatalf("%s: executables %q", prog, exes)
+		}
+		if _, err := os.Stat(exes[0][1]); !os.IsNotExist(err) {
+			t.Errorf("%s: built binary %s still exists (err %v)", prog, exes[0][1], err)
+		}
+	}
+}
+
+// processGone reports whether pid has exited (a zombie counts as gone).
+func processGone(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return true
+	}
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	f := strings.Fields(string(stat))
+	return len(f) > 2 && f[2] == "Z"
+}
+
+func TestLeftoverProcesses(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("process groups are used on Linux")
+	}
+	// Rank 1 fails; rank 0's background child would otherwise keep running
+	// (and hold the output pipe open).
+	var out syncBuffer
+	start := time.Now()
+	err := Run(context.Background(), Config{NP: 2, Prog: "sh", Stdout: &out, Stderr: &out, Args: []string{"-c",
+		`sleep 60 & echo "child $!"; if [ "$GOCCL_RANK" = 1 ]; then sleep 0.2; exit 4; fi; wait`}})
+	var ee *ExitError
+	if !errors.As(err, &ee) || ee.Rank != 1 || ee.Status != 4 {
+		t.Fatalf("Run = %v", err)
+	}
+	if d := time.Since(start); d > 8*time.Second {
+		t.Errorf("took %v", d)
+	}
+	m := regexp.MustCompile(`child (\d+)`).FindAllStringSubmatch(out.String(), -1)
+	if len(m) != 2 {
+		t.Fatalf("output %q", out.String())
+	}
+	time.Sleep(100 * time.Millisecond)
+	for _, c := range m {
+		pid, _ := strconv.Atoi(c[1])
+		if !processGone(pid) {
+			t.Errorf("child %d still running", pid)
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}

@@ -1,0 +1,2 @@
+// Package notmain is not a program.
+package notmain
