@@ -77,9 +77,13 @@ func (l *Link) Recv(ctx context.Context, want *transport.Header, buf []byte, red
 		select {
 		case m = <-l.in.ch:
 		case <-l.in.closed:
-			return &transport.PeerError{Peer: l.peer, Op: "recv", Err: transport.ErrClosed}
+			if !l.drain(&m) {
+				return &transport.PeerError{Peer: l.peer, Op: "recv", Err: transport.ErrClosed}
+			}
 		case <-l.out.closed:
-			return &transport.PeerError{Peer: l.peer, Op: "recv", Err: transport.ErrClosed}
+			if !l.drain(&m) {
+				return &transport.PeerError{Peer: l.peer, Op: "recv", Err: transport.ErrClosed}
+			}
 		case <-ctx.Done():
 			return &transport.PeerError{Peer: l.peer, Op: "recv", Err: ctx.Err()}
 		}
@@ -107,4 +111,14 @@ func (l *Link) Close() error {
 	l.out.close()
 	l.in.close()
 	return nil
+}
+
+// drain takes a message that was sent before the link closed, if any.
+func (l *Link) drain(m *msg) bool {
+	select {
+	case *m = <-l.in.ch:
+		return true
+	default:
+		return false
+	}
 }
