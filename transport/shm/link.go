@@ -6,20 +6,39 @@ import (
 	"fmt"
 	"runtime"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/goccl/goccl/transport"
 )
 
-// Wait strategy: poll the shared counter spinIters times (under a microsecond),
-// then yield the processor yieldIters times (lets a peer goroutine of the same
-// process run), then sleep on the futex word with a futexSleep timeout, after
-// which ctx, the closed flag and the counter are checked again.
+// Wait strategy: poll the shared counter spinIters times (about a
+// microsecond: a peer that is running answers within it), then for up to
+// yieldPhase poll between yields of the processor, both to other goroutines of
+// this process (runtime.Gosched) and to other processes (sched_yield), so a
+// rank sharing a core with its peer (more ranks than cores) hands the core
+// over instead of burning it; then sleep on the futex word with a futexSleep
+// timeout, after which ctx, the closed flag and the counter are checked again.
 const (
-	spinIters  = 1000
-	yieldIters = 4
+	spinIters  = 2000
+	yieldPhase = 50 * time.Microsecond
 	futexSleep = 10 * time.Millisecond
 )
+
+// yieldPhaseOver runs one step of the yield phase of a wait that started
+// polling at iteration spinIters; it reports whether the phase is over and the
+// waiter should sleep.
+func yieldPhaseOver(i int, since *time.Time) bool {
+	if i == spinIters {
+		*since = time.Now()
+	}
+	if time.Since(*since) >= yieldPhase {
+		return true
+	}
+	runtime.Gosched()
+	syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+	return false
+}
 
 // futexSleeps counts futex sleeps (slow path only), for tests.
 var futexSleeps atomic.Uint64
@@ -226,6 +245,7 @@ func (l *link) publish(ctx context.Context, h *transport.Header, buf []byte) err
 func (l *link) waitSpace(ctx context.Context) error {
 	r := l.out
 	slots := uint64(r.slots)
+	var yieldStart time.Time
 	for i := 0; ; i++ {
 		if hd := r.head.Load(); l.sTail-hd < slots {
 			l.sHead = hd
@@ -237,8 +257,7 @@ func (l *link) waitSpace(ctx context.Context) error {
 		if i < spinIters {
 			continue
 		}
-		if i < spinIters+yieldIters {
-			runtime.Gosched()
+		if !yieldPhaseOver(i, &yieldStart) {
 			continue
 		}
 		if ctx.Err() != nil { // Err, not just Done: a deadline-only context has no Done channel
@@ -332,6 +351,7 @@ func (l *link) Recv(ctx context.Context, want *transport.Header, buf []byte, red
 // before the peer closed is still delivered.
 func (l *link) waitData(ctx context.Context) error {
 	r := l.in
+	var yieldStart time.Time
 	for i := 0; ; i++ {
 		closed := r.closed.Load() != 0 // before tail: data sent before a close is seen
 		if t := r.tail.Load(); t != l.rHead {
@@ -344,8 +364,7 @@ func (l *link) waitData(ctx context.Context) error {
 		if i < spinIters {
 			continue
 		}
-		if i < spinIters+yieldIters {
-			runtime.Gosched()
+		if !yieldPhaseOver(i, &yieldStart) {
 			continue
 		}
 		if ctx.Err() != nil { // Err, not just Done: a deadline-only context has no Done channel
