@@ -150,7 +150,7 @@ func (c *Comm) begin(ctx context.Context, kind opKind, dt DataType, op RedOp, ro
 	r := reduce.Op(op)
 	c.op.Header = transport.Header{Seq: c.seq, Op: uint8(kind), DType: uint8(dt), RedOp: uint8(r), Root: int32(root), Count: uint64(count)}
 	c.op.ElemSize = dt.Size()
-	c.op.Reduce = nil
+	c.op.Reduce, c.op.Reduce3 = nil, nil
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -236,7 +236,11 @@ func (c *Comm) setReduce(kind opKind, dt DataType, op RedOp) error {
 	if err != nil {
 		return c.errorf(kind, 0, "%w: %v", ErrInvalidArgument, err)
 	}
-	c.op.Reduce = f
+	f3, err := reduce.Func3(reduce.DType(dt), reduce.Op(op))
+	if err != nil {
+		return c.errorf(kind, 0, "%w: %v", ErrInvalidArgument, err)
+	}
+	c.op.Reduce, c.op.Reduce3 = f, f3
 	return nil
 }
 
@@ -283,13 +287,14 @@ func (c *Comm) AllReduceBytes(ctx context.Context, send, recv []byte, count int,
 		return c.end(opAllReduce, err)
 	}
 	n := count * dt.Size()
-	if !sameStart(send, recv) {
-		copy(recv[:n], send[:n])
-	}
-	if c.group != nil {
+	if c.group == nil {
+		if !sameStart(send, recv) {
+			copy(recv[:n], send[:n])
+		}
+	} else {
 		a := c.chooseAllReduce(n)
 		c.logAlgo(opAllReduce, a, a.String(), n)
-		err = c.group.AllReduce(ctx, &c.op, recv[:n], count, a)
+		err = c.group.AllReduce(ctx, &c.op, send[:n], recv[:n], count, a)
 	}
 	if err == nil && op == Avg {
 		err = reduce.DivideBy(reduce.DType(dt), recv[:n], c.size)
@@ -318,12 +323,17 @@ func (c *Comm) BroadcastBytes(ctx context.Context, send, recv []byte, count int,
 		return err
 	}
 	n := count * dt.Size()
-	if c.rank == root && !sameStart(send, recv) {
-		copy(recv[:n], send[:n])
-	}
-	if c.group != nil {
+	if c.group == nil {
+		if !sameStart(send, recv) {
+			copy(recv[:n], send[:n])
+		}
+	} else {
 		c.logAlgo(opBroadcast, 0, "tree", n)
-		err = c.group.Broadcast(ctx, &c.op, recv[:n], count, root)
+		var s []byte
+		if c.rank == root {
+			s = send[:n]
+		}
+		err = c.group.Broadcast(ctx, &c.op, s, recv[:n], count, root)
 	}
 	return c.end(opBroadcast, err)
 }
@@ -384,13 +394,13 @@ func (c *Comm) AllGatherBytes(ctx context.Context, send, recv []byte, count int,
 		return err
 	}
 	n := count * dt.Size()
-	mine := recv[c.rank*n : (c.rank+1)*n]
-	if !sameStart(send, mine) {
-		copy(mine, send[:n])
-	}
-	if c.group != nil {
+	if c.group == nil {
+		if mine := recv[:n]; !sameStart(send, mine) {
+			copy(mine, send[:n])
+		}
+	} else {
 		c.logAlgo(opAllGather, 0, "ring", n)
-		err = c.group.AllGather(ctx, &c.op, recv[:n*c.size], count)
+		err = c.group.AllGather(ctx, &c.op, send[:n], recv[:n*c.size], count)
 	}
 	return c.end(opAllGather, err)
 }

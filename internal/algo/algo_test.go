@@ -22,6 +22,14 @@ func sumInt32(dst, src []byte) {
 	}
 }
 
+func sum3Int32(dst, a, b []byte) {
+	for i := 0; i+4 <= len(dst); i += 4 {
+		x := int32(binary.LittleEndian.Uint32(a[i:]))
+		y := int32(binary.LittleEndian.Uint32(b[i:]))
+		binary.LittleEndian.PutUint32(dst[i:], uint32(x+y))
+	}
+}
+
 func put(b []byte, i int, v int32) { binary.LittleEndian.PutUint32(b[4*i:], uint32(v)) }
 func get(b []byte, i int) int32    { return int32(binary.LittleEndian.Uint32(b[4*i:])) }
 
@@ -76,13 +84,28 @@ func TestAllReduce(t *testing.T) {
 			for _, count := range counts {
 				t.Run(fmt.Sprintf("%v/P%d/n%d", a, n, count), func(t *testing.T) {
 					bufs := make([][]byte, n)
+					outs := make([][]byte, n)
+					sends := make([][]byte, n)
 					errs := runRanks(t, n, func(g *Group) error {
 						buf := make([]byte, 4*count)
+						send := make([]byte, 4*count)
 						for i := 0; i < count; i++ {
 							put(buf, i, input(g.Rank, i))
+							put(send, i, input(g.Rank, i))
 						}
-						bufs[g.Rank] = buf
-						return g.AllReduce(context.Background(), testOp(1, count), buf, count, a)
+						bufs[g.Rank], sends[g.Rank] = buf, send
+						op := testOp(1, count)
+						if err := g.AllReduce(context.Background(), op, buf, buf, count, a); err != nil {
+							return err
+						}
+						// Out of place, with and without the three-operand kernel.
+						out := make([]byte, 4*count)
+						outs[g.Rank] = out
+						op.Header.Seq = 2
+						if g.Rank%2 == 0 {
+							op.Reduce3 = sum3Int32
+						}
+						return g.AllReduce(context.Background(), op, send, out, count, a)
 					})
 					noErrors(t, errs)
 					for r := 0; r < n; r++ {
@@ -93,6 +116,12 @@ func TestAllReduce(t *testing.T) {
 							}
 							if got := get(bufs[r], i); got != want {
 								t.Fatalf("rank %d elem %d: got %d want %d", r, i, got, want)
+							}
+							if got := get(outs[r], i); got != want {
+								t.Fatalf("out of place: rank %d elem %d: got %d want %d", r, i, got, want)
+							}
+							if get(sends[r], i) != input(r, i) {
+								t.Fatalf("out of place: rank %d's send buffer was modified", r)
 							}
 						}
 					}
@@ -117,7 +146,7 @@ func TestBroadcastReduce(t *testing.T) {
 						bufs[g.Rank] = buf
 						op := testOp(1, count)
 						op.Header.Root = int32(root)
-						if err := g.Broadcast(context.Background(), op, buf, count, root); err != nil {
+						if err := g.Broadcast(context.Background(), op, buf, buf, count, root); err != nil {
 							return err
 						}
 						send := make([]byte, 4*count)
@@ -161,16 +190,18 @@ func TestBroadcastOnly(t *testing.T) {
 			count := 200003
 			bufs := make([][]byte, n)
 			noErrors(t, runRanks(t, n, func(g *Group) error {
-				buf := make([]byte, 4*count)
+				buf := make([]byte, 4*count) // out of place on the root
+				var send []byte
 				if g.Rank == root {
+					send = make([]byte, 4*count)
 					for i := 0; i < count; i++ {
-						put(buf, i, input(root, i))
+						put(send, i, input(root, i))
 					}
 				}
 				bufs[g.Rank] = buf
 				op := testOp(1, count)
 				op.Header.Root = int32(root)
-				return g.Broadcast(context.Background(), op, buf, count, root)
+				return g.Broadcast(context.Background(), op, send, buf, count, root)
 			}))
 			for r := 0; r < n; r++ {
 				for i := 0; i < count; i++ {
@@ -199,8 +230,17 @@ func TestAllGatherReduceScatterAllToAll(t *testing.T) {
 						put(buf[4*count*r:], i, input(r, i))
 					}
 					ag[r] = buf
-					if err := g.AllGather(ctx, testOp(1, count), buf, count); err != nil {
+					if err := g.AllGather(ctx, testOp(1, count), buf[4*count*r:4*count*(r+1)], buf, count); err != nil {
 						return err
+					}
+					// Out of place must give the same.
+					own := append([]byte(nil), buf[4*count*r:4*count*(r+1)]...)
+					oop := make([]byte, len(buf))
+					if err := g.AllGather(ctx, testOp(5, count), own, oop, count); err != nil {
+						return err
+					}
+					if string(oop) != string(buf) {
+						return errors.New("out-of-place allgather differs from in-place")
 					}
 					send := make([]byte, 4*count*n)
 					for i := 0; i < count*n; i++ {
@@ -297,7 +337,7 @@ func TestMismatchFailsEverywhere(t *testing.T) {
 					count = 1001
 				}
 				buf := make([]byte, 4*count)
-				return g.AllReduce(ctx, testOp(1, count), buf, count, a)
+				return g.AllReduce(ctx, testOp(1, count), buf, buf, count, a)
 			})
 			failed := 0
 			var mm *transport.MismatchError

@@ -52,68 +52,87 @@ func sameStart(a, b []byte) bool {
 
 func mod(a, n int) int { return ((a % n) + n) % n }
 
-// AllReduceRing reduces buf (count elements, in place) across the group with
+// AllReduceRing reduces send (count elements) across the group into recv with
 // the ring algorithm: P-1 reduce-scatter steps, then P-1 all-gather steps, each
-// step sending one of P blocks to the next rank while receiving another from the
-// previous one (Patarasuk and Yuan, "Bandwidth optimal all-reduce algorithms
-// for clusters of workstations", 2009). Every block is reduced along one chain
-// and then copied, so all ranks end with bit-identical results.
-func (g *Group) AllReduceRing(ctx context.Context, op *Op, buf []byte, count int) error {
+// step sending one of P blocks to the next rank while receiving another from
+// the previous one (Patarasuk and Yuan, "Bandwidth optimal all-reduce
+// algorithms for clusters of workstations", 2009). Every block is reduced
+// along one chain and then copied, so all ranks end with bit-identical
+// results. send may be recv (in place); out of place, send is only read, and
+// never copied first: the first step sends from it and each receive folds the
+// incoming block with send's block straight into recv.
+func (g *Group) AllReduceRing(ctx context.Context, op *Op, send, recv []byte, count int) error {
 	if err := g.checkGroup(op); err != nil {
 		return err
 	}
 	P, r, es := g.Size, g.Rank, op.ElemSize
 	if P == 1 {
+		copyIfDifferent(recv[:count*es], send[:count*es])
 		return nil
 	}
 	next, prev := mod(r+1, P), mod(r-1, P)
-	blk := func(i int) []byte {
+	blk := func(b []byte, i int) []byte {
 		off, n := block(count, P, mod(i, P))
-		return buf[off*es : (off+n)*es]
+		return b[off*es : (off+n)*es]
 	}
 	for s := 0; s < P-1; s++ {
-		if err := g.sendRecv(ctx, op, next, blk(r-s), prev, blk(r-s-1), true); err != nil {
+		src := recv // blocks sent after the first step hold partial sums in recv
+		if s == 0 {
+			src = send
+		}
+		if err := g.sendRecvFold(ctx, op, next, blk(src, r-s), prev, blk(recv, r-s-1), blk(send, r-s-1)); err != nil {
 			return err
 		}
 	}
 	for s := 0; s < P-1; s++ {
-		if err := g.sendRecv(ctx, op, next, blk(r+1-s), prev, blk(r-s), false); err != nil {
+		if err := g.sendRecv(ctx, op, next, blk(recv, r+1-s), prev, blk(recv, r-s), false); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// AllReduceRHD reduces buf (count elements, in place) with recursive
-// halving-doubling (Rabenseifner; Thakur, Rabenseifner and Gropp, "Optimization
-// of collective communication operations in MPICH", 2005): a recursive-halving
-// reduce-scatter then a recursive-doubling all-gather over the largest power of
-// two p' <= P ranks. For P not a power of two, the first 2(P-p') ranks pair up
-// first: even ranks hand their vector to the odd neighbour and sit out, and get
-// the result back at the end.
-func (g *Group) AllReduceRHD(ctx context.Context, op *Op, buf []byte, count int) error {
+// copyIfDifferent copies src to dst unless they are the same memory.
+func copyIfDifferent(dst, src []byte) {
+	if !sameStart(dst, src) {
+		copy(dst, src)
+	}
+}
+
+// AllReduceRHD reduces send (count elements) into recv with recursive
+// halving-doubling (Rabenseifner; Thakur, Rabenseifner and Gropp,
+// "Optimization of collective communication operations in MPICH", 2005): a
+// recursive-halving reduce-scatter then a recursive-doubling all-gather over
+// the largest power of two p' <= P ranks. For P not a power of two, the first
+// 2(P-p') ranks pair up first: even ranks hand their vector to the odd
+// neighbour and sit out, and get the result back at the end. send may be recv;
+// out of place, send is only read.
+func (g *Group) AllReduceRHD(ctx context.Context, op *Op, send, recv []byte, count int) error {
 	if err := g.checkGroup(op); err != nil {
 		return err
 	}
 	P, r, es := g.Size, g.Rank, op.ElemSize
+	nbytes := count * es
 	if P == 1 {
+		copyIfDifferent(recv[:nbytes], send[:nbytes])
 		return nil
 	}
 	pow := 1 << (bits.Len(uint(P)) - 1)
 	rem := P - pow
-	nbytes := count * es
 
-	// Fold the extra ranks in.
+	// Fold the extra ranks in. src is where this rank's current values live.
+	src := send
 	newRank := -1
 	switch {
 	case r < 2*rem && r%2 == 0:
-		if err := g.send(ctx, op, r+1, buf[:nbytes]); err != nil {
+		if err := g.send(ctx, op, r+1, send[:nbytes]); err != nil {
 			return err
 		}
 	case r < 2*rem:
-		if err := g.recv(ctx, op, r-1, buf[:nbytes], true); err != nil {
+		if err := g.recvFold(ctx, op, r-1, recv[:nbytes], send[:nbytes]); err != nil {
 			return err
 		}
+		src = recv
 		newRank = r / 2
 	default:
 		newRank = r - rem
@@ -139,9 +158,10 @@ func (g *Group) AllReduceRHD(ctx context.Context, op *Op, buf []byte, count int)
 			}
 			los[steps], his[steps] = lo, hi
 			steps++
-			if err := g.sendRecv(ctx, op, partner, buf[giveLo*es:giveHi*es], partner, buf[keepLo*es:keepHi*es], true); err != nil {
+			if err := g.sendRecvFold(ctx, op, partner, src[giveLo*es:giveHi*es], partner, recv[keepLo*es:keepHi*es], src[keepLo*es:keepHi*es]); err != nil {
 				return err
 			}
+			src = recv
 			lo, hi = keepLo, keepHi
 		}
 		// Recursive doubling: each step doubles the segment, in reverse order.
@@ -154,7 +174,7 @@ func (g *Group) AllReduceRHD(ctx context.Context, op *Op, buf []byte, count int)
 			if lo == plo {
 				otherLo, otherHi = hi, phi
 			}
-			if err := g.sendRecv(ctx, op, partner, buf[lo*es:hi*es], partner, buf[otherLo*es:otherHi*es], false); err != nil {
+			if err := g.sendRecv(ctx, op, partner, recv[lo*es:hi*es], partner, recv[otherLo*es:otherHi*es], false); err != nil {
 				return err
 			}
 			lo, hi = plo, phi
@@ -164,40 +184,47 @@ func (g *Group) AllReduceRHD(ctx context.Context, op *Op, buf []byte, count int)
 	// Hand the result back to the ranks that sat out.
 	if r < 2*rem {
 		if r%2 == 0 {
-			return g.recv(ctx, op, r+1, buf[:nbytes], false)
+			return g.recv(ctx, op, r+1, recv[:nbytes], false)
 		}
-		return g.send(ctx, op, r-1, buf[:nbytes])
+		return g.send(ctx, op, r-1, recv[:nbytes])
 	}
 	return nil
 }
 
 // AllReduceTree reduces to rank 0 with a binomial tree and broadcasts back.
-func (g *Group) AllReduceTree(ctx context.Context, op *Op, buf []byte, count int) error {
-	if err := g.reduceTree(ctx, op, buf, buf, count, 0); err != nil {
-		return err
-	}
-	return g.bcastTree(ctx, op, buf, count, 0)
-}
-
-// AllReduce runs the given algorithm (Auto is resolved by the caller's tuner;
-// here it means ring).
-func (g *Group) AllReduce(ctx context.Context, op *Op, buf []byte, count int, a Algorithm) error {
-	switch a {
-	case RHD:
-		return g.AllReduceRHD(ctx, op, buf, count)
-	case Tree:
-		return g.AllReduceTree(ctx, op, buf, count)
-	}
-	return g.AllReduceRing(ctx, op, buf, count)
-}
-
-// Broadcast copies count elements of buf on root to buf on every rank along a
-// binomial tree rooted at root, pipelined in pieces of pipelineBytes.
-func (g *Group) Broadcast(ctx context.Context, op *Op, buf []byte, count, root int) error {
+func (g *Group) AllReduceTree(ctx context.Context, op *Op, send, recv []byte, count int) error {
 	if err := g.checkGroup(op); err != nil {
 		return err
 	}
-	return g.bcastTree(ctx, op, buf, count, root)
+	n := count * op.ElemSize
+	copyIfDifferent(recv[:n], send[:n])
+	if err := g.reduceTree(ctx, op, recv, recv, count, 0); err != nil {
+		return err
+	}
+	return g.bcastTree(ctx, op, recv, recv, count, 0)
+}
+
+// AllReduce reduces send into recv with the given algorithm (Auto is resolved
+// by the caller's tuner; here it means ring).
+func (g *Group) AllReduce(ctx context.Context, op *Op, send, recv []byte, count int, a Algorithm) error {
+	switch a {
+	case RHD:
+		return g.AllReduceRHD(ctx, op, send, recv, count)
+	case Tree:
+		return g.AllReduceTree(ctx, op, send, recv, count)
+	}
+	return g.AllReduceRing(ctx, op, send, recv, count)
+}
+
+// Broadcast copies count elements of send on root to recv on every rank along
+// a binomial tree rooted at root, pipelined in pieces of pipelineBytes. send
+// is only read on root, where it may be recv; the root copies send to recv
+// while its first sends are in flight.
+func (g *Group) Broadcast(ctx context.Context, op *Op, send, recv []byte, count, root int) error {
+	if err := g.checkGroup(op); err != nil {
+		return err
+	}
+	return g.bcastTree(ctx, op, send, recv, count, root)
 }
 
 // treeNeighbours returns the parent (-1 at the root) and the children (largest
@@ -230,9 +257,10 @@ func pieceElems(es int) int {
 	return n
 }
 
-func (g *Group) bcastTree(ctx context.Context, op *Op, buf []byte, count, root int) error {
+func (g *Group) bcastTree(ctx context.Context, op *Op, send, recv []byte, count, root int) error {
 	P, es := g.Size, op.ElemSize
 	if P == 1 {
+		copyIfDifferent(recv[:count*es], send[:count*es])
 		return nil
 	}
 	var children [64]int
@@ -241,13 +269,15 @@ func (g *Group) bcastTree(ctx context.Context, op *Op, buf []byte, count, root i
 	npieces := max(1, (count+piece-1)/piece)
 	for k := 0; k < npieces; k++ {
 		lo, hi := k*piece, min(count, (k+1)*piece)
-		p := buf[lo*es : hi*es]
+		p := recv[lo*es : hi*es]
 		if parent >= 0 {
 			if err := g.recv(ctx, op, parent, p, false); err != nil {
 				g.Abort()
 				g.waitAll(children[:nc])
 				return err
 			}
+		} else {
+			p = send[lo*es : hi*es] // the root forwards its input
 		}
 		for _, c := range children[:nc] {
 			if err := g.wait(c); err != nil {
@@ -256,6 +286,9 @@ func (g *Group) bcastTree(ctx context.Context, op *Op, buf []byte, count, root i
 				return err
 			}
 			g.post(ctx, op, c, p)
+		}
+		if parent < 0 {
+			copyIfDifferent(recv[lo*es:hi*es], p)
 		}
 	}
 	return g.waitAll(children[:nc])
@@ -303,12 +336,14 @@ func (g *Group) reduceTree(ctx context.Context, op *Op, send, recv []byte, count
 	for k := 0; k < npieces; k++ {
 		lo, hi := k*piece, min(count, (k+1)*piece)
 		a := acc[lo*es : hi*es]
-		if nc > 0 && !sameStart(acc, send) {
-			copy(a, send[lo*es:hi*es])
-		}
-		// Children in reverse order: the smallest subtree finishes first.
+		// Children in reverse order: the smallest subtree finishes first. The
+		// first one's data is folded with this rank's input straight into acc.
 		for i := nc - 1; i >= 0; i-- {
-			if err := g.recv(ctx, op, children[i], a, true); err != nil {
+			in := a
+			if i == nc-1 {
+				in = send[lo*es : hi*es]
+			}
+			if err := g.recvFold(ctx, op, children[i], a, in); err != nil {
 				if parent >= 0 {
 					g.Abort()
 					g.wait(parent)
@@ -329,21 +364,43 @@ func (g *Group) reduceTree(ctx context.Context, op *Op, send, recv []byte, count
 	return nil
 }
 
-// AllGather gathers count elements from every rank into buf (Size*count
-// elements; this rank's block must already be in place at Rank*count) with the
-// ring algorithm: P-1 steps, each forwarding the block received in the last.
-func (g *Group) AllGather(ctx context.Context, op *Op, buf []byte, count int) error {
+// AllGather gathers count elements of send from every rank into recv
+// (Size*count elements, block r from rank r) with the ring algorithm: P-1
+// steps, each forwarding the block received in the last. The first step sends
+// straight from send; this rank's block is copied into recv meanwhile (send
+// may already be recv's block Rank: in place).
+func (g *Group) AllGather(ctx context.Context, op *Op, send, recv []byte, count int) error {
 	if err := g.checkGroup(op); err != nil {
 		return err
 	}
 	P, r, es := g.Size, g.Rank, op.ElemSize
+	bb := count * es
 	next, prev := mod(r+1, P), mod(r-1, P)
 	blk := func(i int) []byte {
 		i = mod(i, P)
-		return buf[i*count*es : (i+1)*count*es]
+		return recv[i*bb : (i+1)*bb]
+	}
+	if P == 1 {
+		copyIfDifferent(blk(r), send[:bb])
+		return nil
 	}
 	for s := 0; s < P-1; s++ {
-		if err := g.sendRecv(ctx, op, next, blk(r-s), prev, blk(r-s-1), false); err != nil {
+		out := blk(r - s)
+		if s == 0 {
+			out = send[:bb]
+		}
+		g.post(ctx, op, next, out)
+		if s == 0 {
+			copyIfDifferent(blk(r), send[:bb])
+		}
+		err := g.recv(ctx, op, prev, blk(r-s-1), false)
+		if err != nil {
+			g.Abort()
+		}
+		if werr := g.wait(next); err == nil {
+			err = werr
+		}
+		if err != nil {
 			return err
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"unsafe"
 
 	"github.com/goccl/goccl/transport"
 )
@@ -20,6 +21,10 @@ type Op struct {
 	Header   transport.Header     // Seq, Op, DType, RedOp, Root, Count; Bytes is set per message
 	ElemSize int                  // bytes per element
 	Reduce   transport.ReduceFunc // nil for data-movement collectives
+	// Reduce3 computes dst = a op b; when set, receives that fold incoming
+	// data into a copy of another buffer do it in one pass (out-of-place
+	// collectives then never copy their input first).
+	Reduce3 func(dst, a, b []byte)
 }
 
 // Group is one rank's view of the communicator for the algorithms: its links to
@@ -34,11 +39,29 @@ type Group struct {
 	recvHdr transport.Header // reused so that passing &hdr to a Link does not allocate
 	sendHdr transport.Header
 	aborted bool
+
+	f3   fold3                // state of the current three-operand receive
+	f3fn transport.ReduceFunc // f3.reduce, bound once
+}
+
+// fold3 adapts a three-operand kernel to transport.ReduceFunc for one receive:
+// each incoming piece is combined with the same region of a (a buffer laid out
+// like the destination) and written to the destination.
+type fold3 struct {
+	f    func(dst, a, b []byte)
+	dst0 uintptr // address of the destination's first byte
+	a    []byte
+}
+
+func (x *fold3) reduce(dst, src []byte) {
+	off := int(uintptr(unsafe.Pointer(unsafe.SliceData(dst))) - x.dst0)
+	x.f(dst, x.a[off:off+len(dst)], src)
 }
 
 // NewGroup wraps links (indexed by rank, nil at rank) for the algorithms.
 func NewGroup(rank, size int, links []transport.Link) *Group {
 	g := &Group{Rank: rank, Size: size, links: links, senders: make([]*sender, size)}
+	g.f3fn = g.f3.reduce
 	for p, l := range links {
 		if l != nil {
 			g.senders[p] = newSender(l)
@@ -131,6 +154,37 @@ func (g *Group) recv(ctx context.Context, op *Op, peer int, buf []byte, reduce b
 		f = op.Reduce
 	}
 	return g.links[peer].Recv(ctx, &g.recvHdr, buf, f)
+}
+
+// recvFold receives from peer and stores a op incoming into dst (a and dst
+// have the same length; a may be dst itself, which is a plain receive-reduce).
+func (g *Group) recvFold(ctx context.Context, op *Op, peer int, dst, a []byte) error {
+	if op.Reduce3 == nil || sameStart(dst, a) {
+		if !sameStart(dst, a) {
+			copy(dst, a)
+		}
+		return g.recv(ctx, op, peer, dst, true)
+	}
+	g.recvHdr = op.Header
+	g.recvHdr.Bytes = uint64(len(dst))
+	g.f3 = fold3{f: op.Reduce3, dst0: uintptr(unsafe.Pointer(unsafe.SliceData(dst))), a: a}
+	err := g.links[peer].Recv(ctx, &g.recvHdr, dst, g.f3fn)
+	g.f3.a = nil
+	return err
+}
+
+// sendRecvFold is sendRecv whose receive stores a op incoming into recvBuf.
+func (g *Group) sendRecvFold(ctx context.Context, op *Op, to int, sendBuf []byte, from int, recvBuf, a []byte) error {
+	g.post(ctx, op, to, sendBuf)
+	rerr := g.recvFold(ctx, op, from, recvBuf, a)
+	if rerr != nil {
+		g.Abort()
+	}
+	serr := g.wait(to)
+	if rerr != nil {
+		return rerr
+	}
+	return serr
 }
 
 // send sends buf to peer and waits for it.
