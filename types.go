@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/goccl/goccl/internal/reduce"
 	"github.com/x448/float16"
 )
 
@@ -53,33 +54,19 @@ const (
 	numDataTypes
 )
 
-var dataTypeNames = [...]string{"int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "bfloat16", "float", "double"}
-
 // String returns the nccl-tests name of the type ("float", "half", "int32", ...).
 func (d DataType) String() string {
 	if d < numDataTypes {
-		return dataTypeNames[d]
+		return reduce.DType(d).String()
 	}
 	return fmt.Sprintf("DataType(%d)", uint8(d))
 }
 
-// Size is the element size in bytes.
-func (d DataType) Size() int {
-	switch d {
-	case Int8, Uint8:
-		return 1
-	case Float16Type, BFloat16Type:
-		return 2
-	case Int32, Uint32, Float32:
-		return 4
-	case Int64, Uint64, Float64:
-		return 8
-	}
-	return 0
-}
+// Size is the element size in bytes (0 for an unknown type).
+func (d DataType) Size() int { return reduce.DType(d).Size() }
 
 // IsFloat reports whether d is a floating-point type.
-func (d DataType) IsFloat() bool { return d >= Float16Type && d <= Float64 }
+func (d DataType) IsFloat() bool { return reduce.DType(d).IsFloat() }
 
 // Valid reports whether d is a known type.
 func (d DataType) Valid() bool { return d < numDataTypes }
@@ -92,9 +79,9 @@ func DataTypes() []DataType {
 // ParseDataType accepts nccl-tests names (int8, uint8, int32, uint32, int64,
 // uint64, half, bfloat16, float, double) and the aliases float16, float32, float64.
 func ParseDataType(s string) (DataType, error) {
-	for i, n := range dataTypeNames {
-		if n == s {
-			return DataType(i), nil
+	for d := DataType(0); d < numDataTypes; d++ {
+		if d.String() == s {
+			return d, nil
 		}
 	}
 	switch s {
