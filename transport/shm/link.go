@@ -56,14 +56,23 @@ type link struct {
 	_     [56]byte
 
 	// Sender-owned (one Send/TrySend at a time).
-	sTail uint64 // slots published (only the sender writes out.tail)
-	sHead uint64 // last seen out.head
-	_     [48]byte
+	sTail  uint64 // slots published (only the sender writes out.tail)
+	sHead  uint64 // last seen out.head
+	cmaMin int    // smallest message sent by CMA (0: never); fixed at NewLink
+	pinned []byte // buffer of the CMA send in flight
+	_      [16]byte
 
 	// Receiver-owned (one Recv at a time).
-	rHead uint64 // slots released (only the receiver writes in.head)
-	rTail uint64 // last seen in.tail
-	_     [48]byte
+	rHead     uint64 // slots released (only the receiver writes in.head)
+	rTail     uint64 // last seen in.tail
+	cmaProbed bool   // the CMA probe ran (or CMA is off)
+	cmaOK     bool   // the probe could read the sender's memory
+	cmaPid    int    // the sender's pid, as verified by the probe
+	stage     []byte // staging buffer of reducing CMA receives
+	_         [8]byte
+
+	// The word the peer's receiver reads to check that CMA works (see cma.go).
+	probe uint64
 }
 
 // NewLink returns the Link of rank self to rank peer: out carries self->peer, in carries peer->self.
@@ -85,6 +94,7 @@ func NewLink(self, peer int, out, in *Ring) transport.Link {
 	l := &link{self: self, peer: peer, out: out, in: in}
 	l.sTail, l.sHead = out.tail.Load(), out.head.Load()
 	l.rHead, l.rTail = in.head.Load(), in.tail.Load()
+	l.initCMA()
 	return l
 }
 
@@ -154,7 +164,8 @@ func slotsFor(n, slotSize int) int {
 	return (n + slotSize - 1) / slotSize
 }
 
-// Send transmits h and buf; it returns once buf has been copied into the ring.
+// Send transmits h and buf; it returns once buf has been copied into the ring,
+// or, for a message that goes by CMA, once the receiver has read it.
 // A Send interrupted (ctx or closure) after part of the message was published
 // closes the link, since the peer could not tell where the next message starts.
 func (l *link) Send(ctx context.Context, h *transport.Header, buf []byte) error {
@@ -168,12 +179,16 @@ func (l *link) Send(ctx context.Context, h *transport.Header, buf []byte) error 
 	if ctx.Err() != nil { // Err, not just Done: a deadline-only context has no Done channel
 		return l.errCtx(ctx, "send")
 	}
+	if l.useCMA(len(buf)) {
+		return l.sendCMA(ctx, h, buf)
+	}
 	return l.publish(ctx, h, buf)
 }
 
 // TrySend sends only if every slot the message needs is free now; otherwise it
 // returns (false, nil) and changes nothing. A message needing more than Slots
-// slots is never sent by TrySend.
+// slots, or one that would go by CMA (whose Send waits for the receiver), is
+// never sent by TrySend.
 func (l *link) TrySend(h *transport.Header, buf []byte) (bool, error) {
 	if h.Bytes != uint64(len(buf)) {
 		return false, fmt.Errorf("shm: send to peer %d: header says %d bytes, buffer has %d", l.peer, h.Bytes, len(buf))
@@ -185,6 +200,9 @@ func (l *link) TrySend(h *transport.Header, buf []byte) (bool, error) {
 	r := l.out
 	if r.closed.Load() != 0 {
 		return false, l.errClosed("send")
+	}
+	if l.useCMA(len(buf)) {
+		return false, nil
 	}
 	need := uint64(slotsFor(len(buf), r.slotSize))
 	slots := uint64(r.slots)
@@ -277,9 +295,10 @@ func (l *link) waitSpace(ctx context.Context) error {
 }
 
 // Recv receives the next message into buf, copying or folding it in with
-// reduce directly from the ring's slots. A header mismatch or corrupt frame
-// closes the link (both sides see it closed) and returns the error. A Recv
-// interrupted in the middle of a message also closes the link.
+// reduce directly from the ring's slots (or, for a CMA message, from the
+// sender's memory). A header mismatch or corrupt frame closes the link (both
+// sides see it closed) and returns the error. A Recv interrupted in the middle
+// of a message also closes the link.
 func (l *link) Recv(ctx context.Context, want *transport.Header, buf []byte, reduce transport.ReduceFunc) error {
 	if want.Bytes != uint64(len(buf)) {
 		return fmt.Errorf("shm: recv from peer %d: header says %d bytes, buffer has %d", l.peer, want.Bytes, len(buf))
@@ -291,37 +310,61 @@ func (l *link) Recv(ctx context.Context, want *transport.Header, buf []byte, red
 	if ctx.Err() != nil { // Err, not just Done: a deadline-only context has no Done channel
 		return l.errCtx(ctx, "recv")
 	}
+	if !l.cmaProbed {
+		l.probeCMA()
+	}
+	r := l.in
+	for {
+		if l.rHead == l.rTail {
+			if err := l.waitData(ctx); err != nil {
+				return err // nothing consumed: the link stays usable
+			}
+		}
+		if !l.cmaProbed {
+			l.probeCMA() // the sender's offer precedes its first message
+		}
+		meta, _ := r.slot(l.rHead)
+		flags := binary.LittleEndian.Uint32(meta[4:])
+		if flags&flagFirst == 0 {
+			l.shutdown()
+			return l.errCorrupt("expected the first slot of a message")
+		}
+		var got transport.Header
+		if err := got.Decode(meta[8:]); err != nil {
+			l.shutdown()
+			return &transport.PeerError{Peer: l.peer, Op: "recv", Err: err}
+		}
+		if err := transport.Check(l.peer, want, &got); err != nil {
+			l.shutdown()
+			return &transport.PeerError{Peer: l.peer, Op: "recv", Err: err}
+		}
+		if flags&flagCMA == 0 {
+			return l.recvCopy(ctx, buf, reduce)
+		}
+		if retry, err := l.recvCMA(ctx, meta, buf, reduce); !retry {
+			return err
+		}
+		// Refused: the sender now sends the same message through the slots.
+	}
+}
+
+// recvCopy receives a message that travels through the slots, starting with
+// its first slot (at rHead, already checked).
+func (l *link) recvCopy(ctx context.Context, buf []byte, reduce transport.ReduceFunc) error {
 	r := l.in
 	n := len(buf)
 	ns := slotsFor(n, r.slotSize)
 	off := 0
 	for i := 0; i < ns; i++ {
-		if l.rHead == l.rTail {
+		if i > 0 && l.rHead == l.rTail {
 			if err := l.waitData(ctx); err != nil {
-				if i > 0 {
-					l.shutdown()
-				}
+				l.shutdown()
 				return err
 			}
 		}
 		meta, payload := r.slot(l.rHead)
 		m := int(binary.LittleEndian.Uint32(meta[0:]))
-		flags := binary.LittleEndian.Uint32(meta[4:])
-		if i == 0 {
-			if flags&flagFirst == 0 {
-				l.shutdown()
-				return l.errCorrupt("expected the first slot of a message")
-			}
-			var got transport.Header
-			if err := got.Decode(meta[8:]); err != nil {
-				l.shutdown()
-				return &transport.PeerError{Peer: l.peer, Op: "recv", Err: err}
-			}
-			if err := transport.Check(l.peer, want, &got); err != nil {
-				l.shutdown()
-				return &transport.PeerError{Peer: l.peer, Op: "recv", Err: err}
-			}
-		} else if flags&flagFirst != 0 {
+		if i > 0 && binary.LittleEndian.Uint32(meta[4:])&flagFirst != 0 {
 			l.shutdown()
 			return l.errCorrupt("message ended after %d of %d bytes", off, n)
 		}
@@ -337,14 +380,20 @@ func (l *link) Recv(ctx context.Context, want *transport.Header, buf []byte, red
 			copy(buf[off:off+m], payload[:m])
 		}
 		off += m
-		l.rHead++
-		r.head.Store(l.rHead) // release the slot to the sender
-		if r.sendWaiting.Load() != 0 && r.sendWaiting.Swap(0) != 0 {
-			r.spaceWord.Add(1)
-			futexWake(r.spaceWord, 1)
-		}
+		l.release()
 	}
 	return nil
+}
+
+// release hands the slot at rHead back to the sender, waking it if it sleeps.
+func (l *link) release() {
+	r := l.in
+	l.rHead++
+	r.head.Store(l.rHead) // release the slot to the sender
+	if r.sendWaiting.Load() != 0 && r.sendWaiting.Swap(0) != 0 {
+		r.spaceWord.Add(1)
+		futexWake(r.spaceWord, 1)
+	}
 }
 
 // waitData blocks until the inbound ring has a published slot. Data published
@@ -359,6 +408,11 @@ func (l *link) waitData(ctx context.Context) error {
 			return nil
 		}
 		if closed {
+			// A peer's (or this side's CMA Send's) reaction to the same
+			// expired deadline must not hide it: report ctx first.
+			if ctx.Err() != nil {
+				return l.errCtx(ctx, "recv")
+			}
 			return l.errClosed("recv")
 		}
 		if i < spinIters {

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"strconv"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 const (
 	envChildIn  = "GOCCL_SHM_TEST_CHILD_IN"  // ring the child creates (parent -> child)
 	envParentIn = "GOCCL_SHM_TEST_PARENT_IN" // ring the parent created (child -> parent)
+	envCMA      = "GOCCL_SHM_TEST_CMA"       // Config.CMAThreshold of both sides
 )
 
 const crossBytes = 32 << 20
@@ -46,13 +48,29 @@ func openWhenReady(ctx context.Context, path string) (*Ring, error) {
 	}
 }
 
+// xorInto is the ReduceFunc of the cross-process test.
+func xorInto(d, s []byte) {
+	for i := range d {
+		d[i] ^= s[i]
+	}
+}
+
+// TestCrossProcess exchanges 32 MiB both ways with a child process, through
+// the slots ("copy") and by Cross Memory Attach ("cma", 64 KiB threshold),
+// and checks that the CMA run really read the other process's memory.
 func TestCrossProcess(t *testing.T) {
 	if os.Getenv(envChildIn) != "" {
 		t.Skip("in the helper process")
 	}
+	t.Run("copy", func(t *testing.T) { testCrossProcess(t, CMADisabled) })
+	t.Run("cma", func(t *testing.T) { testCrossProcess(t, 64<<10) })
+}
+
+func testCrossProcess(t *testing.T, cmaThreshold int) {
 	dir := testDir(t)
 	cfg := crossCfg
 	cfg.Dir = dir
+	cfg.CMAThreshold = cmaThreshold
 	in, err := CreateRing(uniqueName(t, "c2p"), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +83,7 @@ func TestCrossProcess(t *testing.T) {
 	defer cancel()
 	var out bytes.Buffer
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestCrossProcessChild$", "-test.v")
-	cmd.Env = append(os.Environ(), envChildIn+"="+childIn, envParentIn+"="+in.Path())
+	cmd.Env = append(os.Environ(), envChildIn+"="+childIn, envParentIn+"="+in.Path(), envCMA+"="+strconv.Itoa(cmaThreshold))
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		in.Close()
@@ -76,9 +94,13 @@ func TestCrossProcess(t *testing.T) {
 			t.Errorf("child: %v\n%s", err, out.Bytes())
 		} else if !bytes.Contains(out.Bytes(), []byte("--- PASS: TestCrossProcessChild")) {
 			t.Errorf("child did not run:\n%s", out.Bytes())
-		} else if i := bytes.Index(out.Bytes(), []byte("futex sleeps")); i >= 0 {
-			line, _, _ := bytes.Cut(out.Bytes()[i:], []byte("\n"))
-			t.Logf("child: %s", line)
+		} else {
+			for _, key := range []string{"futex sleeps", "CMA messages"} {
+				if i := bytes.Index(out.Bytes(), []byte(key)); i >= 0 {
+					line, _, _ := bytes.Cut(out.Bytes()[i:], []byte("\n"))
+					t.Logf("child: %s", line)
+				}
+			}
 		}
 	}()
 
@@ -89,6 +111,18 @@ func TestCrossProcess(t *testing.T) {
 	}
 	l := NewLink(0, 1, outRing, in)
 	defer l.Close()
+	recvs := cmaRecvs.Load()
+
+	// Hello and its answer: the child has seen this side's CMA offer (and
+	// probed it) before it answers, so the 32 MiB below go by CMA.
+	hello := []byte("hello")
+	hh := hdr(10, len(hello))
+	if err := l.Send(ctx, &hh, hello); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Recv(ctx, &hh, hello, nil); err != nil || string(hello) != "olleh" {
+		t.Fatalf("answer to hello: %v %q", err, hello)
+	}
 
 	data := crossData(1)
 	h := hdr(1, len(data))
@@ -113,6 +147,18 @@ func TestCrossProcess(t *testing.T) {
 	if sha256.Sum256(got) != sha256.Sum256(crossData(2)) {
 		t.Fatal("checksum of the child's 32 MiB transfer differs")
 	}
+	// The child sends the same data again; this side folds it into a copy
+	// of what it got (x ^ x = 0).
+	h5 := hdr(5, len(got))
+	if err := l.Recv(ctx, &h5, got, xorInto); err != nil {
+		t.Fatal(err)
+	}
+	if sha256.Sum256(got) != sha256.Sum256(make([]byte, crossBytes)) {
+		t.Fatal("folding the child's 32 MiB transfer in gave a wrong result")
+	}
+	if n := cmaRecvs.Load() - recvs; (n == 2) != (cmaThreshold >= 0) || (n == 0) != (cmaThreshold < 0) {
+		t.Fatalf("%d messages from the child came by CMA (threshold %d)", n, cmaThreshold)
+	}
 	// Close wakes the child, which is blocked in Recv, across processes.
 	l.Close()
 }
@@ -125,7 +171,9 @@ func TestCrossProcessChild(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
 	defer cancel()
-	in, err := CreateRing(childIn, crossCfg) // absolute path: cfg.Dir unused
+	cfg := crossCfg
+	cfg.CMAThreshold, _ = strconv.Atoi(os.Getenv(envCMA))
+	in, err := CreateRing(childIn, cfg) // absolute path: cfg.Dir unused
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,6 +183,16 @@ func TestCrossProcessChild(t *testing.T) {
 	}
 	l := NewLink(1, 0, out, in)
 	defer l.Close()
+	recvs := cmaRecvs.Load()
+	hello := make([]byte, 5)
+	hh := hdr(10, len(hello))
+	if err := l.Recv(ctx, &hh, hello, nil); err != nil || string(hello) != "hello" {
+		t.Fatalf("hello: %v %q", err, hello)
+	}
+	copy(hello, "olleh")
+	if err := l.Send(ctx, &hh, hello); err != nil {
+		t.Fatal(err)
+	}
 	got := make([]byte, crossBytes)
 	h := hdr(1, len(got))
 	if err := l.Recv(ctx, &h, got, nil); err != nil {
@@ -150,6 +208,15 @@ func TestCrossProcessChild(t *testing.T) {
 	h3 := hdr(3, len(data))
 	if err := l.Send(ctx, &h3, data); err != nil {
 		t.Fatal(err)
+	}
+	h5 := hdr(5, len(data))
+	if err := l.Send(ctx, &h5, data); err != nil {
+		t.Fatal(err)
+	}
+	n := cmaRecvs.Load() - recvs
+	t.Logf("CMA messages received by the child: %d", n)
+	if (n == 1) != (cfg.CMAThreshold >= 0) || (n == 0) != (cfg.CMAThreshold < 0) {
+		t.Fatalf("%d messages from the parent came by CMA (threshold %d)", n, cfg.CMAThreshold)
 	}
 	// Wait for the parent to close the link: a futex sleep woken by the
 	// parent's FUTEX_WAKE (or the timeout).

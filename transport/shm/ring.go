@@ -15,8 +15,14 @@
 // closure are noticed). The other side issues FUTEX_WAKE only when the
 // waiter's flag is set, so no system call is made while neither side sleeps.
 //
-// A ReduceFunc given to Recv runs directly on the ring's memory: it must not
-// keep src after it returns.
+// A ReduceFunc given to Recv runs directly on the ring's memory (or, for a
+// message that came by Cross Memory Attach, on a per-link staging buffer): it
+// must not keep src after it returns.
+//
+// Large messages (Config.CMAThreshold, DefaultCMAThreshold by default) skip the ring when
+// the kernel lets the receiver read the sender's memory: the receiver copies
+// them once, straight from the sender's buffer, with process_vm_readv, and
+// Send returns only after that. See cma.go.
 //
 // Ring file layout (all integers little-endian, offsets in bytes):
 //
@@ -35,14 +41,27 @@
 //	  516 consumer-waiting flag (uint32)
 //	  640 space futex word (uint32): the producer sleeps on it
 //	  644 producer-waiting flag (uint32)
+//	  768 CMA threshold (uint64, written by the creator): smallest message
+//	      sent into this ring by Cross Memory Attach; 0 = never
+//	  832 CMA offer (uint32, producer): 0 not yet, 1 offered, 2 declined
+//	  840 producer's pid (uint64, producer)
+//	  848 address of the producer's probe word (uint64, producer)
+//	  856 value of the probe word (uint64, producer)
+//	  896 CMA state (uint32, consumer): 0 unknown, 1 verified, 2 unusable
+//	  1024 reader-active flag (uint32, consumer): inside process_vm_readv
 //	Slots slots, slot i at 4096 + i*(64+SlotSize):
 //	  0   payload length in this slot (uint32)
-//	  4   flags (uint32): bit 0 = first slot of a message
+//	  4   flags (uint32): bit 0 = first slot of a message, bit 1 = CMA
+//	      descriptor (no payload in the ring), bit 2 = CMA refused by the
+//	      consumer (set by the consumer: the producer resends by copy)
 //	  8   encoded transport.Header (40 bytes, first slot of a message only)
+//	  48  CMA descriptor (CMA slots only): address (uint64) and length
+//	      (uint64) of the producer's buffer in the producer's process
 //	  64  payload (SlotSize bytes, 64-byte aligned)
 //
-// A message occupies max(1, ceil(Bytes/SlotSize)) consecutive slots; its header
-// travels in the first one. Counters only grow; slot index = counter % Slots.
+// A copied message occupies max(1, ceil(Bytes/SlotSize)) consecutive slots;
+// its header travels in the first one. A CMA message occupies one slot (see
+// cma.go for that protocol). Counters only grow; slot index = counter % Slots.
 package shm
 
 import (
@@ -56,8 +75,6 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/goccl/goccl/transport"
 )
 
 // Defaults used for zero fields of Config.
@@ -72,11 +89,21 @@ type Config struct {
 	Dir      string // directory for ring files; default "/dev/shm"
 	SlotSize int    // payload bytes per slot, multiple of 64; default 512 KiB
 	Slots    int    // slots per ring; default 8
+
+	// CMAThreshold is the size from which a message sent INTO this ring
+	// (the ring's creator is the receiver) goes by single-copy Cross Memory
+	// Attach (process_vm_readv) instead of through the slots, when both
+	// processes can use it (see cma.go). 0 means DefaultCMAThreshold; a
+	// negative value (CMADisabled) turns CMA off for this ring. The
+	// environment variable GOCCL_SHM_CMA_THRESHOLD (bytes, K/M/G suffixes
+	// allowed) overrides it, and GOCCL_SHM_CMA=0 turns CMA off in the
+	// process whatever the Config says.
+	CMAThreshold int
 }
 
 const (
 	ringMagic   = 0x4d48534c43434f47 // "GOCCLSHM" little-endian
-	ringVersion = 1
+	ringVersion = 2                  // 2: CMA fields and slot descriptors
 
 	headerPage = 4096
 	slotMeta   = 64
@@ -99,7 +126,17 @@ const (
 	offSpaceWord   = 640
 	offSendWaiting = 644
 
-	flagFirst = 1
+	offCMAThreshold  = 768
+	offCMAOffer      = 832
+	offCMAPid        = 840
+	offCMAProbeAddr  = 848
+	offCMAProbeValue = 856
+	offCMAState      = 896
+	offReaderActive  = 1024
+
+	flagFirst   = 1
+	flagCMA     = 2
+	flagCMANack = 4
 )
 
 func (c Config) normalize() (Config, error) {
@@ -117,6 +154,9 @@ func (c Config) normalize() (Config, error) {
 	}
 	if c.Slots < 0 || c.Slots > maxSlots {
 		return c, fmt.Errorf("shm: Slots %d must be between 1 and %d", c.Slots, maxSlots)
+	}
+	if c.CMAThreshold == 0 {
+		c.CMAThreshold = DefaultCMAThreshold
 	}
 	return c, nil
 }
@@ -144,6 +184,10 @@ type Ring struct {
 	spaceWord   *atomic.Uint32
 	sendWaiting *atomic.Uint32
 
+	cmaOffer     *atomic.Uint32 // producer: cmaOffered / cmaDeclined
+	cmaState     *atomic.Uint32 // consumer: cmaOK / cmaFailed
+	readerActive *atomic.Uint32 // consumer: inside process_vm_readv on the producer's buffer
+
 	owned    atomic.Bool // handed to NewLink
 	closing  atomic.Bool // Ring.Close called
 	unmapped atomic.Bool
@@ -164,6 +208,10 @@ func resolve(path, dir string) string {
 // instead of as a SIGBUS later.
 func CreateRing(path string, cfg Config) (*Ring, error) {
 	cfg, err := cfg.normalize()
+	if err != nil {
+		return nil, err
+	}
+	cmaMin, err := cmaThreshold(cfg.CMAThreshold)
 	if err != nil {
 		return nil, err
 	}
@@ -205,6 +253,7 @@ func CreateRing(path string, cfg Config) (*Ring, error) {
 	le.PutUint32(mem[offSlotMeta:], slotMeta)
 	le.PutUint32(mem[offHeaderPage:], headerPage)
 	le.PutUint64(mem[offTotal:], uint64(size))
+	le.PutUint64(mem[offCMAThreshold:], cmaMin)
 	r := newRing(path, mem, cfg.SlotSize, cfg.Slots)
 	r.dev, r.ino = uint64(st.Dev), st.Ino
 	// Publish: the opener checks the magic last-written word (release store).
@@ -280,6 +329,10 @@ func newRing(path string, mem []byte, slotSize, slots int) *Ring {
 		recvWaiting: u32(offRecvWaiting),
 		spaceWord:   u32(offSpaceWord),
 		sendWaiting: u32(offSendWaiting),
+
+		cmaOffer:     u32(offCMAOffer),
+		cmaState:     u32(offCMAState),
+		readerActive: u32(offReaderActive),
 	}
 }
 
@@ -340,5 +393,5 @@ func (r *Ring) unmap() error {
 // slot returns the metadata and payload of slot number n (a counter value).
 func (r *Ring) slot(n uint64) (meta, payload []byte) {
 	off := headerPage + int(n%uint64(r.slots))*r.stride
-	return r.mem[off : off+transport.HeaderSize+8], r.mem[off+slotMeta : off+r.stride]
+	return r.mem[off : off+slotMeta], r.mem[off+slotMeta : off+r.stride]
 }

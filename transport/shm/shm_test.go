@@ -75,8 +75,40 @@ func newPair(t testing.TB, cfg Config) (a, b transport.Link) {
 	}
 	a = NewLink(0, 1, abOut, baIn)
 	b = NewLink(1, 0, baOut, abIn)
+	// a's NewLink ran before b offered CMA on ba: let a probe now, as its
+	// first Recv would, so that both directions start out alike.
+	if la := a.(*link); !la.cmaProbed {
+		la.probeCMA()
+	}
 	t.Cleanup(func() { a.Close(); b.Close() })
 	return a, b
+}
+
+// Test modes: every message through the slots, or every non-empty message by
+// CMA (threshold 1 byte).
+const cmaAll = 1
+
+// eachMode runs f as subtest "copy" with CMA off and "cma" with CMA for every
+// non-empty message.
+func eachMode(t *testing.T, f func(t *testing.T, cmaThreshold int)) {
+	t.Run("copy", func(t *testing.T) { f(t, CMADisabled) })
+	t.Run("cma", func(t *testing.T) { f(t, cmaAll) })
+}
+
+// deadlineCtx has a deadline but no Done channel, like goccl's operation
+// context: links must notice it through Err.
+type deadlineCtx struct {
+	context.Context
+	deadline time.Time
+}
+
+func (c deadlineCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+func (c deadlineCtx) Done() <-chan struct{}       { return nil }
+func (c deadlineCtx) Err() error {
+	if !time.Now().Before(c.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 func randBytes(r *rand.Rand, n int) []byte {
@@ -95,8 +127,11 @@ func ctxT(t testing.TB) context.Context {
 	return ctx
 }
 
-func TestRoundTrip(t *testing.T) {
-	a, b := newPair(t, Config{})
+func TestRoundTrip(t *testing.T) { eachMode(t, testRoundTrip) }
+
+func testRoundTrip(t *testing.T, cmaThreshold int) {
+	a, b := newPair(t, Config{CMAThreshold: cmaThreshold})
+	recvs := cmaRecvs.Load()
 	if a.Name() != "shm" || a.Peer() != 1 || b.Peer() != 0 {
 		t.Fatalf("Name/Peer: %q %d %d", a.Name(), a.Peer(), b.Peer())
 	}
@@ -135,14 +170,24 @@ func TestRoundTrip(t *testing.T) {
 			t.Fatalf("size %d: payload differs", n)
 		}
 	}
+	wantCMA := uint64(0)
+	if cmaThreshold > 0 {
+		wantCMA = 2 * uint64(len(sizes)-1) // all but the empty messages
+	}
+	if got := cmaRecvs.Load() - recvs; got != wantCMA {
+		t.Fatalf("%d messages went by CMA, want %d", got, wantCMA)
+	}
 }
 
-func TestRecvReduce(t *testing.T) {
+func TestRecvReduce(t *testing.T) { eachMode(t, testRecvReduce) }
+
+func testRecvReduce(t *testing.T, cmaThreshold int) {
 	const S = 4096
-	a, b := newPair(t, Config{SlotSize: S, Slots: 4})
+	a, b := newPair(t, Config{SlotSize: S, Slots: 4, CMAThreshold: cmaThreshold})
 	ctx := ctxT(t)
 	rng := rand.New(rand.NewPCG(3, 4))
-	for _, n := range []int{0, 5, S, 3*S + 100, 20*S + 64} {
+	// The largest size takes several staging pieces on the CMA path.
+	for _, n := range []int{0, 5, S, 3*S + 100, 20*S + 64, 2*cmaStageSize + 3*S + 7} {
 		src := randBytes(rng, n)
 		dst := randBytes(rng, n)
 		want := make([]byte, n)
@@ -181,16 +226,24 @@ func TestRecvReduce(t *testing.T) {
 	}
 }
 
-func TestHeaderMismatch(t *testing.T) {
-	a, b := newPair(t, Config{SlotSize: 4096, Slots: 2})
+func TestHeaderMismatch(t *testing.T) { eachMode(t, testHeaderMismatch) }
+
+func testHeaderMismatch(t *testing.T, cmaThreshold int) {
+	a, b := newPair(t, Config{SlotSize: 4096, Slots: 2, CMAThreshold: cmaThreshold})
 	ctx := ctxT(t)
 	buf := make([]byte, 64)
 	hs := hdr(1, 64)
 	hs.Count = 5
 	hr := hdr(1, 64)
 	hr.Count = 6
-	if err := a.Send(ctx, &hs, buf); err != nil {
-		t.Fatal(err)
+	// By copy, Send returns at once; by CMA it waits for the receiver,
+	// which refuses the message and closes the link.
+	firstSend := make(chan error, 1)
+	go func() { firstSend <- a.Send(ctx, &hs, buf) }()
+	if cmaThreshold <= 0 {
+		if err := <-firstSend; err != nil {
+			t.Fatal(err)
+		}
 	}
 	// The sender also starts a receive that would wait forever on a healthy link.
 	recvErr := make(chan error, 1)
@@ -204,6 +257,11 @@ func TestHeaderMismatch(t *testing.T) {
 	var pe *transport.PeerError
 	if !errors.As(err, &pe) || pe.Peer != 0 {
 		t.Fatalf("want PeerError, got %T", err)
+	}
+	if cmaThreshold > 0 {
+		if err := <-firstSend; !errors.Is(err, transport.ErrClosed) {
+			t.Fatalf("CMA Send of the refused message: want ErrClosed, got %v", err)
+		}
 	}
 	select {
 	case err := <-recvErr:
@@ -227,8 +285,10 @@ func TestHeaderMismatch(t *testing.T) {
 	}
 }
 
-func TestMismatchWhileSenderBlocked(t *testing.T) {
-	a, b := newPair(t, Config{SlotSize: 64, Slots: 2})
+func TestMismatchWhileSenderBlocked(t *testing.T) { eachMode(t, testMismatchWhileSenderBlocked) }
+
+func testMismatchWhileSenderBlocked(t *testing.T, cmaThreshold int) {
+	a, b := newPair(t, Config{SlotSize: 64, Slots: 2, CMAThreshold: cmaThreshold})
 	ctx := ctxT(t)
 	big := make([]byte, 64*10)
 	hs := hdr(1, len(big))
@@ -251,8 +311,10 @@ func TestMismatchWhileSenderBlocked(t *testing.T) {
 	}
 }
 
-func TestCancelRecv(t *testing.T) {
-	a, b := newPair(t, Config{SlotSize: 64, Slots: 2})
+func TestCancelRecv(t *testing.T) { eachMode(t, testCancelRecv) }
+
+func testCancelRecv(t *testing.T, cmaThreshold int) {
+	a, b := newPair(t, Config{SlotSize: 64, Slots: 2, CMAThreshold: cmaThreshold})
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	h := hdr(1, 8)
@@ -273,12 +335,13 @@ func TestCancelRecv(t *testing.T) {
 	}
 	// Nothing was consumed, so the link still works.
 	ctx2 := ctxT(t)
-	if err := a.Send(ctx2, &h, []byte("12345678")); err != nil {
-		t.Fatal(err)
-	}
+	go func() { hh := h; errc <- a.Send(ctx2, &hh, []byte("12345678")) }()
 	got := make([]byte, 8)
 	if err := b.Recv(ctx2, &h, got, nil); err != nil || string(got) != "12345678" {
 		t.Fatalf("after cancel: %v %q", err, got)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
 	}
 	// Already-cancelled context fails at once.
 	if err := b.Recv(ctx, &h, got, nil); !errors.Is(err, context.Canceled) {
@@ -286,28 +349,54 @@ func TestCancelRecv(t *testing.T) {
 	}
 }
 
-func TestCancelSendDeadline(t *testing.T) {
-	a, _ := newPair(t, Config{SlotSize: 64, Slots: 2})
-	h := hdr(1, 64)
-	buf := make([]byte, 64)
-	for i := 0; i < 2; i++ {
-		if err := a.Send(ctxT(t), &h, buf); err != nil {
-			t.Fatal(err)
+// A Send that cannot complete because nobody receives returns promptly once
+// its deadline passes, for a context with a Done channel and for one without.
+// On the copy path it waits for ring space; by CMA it waits for the receiver
+// to read the buffer, and its abort closes the link (so that the receiver
+// never reads the buffer after Send returned).
+func TestCancelSendDeadline(t *testing.T) { eachMode(t, testCancelSendDeadline) }
+
+func testCancelSendDeadline(t *testing.T, cmaThreshold int) {
+	for _, doneChan := range []bool{true, false} {
+		a, b := newPair(t, Config{SlotSize: 64, Slots: 2, CMAThreshold: cmaThreshold})
+		h := hdr(1, 64)
+		buf := make([]byte, 64)
+		if cmaThreshold <= 0 {
+			for i := 0; i < 2; i++ {
+				if err := a.Send(ctxT(t), &h, buf); err != nil {
+					t.Fatal(err)
+				}
+			}
 		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	err := a.Send(ctx, &h, buf) // ring full, nobody receives
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("want DeadlineExceeded, got %v", err)
-	}
-	if d := time.Since(start); d > time.Second {
-		t.Fatalf("took %v", d)
+		var ctx context.Context = deadlineCtx{context.Background(), time.Now().Add(30 * time.Millisecond)}
+		if doneChan {
+			c, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+			defer cancel()
+			ctx = c
+		}
+		start := time.Now()
+		err := a.Send(ctx, &h, buf) // nobody receives
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("want DeadlineExceeded, got %v", err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Fatalf("took %v", d)
+		}
+		if cmaThreshold > 0 {
+			got := make([]byte, 64)
+			if err := b.Recv(ctxT(t), &h, got, nil); !errors.Is(err, transport.ErrClosed) {
+				t.Fatalf("receiver after the sender's CMA abort: want ErrClosed, got %v", err)
+			}
+			if err := a.Send(ctxT(t), &h, buf); !errors.Is(err, transport.ErrClosed) {
+				t.Fatalf("sender after its CMA abort: want ErrClosed, got %v", err)
+			}
+		}
 	}
 }
 
-func TestCloseWhileBlocked(t *testing.T) {
+func TestCloseWhileBlocked(t *testing.T) { eachMode(t, testCloseWhileBlocked) }
+
+func testCloseWhileBlocked(t *testing.T, cmaThreshold int) {
 	for _, tc := range []struct {
 		name       string
 		recv       bool // block in Recv (else in Send on a full ring)
@@ -319,7 +408,7 @@ func TestCloseWhileBlocked(t *testing.T) {
 		{"send/local-close", false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a, b := newPair(t, Config{SlotSize: 64, Slots: 2})
+			a, b := newPair(t, Config{SlotSize: 64, Slots: 2, CMAThreshold: cmaThreshold})
 			ctx := ctxT(t)
 			errc := make(chan error, 1)
 			go func() {
@@ -371,10 +460,28 @@ func TestCloseWhileBlocked(t *testing.T) {
 	}
 }
 
-// A message completely sent before the sender closed is still delivered.
-func TestRecvAfterPeerClose(t *testing.T) {
-	a, b := newPair(t, Config{SlotSize: 64, Slots: 4})
+// A message completely sent before the sender closed is still delivered. (A
+// CMA message is only completely sent once received: here a CMA message goes
+// first, then the small one that survives the close.)
+func TestRecvAfterPeerClose(t *testing.T) { eachMode(t, testRecvAfterPeerClose) }
+
+func testRecvAfterPeerClose(t *testing.T, cmaThreshold int) {
+	if cmaThreshold > 0 {
+		cmaThreshold = 1000
+	}
+	a, b := newPair(t, Config{SlotSize: 64, Slots: 4, CMAThreshold: cmaThreshold})
 	ctx := ctxT(t)
+	big := bytes.Repeat([]byte{7}, 1000)
+	hb := hdr(1, len(big))
+	errc := make(chan error, 1)
+	go func() { errc <- a.Send(ctx, &hb, big) }()
+	gotBig := make([]byte, len(big))
+	if err := b.Recv(ctx, &hb, gotBig, nil); err != nil || !bytes.Equal(gotBig, big) {
+		t.Fatalf("first message: %v", err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
 	h := hdr(1, 100)
 	msg := bytes.Repeat([]byte{9}, 100)
 	if err := a.Send(ctx, &h, msg); err != nil {
@@ -433,9 +540,17 @@ func TestTrySend(t *testing.T) {
 	}
 }
 
-func TestManyMessagesInOrder(t *testing.T) {
+// Messages of every size, half of them by CMA in the "cma" mode (threshold
+// 2 slots), interleave with copied ones and with TrySend.
+func TestManyMessagesInOrder(t *testing.T) { eachMode(t, testManyMessagesInOrder) }
+
+func testManyMessagesInOrder(t *testing.T, cmaThreshold int) {
 	const S = 256
-	a, b := newPair(t, Config{SlotSize: S, Slots: 3})
+	if cmaThreshold > 0 {
+		cmaThreshold = 2 * S
+	}
+	a, b := newPair(t, Config{SlotSize: S, Slots: 3, CMAThreshold: cmaThreshold})
+	recvs := cmaRecvs.Load()
 	ctx := ctxT(t)
 	const n = 1000
 	sizes := make([]int, n)
@@ -487,10 +602,14 @@ func TestManyMessagesInOrder(t *testing.T) {
 	if err := <-errc; err != nil {
 		t.Fatal(err)
 	}
+	if got := cmaRecvs.Load() - recvs; (got > 0) != (cmaThreshold > 0) {
+		t.Fatalf("%d messages by CMA with threshold %d", got, cmaThreshold)
+	}
+	t.Logf("%d of %d messages by CMA", cmaRecvs.Load()-recvs, n)
 }
 
 func TestSendRecvAllocs(t *testing.T) {
-	a, b := newPair(t, Config{})
+	a, b := newPair(t, Config{CMAThreshold: CMADisabled})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	buf := make([]byte, 1<<20)
@@ -524,10 +643,66 @@ func TestSendRecvAllocs(t *testing.T) {
 	}
 }
 
+// A CMA Send waits for the receiver, so the receiver runs in its own
+// goroutine, driven through channels (which do not allocate).
+func TestSendRecvAllocsCMA(t *testing.T) {
+	a, b := newPair(t, Config{CMAThreshold: 64 << 10})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const n = 1 << 20
+	buf := make([]byte, n)
+	h := hdr(1, n)
+	add := func(d, s []byte) {
+		for i := range d {
+			d[i] += s[i]
+		}
+	}
+	start := make(chan transport.ReduceFunc)
+	done := make(chan error)
+	go func() {
+		out := make([]byte, n)
+		hh := h
+		for f := range start {
+			done <- b.Recv(ctx, &hh, out, f)
+		}
+	}()
+	defer close(start)
+	recvs := cmaRecvs.Load()
+	var err error
+	allocs := testing.AllocsPerRun(20, func() {
+		for _, f := range [2]transport.ReduceFunc{nil, add} {
+			if err != nil {
+				return
+			}
+			start <- f
+			if ok, e := a.TrySend(&h, buf); ok || e != nil {
+				err = fmt.Errorf("TrySend of a CMA message: %v %v", ok, e)
+			}
+			if e := a.Send(ctx, &h, buf); e != nil && err == nil {
+				err = e
+			}
+			if e := <-done; e != nil && err == nil {
+				err = e
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cmaRecvs.Load() - recvs; got != 2*21 {
+		t.Fatalf("%d messages by CMA, want %d", got, 2*21)
+	}
+	if allocs != 0 {
+		t.Fatalf("1 MiB CMA Send+Recv round allocates %v times", allocs)
+	}
+}
+
 // Close racing with Send/Recv in flight must never touch unmapped memory.
-func TestCloseRace(t *testing.T) {
+func TestCloseRace(t *testing.T) { eachMode(t, testCloseRace) }
+
+func testCloseRace(t *testing.T, cmaThreshold int) {
 	for iter := 0; iter < 20; iter++ {
-		a, b := newPair(t, Config{SlotSize: 64, Slots: 2})
+		a, b := newPair(t, Config{SlotSize: 64, Slots: 2, CMAThreshold: cmaThreshold})
 		ctx := ctxT(t)
 		var wg sync.WaitGroup
 		for _, l := range []transport.Link{a, b} {
@@ -720,9 +895,11 @@ func TestCloseUnlinksOpenedRings(t *testing.T) {
 
 // Four ranks exchanging with everyone at once on a small machine: waiting
 // ranks must sleep rather than starve the ranks that have work.
-func TestFourRanksAllToAll(t *testing.T) {
+func TestFourRanksAllToAll(t *testing.T) { eachMode(t, testFourRanksAllToAll) }
+
+func testFourRanksAllToAll(t *testing.T, cmaThreshold int) {
 	const n, size, rounds = 4, 1 << 20, 4
-	cfg := Config{Dir: testDir(t), SlotSize: 64 << 10, Slots: 4}
+	cfg := Config{Dir: testDir(t), SlotSize: 64 << 10, Slots: 4, CMAThreshold: cmaThreshold}
 	links := make([][]transport.Link, n)
 	for i := range links {
 		links[i] = make([]transport.Link, n)
