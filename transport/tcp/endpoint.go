@@ -2,14 +2,17 @@
 //
 // Every rank owns one Endpoint: a listening socket plus the bookkeeping that
 // pairs accepted connections with peers. For each pair of ranks the lower rank
-// dials the higher one; every connection starts with a fixed-size hello
-// (client to server) and an ack (server to client):
+// dials the higher one: a link with nsocks sockets per direction is 2*nsocks
+// connections, the first nsocks carrying data from the dialer to the
+// listener, the others from the listener to the dialer (never both ways: see
+// link). Every connection starts with a fixed-size hello (client to server)
+// and an ack (server to client):
 //
 //	hello (160 bytes, little-endian)
 //	  0  [8]   magic "GOCCLTCP"
-//	  8  u16   protocol version (1)
-//	 10  u16   nsocks: sockets in this link (1..64)
-//	 12  u16   index of this socket in the link (0..nsocks-1)
+//	  8  u16   protocol version (2)
+//	 10  u16   connections in this link (2*nsocks: even, 2..128)
+//	 12  u16   index of this connection in the link (0..connections-1)
 //	 14  u16   length of the job id (0..128)
 //	 16  i32   dialing rank
 //	 20  i32   target rank
@@ -56,11 +59,12 @@ import (
 const (
 	helloMagic   = "GOCCLTCP"
 	ackMagic     = "GCAK"
-	helloVersion = 1
+	helloVersion = 2 // 1: connections used both ways
 	helloSize    = 160
 	ackSize      = 16
 	maxJobID     = 128
-	maxSocks     = 64
+	maxSocks     = 64           // sockets per direction
+	maxConns     = 2 * maxSocks // connections per link
 
 	// defaultHelloTimeout bounds how long an accepted connection may take to
 	// present its hello, and (doubled) how long a dialer waits for the ack.
@@ -125,7 +129,7 @@ type parkKey struct{ peer, index int }
 
 type parkedConn struct {
 	conn   *net.TCPConn
-	nsocks int
+	nsocks int // connections in the link, as the hello says
 }
 
 // Listen opens rank self's listening socket on ip with an ephemeral port.
@@ -286,8 +290,8 @@ func (e *Endpoint) handshake(c *net.TCPConn) (parkKey, int, error) {
 		status, why = ackBadJob, fmt.Errorf("job id %q, want %q", b[24:24+int(h.jobLen)], e.jobID)
 	case int(h.to) != e.self || h.from < 0 || int(h.from) >= e.self:
 		status, why = ackBadRank, fmt.Errorf("hello from rank %d to rank %d", h.from, h.to)
-	case h.nsocks < 1 || h.nsocks > maxSocks || h.index >= h.nsocks:
-		status, why = ackBadSocks, fmt.Errorf("socket %d of %d", h.index, h.nsocks)
+	case h.nsocks < 2 || h.nsocks%2 != 0 || h.nsocks > maxConns || h.index >= h.nsocks:
+		status, why = ackBadSocks, fmt.Errorf("connection %d of %d", h.index, h.nsocks)
 	}
 	var a [ackSize]byte
 	copy(a[0:4], ackMagic)
@@ -307,7 +311,7 @@ func (e *Endpoint) handshake(c *net.TCPConn) (parkKey, int, error) {
 }
 
 type hello struct {
-	version, nsocks, index, jobLen uint16
+	version, nsocks, index, jobLen uint16 // nsocks: connections in the link, 2*nsocks of Connect
 	from, to                       int32
 }
 
@@ -322,11 +326,11 @@ func decodeHello(b *[helloSize]byte) hello {
 	}
 }
 
-func encodeHello(b *[helloSize]byte, jobID string, from, to, index, nsocks int) {
+func encodeHello(b *[helloSize]byte, jobID string, from, to, index, nconns int) {
 	*b = [helloSize]byte{}
 	copy(b[0:8], helloMagic)
 	binary.LittleEndian.PutUint16(b[8:], helloVersion)
-	binary.LittleEndian.PutUint16(b[10:], uint16(nsocks))
+	binary.LittleEndian.PutUint16(b[10:], uint16(nconns))
 	binary.LittleEndian.PutUint16(b[12:], uint16(index))
 	binary.LittleEndian.PutUint16(b[14:], uint16(len(jobID)))
 	binary.LittleEndian.PutUint32(b[16:], uint32(int32(from)))
@@ -336,11 +340,12 @@ func encodeHello(b *[helloSize]byte, jobID string, from, to, index, nsocks int) 
 }
 
 // Connect returns the Link to peer. The lower rank dials the higher one's
-// peerAddr; the higher rank waits for the nsocks connections that peer dials
+// peerAddr; the higher rank waits for the connections that peer dials
 // (peerAddr is then only used in messages). Both sides must pass the same
-// nsocks (1..64). Connect honours ctx: once it is done, Connect fails with an
-// error naming the peer and address and wrapping ctx.Err(). Without a ctx
-// deadline it waits as long as ctx allows.
+// nsocks (1..64), the number of sockets per direction (2*nsocks connections).
+// Connect honours ctx: once it is done, Connect fails with an error naming
+// the peer and address and wrapping ctx.Err(). Without a ctx deadline it
+// waits as long as ctx allows.
 func (e *Endpoint) Connect(ctx context.Context, peer int, peerAddr string, nsocks int) (transport.Link, error) {
 	if peer < 0 || peer > math.MaxInt32 || peer == e.self {
 		return nil, fmt.Errorf("tcp: rank %d: invalid peer %d", e.self, peer)
@@ -354,9 +359,9 @@ func (e *Endpoint) Connect(ctx context.Context, peer int, peerAddr string, nsock
 	var conns []*net.TCPConn
 	var err error
 	if e.self < peer {
-		conns, err = e.dial(ctx, peer, peerAddr, nsocks)
+		conns, err = e.dial(ctx, peer, peerAddr, 2*nsocks)
 	} else {
-		conns, err = e.collect(ctx, peer, peerAddr, nsocks)
+		conns, err = e.collect(ctx, peer, peerAddr, 2*nsocks)
 	}
 	if err != nil {
 		return nil, &transport.PeerError{Peer: peer, Op: "connect", Err: err}
@@ -364,32 +369,37 @@ func (e *Endpoint) Connect(ctx context.Context, peer int, peerAddr string, nsock
 	for _, c := range conns {
 		tuneConn(c)
 	}
-	return newLink(peer, conns), nil
+	// Connections 0..nsocks-1 carry data from the dialer (the lower rank).
+	tx, rx := conns[:nsocks], conns[nsocks:]
+	if e.self > peer {
+		tx, rx = rx, tx
+	}
+	return newLink(peer, tx, rx), nil
 }
 
-func (e *Endpoint) dial(ctx context.Context, peer int, addr string, nsocks int) ([]*net.TCPConn, error) {
-	conns := make([]*net.TCPConn, 0, nsocks)
-	for i := 0; i < nsocks; i++ {
-		c, err := e.dialOne(ctx, peer, addr, i, nsocks)
+func (e *Endpoint) dial(ctx context.Context, peer int, addr string, nconns int) ([]*net.TCPConn, error) {
+	conns := make([]*net.TCPConn, 0, nconns)
+	for i := 0; i < nconns; i++ {
+		c, err := e.dialOne(ctx, peer, addr, i, nconns)
 		if err != nil {
 			for _, c := range conns {
 				c.Close()
 			}
-			return nil, fmt.Errorf("tcp: rank %d dialing peer %d at %s (socket %d of %d): %w", e.self, peer, addr, i, nsocks, err)
+			return nil, fmt.Errorf("tcp: rank %d dialing peer %d at %s (connection %d of %d): %w", e.self, peer, addr, i, nconns, err)
 		}
 		conns = append(conns, c)
 	}
 	return conns, nil
 }
 
-func (e *Endpoint) dialOne(ctx context.Context, peer int, addr string, index, nsocks int) (*net.TCPConn, error) {
+func (e *Endpoint) dialOne(ctx context.Context, peer int, addr string, index, nconns int) (*net.TCPConn, error) {
 	backoff := 10 * time.Millisecond
 	for {
 		var d net.Dialer
 		c, err := d.DialContext(ctx, "tcp", addr)
 		if err == nil {
 			tc := c.(*net.TCPConn)
-			if err := e.clientHello(ctx, tc, peer, index, nsocks); err != nil {
+			if err := e.clientHello(ctx, tc, peer, index, nconns); err != nil {
 				tc.Close()
 				return nil, err
 			}
@@ -416,7 +426,7 @@ func (e *Endpoint) dialOne(ctx context.Context, peer int, addr string, index, ns
 	}
 }
 
-func (e *Endpoint) clientHello(ctx context.Context, c *net.TCPConn, peer, index, nsocks int) error {
+func (e *Endpoint) clientHello(ctx context.Context, c *net.TCPConn, peer, index, nconns int) error {
 	dl := time.Now().Add(2 * e.helloTimeout)
 	ctxDL, hasCtxDL := ctx.Deadline()
 	if hasCtxDL && ctxDL.Before(dl) {
@@ -427,7 +437,7 @@ func (e *Endpoint) clientHello(ctx context.Context, c *net.TCPConn, peer, index,
 	}
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(aLongTimeAgo) })
 	var b [helloSize]byte
-	encodeHello(&b, e.jobID, e.self, peer, index, nsocks)
+	encodeHello(&b, e.jobID, e.self, peer, index, nconns)
 	_, err := c.Write(b[:])
 	var a [ackSize]byte
 	if err == nil {
@@ -457,16 +467,16 @@ func (e *Endpoint) clientHello(ctx context.Context, c *net.TCPConn, peer, index,
 	return c.SetDeadline(time.Time{})
 }
 
-// collect waits until the nsocks connections dialed by peer are parked and
+// collect waits until the nconns connections dialed by peer are parked and
 // takes them.
-func (e *Endpoint) collect(ctx context.Context, peer int, addr string, nsocks int) ([]*net.TCPConn, error) {
+func (e *Endpoint) collect(ctx context.Context, peer int, addr string, nconns int) ([]*net.TCPConn, error) {
 	for {
 		e.mu.Lock()
 		if e.closed {
 			e.mu.Unlock()
 			return nil, fmt.Errorf("tcp: endpoint closed: %w", transport.ErrClosed)
 		}
-		conns, have, err := e.takeLocked(peer, nsocks)
+		conns, have, err := e.takeLocked(peer, nconns)
 		ch := e.changed
 		e.mu.Unlock()
 		if err != nil {
@@ -478,37 +488,37 @@ func (e *Endpoint) collect(ctx context.Context, peer int, addr string, nsocks in
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("tcp: rank %d waiting for peer %d (%s) to connect, %d of %d sockets arrived: %w",
-				e.self, peer, addr, have, nsocks, ctx.Err())
+			return nil, fmt.Errorf("tcp: rank %d waiting for peer %d (%s) to connect, %d of %d connections arrived: %w",
+				e.self, peer, addr, have, nconns, ctx.Err())
 		}
 	}
 }
 
-// takeLocked returns the parked connections of peer when all nsocks are
+// takeLocked returns the parked connections of peer when all nconns are
 // there, otherwise how many are.
-func (e *Endpoint) takeLocked(peer, nsocks int) ([]*net.TCPConn, int, error) {
+func (e *Endpoint) takeLocked(peer, nconns int) ([]*net.TCPConn, int, error) {
 	have := 0
-	for i := 0; i < maxSocks; i++ {
+	for i := 0; i < maxConns; i++ {
 		p, ok := e.parked[parkKey{peer, i}]
 		if !ok {
 			continue
 		}
-		if p.nsocks != nsocks {
+		if p.nsocks != nconns {
 			// Both sides must agree on the socket count; drop the strays.
-			for j := 0; j < maxSocks; j++ {
+			for j := 0; j < maxConns; j++ {
 				if q, ok := e.parked[parkKey{peer, j}]; ok {
 					q.conn.Close()
 					delete(e.parked, parkKey{peer, j})
 				}
 			}
-			return nil, 0, fmt.Errorf("peer connects with %d sockets, this rank expects %d", p.nsocks, nsocks)
+			return nil, 0, fmt.Errorf("peer connects with %d sockets per direction, this rank expects %d", p.nsocks/2, nconns/2)
 		}
 		have++
 	}
-	if have < nsocks {
+	if have < nconns {
 		return nil, have, nil
 	}
-	conns := make([]*net.TCPConn, nsocks)
+	conns := make([]*net.TCPConn, nconns)
 	for i := range conns {
 		k := parkKey{peer, i}
 		conns[i] = e.parked[k].conn

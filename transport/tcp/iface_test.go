@@ -124,3 +124,17 @@ func TestChooseBufSize(t *testing.T) {
 		}
 	}
 }
+
+func TestChooseLocalBufSize(t *testing.T) {
+	for _, tc := range []struct{ want, coreMax, got int }{
+		{4 << 20, 4 << 20, 4 << 20},  // allowed: fixed
+		{4 << 20, 16 << 20, 4 << 20}, // more allowed: still what we want
+		{4 << 20, 2 << 20, 2 << 20},  // capped, still large enough
+		{4 << 20, 212992, 0},         // capped at 208 KiB: autotuning does better
+		{4 << 20, 0, 4 << 20},        // unknown
+	} {
+		if got := chooseLocalBufSize(tc.want, tc.coreMax); got != tc.got {
+			t.Errorf("chooseLocalBufSize(%d, %d) = %d, want %d", tc.want, tc.coreMax, got, tc.got)
+		}
+	}
+}

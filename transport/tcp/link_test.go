@@ -100,7 +100,7 @@ func TestConnect(t *testing.T) {
 }
 
 func TestRoundTrip(t *testing.T) {
-	sizes := []int{0, 1, 7, 64, 512<<10 - 1, 512<<10 + 1, 10<<20 + 3}
+	sizes := []int{0, 1, 7, 64, 512<<10 - 1, 512<<10 + 1, stripeMin + 1, 10<<20 + 3}
 	for _, nsocks := range []int{1, 3} {
 		t.Run(fmt.Sprintf("socks%d", nsocks), func(t *testing.T) {
 			la, lb := connectPair(t, 0, 1, nsocks)
@@ -223,13 +223,13 @@ func TestOrdered(t *testing.T) {
 			const msgs = 1000
 			size := func(i int) int {
 				if i%100 == 7 {
-					return 600<<10 + i // striped when nsocks > 1
+					return stripeMin + 100<<10 + i // striped when nsocks > 1
 				}
 				return i % 300
 			}
 			errc := make(chan error, 1)
 			go func() {
-				buf := make([]byte, 700<<10)
+				buf := make([]byte, stripeMin+200<<10)
 				for i := 1; i <= msgs; i++ {
 					n := size(i)
 					for j := range n {
@@ -243,7 +243,7 @@ func TestOrdered(t *testing.T) {
 				}
 				errc <- nil
 			}()
-			buf := make([]byte, 700<<10)
+			buf := make([]byte, stripeMin+200<<10)
 			for i := 1; i <= msgs; i++ {
 				n := size(i)
 				h := hdr(uint64(i), n)
@@ -264,7 +264,7 @@ func TestOrdered(t *testing.T) {
 }
 
 func TestMismatch(t *testing.T) {
-	for _, n := range []int{100, 2 << 20} {
+	for _, n := range []int{100, 3 << 20} {
 		for _, nsocks := range []int{1, 2} {
 			t.Run(fmt.Sprintf("socks%d/size%d", nsocks, n), func(t *testing.T) {
 				la, lb := connectPair(t, 0, 1, nsocks)
@@ -436,19 +436,120 @@ func TestCloseWhileBlocked(t *testing.T) {
 }
 
 func TestTrySend(t *testing.T) {
-	la, lb := connectPair(t, 0, 1, 1)
+	// 2 MiB+3 bytes: striped over 3 sockets (chunks 0 and 3 on socket 0).
+	for _, tc := range []struct{ nsocks, n int }{{1, 256 << 10}, {3, stripeMin + 3}} {
+		t.Run(fmt.Sprintf("socks%d", tc.nsocks), func(t *testing.T) { testTrySend(t, tc.nsocks, tc.n) })
+	}
+}
+
+func testTrySend(t *testing.T, nsocks, n int) {
+	la, lb := connectPair(t, 0, 1, nsocks)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Always sent: up to 64 KiB.
 	h := hdr(1, 64<<10)
 	ok, err := la.TrySend(&h, make([]byte, 64<<10))
 	if !ok || err != nil {
 		t.Fatalf("TrySend 64 KiB: %v %v", ok, err)
 	}
-	big := hdr(2, 64<<10+1)
-	ok, err = la.TrySend(&big, make([]byte, 64<<10+1))
+	// Never sent: above trySendMax.
+	big := hdr(2, trySendMax+1)
+	ok, err = la.TrySend(&big, make([]byte, trySendMax+1))
 	if ok || err != nil {
-		t.Fatalf("TrySend 64 KiB+1: %v %v", ok, err)
+		t.Fatalf("TrySend trySendMax+1: %v %v", ok, err)
 	}
-	if err := lb.Recv(context.Background(), &h, make([]byte, 64<<10), nil); err != nil {
+	if err := lb.Recv(ctx, &h, make([]byte, 64<<10), nil); err != nil {
 		t.Fatal(err)
+	}
+	// In between: sent while the send buffers have room. Nobody receives,
+	// so TrySend must start refusing, not block, once the buffers are full.
+	msg := make([]byte, n)
+	for i := range msg {
+		msg[i] = byte(i % 251)
+	}
+	roomy := hasRoom(la, n)
+	type result struct {
+		sent int
+		err  error
+	}
+	res := make(chan result, 1)
+	go func() {
+		sent := 0
+		for seq := uint64(2); sent < 10000; seq++ {
+			hm := hdr(seq, n)
+			ok, err := la.TrySend(&hm, msg)
+			if err != nil || !ok {
+				res <- result{sent, err}
+				return
+			}
+			sent++
+		}
+		res <- result{sent, errors.New("TrySend never refuses")}
+	}()
+	var r result
+	select {
+	case r = <-res:
+	case <-time.After(10 * time.Second):
+		t.Fatal("TrySend blocks on a full send buffer")
+	}
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.sent == 0 && roomy {
+		t.Fatalf("TrySend of %d bytes refused on an idle link", n)
+	}
+	t.Logf("%d messages of %d bytes sent before TrySend refused", r.sent, n)
+	got := make([]byte, n)
+	for i := range r.sent {
+		hm := hdr(uint64(i+2), n)
+		if err := lb.Recv(ctx, &hm, got, nil); err != nil || !bytes.Equal(got, msg) {
+			t.Fatalf("message %d of %d: %v", i, r.sent, err)
+		}
+	}
+}
+
+// hasRoom reports whether the idle link l has the send-buffer room for TrySend
+// to send an n-byte message (on Linux, unless core.wmem_max keeps the buffers
+// small).
+func hasRoom(l transport.Link, n int) bool {
+	k := len(l.(*link).tx)
+	for i, s := range l.(*link).tx {
+		need := stripeShare(n, i, k)
+		if i == 0 {
+			need += transport.HeaderSize
+		}
+		if need > 0 && !s.sendRoom(need) {
+			return false
+		}
+	}
+	return true
+}
+
+func TestStripeShare(t *testing.T) {
+	for _, n := range []int{0, 1, chunkSize, stripeMin, stripeMin + 1, 5*chunkSize - 5, 7*chunkSize + 9, 10 << 20} {
+		for _, k := range []int{1, 2, 3, 4} {
+			total := 0
+			for i := range k {
+				share := stripeShare(n, i, k)
+				want := 0
+				if k == 1 || n <= stripeMin {
+					if i == 0 {
+						want = n
+					}
+				} else {
+					for off := i * chunkSize; off < n; off += k * chunkSize {
+						want += min(chunkSize, n-off)
+					}
+				}
+				if share != want {
+					t.Errorf("stripeShare(%d, %d, %d) = %d, want %d", n, i, k, share, want)
+				}
+				total += share
+			}
+			if total != n {
+				t.Errorf("n=%d k=%d: shares add up to %d", n, k, total)
+			}
+		}
 	}
 }
 
@@ -482,24 +583,28 @@ func TestNoAllocs(t *testing.T) {
 					ctx, cancel = context.WithTimeout(ctx, time.Minute)
 					defer cancel()
 				}
-				const n = 1 << 20
-				src, dst := make([]byte, n), make([]byte, n)
-				h := hdr(1, n)
-				start, done := make(chan bool), make(chan error)
+				const n = 3 << 20 // striped when nsocks > 1
+				src, dst := make([]byte, 4<<20), make([]byte, 4<<20)
+				type job struct {
+					h   *transport.Header
+					red bool
+				}
+				start, done := make(chan job), make(chan error)
 				go func() {
-					for red := range start {
+					for j := range start {
 						var f transport.ReduceFunc
-						if red {
+						if j.red {
 							f = addBytes
 						}
-						done <- lb.Recv(ctx, &h, dst, f)
+						done <- lb.Recv(ctx, j.h, dst[:j.h.Bytes], f)
 					}
 				}()
 				defer close(start)
+				h := hdr(1, n)
 				for _, red := range []bool{false, true} {
 					allocs := testing.AllocsPerRun(20, func() {
-						start <- red
-						if err := la.Send(ctx, &h, src); err != nil {
+						start <- job{&h, red}
+						if err := la.Send(ctx, &h, src[:n]); err != nil {
 							t.Fatal(err)
 						}
 						if err := <-done; err != nil {
@@ -509,6 +614,29 @@ func TestNoAllocs(t *testing.T) {
 					if allocs != 0 {
 						t.Errorf("reduce %v: %v allocations per Send+Recv", red, allocs)
 					}
+				}
+				// TrySend of a message that needs the send-buffer query (and
+				// is striped when nsocks > 1).
+				hs := hdr(1, stripeMin+64)
+				sent := 0
+				allocs := testing.AllocsPerRun(20, func() {
+					ok, err := la.TrySend(&hs, src[:hs.Bytes])
+					if err != nil {
+						t.Fatal(err)
+					}
+					if ok {
+						sent++
+						start <- job{&hs, false}
+						if err := <-done; err != nil {
+							t.Fatal(err)
+						}
+					}
+				})
+				if allocs != 0 {
+					t.Errorf("%v allocations per TrySend+Recv", allocs)
+				}
+				if sent == 0 && hasRoom(la, int(hs.Bytes)) {
+					t.Error("TrySend never sent")
 				}
 			})
 		}

@@ -1,0 +1,15 @@
+//go:build !linux
+
+package tcp
+
+import "net"
+
+// setCongestion leaves the system's congestion control alone outside Linux.
+func setCongestion(c *net.TCPConn, name string) {}
+
+type roomQuery struct{}
+
+func (q *roomQuery) init(c *net.TCPConn) {}
+
+// sendRoom is not known outside Linux: TrySend sends at most 64 KiB.
+func (s *sock) sendRoom(n int) bool { return false }
