@@ -244,20 +244,40 @@ func (c *Comm) setReduce(kind opKind, dt DataType, op RedOp) error {
 	return nil
 }
 
-func (c *Comm) chooseAllReduce(nbytes int) algo.Algorithm {
+func (c *Comm) chooseAllReduce(nbytes int, inPlace bool) algo.Algorithm {
 	a := c.algoForced
 	if a == algo.Auto {
-		a = algo.Ring
-		if nbytes <= rhdMaxBytes {
+		switch {
+		case c.size == 2 && (!inPlace || nbytes <= rdMaxBytesInPlace2), nbytes <= rdMaxBytes:
+			a = algo.RD
+		case nbytes <= rhdMaxBytes:
 			a = algo.RHD
+		default:
+			a = algo.Ring
 		}
 	}
 	return a
 }
 
-// rhdMaxBytes is the AllReduce size up to which recursive halving-doubling
-// (log2 P latency terms) beats the ring (P-1 latency terms).
-const rhdMaxBytes = 256 << 10
+// The AllReduce tuner, measured with 2 and (oversubscribed) 4 ranks on a
+// 2-core host over shared memory (docs/benchmarks.md, "tuner"):
+//   - 2 ranks: recursive doubling, one exchange of the whole vector, where
+//     ring and halving-doubling are two exchanges of halves: the same bytes
+//     moved and one synchronisation fewer (8-byte latency 0.59 µs median
+//     against 1.15 µs; equal or better bandwidth from 64 KiB to 64 MiB out
+//     of place). In place it folds into the buffer it sends, which is only
+//     free once the link has taken the whole message; above
+//     rdMaxBytesInPlace2 it then needs a scratch pass and the ring wins
+//     (3.4 against 5.5 GB/s at 4 MiB).
+//   - more ranks: recursive doubling up to rdMaxBytes (it moves log2 P whole
+//     vectors, so it loses once bandwidth dominates), halving-doubling
+//     (log2 P latency terms) up to rhdMaxBytes, the ring (P-1 latency terms,
+//     no rank sends more than 2n(P-1)/P) above.
+const (
+	rdMaxBytes         = 32 << 10
+	rdMaxBytesInPlace2 = 2 << 20
+	rhdMaxBytes        = 256 << 10
+)
 
 // logAlgo reports, once per operation kind and algorithm, which algorithm ran
 // (GOCCL_DEBUG=INFO).
@@ -292,7 +312,7 @@ func (c *Comm) AllReduceBytes(ctx context.Context, send, recv []byte, count int,
 			copy(recv[:n], send[:n])
 		}
 	} else {
-		a := c.chooseAllReduce(n)
+		a := c.chooseAllReduce(n, sameStart(send, recv))
 		c.logAlgo(opAllReduce, a, a.String(), n)
 		err = c.group.AllReduce(ctx, &c.op, send[:n], recv[:n], count, a)
 	}

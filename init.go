@@ -367,7 +367,9 @@ func algoFromEnv() (algo.Algorithm, error) {
 		return algo.RHD, nil
 	case "tree":
 		return algo.Tree, nil
+	case "rd":
+		return algo.RD, nil
 	default:
-		return 0, fmt.Errorf("%w: GOCCL_ALGO=%q: want ring, rhd or tree", ErrInvalidArgument, v)
+		return 0, fmt.Errorf("%w: GOCCL_ALGO=%q: want ring, rhd, rd or tree", ErrInvalidArgument, v)
 	}
 }

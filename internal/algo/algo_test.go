@@ -40,7 +40,13 @@ func input(r, i int) int32 { return int32((r+1)*1000003 + i*7919) }
 // their errors.
 func runRanks(t *testing.T, n int, f func(g *Group) error) []error {
 	t.Helper()
-	mesh := memlink.Mesh(n, 4)
+	return runRanksOn(t, memlink.Mesh(n, 4), f)
+}
+
+// runRanksOn is runRanks over the given links.
+func runRanksOn(t *testing.T, mesh [][]transport.Link, f func(g *Group) error) []error {
+	t.Helper()
+	n := len(mesh)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := 0; r < n; r++ {
@@ -79,53 +85,59 @@ var sizes = []int{1, 2, 3, 4, 5, 6, 7, 8, 9}
 var counts = []int{0, 1, 7, 13, 1000, 300007}
 
 func TestAllReduce(t *testing.T) {
-	for _, a := range []Algorithm{Ring, RHD, Tree} {
+	for _, a := range []Algorithm{Ring, RHD, Tree, RD} {
 		for _, n := range sizes {
 			for _, count := range counts {
-				t.Run(fmt.Sprintf("%v/P%d/n%d", a, n, count), func(t *testing.T) {
-					bufs := make([][]byte, n)
-					outs := make([][]byte, n)
-					sends := make([][]byte, n)
-					errs := runRanks(t, n, func(g *Group) error {
-						buf := make([]byte, 4*count)
-						send := make([]byte, 4*count)
-						for i := 0; i < count; i++ {
-							put(buf, i, input(g.Rank, i))
-							put(send, i, input(g.Rank, i))
+				for _, inline := range []bool{false, true} {
+					t.Run(fmt.Sprintf("%v/P%d/n%d/inline=%v", a, n, count, inline), func(t *testing.T) {
+						bufs := make([][]byte, n)
+						outs := make([][]byte, n)
+						sends := make([][]byte, n)
+						mesh := memlink.Mesh(n, 4)
+						if inline {
+							mesh = memlink.MeshInline(n, 4)
 						}
-						bufs[g.Rank], sends[g.Rank] = buf, send
-						op := testOp(1, count)
-						if err := g.AllReduce(context.Background(), op, buf, buf, count, a); err != nil {
-							return err
+						errs := runRanksOn(t, mesh, func(g *Group) error {
+							buf := make([]byte, 4*count)
+							send := make([]byte, 4*count)
+							for i := 0; i < count; i++ {
+								put(buf, i, input(g.Rank, i))
+								put(send, i, input(g.Rank, i))
+							}
+							bufs[g.Rank], sends[g.Rank] = buf, send
+							op := testOp(1, count)
+							if err := g.AllReduce(context.Background(), op, buf, buf, count, a); err != nil {
+								return err
+							}
+							// Out of place, with and without the three-operand kernel.
+							out := make([]byte, 4*count)
+							outs[g.Rank] = out
+							op.Header.Seq = 2
+							if g.Rank%2 == 0 {
+								op.Reduce3 = sum3Int32
+							}
+							return g.AllReduce(context.Background(), op, send, out, count, a)
+						})
+						noErrors(t, errs)
+						for r := 0; r < n; r++ {
+							for i := 0; i < count; i++ {
+								var want int32
+								for q := 0; q < n; q++ {
+									want += input(q, i)
+								}
+								if got := get(bufs[r], i); got != want {
+									t.Fatalf("rank %d elem %d: got %d want %d", r, i, got, want)
+								}
+								if got := get(outs[r], i); got != want {
+									t.Fatalf("out of place: rank %d elem %d: got %d want %d", r, i, got, want)
+								}
+								if get(sends[r], i) != input(r, i) {
+									t.Fatalf("out of place: rank %d's send buffer was modified", r)
+								}
+							}
 						}
-						// Out of place, with and without the three-operand kernel.
-						out := make([]byte, 4*count)
-						outs[g.Rank] = out
-						op.Header.Seq = 2
-						if g.Rank%2 == 0 {
-							op.Reduce3 = sum3Int32
-						}
-						return g.AllReduce(context.Background(), op, send, out, count, a)
 					})
-					noErrors(t, errs)
-					for r := 0; r < n; r++ {
-						for i := 0; i < count; i++ {
-							var want int32
-							for q := 0; q < n; q++ {
-								want += input(q, i)
-							}
-							if got := get(bufs[r], i); got != want {
-								t.Fatalf("rank %d elem %d: got %d want %d", r, i, got, want)
-							}
-							if got := get(outs[r], i); got != want {
-								t.Fatalf("out of place: rank %d elem %d: got %d want %d", r, i, got, want)
-							}
-							if get(sends[r], i) != input(r, i) {
-								t.Fatalf("out of place: rank %d's send buffer was modified", r)
-							}
-						}
-					}
-				})
+				}
 			}
 		}
 	}
@@ -327,7 +339,7 @@ func TestBarrierAndSendRecv(t *testing.T) {
 // TestMismatchFailsEverywhere checks that a count disagreement makes every rank
 // return an error (no hang, no silent garbage).
 func TestMismatchFailsEverywhere(t *testing.T) {
-	for _, a := range []Algorithm{Ring, RHD, Tree} {
+	for _, a := range []Algorithm{Ring, RHD, Tree, RD} {
 		for _, n := range []int{2, 3, 4, 5} {
 			errs := runRanks(t, n, func(g *Group) error {
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

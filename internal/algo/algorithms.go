@@ -14,6 +14,7 @@ const (
 	Ring                  // ring reduce-scatter then ring all-gather
 	RHD                   // recursive halving-doubling (Rabenseifner)
 	Tree                  // binomial-tree reduce to rank 0 then binomial-tree broadcast
+	RD                    // recursive doubling: log2 P exchanges of the whole vector
 )
 
 func (a Algorithm) String() string {
@@ -24,6 +25,8 @@ func (a Algorithm) String() string {
 		return "rhd"
 	case Tree:
 		return "tree"
+	case RD:
+		return "rd"
 	}
 	return "auto"
 }
@@ -191,6 +194,100 @@ func (g *Group) AllReduceRHD(ctx context.Context, op *Op, send, recv []byte, cou
 	return nil
 }
 
+// AllReduceRD reduces send (count elements) into recv with recursive
+// doubling (Thakur, Rabenseifner and Gropp 2005, the short-message
+// algorithm of MPICH): over the largest power of two p' <= P ranks, log2 p'
+// steps in which partners exchange their whole vectors and both fold them
+// in. It has half the latency terms of halving-doubling (one exchange for 2
+// ranks instead of two) at the price of moving and reducing the whole
+// vector at every step, so the tuner uses it for small messages. Extra ranks
+// of a P that is not a power of two are folded in and served at the end as
+// in AllReduceRHD. The reduction kernels are commutative (floats included:
+// NaN and signed zeros are handled symmetrically), so partners compute the
+// same bits. send may be recv; out of place, send is only read.
+func (g *Group) AllReduceRD(ctx context.Context, op *Op, send, recv []byte, count int) error {
+	if err := g.checkGroup(op); err != nil {
+		return err
+	}
+	P, r := g.Size, g.Rank
+	nbytes := count * op.ElemSize
+	if P == 1 {
+		copyIfDifferent(recv[:nbytes], send[:nbytes])
+		return nil
+	}
+	pow := 1 << (bits.Len(uint(P)) - 1)
+	rem := P - pow
+
+	src := send[:nbytes]
+	dst := recv[:nbytes]
+	newRank := -1
+	switch {
+	case r < 2*rem && r%2 == 0:
+		if err := g.send(ctx, op, r+1, src); err != nil {
+			return err
+		}
+	case r < 2*rem:
+		if err := g.recvFold(ctx, op, r-1, dst, src); err != nil {
+			return err
+		}
+		src = dst
+		newRank = r / 2
+	default:
+		newRank = r - rem
+	}
+	real := func(nr int) int {
+		if nr < rem {
+			return nr*2 + 1
+		}
+		return nr + rem
+	}
+	if newRank >= 0 {
+		for mask := 1; mask < pow; mask <<= 1 {
+			partner := real(newRank ^ mask)
+			if !sameStart(src, dst) {
+				// Out of place, first step: fold straight into recv.
+				if err := g.sendRecvFold(ctx, op, partner, src, partner, dst, src); err != nil {
+					return err
+				}
+				src = dst
+				continue
+			}
+			// dst is being sent. When the link took it at once (the
+			// shared-memory ring or the socket buffer had room), fold
+			// straight into it; otherwise receive beside it and fold once
+			// the send is done.
+			if g.post(ctx, op, partner, dst) {
+				if err := g.wait(partner); err != nil {
+					return err
+				}
+				if err := g.recv(ctx, op, partner, dst, true); err != nil {
+					return err
+				}
+				continue
+			}
+			tmp := g.Scratch(nbytes)
+			rerr := g.recv(ctx, op, partner, tmp, false)
+			if rerr != nil {
+				g.Abort()
+			}
+			if serr := g.wait(partner); rerr == nil && serr != nil {
+				rerr = serr
+			}
+			if rerr != nil {
+				return rerr
+			}
+			op.Reduce(dst, tmp)
+		}
+	}
+	if r < 2*rem {
+		if r%2 == 0 {
+			return g.recv(ctx, op, r+1, dst, false)
+		}
+		return g.send(ctx, op, r-1, dst)
+	}
+	return nil
+}
+
 // AllReduceTree reduces to rank 0 with a binomial tree and broadcasts back.
 func (g *Group) AllReduceTree(ctx context.Context, op *Op, send, recv []byte, count int) error {
 	if err := g.checkGroup(op); err != nil {
@@ -212,6 +309,8 @@ func (g *Group) AllReduce(ctx context.Context, op *Op, send, recv []byte, count 
 		return g.AllReduceRHD(ctx, op, send, recv, count)
 	case Tree:
 		return g.AllReduceTree(ctx, op, send, recv, count)
+	case RD:
+		return g.AllReduceRD(ctx, op, send, recv, count)
 	}
 	return g.AllReduceRing(ctx, op, send, recv, count)
 }

@@ -110,10 +110,11 @@ func (g *Group) Scratch(n int) []byte {
 	return g.scratch[:n]
 }
 
-// post starts sending buf to peer in the background (or inline when the link
-// can take it without waiting). wait(peer) must follow before the next post to
-// the same peer and before buf is modified.
-func (g *Group) post(ctx context.Context, op *Op, peer int, buf []byte) {
+// post starts sending buf to peer in the background, or sends it inline when
+// the link can take it without waiting; it reports which (true: inline, buf is
+// free again). wait(peer) must follow before the next post to the same peer
+// and, unless post returned true, before buf is modified.
+func (g *Group) post(ctx context.Context, op *Op, peer int, buf []byte) bool {
 	s := g.senders[peer]
 	s.hdr = op.Header
 	s.hdr.Bytes = uint64(len(buf))
@@ -125,10 +126,11 @@ func (g *Group) post(ctx context.Context, op *Op, peer int, buf []byte) {
 	if sent || err != nil {
 		s.inlineErr = err
 		s.inline = true
-		return
+		return true
 	}
 	s.inline = false
 	s.req <- sendReq{ctx: ctx, buf: buf}
+	return false
 }
 
 // wait blocks until the send posted to peer is done and returns its error.

@@ -29,11 +29,19 @@ func (p *pipe) close() { p.once.Do(func() { close(p.closed) }) }
 type Link struct {
 	self, peer int
 	out, in    *pipe
+	inline     bool // TrySend sends when the pipe has room
 }
 
 // Mesh returns links[i][j], the link of rank i to rank j (nil on the diagonal),
 // for n ranks. depth is how many messages a direction buffers before Send blocks.
-func Mesh(n, depth int) [][]transport.Link {
+func Mesh(n, depth int) [][]transport.Link { return mesh(n, depth, false) }
+
+// MeshInline is Mesh whose links' TrySend sends at once when the receiving
+// side has room, as the shared-memory and TCP links do, so that the tests
+// also exercise the schedules' inline paths.
+func MeshInline(n, depth int) [][]transport.Link { return mesh(n, depth, true) }
+
+func mesh(n, depth int, inline bool) [][]transport.Link {
 	links := make([][]transport.Link, n)
 	for i := range links {
 		links[i] = make([]transport.Link, n)
@@ -41,8 +49,8 @@ func Mesh(n, depth int) [][]transport.Link {
 	for i := 0; i < n; i++ {
 		for j := i + 1; j < n; j++ {
 			a, b := newPipe(depth), newPipe(depth)
-			links[i][j] = &Link{self: i, peer: j, out: a, in: b}
-			links[j][i] = &Link{self: j, peer: i, out: b, in: a}
+			links[i][j] = &Link{self: i, peer: j, out: a, in: b, inline: inline}
+			links[j][i] = &Link{self: j, peer: i, out: b, in: a, inline: inline}
 		}
 	}
 	return links
@@ -65,8 +73,26 @@ func (l *Link) Send(ctx context.Context, h *transport.Header, buf []byte) error 
 	}
 }
 
-// TrySend never sends inline, so the tests exercise the background senders.
-func (l *Link) TrySend(h *transport.Header, buf []byte) (bool, error) { return false, nil }
+// TrySend sends only on a MeshInline link whose pipe has room; on a Mesh link
+// it never does, so the tests exercise the background senders.
+func (l *Link) TrySend(h *transport.Header, buf []byte) (bool, error) {
+	if !l.inline {
+		return false, nil
+	}
+	select {
+	case <-l.out.closed:
+		return false, &transport.PeerError{Peer: l.peer, Op: "send", Err: transport.ErrClosed}
+	case <-l.in.closed:
+		return false, &transport.PeerError{Peer: l.peer, Op: "send", Err: transport.ErrClosed}
+	default:
+	}
+	select {
+	case l.out.ch <- msg{h: *h, data: append([]byte(nil), buf...)}:
+		return true, nil
+	default:
+		return false, nil
+	}
+}
 
 func (l *Link) Recv(ctx context.Context, want *transport.Header, buf []byte, reduce transport.ReduceFunc) error {
 	var m msg
