@@ -134,7 +134,7 @@ func newLink(peer int, tx, rx []*net.TCPConn) *link {
 		t.room.init(tx[i])
 		r := &sock{
 			conn:    rx[i],
-			br:      bufio.NewReaderSize(rx[i], readBufSize),
+			br:      bufio.NewReaderSize(newPollReader(rx[i]), readBufSize),
 			staging: make([]byte, pieceSize),
 			idx:     i,
 			stride:  n,
