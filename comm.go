@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/goccl/goccl/internal/algo"
@@ -45,6 +46,10 @@ type Comm struct {
 	store    rendezvous.Store
 	cleanup  []func()
 	loggedOp [numOpKinds]uint8 // bit a set: algorithm a already logged for this kind
+
+	aborted  atomic.Bool
+	asyncMu  sync.Mutex
+	asyncErr error // the first failure, for Err (any goroutine)
 }
 
 // Option configures Init.
@@ -108,6 +113,40 @@ func (c *Comm) Close() error {
 	return err
 }
 
+// Abort makes the communicator unusable at once: pending and later operations
+// return an error wrapping ErrAborted, and every peer's pending and later
+// operations fail (with ErrClosed) instead of waiting for this rank. It may be
+// called from any goroutine, never blocks on a pending operation, and is
+// idempotent (the ncclCommAbort idea). Close must still be called to release
+// the communicator's resources; a new communicator (Init) rebuilds the group.
+func (c *Comm) Abort() {
+	if !c.aborted.CompareAndSwap(false, true) {
+		return
+	}
+	c.setAsyncErr(&Error{Rank: c.rank, Op: "Abort", Err: ErrAborted})
+	if c.group != nil {
+		c.group.Abort()
+	}
+}
+
+// Err returns the error that made the communicator unusable (a failed
+// operation, a lost peer, or Abort), or nil while it is healthy. It may be
+// called from any goroutine, also while an operation is running (the
+// ncclCommGetAsyncError idea).
+func (c *Comm) Err() error {
+	c.asyncMu.Lock()
+	defer c.asyncMu.Unlock()
+	return c.asyncErr
+}
+
+func (c *Comm) setAsyncErr(err error) {
+	c.asyncMu.Lock()
+	if c.asyncErr == nil {
+		c.asyncErr = err
+	}
+	c.asyncMu.Unlock()
+}
+
 // opKind is the collective carried in transport headers.
 type opKind uint8
 
@@ -140,6 +179,10 @@ func (c *Comm) begin(ctx context.Context, kind opKind, dt DataType, op RedOp, ro
 		c.mu.Unlock()
 		return nil, c.errorf(kind, 0, "%w", ErrClosed)
 	}
+	if c.aborted.Load() {
+		c.mu.Unlock()
+		return nil, c.errorf(kind, 0, "%w", ErrAborted)
+	}
 	if c.poison != nil {
 		c.mu.Unlock()
 		return nil, c.errorf(kind, 0, "communicator unusable after an earlier error: %w", c.poison)
@@ -166,10 +209,17 @@ func (c *Comm) begin(ctx context.Context, kind opKind, dt DataType, op RedOp, ro
 // closes its links so that peers waiting on this rank fail fast.
 func (c *Comm) end(kind opKind, err error) error {
 	if err != nil {
-		err = c.wrap(kind, c.op.Header.Seq, err)
+		if c.aborted.Load() {
+			err = c.errorf(kind, c.op.Header.Seq, "%w", ErrAborted)
+		} else {
+			err = c.wrap(kind, c.op.Header.Seq, err)
+		}
 		c.poison = err
+		c.setAsyncErr(err)
 		if c.group != nil {
-			c.group.Abort()
+			// Peers blocked on this rank fail now, told which rank was
+			// lost if that is the cause.
+			c.group.AbortLost(transport.LostRank(err))
 		}
 	}
 	c.octx.parent = nil

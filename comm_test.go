@@ -55,6 +55,9 @@ func worker(mode string) int {
 		fmt.Printf("rank %d: %d operations checked\n", c.Rank(), m.ops)
 		return 0
 	}
+	if mode == "loop" {
+		return loopWorker(ctx, c)
+	}
 	fmt.Fprintln(os.Stderr, "unknown worker mode", mode)
 	return 2
 }

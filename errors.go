@@ -16,7 +16,18 @@ var (
 	// ErrMismatch: ranks called different operations (count, type, op, root or
 	// order differ). errors.As with *MismatchError gives the details.
 	ErrMismatch = errors.New("ranks disagree on the operation")
+	// ErrPeerLost: a rank's process died or its connection broke. errors.As
+	// with *PeerLostError names the rank; every surviving rank's error names
+	// the same rank (the loss is relayed to ranks that were not talking to
+	// it).
+	ErrPeerLost = transport.ErrPeerLost
+	// ErrAborted: Abort was called on the communicator.
+	ErrAborted = errors.New("communicator aborted")
 )
+
+// PeerLostError names the lost rank (Rank) and, when this rank learnt of the
+// loss from another rank, that rank (Via; else -1).
+type PeerLostError = transport.LostError
 
 // MismatchError says which field of an operation a peer disagreed on.
 type MismatchError = transport.MismatchError

@@ -182,7 +182,7 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	for p := range cards {
 		useShm[p] = p != c.rank && !shmOff && cards[p].Host == me.Host
 	}
-	if err := c.connectShm(ctx, store, jobID, useShm, links); err != nil {
+	if err := c.connectShm(ctx, store, jobID, useShm, cards, links); err != nil {
 		closeLinks(links)
 		return fail(err)
 	}
@@ -219,7 +219,7 @@ func closeLinks(links []transport.Link) {
 // connectShm creates this rank's inbound rings from every same-host peer,
 // opens the peers' rings for its outbound traffic, and unlinks the files once
 // every rank has mapped them (so nothing is left in /dev/shm after a crash).
-func (c *Comm) connectShm(ctx context.Context, store rendezvous.Store, jobID string, useShm []bool, links []transport.Link) error {
+func (c *Comm) connectShm(ctx context.Context, store rendezvous.Store, jobID string, useShm []bool, cards []card, links []transport.Link) error {
 	dir := os.Getenv("GOCCL_SHM_DIR")
 	if dir == "" {
 		dir = "/dev/shm"
@@ -265,7 +265,9 @@ func (c *Comm) connectShm(ctx context.Context, store rendezvous.Store, jobID str
 			}
 		}
 		if out != nil {
-			links[p] = shm.NewLink(c.rank, p, out, in[p])
+			// Watching the peer's pid turns its death into an error
+			// naming it within one futex timeout (10 ms).
+			links[p] = shm.NewLink(c.rank, p, out, in[p], shm.WithPeerPID(cards[p].Pid))
 		}
 	}
 	// Every rank reaches this barrier, with or without shared-memory peers.

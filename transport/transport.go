@@ -102,6 +102,49 @@ func (e *MismatchError) Error() string {
 // ErrClosed is returned by a Link used after Close, or whose peer closed it.
 var ErrClosed = errors.New("transport: link closed")
 
+// ErrPeerLost is wrapped by errors that say a rank's process died or its
+// connection broke: a link whose peer vanished without closing it (EOF or a
+// reset on TCP, a dead process behind a shared-memory ring), or a link whose
+// peer closed it because that peer lost a rank. errors.As with *LostError
+// names the rank.
+var ErrPeerLost = errors.New("transport: peer lost")
+
+// LostError reports a lost rank. Via is the peer that reported the loss when
+// the lost rank is not the link's own peer (a relayed loss), else -1.
+type LostError struct {
+	Rank  int
+	Via   int
+	Cause error // what showed the loss: io.EOF, ECONNRESET, "process exited", ...
+}
+
+func (e *LostError) Error() string {
+	if e.Via >= 0 {
+		return fmt.Sprintf("rank %d lost (reported by rank %d)", e.Rank, e.Via)
+	}
+	if e.Cause != nil {
+		return fmt.Sprintf("rank %d lost: %v", e.Rank, e.Cause)
+	}
+	return fmt.Sprintf("rank %d lost", e.Rank)
+}
+func (e *LostError) Unwrap() error        { return e.Cause }
+func (e *LostError) Is(target error) bool { return target == ErrPeerLost }
+
+// LostRank returns the rank an error says was lost, or -1.
+func LostRank(err error) int {
+	var l *LostError
+	if errors.As(err, &l) {
+		return l.Rank
+	}
+	return -1
+}
+
+// Closing reasons a link passes to its peer with Abort.
+const (
+	// NoLostRank: the link is closed because of an error on this side, not
+	// because a rank was lost.
+	NoLostRank = -1
+)
+
 // PeerError wraps a failure of the link to a given peer.
 type PeerError struct {
 	Peer int
@@ -139,6 +182,12 @@ type Link interface {
 	Recv(ctx context.Context, want *Header, buf []byte, reduce ReduceFunc) error
 	// Close releases the link. Pending and later calls on either side fail.
 	Close() error
+	// Abort is Close, telling the peer why: lost is the rank this side lost
+	// (the peer's pending and later calls then fail with a *LostError naming
+	// it), or NoLostRank (they fail with ErrClosed). It never blocks for
+	// long and may be called from any goroutine, also while a Send or Recv
+	// is in flight.
+	Abort(lost int) error
 	// Name is a short description for logs, e.g. "shm" or "tcp/2 socks 10.0.0.2:41000".
 	Name() string
 }

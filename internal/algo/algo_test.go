@@ -89,6 +89,9 @@ func TestAllReduce(t *testing.T) {
 		for _, n := range sizes {
 			for _, count := range counts {
 				for _, inline := range []bool{false, true} {
+					if inline && testing.Short() && count > 1000 {
+						continue // the race-detector run: small counts cover the inline paths
+					}
 					t.Run(fmt.Sprintf("%v/P%d/n%d/inline=%v", a, n, count, inline), func(t *testing.T) {
 						bufs := make([][]byte, n)
 						outs := make([][]byte, n)

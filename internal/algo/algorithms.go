@@ -268,7 +268,7 @@ func (g *Group) AllReduceRD(ctx context.Context, op *Op, send, recv []byte, coun
 			tmp := g.Scratch(nbytes)
 			rerr := g.recv(ctx, op, partner, tmp, false)
 			if rerr != nil {
-				g.Abort()
+				g.abortFor(rerr)
 			}
 			if serr := g.wait(partner); rerr == nil && serr != nil {
 				rerr = serr
@@ -371,7 +371,7 @@ func (g *Group) bcastTree(ctx context.Context, op *Op, send, recv []byte, count,
 		p := recv[lo*es : hi*es]
 		if parent >= 0 {
 			if err := g.recv(ctx, op, parent, p, false); err != nil {
-				g.Abort()
+				g.abortFor(err)
 				g.waitAll(children[:nc])
 				return err
 			}
@@ -380,7 +380,7 @@ func (g *Group) bcastTree(ctx context.Context, op *Op, send, recv []byte, count,
 		}
 		for _, c := range children[:nc] {
 			if err := g.wait(c); err != nil {
-				g.Abort()
+				g.abortFor(err)
 				g.waitAll(children[:nc])
 				return err
 			}
@@ -444,7 +444,7 @@ func (g *Group) reduceTree(ctx context.Context, op *Op, send, recv []byte, count
 			}
 			if err := g.recvFold(ctx, op, children[i], a, in); err != nil {
 				if parent >= 0 {
-					g.Abort()
+					g.abortFor(err)
 					g.wait(parent)
 				}
 				return err
@@ -494,7 +494,7 @@ func (g *Group) AllGather(ctx context.Context, op *Op, send, recv []byte, count 
 		}
 		err := g.recv(ctx, op, prev, blk(r-s-1), false)
 		if err != nil {
-			g.Abort()
+			g.abortFor(err)
 		}
 		if werr := g.wait(next); err == nil {
 			err = werr

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/goccl/goccl/transport"
@@ -38,7 +39,7 @@ type Group struct {
 
 	recvHdr transport.Header // reused so that passing &hdr to a Link does not allocate
 	sendHdr transport.Header
-	aborted bool
+	aborted atomic.Bool
 
 	f3   fold3                // state of the current three-operand receive
 	f3fn transport.ReduceFunc // f3.reduce, bound once
@@ -89,18 +90,25 @@ func (g *Group) Close() error {
 }
 
 // Abort closes every link so that peers blocked on this rank fail fast; the
-// Group is unusable afterwards.
-func (g *Group) Abort() {
-	if g.aborted {
+// Group is unusable afterwards. It may be called from any goroutine, also
+// while an operation is running (which then fails).
+func (g *Group) Abort() { g.AbortLost(transport.NoLostRank) }
+
+// AbortLost is Abort after this rank lost rank lost: every peer is told, so
+// that its pending and later operations fail naming that rank.
+func (g *Group) AbortLost(lost int) {
+	if !g.aborted.CompareAndSwap(false, true) {
 		return
 	}
-	g.aborted = true
 	for _, l := range g.links {
 		if l != nil {
-			l.Close()
+			l.Abort(lost)
 		}
 	}
 }
+
+// abortFor aborts the group after err, relaying a lost rank if err names one.
+func (g *Group) abortFor(err error) { g.AbortLost(transport.LostRank(err)) }
 
 // Scratch returns a reusable buffer of n bytes (contents undefined).
 func (g *Group) Scratch(n int) []byte {
@@ -180,7 +188,7 @@ func (g *Group) sendRecvFold(ctx context.Context, op *Op, to int, sendBuf []byte
 	g.post(ctx, op, to, sendBuf)
 	rerr := g.recvFold(ctx, op, from, recvBuf, a)
 	if rerr != nil {
-		g.Abort()
+		g.abortFor(rerr)
 	}
 	serr := g.wait(to)
 	if rerr != nil {
@@ -206,7 +214,7 @@ func (g *Group) sendRecv(ctx context.Context, op *Op, to int, sendBuf []byte, fr
 	if from >= 0 {
 		rerr = g.recv(ctx, op, from, recvBuf, reduce)
 		if rerr != nil && to >= 0 {
-			g.Abort()
+			g.abortFor(rerr)
 		}
 	}
 	var serr error
@@ -285,7 +293,7 @@ func (g *Group) SendRecvP2P(ctx context.Context, op *Op, sendSeq uint64, to int,
 		op.Header.Seq = recvSeq
 		rerr = g.recv(ctx, op, from, recv, false)
 		if rerr != nil && to >= 0 {
-			g.Abort()
+			g.abortFor(rerr)
 		}
 	}
 	var serr error

@@ -19,11 +19,20 @@ type pipe struct {
 	ch     chan msg
 	closed chan struct{}
 	once   sync.Once
+	lost   int // set before closed is closed: the rank the closer lost, or NoLostRank
+	closer int // set before closed is closed: the rank that closed
 }
 
-func newPipe(depth int) *pipe { return &pipe{ch: make(chan msg, depth), closed: make(chan struct{})} }
+func newPipe(depth int) *pipe {
+	return &pipe{ch: make(chan msg, depth), closed: make(chan struct{}), lost: transport.NoLostRank}
+}
 
-func (p *pipe) close() { p.once.Do(func() { close(p.closed) }) }
+func (p *pipe) close(closer, lost int) {
+	p.once.Do(func() {
+		p.lost, p.closer = lost, closer
+		close(p.closed)
+	})
+}
 
 // Link is one end of an in-memory connection.
 type Link struct {
@@ -65,9 +74,9 @@ func (l *Link) Send(ctx context.Context, h *transport.Header, buf []byte) error 
 	case l.out.ch <- m:
 		return nil
 	case <-l.out.closed:
-		return &transport.PeerError{Peer: l.peer, Op: "send", Err: transport.ErrClosed}
+		return l.closedErr("send")
 	case <-l.in.closed:
-		return &transport.PeerError{Peer: l.peer, Op: "send", Err: transport.ErrClosed}
+		return l.closedErr("send")
 	case <-ctx.Done():
 		return &transport.PeerError{Peer: l.peer, Op: "send", Err: ctx.Err()}
 	}
@@ -81,9 +90,9 @@ func (l *Link) TrySend(h *transport.Header, buf []byte) (bool, error) {
 	}
 	select {
 	case <-l.out.closed:
-		return false, &transport.PeerError{Peer: l.peer, Op: "send", Err: transport.ErrClosed}
+		return false, l.closedErr("send")
 	case <-l.in.closed:
-		return false, &transport.PeerError{Peer: l.peer, Op: "send", Err: transport.ErrClosed}
+		return false, l.closedErr("send")
 	default:
 	}
 	select {
@@ -104,11 +113,11 @@ func (l *Link) Recv(ctx context.Context, want *transport.Header, buf []byte, red
 		case m = <-l.in.ch:
 		case <-l.in.closed:
 			if !l.drain(&m) {
-				return &transport.PeerError{Peer: l.peer, Op: "recv", Err: transport.ErrClosed}
+				return l.closedErr("recv")
 			}
 		case <-l.out.closed:
 			if !l.drain(&m) {
-				return &transport.PeerError{Peer: l.peer, Op: "recv", Err: transport.ErrClosed}
+				return l.closedErr("recv")
 			}
 		case <-ctx.Done():
 			return &transport.PeerError{Peer: l.peer, Op: "recv", Err: ctx.Err()}
@@ -133,9 +142,12 @@ func (l *Link) Recv(ctx context.Context, want *transport.Header, buf []byte, red
 	return nil
 }
 
-func (l *Link) Close() error {
-	l.out.close()
-	l.in.close()
+func (l *Link) Close() error { return l.Abort(transport.NoLostRank) }
+
+// Abort closes the link, telling the peer that rank lost was lost.
+func (l *Link) Abort(lost int) error {
+	l.out.close(l.self, lost)
+	l.in.close(l.self, lost)
 	return nil
 }
 
@@ -147,4 +159,19 @@ func (l *Link) drain(m *msg) bool {
 	default:
 		return false
 	}
+}
+
+// closedErr is the error of a call on a closed link: a *LostError when the
+// side that closed it lost a rank (other than this one).
+func (l *Link) closedErr(op string) error {
+	for _, p := range [2]*pipe{l.in, l.out} {
+		select {
+		case <-p.closed:
+			if p.closer == l.peer && p.lost >= 0 && p.lost != l.self {
+				return &transport.PeerError{Peer: l.peer, Op: op, Err: &transport.LostError{Rank: p.lost, Via: l.peer}}
+			}
+		default:
+		}
+	}
+	return &transport.PeerError{Peer: l.peer, Op: op, Err: transport.ErrClosed}
 }

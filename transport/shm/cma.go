@@ -306,7 +306,7 @@ func (l *link) sendCMA(ctx context.Context, h *transport.Header, buf []byte) err
 	if err != nil {
 		// The receiver may be reading buf right now: close the link so it
 		// starts no other piece, and let the current one finish.
-		l.shutdown()
+		l.shutdown(-1)
 		l.waitReaderIdle()
 	}
 	l.pinned = nil
@@ -344,6 +344,9 @@ func (l *link) waitReleased(ctx context.Context) error {
 		}
 		if ctx.Err() != nil { // Err, not just Done: a deadline-only context has no Done channel
 			return l.errCtx(ctx, "send")
+		}
+		if l.peerGone() {
+			return l.errClosed("send")
 		}
 		w := r.spaceWord.Load()
 		r.sendWaiting.Store(1)
@@ -385,7 +388,7 @@ func (l *link) recvCMA(ctx context.Context, meta, buf []byte, reduce transport.R
 	addr, length := le.Uint64(meta[48:]), le.Uint64(meta[56:])
 	n := len(buf)
 	if length != uint64(n) {
-		l.shutdown()
+		l.shutdown(-1)
 		return false, l.errCorrupt("CMA descriptor of %d bytes for a %d-byte message", length, n)
 	}
 	if !l.cmaOK {
@@ -404,7 +407,7 @@ func (l *link) recvCMA(ctx context.Context, meta, buf []byte, reduce transport.R
 	for off := 0; off < n; off += piece {
 		m := min(piece, n-off)
 		if off > 0 && ctx.Err() != nil {
-			l.shutdown()
+			l.shutdown(-1)
 			return false, l.errCtx(ctx, "recv")
 		}
 		dst := buf[off : off+m]
@@ -414,7 +417,7 @@ func (l *link) recvCMA(ctx context.Context, meta, buf []byte, reduce transport.R
 		r.readerActive.Store(1)
 		if r.closed.Load() != 0 {
 			r.readerActive.Store(0)
-			l.shutdown()
+			l.shutdown(-1)
 			return false, l.errClosed("recv")
 		}
 		err := readRemote(l.cmaPid, dst, addr+uint64(off))
@@ -425,7 +428,14 @@ func (l *link) recvCMA(ctx context.Context, meta, buf []byte, reduce transport.R
 				// bytes that the resend overwrites).
 				return true, l.refuseCMA(meta, errors.Is(err, unix.EPERM))
 			}
-			l.shutdown()
+			if errors.Is(err, unix.ESRCH) {
+				// The sender's process is gone.
+				l.peerDead.Store(true)
+				l.shutdown(l.peer)
+				return false, &transport.PeerError{Peer: l.peer, Op: "recv", Err: &transport.LostError{Rank: l.peer, Via: -1,
+					Cause: fmt.Errorf("process %d gone (process_vm_readv: %w)", l.cmaPid, err)}}
+			}
+			l.shutdown(-1)
 			return false, &transport.PeerError{Peer: l.peer, Op: "recv",
 				Err: fmt.Errorf("shm: reading %d bytes from pid %d with process_vm_readv: %w", m, l.cmaPid, err)}
 		}
@@ -434,7 +444,7 @@ func (l *link) recvCMA(ctx context.Context, meta, buf []byte, reduce transport.R
 		}
 	}
 	if r.closed.Load() != 0 { // the sender gave up: buf may hold a torn read
-		l.shutdown()
+		l.shutdown(-1)
 		return false, l.errClosed("recv")
 	}
 	cmaRecvs.Add(1)

@@ -68,8 +68,12 @@ type link struct {
 	cmaProbed bool   // the CMA probe ran (or CMA is off)
 	cmaOK     bool   // the probe could read the sender's memory
 	cmaPid    int    // the sender's pid, as verified by the probe
-	stage     []byte // staging buffer of reducing CMA receives
-	_         [8]byte
+
+	peerProc proc          // the peer's process, when WithPeerPID was given
+	peerDead atomic.Bool   // peerGone saw the peer's process gone
+	peerLost atomic.Uint32 // the peer's lost rank + 1, kept by shutdown
+	stage    []byte        // staging buffer of reducing CMA receives
+	_        [8]byte
 
 	// The word the peer's receiver reads to check that CMA works (see cma.go).
 	probe uint64
@@ -80,7 +84,19 @@ type link struct {
 // The Link owns both rings from now on: its Close unmaps them (and unlinks the
 // name of a ring that this side opened, if still present). It panics on nil rings, on out == in, or on a ring
 // already given to another Link.
-func NewLink(self, peer int, out, in *Ring) transport.Link {
+// LinkOption configures NewLink.
+type LinkOption func(*link)
+
+// WithPeerPID makes the link watch the peer's process (pid, in this
+// process's pid namespace): a wait that finds it gone fails with a
+// *transport.LostError naming the peer instead of waiting for its deadline.
+// The check runs each time a wait is about to sleep (after the spin and
+// yield phases, then every futex timeout of 10 ms) and uses a pidfd, so a
+// reused pid or an unreaped (zombie) peer is still seen as gone; on kernels
+// without pidfd_open (before 5.3) it falls back to kill(pid, 0).
+func WithPeerPID(pid int) LinkOption { return func(l *link) { l.watchPeer(pid) } }
+
+func NewLink(self, peer int, out, in *Ring, opts ...LinkOption) transport.Link {
 	if out == nil || in == nil || out == in {
 		panic("shm: NewLink needs two distinct rings")
 	}
@@ -95,6 +111,9 @@ func NewLink(self, peer int, out, in *Ring) transport.Link {
 	l.sTail, l.sHead = out.tail.Load(), out.head.Load()
 	l.rHead, l.rTail = in.head.Load(), in.tail.Load()
 	l.initCMA()
+	for _, o := range opts {
+		o(l)
+	}
 	return l
 }
 
@@ -118,21 +137,30 @@ func (l *link) leave() {
 }
 
 // shutdown closes the link; the caller must be registered (enter or Close).
-func (l *link) shutdown() {
+// lost is the rank to report to the peer (or -1).
+func (l *link) shutdown(lost int) {
 	if l.state.Or(closedBit)&closedBit != 0 {
 		return
 	}
-	l.out.markClosed()
-	l.in.markClosed()
+	// Keep the peer's reason, if it closed first: errClosed must not read
+	// the rings once this side has closed (they may be unmapped).
+	l.peerLost.Store(l.ringLost())
+	l.out.markClosed(lost)
+	l.in.markClosed(lost)
+	l.peerProc.release()
 }
 
 // Close sets the closed flag on both rings, wakes every waiter in either
 // process, and unmaps the rings once no call of this process uses them. Pending
 // and later calls on both sides fail with transport.ErrClosed (a Recv still
 // returns messages that were completely sent before the peer closed).
-func (l *link) Close() error {
+func (l *link) Close() error { return l.Abort(transport.NoLostRank) }
+
+// Abort is Close, telling the peer that this side lost rank lost (see
+// transport.Link).
+func (l *link) Abort(lost int) error {
 	l.state.Add(1) // keeps the mappings alive while we write the flags
-	l.shutdown()
+	l.shutdown(lost)
 	l.leave()
 	// The name of a ring this side opened is needed by nobody now: its creator
 	// mapped it first. (A created ring's name may still be needed by a slow
@@ -145,8 +173,44 @@ func (l *link) Close() error {
 	return nil
 }
 
+// errClosed is the error of a call on a closed link: when the peer closed it
+// because it lost a rank, a *transport.LostError naming that rank; when the
+// peer's process died, one naming the peer.
 func (l *link) errClosed(op string) error {
+	if l.peerDead.Load() {
+		return &transport.PeerError{Peer: l.peer, Op: op, Err: &transport.LostError{Rank: l.peer, Via: -1, Cause: l.peerProc.exitErr()}}
+	}
+	v := l.peerLost.Load()
+	if l.state.Load()&closedBit == 0 {
+		v = l.ringLost() // the caller is registered: the rings are mapped
+	}
+	if v != 0 {
+		return &transport.PeerError{Peer: l.peer, Op: op, Err: &transport.LostError{Rank: int(v - 1), Via: l.peer}}
+	}
 	return &transport.PeerError{Peer: l.peer, Op: op, Err: transport.ErrClosed}
+}
+
+// ringLost returns the lost rank + 1 that the peer wrote when it closed the
+// link, or 0. The caller must keep the rings mapped.
+func (l *link) ringLost() uint32 {
+	for _, r := range [2]*Ring{l.in, l.out} {
+		if v := r.closeLost.Load(); v != 0 && int(v-1) != l.self {
+			return v
+		}
+	}
+	return 0
+}
+
+// peerGone checks, before a wait sleeps, whether the peer's process is gone;
+// if so it closes the link (waking this process's other waiters) and
+// returns true: the caller returns errClosed.
+func (l *link) peerGone() bool {
+	if !l.peerProc.exited() {
+		return false
+	}
+	l.peerDead.Store(true)
+	l.shutdown(l.peer)
+	return true
 }
 
 func (l *link) errCtx(ctx context.Context, op string) error {
@@ -224,14 +288,14 @@ func (l *link) publish(ctx context.Context, h *transport.Header, buf []byte) err
 	for i := 0; i < ns; i++ {
 		if r.closed.Load() != 0 {
 			if i > 0 {
-				l.shutdown()
+				l.shutdown(-1)
 			}
 			return l.errClosed("send")
 		}
 		if l.sTail-l.sHead >= slots {
 			if err := l.waitSpace(ctx); err != nil {
 				if i > 0 {
-					l.shutdown()
+					l.shutdown(-1)
 				}
 				return err
 			}
@@ -284,6 +348,9 @@ func (l *link) waitSpace(ctx context.Context) error {
 		// Set the waiter flag, re-check, then sleep on a word that every
 		// waker bumps: a wake-up between the re-check and the sleep makes
 		// FUTEX_WAIT return at once instead of being lost.
+		if l.peerGone() {
+			return l.errClosed("send")
+		}
 		w := r.spaceWord.Load()
 		r.sendWaiting.Store(1)
 		if hd := r.head.Load(); l.sTail-hd >= slots && r.closed.Load() == 0 {
@@ -326,16 +393,16 @@ func (l *link) Recv(ctx context.Context, want *transport.Header, buf []byte, red
 		meta, _ := r.slot(l.rHead)
 		flags := binary.LittleEndian.Uint32(meta[4:])
 		if flags&flagFirst == 0 {
-			l.shutdown()
+			l.shutdown(-1)
 			return l.errCorrupt("expected the first slot of a message")
 		}
 		var got transport.Header
 		if err := got.Decode(meta[8:]); err != nil {
-			l.shutdown()
+			l.shutdown(-1)
 			return &transport.PeerError{Peer: l.peer, Op: "recv", Err: err}
 		}
 		if err := transport.Check(l.peer, want, &got); err != nil {
-			l.shutdown()
+			l.shutdown(-1)
 			return &transport.PeerError{Peer: l.peer, Op: "recv", Err: err}
 		}
 		if flags&flagCMA == 0 {
@@ -358,18 +425,18 @@ func (l *link) recvCopy(ctx context.Context, buf []byte, reduce transport.Reduce
 	for i := 0; i < ns; i++ {
 		if i > 0 && l.rHead == l.rTail {
 			if err := l.waitData(ctx); err != nil {
-				l.shutdown()
+				l.shutdown(-1)
 				return err
 			}
 		}
 		meta, payload := r.slot(l.rHead)
 		m := int(binary.LittleEndian.Uint32(meta[0:]))
 		if i > 0 && binary.LittleEndian.Uint32(meta[4:])&flagFirst != 0 {
-			l.shutdown()
+			l.shutdown(-1)
 			return l.errCorrupt("message ended after %d of %d bytes", off, n)
 		}
 		if exp := min(n-off, r.slotSize); m != exp {
-			l.shutdown()
+			l.shutdown(-1)
 			return l.errCorrupt("slot holds %d bytes, expected %d", m, exp)
 		}
 		if reduce != nil {
@@ -423,6 +490,9 @@ func (l *link) waitData(ctx context.Context) error {
 		}
 		if ctx.Err() != nil { // Err, not just Done: a deadline-only context has no Done channel
 			return l.errCtx(ctx, "recv")
+		}
+		if l.peerGone() {
+			return l.errClosed("recv")
 		}
 		w := r.dataWord.Load()
 		r.recvWaiting.Store(1)

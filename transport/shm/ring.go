@@ -133,6 +133,7 @@ const (
 	offCMAProbeValue = 856
 	offCMAState      = 896
 	offReaderActive  = 1024
+	offCloseLost     = 1088 // u32 written before the closed flag: lost rank + 1, or 0
 
 	flagFirst   = 1
 	flagCMA     = 2
@@ -187,6 +188,7 @@ type Ring struct {
 	cmaOffer     *atomic.Uint32 // producer: cmaOffered / cmaDeclined
 	cmaState     *atomic.Uint32 // consumer: cmaOK / cmaFailed
 	readerActive *atomic.Uint32 // consumer: inside process_vm_readv on the producer's buffer
+	closeLost    *atomic.Uint32 // lost rank + 1 of the side that closed, or 0
 
 	owned    atomic.Bool // handed to NewLink
 	closing  atomic.Bool // Ring.Close called
@@ -333,6 +335,7 @@ func newRing(path string, mem []byte, slotSize, slots int) *Ring {
 		cmaOffer:     u32(offCMAOffer),
 		cmaState:     u32(offCMAState),
 		readerActive: u32(offReaderActive),
+		closeLost:    u32(offCloseLost),
 	}
 }
 
@@ -370,12 +373,16 @@ func (r *Ring) Close() error {
 	if !r.closing.CompareAndSwap(false, true) {
 		return nil
 	}
-	r.markClosed()
+	r.markClosed(-1)
 	return r.unmap()
 }
 
 // markClosed sets the shared closed flag and wakes any waiter, in any process.
-func (r *Ring) markClosed() {
+// lost (>= 0) is the rank the closing side lost, passed on to the peer.
+func (r *Ring) markClosed(lost int) {
+	if lost >= 0 {
+		r.closeLost.CompareAndSwap(0, uint32(lost)+1)
+	}
 	r.closed.Store(1)
 	r.dataWord.Add(1)
 	r.spaceWord.Add(1)

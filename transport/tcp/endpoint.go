@@ -374,7 +374,7 @@ func (e *Endpoint) Connect(ctx context.Context, peer int, peerAddr string, nsock
 	if e.self > peer {
 		tx, rx = rx, tx
 	}
-	return newLink(peer, tx, rx), nil
+	return newLink(e.self, peer, tx, rx), nil
 }
 
 func (e *Endpoint) dial(ctx context.Context, peer int, addr string, nconns int) ([]*net.TCPConn, error) {

@@ -3,6 +3,7 @@ package tcp
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -60,12 +61,16 @@ const (
 // channels, or written by the caller of TrySend.
 type link struct {
 	peer   int
+	self   int
 	name   string
 	tx, rx []*sock
 
 	closed    atomic.Bool
 	closeOnce sync.Once
-	done      chan struct{} // closed by Close
+	byeOnce   sync.Once
+	byeErr    error                 // brokenErr's verdict
+	verdict   atomic.Pointer[error] // &byeErr once decided
+	done      chan struct{}         // closed by Close
 	wg        sync.WaitGroup
 
 	send, recv dir
@@ -114,9 +119,10 @@ type dir struct {
 
 // newLink builds the link to peer over tx (this rank sends on them) and rx
 // (it receives on them), len(tx) == len(rx) >= 1.
-func newLink(peer int, tx, rx []*net.TCPConn) *link {
+func newLink(self, peer int, tx, rx []*net.TCPConn) *link {
 	n := len(tx)
 	l := &link{
+		self: self,
 		peer: peer,
 		tx:   make([]*sock, n),
 		rx:   make([]*sock, n),
@@ -164,9 +170,36 @@ func (l *link) Name() string { return l.name }
 // Close closes every socket and waits for the link's goroutines. It is
 // idempotent and may run concurrently with a blocked Send or Recv, which then
 // fail with transport.ErrClosed.
-func (l *link) Close() error {
+func (l *link) Close() error { return l.Abort(transport.NoLostRank) }
+
+// goodbye is what a closing side writes on the reverse direction of the
+// connections it receives on (which carry no data otherwise) before closing
+// them, so that the peer tells a deliberate close from a dead process:
+//
+//	0 [8] magic "GOCCLBYE"
+//	8 i32 the rank the closing side lost, or -1
+//	12 [4] zero
+const (
+	goodbyeMagic = "GOCCLBYE"
+	goodbyeSize  = 16
+	// goodbyeWait bounds how long a side whose connection broke waits for
+	// the peer's goodbye before it calls the peer lost.
+	goodbyeWait = 250 * time.Millisecond
+)
+
+// Abort is Close, telling the peer that this side lost rank lost (see
+// transport.Link).
+func (l *link) Abort(lost int) error {
 	l.closeOnce.Do(func() {
 		l.closed.Store(true)
+		var b [goodbyeSize]byte
+		copy(b[:8], goodbyeMagic)
+		binary.LittleEndian.PutUint32(b[8:], uint32(int32(lost)))
+		dl := time.Now().Add(50 * time.Millisecond)
+		for _, s := range l.rx {
+			s.conn.SetWriteDeadline(dl)
+			s.conn.Write(b[:]) // best effort: the peer may be gone
+		}
 		close(l.done)
 		for i := range l.tx {
 			l.tx[i].conn.Close()
@@ -177,8 +210,44 @@ func (l *link) Close() error {
 	return nil
 }
 
+// closedErr is the error of a call on a closed link: the verdict on the peer
+// if a broken connection closed it (brokenErr), else ErrClosed.
 func (l *link) closedErr(op string) error {
-	return &transport.PeerError{Peer: l.peer, Op: op, Err: transport.ErrClosed}
+	return &transport.PeerError{Peer: l.peer, Op: op, Err: l.closedCause()}
+}
+
+func (l *link) closedCause() error {
+	if v := l.verdict.Load(); v != nil {
+		return *v
+	}
+	return transport.ErrClosed
+}
+
+// brokenErr explains a connection of the link that broke (EOF, reset) while
+// this side had not closed it: the peer's goodbye, read from the reverse
+// direction of this side's sending connection, says whether the peer closed
+// the link on purpose (and which rank it lost, if any); no goodbye means the
+// peer's process or the path to it is gone. Decided once per link.
+func (l *link) brokenErr(cause error) error {
+	l.byeOnce.Do(func() {
+		c := l.tx[0].conn
+		c.SetReadDeadline(time.Now().Add(goodbyeWait))
+		var b [goodbyeSize]byte
+		_, err := io.ReadFull(c, b[:])
+		switch {
+		case err == nil && string(b[:8]) == goodbyeMagic:
+			lost := int(int32(binary.LittleEndian.Uint32(b[8:])))
+			if lost >= 0 && lost != l.self {
+				l.byeErr = &transport.LostError{Rank: lost, Via: l.peer}
+			} else {
+				l.byeErr = fmt.Errorf("%w by the peer", transport.ErrClosed)
+			}
+		default:
+			l.byeErr = &transport.LostError{Rank: l.peer, Via: -1, Cause: cause}
+		}
+		l.verdict.Store(&l.byeErr)
+	})
+	return l.byeErr
 }
 
 // Send transmits h and buf; it returns once buf may be reused.
@@ -536,14 +605,14 @@ func (l *link) fail(op string, ctx context.Context, hasDL bool, err error) error
 	var e error
 	switch {
 	case l.closed.Load():
-		e = transport.ErrClosed
+		e = l.closedCause()
 	case ctx.Err() != nil:
 		e = ctx.Err()
 	case hasDL && errors.Is(err, os.ErrDeadlineExceeded):
 		// The socket deadline (ctx's deadline) fired just before ctx's timer.
 		e = context.DeadlineExceeded
 	case isClosedErr(err):
-		e = fmt.Errorf("%w (%v)", transport.ErrClosed, err)
+		e = l.brokenErr(err)
 	default:
 		e = err
 	}
