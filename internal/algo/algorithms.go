@@ -554,10 +554,31 @@ func (g *Group) AllToAll(ctx context.Context, op *Op, send, recv []byte, count i
 	}
 	P, r, es := g.Size, g.Rank, op.ElemSize
 	bb := count * es
-	copy(recv[r*bb:(r+1)*bb], send[r*bb:(r+1)*bb])
+	blk := func(b []byte, i int) []byte { return b[i*bb : (i+1)*bb] }
+	if P == 1 {
+		copy(blk(recv, r), blk(send, r))
+		return nil
+	}
 	for s := 1; s < P; s++ {
 		to, from := mod(r+s, P), mod(r-s, P)
-		if err := g.sendRecv(ctx, op, to, send[to*bb:(to+1)*bb], from, recv[from*bb:(from+1)*bb], false); err != nil {
+		if s > 1 {
+			if err := g.sendRecv(ctx, op, to, blk(send, to), from, blk(recv, from), false); err != nil {
+				return err
+			}
+			continue
+		}
+		// First step: this rank's own block is copied while the first
+		// send is in flight.
+		g.post(ctx, op, to, blk(send, to))
+		copy(blk(recv, r), blk(send, r))
+		err := g.recv(ctx, op, from, blk(recv, from), false)
+		if err != nil {
+			g.abortFor(err)
+		}
+		if werr := g.wait(to); err == nil {
+			err = werr
+		}
+		if err != nil {
 			return err
 		}
 	}
