@@ -17,7 +17,7 @@ func TestSteadyStateAllocations(t *testing.T) {
 	}
 	for _, shmOff := range []string{"0", "1"} {
 		t.Setenv("GOCCL_SHM_DISABLE", shmOff)
-		for _, n := range []int{2, 1 << 18} {
+		for _, n := range []int{2, 1 << 18, 1 << 20} { // 1<<20: 4 MiB, striped over TCP sockets
 			name := fmt.Sprintf("shm_disable=%s/count=%d", shmOff, n)
 			var allocs float64
 			errs := goroutineRanks(t, 2, time.Minute, func(c *goccl.Comm) error {

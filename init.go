@@ -31,10 +31,15 @@ import (
 // SLURM_NTASKS, SLURM_LOCALID). With none of them the communicator has one
 // rank. See package rendezvous for how ranks find the store under mpirun.
 //
+// defaultNSocks is the TCP sockets per peer and direction without
+// GOCCL_NSOCKS_PERPEER.
+const defaultNSocks = 2
+
 // Init connects every pair of ranks: shared memory (/dev/shm) when both run on
 // the same host, TCP otherwise (GOCCL_SHM_DISABLE=1 forces TCP;
 // GOCCL_SOCKET_IFNAME picks the interface, GOCCL_NSOCKS_PERPEER the sockets
-// per peer). It returns an error naming the missing ranks when the world does
+// per peer and direction, default 2; messages above 2 MiB are striped over
+// them). It returns an error naming the missing ranks when the world does
 // not assemble before ctx's deadline, or the operation timeout when ctx has
 // none.
 func Init(ctx context.Context, opts ...Option) (*Comm, error) {
@@ -171,7 +176,9 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 
 	// Phase 3: links.
 	shmOff := os.Getenv("GOCCL_SHM_DISABLE") == "1"
-	nsocks := 1
+	// Two sockets each way: a 16 MiB AllReduce over loopback took a median
+	// 10 ms with 2 against 13-15 ms with 1 (4 was no better than 2).
+	nsocks := defaultNSocks
 	if v := os.Getenv("GOCCL_NSOCKS_PERPEER"); v != "" {
 		if nsocks, err = strconv.Atoi(v); err != nil || nsocks < 1 || nsocks > 64 {
 			return fail(fmt.Errorf("%w: GOCCL_NSOCKS_PERPEER=%q must be an integer in [1, 64]", ErrInvalidArgument, v))
