@@ -47,6 +47,9 @@ type Comm struct {
 	cleanup  []func()
 	loggedOp [numOpKinds]uint8 // bit a set: algorithm a already logged for this kind
 
+	debugCheck bool   // GOCCL_DEBUG_CHECK=1: fingerprints exchanged before each collective
+	checkBuf   []byte // fingerprintSize * size bytes
+
 	aborted  atomic.Bool
 	asyncMu  sync.Mutex
 	asyncErr error // the first failure, for Err (any goroutine)
@@ -159,10 +162,11 @@ const (
 	opAllToAll
 	opSendRecv
 	opBarrier
+	opCheck // GOCCL_DEBUG_CHECK fingerprint exchange
 	numOpKinds
 )
 
-var opNames = [...]string{"", "AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllToAll", "SendRecv", "Barrier"}
+var opNames = [...]string{"", "AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllToAll", "SendRecv", "Barrier", "DebugCheck"}
 
 func (k opKind) String() string {
 	if k < numOpKinds {
@@ -197,12 +201,17 @@ func (c *Comm) begin(ctx context.Context, kind opKind, dt DataType, op RedOp, ro
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	if _, ok := ctx.Deadline(); ok || c.timeout <= 0 {
-		return ctx, nil
+	if _, ok := ctx.Deadline(); !ok && c.timeout > 0 {
+		c.octx.parent = ctx
+		c.octx.deadline = time.Now().Add(c.timeout)
+		ctx = &c.octx
 	}
-	c.octx.parent = ctx
-	c.octx.deadline = time.Now().Add(c.timeout)
-	return &c.octx, nil
+	if c.debugCheck && c.group != nil && kind != opSendRecv {
+		if err := c.checkFingerprints(ctx); err != nil {
+			return nil, c.end(kind, err)
+		}
+	}
+	return ctx, nil
 }
 
 // end finishes an operation: on failure it poisons the communicator and

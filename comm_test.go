@@ -240,6 +240,13 @@ func TestBadInput(t *testing.T) {
 // a sender with nothing to receive; catching that needs the fingerprint
 // exchange of GOCCL_DEBUG_CHECK, issue 4.)
 func TestMismatchAcrossRanks(t *testing.T) {
+	for _, check := range []string{"0", "1"} {
+		t.Setenv("GOCCL_DEBUG_CHECK", check)
+		testMismatchAcrossRanks(t, check == "1")
+	}
+}
+
+func testMismatchAcrossRanks(t *testing.T, debugCheck bool) {
 	for _, tr := range []string{"0", "1"} {
 		t.Setenv("GOCCL_SHM_DISABLE", tr)
 		cases := map[string]func(ctx context.Context, c *goccl.Comm) error{
@@ -260,6 +267,14 @@ func TestMismatchAcrossRanks(t *testing.T) {
 				return goccl.AllReduce(ctx, c, make([]float32, 4), make([]float32, 4), 4, goccl.Sum)
 			},
 		}
+		if debugCheck {
+			// Only the fingerprint exchange sees this one: with 2 ranks
+			// both roots just send.
+			cases["root"] = func(ctx context.Context, c *goccl.Comm) error {
+				buf := make([]float32, 64)
+				return goccl.Broadcast(ctx, c, buf, buf, 64, c.Rank()%2)
+			}
+		}
 		for name, f := range cases {
 			for _, n := range []int{2, 3} {
 				start := time.Now()
@@ -273,6 +288,9 @@ func TestMismatchAcrossRanks(t *testing.T) {
 					}
 					if !strings.Contains(err.Error(), fmt.Sprintf("rank %d", r)) {
 						t.Errorf("%s: rank %d error does not name the rank: %v", name, r, err)
+					}
+					if debugCheck && (!errors.Is(err, goccl.ErrMismatch) || !strings.Contains(err.Error(), "rank 1 called")) {
+						t.Errorf("GOCCL_DEBUG_CHECK %s np%d: rank %d: got %v, want ErrMismatch naming rank 1's call", name, n, r, err)
 					}
 				}
 				if time.Since(start) > 15*time.Second {

@@ -97,6 +97,7 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	if c.algoForced, err = algoFromEnv(); err != nil {
 		return fail(err)
 	}
+	c.debugCheck = os.Getenv("GOCCL_DEBUG_CHECK") == "1"
 	c.sendSeq = make([]uint64, c.size)
 	c.recvSeq = make([]uint64, c.size)
 	if c.size == 1 {
