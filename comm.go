@@ -31,6 +31,7 @@ type Comm struct {
 	rank, size, localRank int
 	timeout               time.Duration
 	algoForced            algo.Algorithm
+	directMin             int // smallest buffer (bytes) for the direct schedules (GOCCL_DIRECT_MIN_BYTES)
 	log                   *logger
 
 	mu       sync.Mutex
@@ -305,8 +306,13 @@ func (c *Comm) setReduce(kind opKind, dt DataType, op RedOp) error {
 
 func (c *Comm) chooseAllReduce(nbytes int, inPlace bool) algo.Algorithm {
 	a := c.algoForced
+	if a == algo.Direct && !c.group.Direct() {
+		a = algo.Auto
+	}
 	if a == algo.Auto {
 		switch {
+		case c.group.Direct() && nbytes >= c.directMin*(c.size-1):
+			a = algo.Direct
 		case c.size == 2 && (!inPlace || nbytes <= rdMaxBytesInPlace2), nbytes <= rdMaxBytes:
 			a = algo.RD
 		case nbytes <= rhdMaxBytes:
@@ -318,8 +324,17 @@ func (c *Comm) chooseAllReduce(nbytes int, inPlace bool) algo.Algorithm {
 	return a
 }
 
-// The AllReduce tuner, measured with 2 and (oversubscribed) 4 ranks on a
-// 2-core host over shared memory (docs/benchmarks.md, "tuner"):
+// The tuner, measured with 2 and (oversubscribed) 4 ranks on a 2-core host
+// over shared memory (docs/benchmarks.md, "tuner"):
+//   - every collective but Reduce runs a direct (single-copy) schedule when
+//     the group allows it (Group.Direct) from directMinBytes*(P-1) bytes of
+//     the operation's largest buffer: with 2 ranks the direct schedules won
+//     from 16 KiB on (at 16 KiB 1.5-2.6 against 1.8-2.9 µs, at 256 KiB 8-22
+//     against 16-26 µs) and lost below; with 4 ranks they lost at 16 KiB
+//     (24-32 against 16-17 µs) and won from 128 KiB (AllReduce at 1 MiB 293
+//     against 533 µs). Their control rounds grow with P-1.
+//
+// The AllReduce algorithms below it:
 //   - 2 ranks: recursive doubling, one exchange of the whole vector, where
 //     ring and halving-doubling are two exchanges of halves: the same bytes
 //     moved and one synchronisation fewer (8-byte latency 0.59 µs median
@@ -333,10 +348,21 @@ func (c *Comm) chooseAllReduce(nbytes int, inPlace bool) algo.Algorithm {
 //     (log2 P latency terms) up to rhdMaxBytes, the ring (P-1 latency terms,
 //     no rank sends more than 2n(P-1)/P) above.
 const (
+	directMinBytes     = 16 << 10
 	rdMaxBytes         = 32 << 10
 	rdMaxBytesInPlace2 = 2 << 20
 	rhdMaxBytes        = 256 << 10
 )
+
+// useDirect reports whether a data-movement collective whose largest buffer
+// is nbytes runs a direct (single-copy) schedule.
+func (c *Comm) useDirect(nbytes int) bool {
+	switch c.algoForced {
+	case algo.Auto, algo.Direct:
+		return c.group.Direct() && (nbytes >= c.directMin*(c.size-1) || c.algoForced == algo.Direct)
+	}
+	return false
+}
 
 // logAlgo reports, once per operation kind and algorithm, which algorithm ran
 // (GOCCL_DEBUG=INFO).
@@ -407,12 +433,17 @@ func (c *Comm) BroadcastBytes(ctx context.Context, send, recv []byte, count int,
 			copy(recv[:n], send[:n])
 		}
 	} else {
-		c.logAlgo(opBroadcast, 0, "tree", n)
 		var s []byte
 		if c.rank == root {
 			s = send[:n]
 		}
-		err = c.group.Broadcast(ctx, &c.op, s, recv[:n], count, root)
+		if c.useDirect(n) {
+			c.logAlgo(opBroadcast, algo.Direct, "direct", n)
+			err = c.group.BroadcastDirect(ctx, &c.op, s, recv[:n], count, root)
+		} else {
+			c.logAlgo(opBroadcast, 0, "tree", n)
+			err = c.group.Broadcast(ctx, &c.op, s, recv[:n], count, root)
+		}
 	}
 	return c.end(opBroadcast, err)
 }
@@ -478,8 +509,13 @@ func (c *Comm) AllGatherBytes(ctx context.Context, send, recv []byte, count int,
 			copy(mine, send[:n])
 		}
 	} else {
-		c.logAlgo(opAllGather, 0, "ring", n)
-		err = c.group.AllGather(ctx, &c.op, send[:n], recv[:n*c.size], count)
+		if c.useDirect(n * c.size) {
+			c.logAlgo(opAllGather, algo.Direct, "direct", n)
+			err = c.group.AllGatherDirect(ctx, &c.op, send[:n], recv[:n*c.size], count)
+		} else {
+			c.logAlgo(opAllGather, 0, "ring", n)
+			err = c.group.AllGather(ctx, &c.op, send[:n], recv[:n*c.size], count)
+		}
 	}
 	return c.end(opAllGather, err)
 }
@@ -507,8 +543,13 @@ func (c *Comm) ReduceScatterBytes(ctx context.Context, send, recv []byte, count 
 	if c.group == nil {
 		copy(recv[:n], send[:n])
 	} else {
-		c.logAlgo(opReduceScatter, 0, "ring", n)
-		err = c.group.ReduceScatter(ctx, &c.op, send[:n*c.size], recv[:n], count)
+		if c.useDirect(n * c.size) {
+			c.logAlgo(opReduceScatter, algo.Direct, "direct", n)
+			err = c.group.ReduceScatterDirect(ctx, &c.op, send[:n*c.size], recv[:n], count)
+		} else {
+			c.logAlgo(opReduceScatter, 0, "ring", n)
+			err = c.group.ReduceScatter(ctx, &c.op, send[:n*c.size], recv[:n], count)
+		}
 	}
 	if err == nil && op == Avg {
 		err = reduce.DivideBy(reduce.DType(dt), recv[:n], c.size)
@@ -543,8 +584,16 @@ func (c *Comm) AllToAllBytes(ctx context.Context, send, recv []byte, count int, 
 	if c.group == nil {
 		copy(recv[:n], src)
 	} else {
-		c.logAlgo(opAllToAll, 0, "pairwise", n)
-		err = c.group.AllToAll(ctx, &c.op, src, recv[:n], count)
+		// In place, the pairwise exchange from the copy was faster than
+		// writing into peers that have just read their own buffers (2
+		// ranks, 128 KiB: 11.8 against 16.5 µs).
+		if c.useDirect(n) && !sameStart(send, recv) {
+			c.logAlgo(opAllToAll, algo.Direct, "direct", n)
+			err = c.group.AllToAllDirect(ctx, &c.op, src, recv[:n], count)
+		} else {
+			c.logAlgo(opAllToAll, 0, "pairwise", n)
+			err = c.group.AllToAll(ctx, &c.op, src, recv[:n], count)
+		}
 	}
 	return c.end(opAllToAll, err)
 }
@@ -628,6 +677,23 @@ func (c *Comm) RecvBytes(ctx context.Context, buf []byte, count int, dt DataType
 		return c.errorf(opSendRecv, 0, "%w: peer %d is outside [0, %d)", ErrInvalidArgument, peer, c.size)
 	}
 	return c.SendRecvBytes(ctx, nil, -1, buf, peer, count, dt)
+}
+
+// agreeDirect enables the direct (single-copy) schedules when every rank can
+// read every peer's memory; it runs once, at the end of Init.
+func (c *Comm) agreeDirect(ctx context.Context) error {
+	if c.group == nil {
+		return nil
+	}
+	ctx, err := c.begin(ctx, opBarrier, Uint8, 0, -1, 1)
+	if err != nil {
+		return err
+	}
+	ok, err := c.group.AgreeDirect(ctx, &c.op)
+	if err == nil {
+		c.log.Infof("single-copy (direct read) schedules: %v", map[bool]string{true: "on", false: "off (a peer on another host, or Cross Memory Attach refused or disabled)"}[ok])
+	}
+	return c.end(opBarrier, err)
 }
 
 // Barrier returns once every rank has entered it.

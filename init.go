@@ -97,6 +97,12 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	if c.algoForced, err = algoFromEnv(); err != nil {
 		return fail(err)
 	}
+	c.directMin = directMinBytes
+	if v := os.Getenv("GOCCL_DIRECT_MIN_BYTES"); v != "" {
+		if c.directMin, err = strconv.Atoi(v); err != nil || c.directMin < 0 {
+			return fail(fmt.Errorf("%w: GOCCL_DIRECT_MIN_BYTES=%q must be a byte count >= 0", ErrInvalidArgument, v))
+		}
+	}
 	c.debugCheck = os.Getenv("GOCCL_DEBUG_CHECK") == "1"
 	c.sendSeq = make([]uint64, c.size)
 	c.recvSeq = make([]uint64, c.size)
@@ -208,6 +214,11 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 
 	// Phase 4: everyone is connected.
 	if err := c.Barrier(ctx); err != nil {
+		return fail(err)
+	}
+	// Phase 5: single-copy schedules only if every rank can read every
+	// peer's memory (all peers on this host, Cross Memory Attach allowed).
+	if err := c.agreeDirect(ctx); err != nil {
 		return fail(err)
 	}
 	c.log.Infof("init: %d ranks, store %v, address exchange %v, links %v, barrier %v, total %v",
@@ -379,7 +390,9 @@ func algoFromEnv() (algo.Algorithm, error) {
 		return algo.Tree, nil
 	case "rd":
 		return algo.RD, nil
+	case "direct":
+		return algo.Direct, nil
 	default:
-		return 0, fmt.Errorf("%w: GOCCL_ALGO=%q: want ring, rhd, rd or tree", ErrInvalidArgument, v)
+		return 0, fmt.Errorf("%w: GOCCL_ALGO=%q: want ring, rhd, rd, tree or direct", ErrInvalidArgument, v)
 	}
 }

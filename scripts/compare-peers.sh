@@ -57,7 +57,9 @@ for coll in "${colls[@]}"; do
 
   # One row per size: median time (us) and busbw (GB/s) of each configuration.
   echo
-  echo "### $coll, 2 ranks, busbw GB/s (time µs), out-of-place, median of $REPEAT run(s)"
+  place=out-of-place
+  [ "$coll" = broadcast ] && place="in place (MPI_Bcast has one buffer)"
+  echo "### $coll, 2 ranks, busbw GB/s (time µs), $place, median of $REPEAT run(s)"
   echo
   awk -v coll="$coll" -v out="$OUT" -v rep="$REPEAT" '
     function median(a, n,   i, j, t) {
@@ -74,6 +76,9 @@ for coll in "${colls[@]}"; do
           if (n < 9 || fld[1] !~ /^[0-9]+$/) continue
           s = fld[1]; sizes[s] = 1
           k = c SUBSEP s; cnt[k]++; bw[k, cnt[k]] = fld[8]; tm[k, cnt[k]] = fld[6]
+          # MPI_Bcast and Gloo broadcast have one buffer (in place): compare
+          # the in-place columns of goccl there.
+          if (coll == "broadcast" && cfg[c] ~ /^goccl/ && n >= 12) { bw[k, cnt[k]] = fld[12]; tm[k, cnt[k]] = fld[10] }
         }
         close(f)
       }

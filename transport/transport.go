@@ -191,3 +191,61 @@ type Link interface {
 	// Name is a short description for logs, e.g. "shm" or "tcp/2 socks 10.0.0.2:41000".
 	Name() string
 }
+
+// Region names a buffer of one rank that its peer may read directly with
+// PeerMemory.ReadPeer. It is opaque to everything but the link that made it
+// (Expose) and its peer's link (ReadPeer): for shared-memory links it is the
+// buffer's address and length in the exposing process. Algorithms carry
+// Regions to the peer inside their own messages (EncodeRegion, DecodeRegion).
+type Region struct {
+	Addr uint64 // link-specific handle, e.g. a virtual address
+	Len  uint64 // bytes
+}
+
+// RegionSize is the size of an encoded Region.
+const RegionSize = 16
+
+// Encode writes r into b (len(b) >= RegionSize), little-endian.
+func (r Region) Encode(b []byte) {
+	_ = b[RegionSize-1]
+	binary.LittleEndian.PutUint64(b[0:], r.Addr)
+	binary.LittleEndian.PutUint64(b[8:], r.Len)
+}
+
+// DecodeRegion reads a Region written by Region.Encode.
+func DecodeRegion(b []byte) Region {
+	_ = b[RegionSize-1]
+	return Region{Addr: binary.LittleEndian.Uint64(b[0:]), Len: binary.LittleEndian.Uint64(b[8:])}
+}
+
+// PeerMemory is implemented by links through which this rank can read and
+// write its peer's memory directly: one copy, straight from or into the
+// peer's buffer, with no work on the peer's side (the RDMA READ and WRITE
+// idea; shared-memory links do it with Linux Cross Memory Attach,
+// process_vm_readv and process_vm_writev). The algorithms that use it
+// (internal/algo's direct schedules) send each peer the Regions of their
+// buffers in ordinary messages, read, and tell the peer when they are done;
+// an exposed buffer must stay alive and unchanged until then.
+type PeerMemory interface {
+	// PeerReadable reports whether ReadPeer and WritePeer work on this link: both sides
+	// allow it and a probe read of the peer's memory succeeded. It may run
+	// that probe; call it where a Recv could run, not concurrently with one.
+	PeerReadable() bool
+	// Expose returns the Region of buf that the peer's ReadPeer takes. buf
+	// must stay alive and unmodified until the peer says it has finished
+	// reading, and must not be on a goroutine stack (a buffer that has
+	// passed through an interface, as every collective's has, is on the heap).
+	Expose(buf []byte) Region
+	// ReadPeer copies len(dst) bytes from offset off of the peer's region r
+	// into dst. It counts as a receive: it never runs concurrently with Recv
+	// on the same link. Reading outside r is an error; a failure (also ctx
+	// expiring between pieces, or either side closing the link during the
+	// read) closes the link. When the peer closes the link because of an
+	// error, its Abort waits (briefly) until a read or write in progress
+	// has ended, so that it never returns a buffer the peer is still using.
+	ReadPeer(ctx context.Context, r Region, off int, dst []byte) error
+	// WritePeer copies src into the peer's region r at offset off, under
+	// the same rules as ReadPeer. The peer must not touch that part of r
+	// until this rank says it has finished writing.
+	WritePeer(ctx context.Context, r Region, off int, src []byte) error
+}

@@ -10,11 +10,12 @@ import (
 type Algorithm uint8
 
 const (
-	Auto Algorithm = iota // let the tuner decide
-	Ring                  // ring reduce-scatter then ring all-gather
-	RHD                   // recursive halving-doubling (Rabenseifner)
-	Tree                  // binomial-tree reduce to rank 0 then binomial-tree broadcast
-	RD                    // recursive doubling: log2 P exchanges of the whole vector
+	Auto   Algorithm = iota // let the tuner decide
+	Ring                    // ring reduce-scatter then ring all-gather
+	RHD                     // recursive halving-doubling (Rabenseifner)
+	Tree                    // binomial-tree reduce to rank 0 then binomial-tree broadcast
+	RD                      // recursive doubling: log2 P exchanges of the whole vector
+	Direct                  // single-copy reads of the peers' buffers (direct.go); needs AgreeDirect
 )
 
 func (a Algorithm) String() string {
@@ -27,6 +28,8 @@ func (a Algorithm) String() string {
 		return "tree"
 	case RD:
 		return "rd"
+	case Direct:
+		return "direct"
 	}
 	return "auto"
 }
@@ -311,6 +314,10 @@ func (g *Group) AllReduce(ctx context.Context, op *Op, send, recv []byte, count 
 		return g.AllReduceTree(ctx, op, send, recv, count)
 	case RD:
 		return g.AllReduceRD(ctx, op, send, recv, count)
+	case Direct:
+		if g.direct {
+			return g.AllReduceDirect(ctx, op, send, recv, count)
+		}
 	}
 	return g.AllReduceRing(ctx, op, send, recv, count)
 }

@@ -43,6 +43,12 @@ type Group struct {
 
 	f3   fold3                // state of the current three-operand receive
 	f3fn transport.ReduceFunc // f3.reduce, bound once
+
+	// Direct schedules (direct.go), set up by AgreeDirect.
+	direct        bool
+	pm            []transport.PeerMemory // by rank; nil at Rank
+	ctlOut, ctlIn [][ctlBytes]byte       // per-peer control messages
+	stage         []byte                 // staging buffer of reducing reads
 }
 
 // fold3 adapts a three-operand kernel to transport.ReduceFunc for one receive:

@@ -39,18 +39,29 @@ type Link struct {
 	self, peer int
 	out, in    *pipe
 	inline     bool // TrySend sends when the pipe has room
+	direct     bool // PeerReadable: ReadPeer reads the peer's exposed buffers
+	peerLink   *Link
+
+	mu      sync.Mutex
+	exposed map[uint64][]byte // by Region.Addr
+	nextID  uint64
 }
 
 // Mesh returns links[i][j], the link of rank i to rank j (nil on the diagonal),
 // for n ranks. depth is how many messages a direction buffers before Send blocks.
-func Mesh(n, depth int) [][]transport.Link { return mesh(n, depth, false) }
+func Mesh(n, depth int) [][]transport.Link { return mesh(n, depth, false, false) }
 
 // MeshInline is Mesh whose links' TrySend sends at once when the receiving
 // side has room, as the shared-memory and TCP links do, so that the tests
 // also exercise the schedules' inline paths.
-func MeshInline(n, depth int) [][]transport.Link { return mesh(n, depth, true) }
+func MeshInline(n, depth int) [][]transport.Link { return mesh(n, depth, true, false) }
 
-func mesh(n, depth int, inline bool) [][]transport.Link {
+// MeshDirect is MeshInline whose links implement transport.PeerMemory: a
+// rank reads the buffers its peer exposed, as over shared memory with Cross
+// Memory Attach.
+func MeshDirect(n, depth int) [][]transport.Link { return mesh(n, depth, true, true) }
+
+func mesh(n, depth int, inline, direct bool) [][]transport.Link {
 	links := make([][]transport.Link, n)
 	for i := range links {
 		links[i] = make([]transport.Link, n)
@@ -58,8 +69,10 @@ func mesh(n, depth int, inline bool) [][]transport.Link {
 	for i := 0; i < n; i++ {
 		for j := i + 1; j < n; j++ {
 			a, b := newPipe(depth), newPipe(depth)
-			links[i][j] = &Link{self: i, peer: j, out: a, in: b, inline: inline}
-			links[j][i] = &Link{self: j, peer: i, out: b, in: a, inline: inline}
+			x := &Link{self: i, peer: j, out: a, in: b, inline: inline, direct: direct}
+			y := &Link{self: j, peer: i, out: b, in: a, inline: inline, direct: direct}
+			x.peerLink, y.peerLink = y, x
+			links[i][j], links[j][i] = x, y
 		}
 	}
 	return links
@@ -174,4 +187,70 @@ func (l *Link) closedErr(op string) error {
 		}
 	}
 	return &transport.PeerError{Peer: l.peer, Op: op, Err: transport.ErrClosed}
+}
+
+var _ transport.PeerMemory = (*Link)(nil)
+
+// PeerReadable reports whether the link was made by MeshDirect.
+func (l *Link) PeerReadable() bool { return l.direct }
+
+// Expose records buf under a fresh handle for the peer's ReadPeer. The
+// handles of the last 64 exposures stay valid.
+func (l *Link) Expose(buf []byte) transport.Region {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.exposed == nil {
+		l.exposed = make(map[uint64][]byte)
+	}
+	l.nextID++
+	delete(l.exposed, l.nextID-64)
+	l.exposed[l.nextID] = buf
+	return transport.Region{Addr: l.nextID, Len: uint64(len(buf))}
+}
+
+// ReadPeer copies from a buffer the peer exposed.
+func (l *Link) ReadPeer(ctx context.Context, r transport.Region, off int, dst []byte) error {
+	buf, err := l.peerRegion(ctx, "read", r, off, len(dst))
+	if err == nil {
+		copy(dst, buf)
+	}
+	return err
+}
+
+// WritePeer copies into a buffer the peer exposed.
+func (l *Link) WritePeer(ctx context.Context, r transport.Region, off int, src []byte) error {
+	buf, err := l.peerRegion(ctx, "write", r, off, len(src))
+	if err == nil {
+		copy(buf, src)
+	}
+	return err
+}
+
+// peerRegion returns bytes [off, off+n) of the peer's exposed region r.
+func (l *Link) peerRegion(ctx context.Context, what string, r transport.Region, off, n int) ([]byte, error) {
+	fail := func(err error) ([]byte, error) { return nil, &transport.PeerError{Peer: l.peer, Op: what, Err: err} }
+	if !l.direct {
+		return fail(fmt.Errorf("memlink: not a direct link"))
+	}
+	select {
+	case <-l.in.closed:
+		return nil, l.closedErr(what)
+	case <-l.out.closed:
+		return nil, l.closedErr(what)
+	default:
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(err)
+	}
+	p := l.peerLink
+	p.mu.Lock()
+	buf, ok := p.exposed[r.Addr]
+	p.mu.Unlock()
+	if !ok || uint64(len(buf)) != r.Len {
+		return fail(fmt.Errorf("memlink: unknown region %+v", r))
+	}
+	if off < 0 || off+n > len(buf) {
+		return fail(fmt.Errorf("memlink: %s of %d bytes at %d outside a %d-byte region", what, n, off, len(buf)))
+	}
+	return buf[off : off+n], nil
 }

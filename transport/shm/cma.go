@@ -114,9 +114,12 @@ const (
 	// cmaStageSize is the staging buffer of a reducing receiver: the piece
 	// read with process_vm_readv and then folded while still in cache.
 	cmaStageSize = 256 << 10
-	// cmaAbortWait bounds how long an aborting sender waits for a receiver
-	// in the middle of a piece.
-	cmaAbortWait = 100 * time.Millisecond
+	// cmaAbortWait bounds how long an aborting side waits for a peer in the
+	// middle of a piece that reads or writes its memory (a piece takes about
+	// 100 µs; the margin covers a peer descheduled mid-copy on a loaded
+	// host, since a write that lands after the wait could corrupt a buffer
+	// the caller has reused).
+	cmaAbortWait = time.Second
 )
 
 // Values of the offer word (producer) and of the state word (consumer).

@@ -166,8 +166,18 @@ func (l *link) Close() error { return l.Abort(transport.NoLostRank) }
 // Abort is Close, telling the peer that this side lost rank lost (see
 // transport.Link).
 func (l *link) Abort(lost int) error {
-	l.state.Add(1) // keeps the mappings alive while we write the flags
-	l.shutdown(lost)
+	// Registering keeps the mappings alive while we write the flags, unless
+	// they are gone already: the state was exactly closedBit (closed, no
+	// call in flight), so whoever brought it there unmapped them.
+	if l.state.Add(1) != closedBit+1 {
+		l.shutdown(lost)
+		// The peer may be reading this side's memory (a CMA message or a
+		// ReadPeer of an exposed buffer), also if an error closed the
+		// link earlier: the closed flag stops it before its next piece;
+		// wait for the current one so that the caller may reuse its
+		// buffers once Abort returns.
+		l.waitReaderIdle()
+	}
 	l.leave()
 	// The name of a ring this side opened is needed by nobody now: its creator
 	// mapped it first. (A created ring's name may still be needed by a slow
@@ -499,6 +509,12 @@ func (l *link) waitData(ctx context.Context) error {
 			return l.errCtx(ctx, "recv")
 		}
 		if l.peerGone() {
+			// The peer may have published its last message and exited
+			// since the check above: what it sent is still delivered.
+			if t := r.tail.Load(); t != l.rHead {
+				l.rTail = t
+				return nil
+			}
 			return l.errClosed("recv")
 		}
 		w := r.dataWord.Load()
