@@ -76,9 +76,7 @@ type link struct {
 	send, recv dir
 
 	// Owned by the (single) sender.
-	shdr  [transport.HeaderSize]byte
-	svec  [2][]byte
-	sbufs net.Buffers
+	shdr [transport.HeaderSize]byte
 
 	// Owned by the (single) receiver.
 	rhdr [transport.HeaderSize]byte
@@ -87,13 +85,11 @@ type link struct {
 
 // sock is one connection of a link, in the link's tx or rx set.
 type sock struct {
-	conn    *net.TCPConn
+	conn    stream
 	br      *bufio.Reader // rx only
 	staging []byte        // rx only: pieceSize bytes, for reductions
 
 	idx, stride int // this socket carries chunks idx, idx+stride, ...
-
-	room roomQuery // tx only: see sendRoom
 
 	// Worker feed, when nsocks > 1: payloads to send (tx) or receive (rx).
 	sendJobs chan []byte
@@ -136,11 +132,11 @@ func newLink(self, peer int, tx, rx []*net.TCPConn) *link {
 		l.name = fmt.Sprintf("tcp %d socks each way %s", n, tx[0].RemoteAddr())
 	}
 	for i := range n {
-		t := &sock{conn: tx[i], idx: i, stride: n}
-		t.room.init(tx[i])
+		t := &sock{conn: newStream(tx[i]), idx: i, stride: n}
+		rs := newStream(rx[i])
 		r := &sock{
-			conn:    rx[i],
-			br:      bufio.NewReaderSize(newPollReader(rx[i]), readBufSize),
+			conn:    rs,
+			br:      bufio.NewReaderSize(rs, readBufSize),
 			staging: make([]byte, pieceSize),
 			idx:     i,
 			stride:  n,
@@ -274,10 +270,7 @@ func (l *link) sendFrame(ctx context.Context, h *transport.Header, buf []byte, i
 	var n int64
 	if !l.striped(len(buf)) {
 		// One writev for header and payload.
-		l.svec[0], l.svec[1] = l.shdr[:], buf
-		l.sbufs = l.svec[:]
-		n, err = l.sbufs.WriteTo(s0.conn)
-		l.svec[1] = nil
+		n, err = s0.conn.writev2(l.shdr[:], buf)
 	} else {
 		var m int
 		m, err = s0.conn.Write(l.shdr[:])

@@ -26,7 +26,9 @@ const readSpin = 100 * time.Microsecond
 
 // pollReader reads a TCP connection, spinning briefly on non-blocking reads
 // before waiting for readability. Deadlines and Close work as for the
-// connection's own Read: the wait is the connection's.
+// connection's own Read: the wait is the connection's. It serves netStream,
+// the fallback where a socket cannot be taken out of Go's poller (fdConn,
+// which spins the same way).
 type pollReader struct {
 	conn *net.TCPConn
 	rc   syscall.RawConn

@@ -62,7 +62,10 @@ func tuneConn(c *net.TCPConn) {
 
 // sameHost reports whether c connects two sockets of this host: to a
 // loopback address, or from an address to itself.
-func sameHost(c *net.TCPConn) bool {
+func sameHost(c interface {
+	LocalAddr() net.Addr
+	RemoteAddr() net.Addr
+}) bool {
 	la, ok1 := c.LocalAddr().(*net.TCPAddr)
 	ra, ok2 := c.RemoteAddr().(*net.TCPAddr)
 	return ok1 && ok2 && (ra.IP.IsLoopback() || ra.IP.Equal(la.IP))

@@ -34,27 +34,11 @@ func (q *roomQuery) init(c *net.TCPConn) {
 		return
 	}
 	q.rc = rc
-	q.fn = func(fd uintptr) {
-		// SIOCOUTQ: bytes written and not yet acknowledged. The kernel
-		// accepts a write while its own accounting of the queue (with
-		// per-packet overhead) is below SO_SNDBUF (as reported: doubled);
-		// asking for half of it leaves ample margin for the overhead.
-		queued, err := unix.IoctlGetInt(int(fd), unix.SIOCOUTQ)
-		if err != nil {
-			return
-		}
-		sndbuf, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF)
-		if err != nil {
-			return
-		}
-		q.ok = queued+q.need <= sndbuf/2
-	}
+	q.fn = func(fd uintptr) { q.ok = sendRoomFD(int(fd), q.need) }
 }
 
-// sendRoom reports whether a write of n bytes on s would complete at once,
-// without waiting for the peer to read.
-func (s *sock) sendRoom(n int) bool {
-	q := &s.room
+// has reports whether a write of n bytes would complete at once.
+func (q *roomQuery) has(n int) bool {
 	if q.fn == nil {
 		return false
 	}
@@ -64,3 +48,24 @@ func (s *sock) sendRoom(n int) bool {
 	}
 	return q.ok
 }
+
+// sendRoomFD reports whether socket fd's send buffer takes n more bytes now.
+// SIOCOUTQ: bytes written and not yet acknowledged. The kernel accepts a
+// write while its own accounting of the queue (with per-packet overhead) is
+// below SO_SNDBUF (as reported: doubled); asking for half of it leaves ample
+// margin for the overhead.
+func sendRoomFD(fd, n int) bool {
+	queued, err := unix.IoctlGetInt(fd, unix.SIOCOUTQ)
+	if err != nil {
+		return false
+	}
+	sndbuf, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF)
+	if err != nil {
+		return false
+	}
+	return queued+n <= sndbuf/2
+}
+
+// sendRoom reports whether a write of n bytes on s would complete at once,
+// without waiting for the peer to read.
+func (s *sock) sendRoom(n int) bool { return s.conn.room(n) }

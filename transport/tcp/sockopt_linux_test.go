@@ -15,14 +15,10 @@ func TestSameHostTuning(t *testing.T) {
 			if !sameHost(s.conn) {
 				t.Fatalf("%v -> %v not seen as same-host", s.conn.LocalAddr(), s.conn.RemoteAddr())
 			}
-			rc, err := s.conn.SyscallConn()
-			if err != nil {
-				t.Fatal(err)
-			}
 			var cc string
 			var rcv, snd int
 			var gerr error
-			rc.Control(func(fd uintptr) {
+			s.conn.control(func(fd uintptr) {
 				cc, gerr = unix.GetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION)
 				if gerr == nil {
 					rcv, gerr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)

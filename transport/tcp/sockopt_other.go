@@ -11,5 +11,10 @@ type roomQuery struct{}
 
 func (q *roomQuery) init(c *net.TCPConn) {}
 
-// sendRoom is not known outside Linux: TrySend sends at most 64 KiB.
-func (s *sock) sendRoom(n int) bool { return false }
+// has is not known outside Linux: TrySend sends at most 64 KiB.
+func (q *roomQuery) has(n int) bool { return false }
+
+func (s *sock) sendRoom(n int) bool { return s.conn.room(n) }
+
+// newStream is a netStream outside Linux.
+func newStream(c *net.TCPConn) stream { return newNetStream(c) }
