@@ -410,6 +410,14 @@ func (g *gen) kernel(is isa, dt dtype, op string) {
 	g.p("\tSUBQ $%d, BX", k.unroll*k.step)
 	g.p("\tJLT %s_one", name)
 	g.p("%s_loop:", name)
+	if pf := prefetchAhead(k); pf > 0 {
+		for off := 0; off < k.unroll*k.step; off += 64 {
+			g.p("\tPREFETCHT0 %s", mem("SI", off+pf))
+			if op != "Div" {
+				g.p("\tPREFETCHT0 %s", mem("DX", off+pf))
+			}
+		}
+	}
 	g.body(k, k.unroll)
 	g.p("\tADDQ $%d, AX", k.unroll*k.step)
 	g.p("\tCMPQ AX, BX")
@@ -557,4 +565,19 @@ func main() {
 	if err := os.WriteFile("asm_amd64.s", g.s.Bytes(), 0o644); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// prefetchAhead is how far ahead (bytes) the main loop of k prefetches its
+// inputs into L1, or 0 for none. The half-precision kernels, which spend
+// several instructions per element converting, did not overlap that work
+// with their misses (bfloat16 sum at 64 MiB ran at 5.2-5.9 GB/s against
+// 15-16 GB/s in L2, about the sum of the two times); prefetching 1 KiB
+// ahead raised half and bfloat16 sum, min and max at 64 MiB from 5.1-6.4 to
+// 6.3-7.2 GB/s (512 and 2048 bytes ahead did no better). The other kernels
+// stay at memory speed without it.
+func prefetchAhead(k *kernel) int {
+	if k.dt.class == plain {
+		return 0
+	}
+	return 1024
 }
