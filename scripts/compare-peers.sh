@@ -5,15 +5,20 @@
 # columns. A peer that is not installed is skipped with a message.
 #
 # Usage: scripts/compare-peers.sh [COLL...]     (default: all_reduce)
-# Environment: MINB (8), MAXB (128M), FACTOR (4), ITERS (20), WARMUP (5),
-#              REPEAT (1: runs per configuration; the table shows medians),
-#              PEERS (../shared/peers), OUT (a scratch directory).
+# Environment: MINB (8), MAXB (128M), FACTOR (4), REPEAT (1: runs per
+#              configuration; the table shows medians), sizes up to SPLIT
+#              (1M) run ITERS_SMALL (500) timed iterations after WARMUP_SMALL
+#              (50), larger ones ITERS (20) after WARMUP (5): a few slow
+#              iterations (a descheduled rank) dominate a short mean of
+#              microsecond operations; PEERS (../shared/peers), OUT (a
+#              scratch directory).
 # busbw follows nccl-tests (doc/PERFORMANCE.md); GB = 1e9.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 colls=("$@")
 [ ${#colls[@]} -gt 0 ] || colls=(all_reduce)
 MINB=${MINB:-8} MAXB=${MAXB:-128M} FACTOR=${FACTOR:-4} ITERS=${ITERS:-20} WARMUP=${WARMUP:-5} REPEAT=${REPEAT:-1}
+SPLIT=${SPLIT:-1M} ITERS_SMALL=${ITERS_SMALL:-500} WARMUP_SMALL=${WARMUP_SMALL:-50}
 PEERS=${PEERS:-../shared/peers}
 OUT=${OUT:-$(mktemp -d /tmp/goccl-compare.XXXXXX)}
 mkdir -p "$OUT"
@@ -33,26 +38,45 @@ else
   echo "# skipping Gloo: /usr/bin/python3 with torch (Debian python3-torch) or $PEERS/gloo_coll_perf.py not found" >&2
 fi
 
-args=(-b "$MINB" -e "$MAXB" -f "$FACTOR" -n "$ITERS" -w "$WARMUP")
+bytes() { # 8, 64K, 128M -> bytes
+  local v=${1%[KkMmGg]} m=1
+  case "$1" in *[Kk]) m=1024 ;; *[Mm]) m=1048576 ;; *[Gg]) m=1073741824 ;; esac
+  echo $((v * m))
+}
+# Two size ranges on the same grid MINB * FACTOR^k: up to SPLIT, and above.
+lo=$(bytes "$MINB") hi=$(bytes "$MAXB") split=$(bytes "$SPLIT")
+last=$lo
+while [ $((last * FACTOR)) -le "$split" ] && [ $((last * FACTOR)) -le "$hi" ]; do last=$((last * FACTOR)); done
+ranges=("$lo $last $ITERS_SMALL $WARMUP_SMALL")
+[ $((last * FACTOR)) -le "$hi" ] && ranges+=("$((last * FACTOR)) $hi $ITERS $WARMUP")
 mpirun_() { mpirun --allow-run-as-root --oversubscribe -np 2 "$@"; }
+
+echo "# $(date -u '+%Y-%m-%d %H:%M UTC'); $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'); Linux $(uname -r)"
+echo "# goccl $(git rev-parse --short HEAD 2>/dev/null || echo '?') built with $(go version | awk '{print $3}')$([ $have_mpi = 1 ] && echo ", $(mpirun --version 2>/dev/null | head -1)")$([ $have_gloo = 1 ] && echo ", torch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)' 2>/dev/null) (Gloo)")"
+echo "# sizes $MINB-$MAXB x$FACTOR; up to $SPLIT: -n $ITERS_SMALL -w $WARMUP_SMALL, above: -n $ITERS -w $WARMUP; median of $REPEAT run(s)"
 
 for coll in "${colls[@]}"; do
   for rep in $(seq 1 "$REPEAT"); do
-    "$OUT/goccl" perf "$coll" -np 2 "${args[@]}" -c 1 > "$OUT/$coll.goccl-shm.$rep"
-    GOCCL_SHM_DISABLE=1 "$OUT/goccl" perf "$coll" -np 2 "${args[@]}" -c 1 > "$OUT/$coll.goccl-tcp.$rep"
-    if [ $have_mpi = 1 ] && [ "$coll" != reduce ] && [ "$coll" != sendrecv ]; then
-      mpirun_ --mca btl self,vader "$OUT/mpi_coll_perf" -c "$coll" "${args[@]}" > "$OUT/$coll.mpi-shm.$rep" 2>/dev/null
-      mpirun_ --mca btl self,tcp "$OUT/mpi_coll_perf" -c "$coll" "${args[@]}" > "$OUT/$coll.mpi-tcp.$rep" 2>/dev/null
-    fi
-    if [ $have_gloo = 1 ] && [ "$coll" = all_reduce ]; then
-      port=$((29500 + RANDOM % 1000))
-      for r in 0 1; do
-        MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$r WORLD_SIZE=2 /usr/bin/python3 "$PEERS/gloo_coll_perf.py" \
-          -b "$MINB" -e "$MAXB" -f "$FACTOR" -n "$ITERS" -w "$WARMUP" > "$OUT/$coll.gloo.$rep.r$r" 2>/dev/null &
-      done
-      wait
-      mv "$OUT/$coll.gloo.$rep.r0" "$OUT/$coll.gloo.$rep"; rm -f "$OUT/$coll.gloo.$rep.r1"
-    fi
+    for cfg in goccl-shm goccl-tcp mpi-shm mpi-tcp gloo; do : > "$OUT/$coll.$cfg.$rep"; done
+    for rg in "${ranges[@]}"; do
+      read -r b e n w <<< "$rg"
+      args=(-b "$b" -e "$e" -f "$FACTOR" -n "$n" -w "$w")
+      "$OUT/goccl" perf "$coll" -np 2 "${args[@]}" -c 1 >> "$OUT/$coll.goccl-shm.$rep"
+      GOCCL_SHM_DISABLE=1 "$OUT/goccl" perf "$coll" -np 2 "${args[@]}" -c 1 >> "$OUT/$coll.goccl-tcp.$rep"
+      if [ $have_mpi = 1 ] && [ "$coll" != reduce ] && [ "$coll" != sendrecv ]; then
+        mpirun_ --mca btl self,vader "$OUT/mpi_coll_perf" -c "$coll" "${args[@]}" >> "$OUT/$coll.mpi-shm.$rep" 2>/dev/null
+        mpirun_ --mca btl self,tcp "$OUT/mpi_coll_perf" -c "$coll" "${args[@]}" >> "$OUT/$coll.mpi-tcp.$rep" 2>/dev/null
+      fi
+      if [ $have_gloo = 1 ] && [ "$coll" = all_reduce ]; then
+        port=$((29500 + RANDOM % 1000))
+        for r in 0 1; do
+          MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$r WORLD_SIZE=2 /usr/bin/python3 "$PEERS/gloo_coll_perf.py" \
+            "${args[@]}" > "$OUT/$coll.gloo.$rep.r$r" 2>/dev/null &
+        done
+        wait
+        cat "$OUT/$coll.gloo.$rep.r0" >> "$OUT/$coll.gloo.$rep"; rm -f "$OUT/$coll.gloo.$rep.r0" "$OUT/$coll.gloo.$rep.r1"
+      fi
+    done
   done
 
   # One row per size: median time (us) and busbw (GB/s) of each configuration.
