@@ -24,6 +24,7 @@ func TestSteadyStateAllocations(t *testing.T) {
 				ctx := context.Background()
 				buf := make([]float32, n)
 				out := make([]float32, 2*n)
+				out2 := make([]float32, 2*n)
 				op := func() {
 					if err := goccl.AllReduce(ctx, c, buf, buf, n, goccl.Sum); err != nil {
 						panic(err)
@@ -35,6 +36,9 @@ func TestSteadyStateAllocations(t *testing.T) {
 						panic(err)
 					}
 					if err := goccl.ReduceScatter(ctx, c, out, buf, n, goccl.Max); err != nil {
+						panic(err)
+					}
+					if err := goccl.AllToAll(ctx, c, out, out2, n); err != nil {
 						panic(err)
 					}
 				}
@@ -57,7 +61,7 @@ func TestSteadyStateAllocations(t *testing.T) {
 				}
 			}
 			if allocs != 0 {
-				t.Errorf("%s: %.1f allocations per round of 4 collectives, want 0", name, allocs)
+				t.Errorf("%s: %.1f allocations per round of 5 collectives, want 0", name, allocs)
 			}
 		}
 	}

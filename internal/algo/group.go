@@ -137,6 +137,15 @@ func (g *Group) post(ctx context.Context, op *Op, peer int, buf []byte) bool {
 	}
 	s.busy = true
 	sent, err := s.link.TrySend(&s.hdr, buf)
+	// A small message that does not fit yet (a root running ahead of its
+	// receiver has filled the ring) usually fits within microseconds; try
+	// again for a while rather than hand it to the sender goroutine, whose
+	// wake-up costs more: of ten runs of 50000 2-rank 8-byte Broadcasts
+	// over shared memory, 6 had a p99 above 10 µs (means up to 3.3 µs) with
+	// the hand-off, 1 with the retries (means 0.37-1.16 µs).
+	for i := 0; !sent && err == nil && len(buf) <= postSpinMax && i < postSpinTries; i++ {
+		sent, err = s.link.TrySend(&s.hdr, buf)
+	}
 	if sent || err != nil {
 		s.inlineErr = err
 		s.inline = true
@@ -146,6 +155,12 @@ func (g *Group) post(ctx context.Context, op *Op, peer int, buf []byte) bool {
 	s.req <- sendReq{ctx: ctx, buf: buf}
 	return false
 }
+
+// postSpinMax and postSpinTries bound post's retries of TrySend.
+const (
+	postSpinMax   = 64 << 10
+	postSpinTries = 4000
+)
 
 // wait blocks until the send posted to peer is done and returns its error.
 func (g *Group) wait(peer int) error {
