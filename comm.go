@@ -64,6 +64,7 @@ type config struct {
 	storeAddr             string
 	timeout               time.Duration
 	store                 rendezvous.Store
+	token                 string
 }
 
 // WithStore makes Init rendezvous through an existing store (for example one
@@ -82,6 +83,12 @@ func WithLocalRank(r int) Option { return func(c *config) { c.localRank = r } }
 
 // WithStoreAddr sets the host:port of the rendezvous store that rank 0 serves.
 func WithStoreAddr(addr string) Option { return func(c *config) { c.storeAddr = addr } }
+
+// WithJobToken sets the job's shared secret (as GOCCL_JOB_TOKEN does): the
+// rendezvous store and every TCP link between ranks then prove it with an
+// HMAC challenge-response, and refuse (and log) connections that do not.
+// All ranks must use the same token; goccl run makes one per job.
+func WithJobToken(token string) Option { return func(c *config) { c.token = token } }
 
 // WithTimeout sets the default operation timeout (as GOCCL_TIMEOUT does).
 func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }

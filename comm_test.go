@@ -30,6 +30,9 @@ func TestMain(m *testing.M) {
 
 func worker(mode string) int {
 	ctx := context.Background()
+	if mode == "victim" {
+		return victimWorker(ctx)
+	}
 	c, err := goccl.Init(ctx)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "init:", err)
@@ -57,6 +60,9 @@ func worker(mode string) int {
 	}
 	if mode == "loop" {
 		return loopWorker(ctx, c)
+	}
+	if mode == "checked" {
+		return checkedWorker(ctx, c)
 	}
 	fmt.Fprintln(os.Stderr, "unknown worker mode", mode)
 	return 2

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -77,6 +78,16 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		if errors.As(err, &e) {
 			return nil, err
 		}
+		// A rank the store saw die, or rank 0 (which serves the store) gone
+		// from under this rank: name it as a lost peer.
+		var rl *rendezvous.RankLostError
+		switch {
+		case errors.Is(err, ErrPeerLost):
+		case errors.As(err, &rl):
+			err = &PeerLostError{Rank: rl.Rank, Via: -1, Cause: errors.New(rl.Reason)}
+		case c.rank != 0 && cfg.store == nil && storeServerGone(err):
+			err = &PeerLostError{Rank: 0, Via: -1, Cause: fmt.Errorf("the store it served is gone: %w", err)}
+		}
 		return nil, &Error{Rank: c.rank, Op: "Init", Err: err}
 	}
 	if cfg.size < 1 {
@@ -123,10 +134,14 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	if err != nil {
 		return fail(err)
 	}
+	token := cfg.token
+	if token == "" {
+		token = os.Getenv("GOCCL_JOB_TOKEN")
+	}
 	store := cfg.store
 	if store == nil {
-		env.Rank, env.WorldSize = c.rank, c.size
-		store, err = rendezvous.Connect(ctx, env, iface.IP.String())
+		env.Rank, env.WorldSize, env.Token = c.rank, c.size, token
+		store, err = rendezvous.Connect(ctx, env, iface.IP.String(), rendezvous.WithLog(c.log.Warnf))
 		if err != nil {
 			return fail(fmt.Errorf("connecting to the rendezvous store: %w", err))
 		}
@@ -152,7 +167,7 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		}
 		jobID = string(v)
 	}
-	ep, err := tcp.Listen(c.rank, iface.IP, jobID)
+	ep, err := tcp.Listen(c.rank, iface.IP, jobID, tcp.WithToken([]byte(token)), tcp.WithLog(c.log.Warnf))
 	if err != nil {
 		return fail(err)
 	}
@@ -395,4 +410,15 @@ func algoFromEnv() (algo.Algorithm, error) {
 	default:
 		return 0, fmt.Errorf("%w: GOCCL_ALGO=%q: want ring, rhd, rd, tree or direct", ErrInvalidArgument, v)
 	}
+}
+
+// storeServerGone reports whether a store call failed because the
+// connection to rank 0's server broke or was refused after it had worked
+// (not because a deadline expired first).
+func storeServerGone(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE)
 }

@@ -52,16 +52,25 @@ func AddrFilePath(env Env) string {
 //
 // Rank 0's Close stops the server under every other rank, so close rank 0's
 // store last (for example after a Barrier that all ranks pass when done).
-func Connect(ctx context.Context, env Env, hostIP string) (Store, error) {
+//
+// Every connection carries env.Rank (so that rank 0's server can tell the
+// others when a rank's process dies: RankLostError) and, when env.Token is
+// set, proves the job token (see the handshake in handshake.go); opts add to
+// that (WithLog for rank 0's server).
+func Connect(ctx context.Context, env Env, hostIP string, opts ...Option) (Store, error) {
 	if env.WorldSize < 1 || env.Rank < 0 || env.Rank >= env.WorldSize {
 		return nil, fmt.Errorf("rendezvous: connect: rank %d out of range for world size %d", env.Rank, env.WorldSize)
 	}
+	opts = append([]Option{WithRank(env.Rank)}, opts...)
+	if env.Token != "" {
+		opts = append(opts, WithToken([]byte(env.Token)))
+	}
 	if env.StoreAddr != "" {
-		return connectAddr(ctx, env)
+		return connectAddr(ctx, env, opts)
 	}
 	if env.WorldSize == 1 {
 		// Nobody else needs to find the store: serve it on loopback.
-		return serveLocal(ctx)
+		return serveLocal(ctx, opts)
 	}
 	if env.JobID == "" {
 		return nil, errors.New("rendezvous: connect: the environment gives no store address and no job id; " +
@@ -69,14 +78,14 @@ func Connect(ctx context.Context, env Env, hostIP string) (Store, error) {
 			"or GOCCL_JOB_ID to a value common to all ranks (with GOCCL_STORE_DIR on a shared file system for multi-host jobs)")
 	}
 	if env.Rank == 0 {
-		return serveAddrFile(ctx, env, hostIP)
+		return serveAddrFile(ctx, env, hostIP, opts)
 	}
-	return dialAddrFile(ctx, env)
+	return dialAddrFile(ctx, env, opts)
 }
 
-func connectAddr(ctx context.Context, env Env) (Store, error) {
+func connectAddr(ctx context.Context, env Env, opts []Option) (Store, error) {
 	if env.Rank != 0 {
-		return DialTCP(ctx, env.StoreAddr)
+		return DialTCP(ctx, env.StoreAddr, opts...)
 	}
 	host, port, err := net.SplitHostPort(env.StoreAddr)
 	if err != nil {
@@ -86,11 +95,11 @@ func connectAddr(ctx context.Context, env Env) (Store, error) {
 	if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
 		bind = env.StoreAddr
 	}
-	srv, err := NewTCPServer(bind)
+	srv, err := NewTCPServer(bind, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("rendezvous: connect: rank 0 cannot serve the store on %s (from %s): %w", bind, env.StoreAddr, err)
 	}
-	cl, err := DialTCP(ctx, selfAddr(srv))
+	cl, err := DialTCP(ctx, selfAddr(srv), opts...)
 	if err != nil {
 		srv.Close()
 		return nil, err
@@ -98,12 +107,12 @@ func connectAddr(ctx context.Context, env Env) (Store, error) {
 	return &servingStore{TCPStore: cl, srv: srv}, nil
 }
 
-func serveLocal(ctx context.Context) (Store, error) {
-	srv, err := NewTCPServer("127.0.0.1:0")
+func serveLocal(ctx context.Context, opts []Option) (Store, error) {
+	srv, err := NewTCPServer("127.0.0.1:0", opts...)
 	if err != nil {
 		return nil, fmt.Errorf("rendezvous: connect: %w", err)
 	}
-	cl, err := DialTCP(ctx, srv.Addr())
+	cl, err := DialTCP(ctx, srv.Addr(), opts...)
 	if err != nil {
 		srv.Close()
 		return nil, err
@@ -120,7 +129,7 @@ func selfAddr(srv *TCPServer) string {
 	return a.String()
 }
 
-func serveAddrFile(ctx context.Context, env Env, hostIP string) (Store, error) {
+func serveAddrFile(ctx context.Context, env Env, hostIP string, opts []Option) (Store, error) {
 	if hostIP == "" {
 		return nil, errors.New("rendezvous: connect: rank 0 needs a routable host IP to publish when no store address is given")
 	}
@@ -132,7 +141,7 @@ func serveAddrFile(ctx context.Context, env Env, hostIP string) (Store, error) {
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("rendezvous: connect: removing stale address file: %w", err)
 	}
-	srv, err := NewTCPServer(net.JoinHostPort(hostIP, "0"))
+	srv, err := NewTCPServer(net.JoinHostPort(hostIP, "0"), opts...)
 	if err != nil {
 		return nil, fmt.Errorf("rendezvous: connect: rank 0 cannot serve the store on %s: %w", hostIP, err)
 	}
@@ -140,7 +149,7 @@ func serveAddrFile(ctx context.Context, env Env, hostIP string) (Store, error) {
 		srv.Close()
 		return nil, err
 	}
-	cl, err := DialTCP(ctx, srv.Addr())
+	cl, err := DialTCP(ctx, srv.Addr(), opts...)
 	if err != nil {
 		return fail(err)
 	}
@@ -168,14 +177,19 @@ func parseAddrFile(b []byte) (addr, nonce string, ok bool) {
 	return lines[0], lines[1], true
 }
 
-func dialAddrFile(ctx context.Context, env Env) (Store, error) {
+func dialAddrFile(ctx context.Context, env Env, opts []Option) (Store, error) {
 	path := AddrFilePath(env)
 	start := time.Now()
 	bo := backoff{cur: 10 * time.Millisecond, max: 200 * time.Millisecond}
 	last := "the file does not exist"
+	o := makeOptions(opts)
 	for {
-		if cl := tryAddrFile(ctx, path, &last); cl != nil {
+		cl, err := tryAddrFile(ctx, path, &last, &o)
+		if cl != nil {
 			return cl, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("rendezvous: connect: rank %d: %w", env.Rank, err)
 		}
 		if err := sleepCtx(ctx, nil, bo.next()); err != nil {
 			return nil, fmt.Errorf("rendezvous: connect: rank %d found no live store through %s after %v: %w (last problem: %s); "+
@@ -186,37 +200,41 @@ func dialAddrFile(ctx context.Context, env Env) (Store, error) {
 }
 
 // tryAddrFile makes one attempt to use the address file; on failure it
-// returns nil and records why in last.
-func tryAddrFile(ctx context.Context, path string, last *string) *TCPStore {
+// returns nil and records why in last, or, for a failure that retrying
+// cannot mend (a job token refused), returns it.
+func tryAddrFile(ctx context.Context, path string, last *string, o *options) (*TCPStore, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			*last = err.Error()
 		}
-		return nil
+		return nil, nil
 	}
 	addr, nonce, ok := parseAddrFile(b)
 	if !ok {
 		*last = "malformed address file"
-		return nil
+		return nil, nil
 	}
 	// One short attempt: the address may be stale. The nonce check bounds the
 	// time spent on a port now owned by something else.
 	actx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	c, err := dialOnce(actx, addr)
+	c, br, err := dialOnce(actx, addr, o)
+	if errors.Is(err, ErrAuth) {
+		return nil, fmt.Errorf("store at %s: %w", addr, err)
+	}
 	if err != nil {
 		*last = fmt.Sprintf("dial %s: %v", addr, err)
-		return nil
+		return nil, nil
 	}
-	cl := newTCPStore(addr, c)
+	cl := newTCPStore(addr, c, br, *o)
 	got, err := cl.Get(actx, nonceKey)
 	if err != nil || string(got) != nonce {
 		cl.Close()
 		*last = fmt.Sprintf("the server at %s is not the one that wrote the file", addr)
-		return nil
+		return nil, nil
 	}
-	return cl
+	return cl, nil
 }
 
 // servingStore is rank 0's store: a client of its own server.

@@ -15,6 +15,7 @@ type Env struct {
 	StoreDir                   string // shared directory for a file store / address file, "" if none
 	JobID                      string // identifier common to all ranks of this job, "" if unknown
 	Source                     string // "goccl", "torchrun", "openmpi", "slurm"
+	Token                      string // GOCCL_JOB_TOKEN: the job's shared secret, "" for none
 }
 
 // envSource is one launcher's rank variables.
@@ -158,6 +159,7 @@ func fromLookup(lookup func(string) (string, bool)) (env Env, ok bool, err error
 			}
 		}
 	}
+	env.Token, _ = get("GOCCL_JOB_TOKEN")
 	return env, true, nil
 }
 

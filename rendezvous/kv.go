@@ -86,10 +86,33 @@ type kv struct {
 	mu      sync.Mutex
 	m       map[string][]byte
 	waiters map[string]chan struct{} // closed when the key is first set
+
+	lost     chan struct{} // closed when a rank is lost (TCPServer)
+	lostRank int
+	lostWhy  string
 }
 
 func newKV() *kv {
-	return &kv{m: make(map[string][]byte), waiters: make(map[string]chan struct{})}
+	return &kv{m: make(map[string][]byte), waiters: make(map[string]chan struct{}), lost: make(chan struct{}), lostRank: -1}
+}
+
+// markLost records that rank is gone (the first loss wins) and wakes every
+// waiter.
+func (k *kv) markLost(rank int, why string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.lostRank >= 0 {
+		return
+	}
+	k.lostRank, k.lostWhy = rank, why
+	close(k.lost)
+}
+
+// lostInfo returns the lost rank and why, once lost is closed.
+func (k *kv) lostInfo() (int, string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.lostRank, k.lostWhy
 }
 
 func (k *kv) storeLocked(key string, value []byte) {

@@ -28,6 +28,7 @@ import (
 // interrupted this way may or may not have been applied.
 type TCPStore struct {
 	addr string
+	opts options
 
 	// closeCtx is cancelled by Close; it aborts the call in flight.
 	closeCtx    context.Context
@@ -42,15 +43,20 @@ type TCPStore struct {
 // DialTCP connects to the TCPServer at addr, retrying with backoff (10 ms
 // doubling to 500 ms) until it succeeds or ctx ends, so ranks may start before
 // rank 0's server is up. The error then names addr, how long it tried, the
-// last dial error and ctx's error.
-func DialTCP(ctx context.Context, addr string) (*TCPStore, error) {
+// last dial error and ctx's error. WithToken and WithRank configure the
+// handshake; a refused token (ErrAuth) is not retried.
+func DialTCP(ctx context.Context, addr string, opts ...Option) (*TCPStore, error) {
+	o := makeOptions(opts)
 	start := time.Now()
 	bo := backoff{cur: 10 * time.Millisecond, max: 500 * time.Millisecond}
 	var lastErr error
 	for attempt := 1; ; attempt++ {
-		c, err := dialOnce(ctx, addr)
+		c, br, err := dialOnce(ctx, addr, &o)
 		if err == nil {
-			return newTCPStore(addr, c), nil
+			return newTCPStore(addr, c, br, o), nil
+		}
+		if errors.Is(err, ErrAuth) {
+			return nil, fmt.Errorf("rendezvous: TCP store at %s: %w", addr, err)
 		}
 		lastErr = err
 		if ctx.Err() == nil {
@@ -65,25 +71,54 @@ func DialTCP(ctx context.Context, addr string) (*TCPStore, error) {
 	}
 }
 
-func dialOnce(ctx context.Context, addr string) (net.Conn, error) {
+// dialOnce connects to addr and runs the handshake, within ctx and
+// handshakeTimeout.
+func dialOnce(ctx context.Context, addr string, o *options) (net.Conn, *bufio.Reader, error) {
 	var d net.Dialer
-	return d.DialContext(ctx, "tcp", addr)
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	dl := time.Now().Add(handshakeTimeout)
+	if cdl, ok := ctx.Deadline(); ok && cdl.Before(dl) {
+		dl = cdl
+	}
+	c.SetDeadline(dl)
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(longAgo) })
+	br := bufio.NewReader(c)
+	err = clientHandshake(c, br, addr, o)
+	stop()
+	if err == nil && ctx.Err() != nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	c.SetDeadline(time.Time{})
+	return c, br, nil
 }
 
-func newTCPStore(addr string, c net.Conn) *TCPStore {
-	s := &TCPStore{addr: addr}
+func newTCPStore(addr string, c net.Conn, br *bufio.Reader, o options) *TCPStore {
+	s := &TCPStore{addr: addr, opts: o}
 	s.closeCtx, s.cancelClose = context.WithCancel(context.Background())
-	s.setConn(c)
+	s.setConn(c, br)
 	return s
 }
 
-func (s *TCPStore) setConn(c net.Conn) {
-	s.conn = c
-	s.br = bufio.NewReader(c)
+func (s *TCPStore) setConn(c net.Conn, br *bufio.Reader) {
+	s.conn, s.br = c, br
 }
 
+// dropConn closes the connection, saying goodbye first so that the server
+// does not take this rank for dead (best effort: on a broken connection
+// the write fails harmlessly).
 func (s *TCPStore) dropConn() {
 	if s.conn != nil {
+		if bye, err := appendRequest(nil, request{op: opBye}); err == nil {
+			s.conn.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+			s.conn.Write(bye)
+		}
 		s.conn.Close()
 		s.conn, s.br = nil, nil
 	}
@@ -146,7 +181,10 @@ func (s *TCPStore) roundTrip(ctx context.Context, what string, req request) ([]b
 		}
 		return nil, fail(err)
 	}
-	if status != statusOK {
+	switch status {
+	case statusLost:
+		return nil, fmt.Errorf("rendezvous: TCP store %s: %s: %w", s.addr, what, decodeLost(payload))
+	case statusErr:
 		return nil, fmt.Errorf("rendezvous: TCP store %s: %s: server: %s", s.addr, what, payload)
 	}
 	return payload, nil
@@ -159,10 +197,10 @@ func (s *TCPStore) redial(ctx context.Context) error {
 	defer cancel()
 	stop := context.AfterFunc(s.closeCtx, cancel)
 	defer stop()
-	c, err := dialOnce(dctx, s.addr)
+	c, br, err := dialOnce(dctx, s.addr, &s.opts)
 	switch {
 	case err == nil:
-		s.setConn(c)
+		s.setConn(c, br)
 		return nil
 	case s.closeCtx.Err() != nil:
 		return ErrClosed

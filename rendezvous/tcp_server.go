@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -21,6 +22,10 @@ type TCPServer struct {
 	ln   net.Listener
 	kv   *kv
 	done chan struct{}
+	opts options
+
+	rejected atomic.Int64 // connections refused by the handshake
+	lastLog  atomic.Int64 // unix nanoseconds of the last rejection logged
 
 	mu     sync.Mutex
 	closed bool
@@ -32,8 +37,9 @@ type TCPServer struct {
 }
 
 // NewTCPServer listens on addr ("127.0.0.1:0", ":29500", ...) and serves in
-// background goroutines until Close.
-func NewTCPServer(addr string) (*TCPServer, error) {
+// background goroutines until Close. WithToken makes it require the job
+// token of every client; WithLog gives it a logger for refused connections.
+func NewTCPServer(addr string, opts ...Option) (*TCPServer, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
@@ -42,6 +48,7 @@ func NewTCPServer(addr string) (*TCPServer, error) {
 		ln:    ln,
 		kv:    newKV(),
 		done:  make(chan struct{}),
+		opts:  makeOptions(opts),
 		conns: make(map[net.Conn]struct{}),
 	}
 	s.wg.Add(1)
@@ -116,9 +123,23 @@ func (s *TCPServer) acceptLoop() {
 // Get or Wait is still held is a protocol error and closes the connection, as
 // does any read error (the client went away: its held request is dropped).
 func (s *TCPServer) serveConn(c net.Conn) {
+	br := bufio.NewReader(c)
+	c.SetDeadline(time.Now().Add(handshakeTimeout))
+	rank, err := serverHandshake(c, br, &s.opts)
+	if err != nil {
+		s.reject(c, err)
+		c.Close()
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		s.wg.Done()
+		return
+	}
+	c.SetDeadline(time.Time{})
 	reqs := make(chan request)
 	gone := make(chan struct{}) // closed when the reader stops
 	quit := make(chan struct{}) // closed when this goroutine stops
+	var bye atomic.Bool         // the client said goodbye before closing
 	defer func() {
 		close(quit)
 		c.Close()
@@ -126,15 +147,25 @@ func (s *TCPServer) serveConn(c net.Conn) {
 		s.mu.Lock()
 		delete(s.conns, c)
 		s.mu.Unlock()
+		select {
+		case <-s.done:
+		default:
+			if rank >= 0 && !bye.Load() {
+				s.kv.markLost(rank, "its connection to the store closed without a goodbye (the process died?)")
+			}
+		}
 		s.wg.Done()
 	}()
 	go func() {
 		defer close(gone)
-		br := bufio.NewReader(c)
 		for {
 			req, err := readRequest(br)
 			if err != nil {
 				return // EOF, network error or malformed frame: drop the client
+			}
+			if req.op == opBye {
+				bye.Store(true)
+				return
 			}
 			select {
 			case reqs <- req:
@@ -185,6 +216,9 @@ func (s *TCPServer) handle(req request, reqs <-chan request, gone <-chan struct{
 					break
 				}
 				select {
+				case <-s.kv.lost:
+					r, why := s.kv.lostInfo()
+					return statusLost, lostPayload(r, why), true
 				case <-set:
 				case <-gone: // client went away (or sent garbage)
 					return 0, nil, false
@@ -202,3 +236,21 @@ func (s *TCPServer) handle(req request, reqs <-chan request, gone <-chan struct{
 	}
 	return 0, nil, false // unreachable: decodeRequest accepts only known ops
 }
+
+// reject counts a connection refused by the handshake and logs it (at most
+// once a second, with the count of refusals since).
+func (s *TCPServer) reject(c net.Conn, err error) {
+	n := s.rejected.Add(1)
+	if s.opts.logf == nil {
+		return
+	}
+	now := time.Now().UnixNano()
+	last := s.lastLog.Load()
+	if now-last < int64(time.Second) || !s.lastLog.CompareAndSwap(last, now) {
+		return
+	}
+	s.opts.logf("rendezvous store: refused a connection from %s: %v (%d refused so far)", c.RemoteAddr(), err, n)
+}
+
+// Rejected reports how many connections the handshake refused.
+func (s *TCPServer) Rejected() int64 { return s.rejected.Load() }

@@ -1,11 +1,14 @@
 package rendezvous
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -32,7 +35,22 @@ func dialT(t *testing.T, addr string) *TCPStore {
 	return c
 }
 
+// rawConn is a connection to addr that has passed the handshake (no
+// token, no rank): what it writes next is read as request frames.
 func rawConn(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c := rawUnshaken(t, addr)
+	o := options{rank: -1}
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := clientHandshake(c, bufio.NewReader(c), addr, &o); err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Time{})
+	return c
+}
+
+// rawUnshaken is a bare connection to addr.
+func rawUnshaken(t *testing.T, addr string) net.Conn {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -79,6 +97,10 @@ func TestTCPServerRejectsGarbage(t *testing.T) {
 			t.Fatal(err)
 		}
 		expectClosed(t, c, name)
+		// The same bytes instead of a handshake.
+		c = rawUnshaken(t, srv.Addr())
+		c.Write(append(f, make([]byte, storeHelloSize)...))
+		expectClosed(t, c, name+" as a hello")
 	}
 	// A second request while a Get is held is a protocol violation.
 	c := rawConn(t, srv.Addr())
@@ -137,7 +159,9 @@ func TestTCPServerSilentClients(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rawConn(t, srv.Addr())                                // silent
+	rawUnshaken(t, srv.Addr())                            // silent, no handshake
+	rawUnshaken(t, srv.Addr()).Write([]byte("GOCCLSTH"))  // half a hello
+	rawConn(t, srv.Addr())                                // silent after the handshake
 	rawConn(t, srv.Addr()).Write([]byte{0, 0})            // half a header
 	rawConn(t, srv.Addr()).Write(append(u32(100), opSet)) // half a frame
 	huge := rawConn(t, srv.Addr())
@@ -240,5 +264,130 @@ func TestTCPStoreReconnects(t *testing.T) {
 	}
 	if v, err := cl.Get(ctx, "k"); err != nil || string(v) != "v" {
 		t.Fatalf("Get after reconnect = %q, %v", v, err)
+	}
+}
+
+// TestTCPServerAuth: with a job token, clients without it, with another
+// one, sending random bytes or staying silent are refused (and counted),
+// while clients with the token work; a client with a token refuses a server
+// without one, or with another.
+func TestTCPServerAuth(t *testing.T) {
+	defer func(d time.Duration) { handshakeTimeout = d }(handshakeTimeout)
+	handshakeTimeout = 300 * time.Millisecond
+	tok := []byte("the job token")
+	var logged []string
+	var mu sync.Mutex
+	srv, err := NewTCPServer("127.0.0.1:0", WithToken(tok), WithLog(func(f string, a ...any) {
+		mu.Lock()
+		logged = append(logged, fmt.Sprintf(f, a...))
+		mu.Unlock()
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ctx := testCtx(t)
+	good := dialTOpts(t, srv.Addr(), WithToken(tok), WithRank(0))
+	pending := async(func() error { _, err := good.Get(ctx, "after-intruders"); return err })
+
+	for name, opts := range map[string][]Option{
+		"no token":      nil,
+		"another token": {WithToken([]byte("another token"))},
+	} {
+		_, err := DialTCP(ctx, srv.Addr(), opts...)
+		if !errors.Is(err, ErrAuth) {
+			t.Errorf("client with %s: want ErrAuth, got %v", name, err)
+		}
+	}
+	rnd := rawUnshaken(t, srv.Addr())
+	rnd.Write(bytes.Repeat([]byte{0x5a, 0xa5, 0x17}, 100))
+	expectClosed(t, rnd, "random bytes")
+	silent := rawUnshaken(t, srv.Addr())
+	expectClosed(t, silent, "silent client (handshake timeout)")
+
+	// The good client is unaffected.
+	setter := dialTOpts(t, srv.Addr(), WithToken(tok), WithRank(1))
+	if err := setter.Set(ctx, "after-intruders", []byte("ok")); err != nil {
+		t.Fatal(err)
+	}
+	if err := mustReturn(t, pending, "Get"); err != nil {
+		t.Fatal(err)
+	}
+	if n := srv.Rejected(); n < 4 {
+		t.Errorf("server counted %d refused connections, want at least 4", n)
+	}
+	mu.Lock()
+	if len(logged) == 0 || !strings.Contains(logged[0], "refused a connection") {
+		t.Errorf("refusals not logged: %q", logged)
+	}
+	mu.Unlock()
+
+	// A client with a token refuses a server without one, or with another.
+	plain := startServer(t)
+	if _, err := DialTCP(ctx, plain.Addr(), WithToken(tok)); !errors.Is(err, ErrAuth) || !strings.Contains(err.Error(), "does not check") {
+		t.Errorf("token client vs plain server: %v", err)
+	}
+	other, err := NewTCPServer("127.0.0.1:0", WithToken([]byte("x")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := DialTCP(ctx, other.Addr(), WithToken(tok)); !errors.Is(err, ErrAuth) {
+		t.Errorf("token client vs server with another token: %v", err)
+	}
+}
+
+func dialTOpts(t *testing.T, addr string, opts ...Option) *TCPStore {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := DialTCP(ctx, addr, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestTCPServerRankLost: when a rank's connection closes without a goodbye
+// (its process died), Gets held for other ranks fail at once naming it; a
+// deliberate Close, or a call abandoned by its context, is no loss.
+func TestTCPServerRankLost(t *testing.T) {
+	srv := startServer(t)
+	ctx := testCtx(t)
+	a := dialTOpts(t, srv.Addr(), WithRank(0))
+	b := dialTOpts(t, srv.Addr(), WithRank(1))
+	// Deliberate: a cancelled call and a Close.
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	if _, err := b.Get(short, "never"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("abandoned Get: %v", err)
+	}
+	cancel()
+	b.Close()
+	c := dialTOpts(t, srv.Addr(), WithRank(2))
+	held := async(func() error { _, err := a.Get(ctx, "card-of-rank-2"); return err })
+	mustBlock(t, held, "Get while nobody is lost")
+	// Rank 2 dies: its socket closes with no goodbye.
+	c.mu.Lock()
+	c.conn.Close()
+	c.mu.Unlock()
+	start := time.Now()
+	err := mustReturn(t, held, "Get after rank 2 died")
+	var lost *RankLostError
+	if !errors.As(err, &lost) || lost.Rank != 2 {
+		t.Fatalf("Get after rank 2 died: %v, want a RankLostError for rank 2", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("the loss took %v to reach the waiter", d)
+	}
+	// Keys that exist are still served; waits fail.
+	if err := a.Set(ctx, "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := a.Get(ctx, "k"); err != nil || string(v) != "v" {
+		t.Fatalf("Get of an existing key after a loss: %q %v", v, err)
+	}
+	if err := a.Wait(ctx, "never"); !errors.As(err, &lost) {
+		t.Fatalf("Wait after a loss: %v", err)
 	}
 }

@@ -18,9 +18,14 @@ import (
 //	  Get  (op 2): klen:u16 key
 //	  Wait (op 3): n:u32 n*(klen:u16 key)  (n <= MaxWaitKeys)
 //	  Add  (op 4): klen:u16 key delta:i64
+//	  Bye  (op 5): empty; the client closes deliberately (no reply)
 //	response = len:u32  status:u8  payload
 //	  status 0 (ok):    Set, Wait: empty; Get: value; Add: new value i64
 //	  status 1 (error): UTF-8 message (<= maxErrorLen), e.g. a non-integer counter
+//	  status 2 (lost):  rank:i32 reason (UTF-8, <= maxErrorLen): a Get or Wait
+//	                    could not complete because that rank is gone
+//
+// Every connection starts with the handshake of handshake.go.
 //
 // klen <= MaxKeyLen, value <= MaxValueLen; a frame must be consumed exactly
 // (no trailing bytes). A frame that breaks any rule is malformed: the server
@@ -31,9 +36,11 @@ const (
 	opGet  byte = 2
 	opWait byte = 3
 	opAdd  byte = 4
+	opBye  byte = 5
 
-	statusOK  byte = 0
-	statusErr byte = 1
+	statusOK   byte = 0
+	statusErr  byte = 1
+	statusLost byte = 2
 
 	frameHeaderLen = 4
 	maxErrorLen    = 1 << 10
@@ -75,6 +82,10 @@ func appendRequest(dst []byte, r request) ([]byte, error) {
 	case opWait:
 		if len(r.keys) > MaxWaitKeys {
 			return dst, fmt.Errorf("rendezvous: wait on %d keys exceeds the limit of %d", len(r.keys), MaxWaitKeys)
+		}
+	case opBye:
+		if len(r.keys) != 0 {
+			return dst, fmt.Errorf("rendezvous: bye takes no key")
 		}
 	default:
 		return dst, fmt.Errorf("rendezvous: unknown op %d", r.op)
@@ -192,6 +203,7 @@ func decodeRequestBody(b []byte) (request, error) {
 			}
 			r.keys = append(r.keys, k)
 		}
+	case opBye:
 	default:
 		return request{}, malformed("unknown op")
 	}
@@ -292,15 +304,32 @@ func readResponse(r *bufio.Reader) (status byte, payload []byte, err error) {
 		return 0, nil, malformed("response length out of range")
 	}
 	status = hdr[frameHeaderLen]
-	if status != statusOK && status != statusErr {
+	if status != statusOK && status != statusErr && status != statusLost {
 		return 0, nil, malformed("unknown response status")
 	}
-	if status == statusErr && n-1 > maxErrorLen {
+	if status != statusOK && n-1 > 4+maxErrorLen {
 		return 0, nil, malformed("error message too long")
+	}
+	if status == statusLost && n-1 < 4 {
+		return 0, nil, malformed("lost status without a rank")
 	}
 	payload, err = readN(r, int(n-1))
 	if err != nil {
 		return 0, nil, err
 	}
 	return status, payload, nil
+}
+
+// lostPayload is the payload of a statusLost response.
+func lostPayload(rank int, reason string) []byte {
+	if len(reason) > maxErrorLen {
+		reason = reason[:maxErrorLen]
+	}
+	return append(binary.BigEndian.AppendUint32(nil, uint32(int32(rank))), reason...)
+}
+
+// decodeLost reads a statusLost payload (at least 4 bytes, checked by
+// readResponse).
+func decodeLost(p []byte) *RankLostError {
+	return &RankLostError{Rank: int(int32(binary.BigEndian.Uint32(p))), Reason: string(p[4:])}
 }

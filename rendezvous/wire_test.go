@@ -20,6 +20,7 @@ func sampleRequests() []request {
 		{op: opWait, keys: []string{"a", "", "ccc"}},
 		{op: opAdd, keys: []string{"ctr"}, delta: -7},
 		{op: opAdd, keys: []string{strings.Repeat("x", MaxKeyLen)}, delta: 1 << 62},
+		{op: opBye},
 	}
 }
 
@@ -93,6 +94,7 @@ func malformedFrames() map[string][]byte {
 		"wait count over":  frame([]byte{opWait}, u32(MaxWaitKeys+1), make([]byte, 2*(MaxWaitKeys+1))),
 		"wait missing key": frame([]byte{opWait}, u32(2), u16(1), []byte("k")),
 		"wait trailing":    frame([]byte{opWait}, u32(1), u16(1), []byte("k"), []byte("z")),
+		"bye trailing":     frame([]byte{opBye, 0}),
 		"http":             []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
 	}
 }

@@ -69,6 +69,10 @@ const (
 	EnvLocalWorldSize = "GOCCL_LOCAL_WORLD_SIZE"
 	EnvStoreAddr      = "GOCCL_STORE_ADDR"
 	EnvJobID          = "GOCCL_JOB_ID"
+	// EnvJobToken is the job's shared secret: every store and peer
+	// connection proves it (package internal/auth). Run makes a random one
+	// per job unless the environment already holds one.
+	EnvJobToken = "GOCCL_JOB_TOKEN"
 )
 
 // RankEnv returns the GOCCL_* variables of rank in a local job of np ranks.
@@ -170,6 +174,13 @@ func NewJobID() string {
 	return hex.EncodeToString(b[:])
 }
 
+// NewJobToken returns a fresh random job token (256 bits, hex).
+func NewJobToken() string {
+	var b [32]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
 type rank struct {
 	id      int
 	cmd     *exec.Cmd
@@ -236,6 +247,9 @@ func Run(ctx context.Context, cfg Config) error {
 	storeAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	jobID := NewJobID()
 	parentEnv := os.Environ()
+	if os.Getenv(EnvJobToken) == "" {
+		parentEnv = append(parentEnv, EnvJobToken+"="+NewJobToken())
+	}
 
 	var outMu sync.Mutex // one line at a time, across both streams
 	ranks := make([]*rank, cfg.NP)

@@ -5,33 +5,45 @@
 // dials the higher one: a link with nsocks sockets per direction is 2*nsocks
 // connections, the first nsocks carrying data from the dialer to the
 // listener, the others from the listener to the dialer (never both ways: see
-// link). Every connection starts with a fixed-size hello (client to server)
-// and an ack (server to client):
+// link). Every connection starts with a handshake: a hello (client to
+// server), an ack that also challenges the client (server to client), the
+// client's proof, and the server's verdict:
 //
-//	hello (160 bytes, little-endian)
+//	hello (176 bytes, little-endian)
 //	  0  [8]   magic "GOCCLTCP"
-//	  8  u16   protocol version (2)
+//	  8  u16   protocol version (3)
 //	 10  u16   connections in this link (2*nsocks: even, 2..128)
 //	 12  u16   index of this connection in the link (0..connections-1)
 //	 14  u16   length of the job id (0..128)
 //	 16  i32   dialing rank
 //	 20  i32   target rank
 //	 24  [128] job id, zero padded
-//	152  u32   CRC-32 (IEEE) of bytes 0..151
-//	156  u32   reserved, zero
+//	152  [16]  client nonce
+//	168  u16   flags: bit 0 = the client has a job token
+//	170  u16   reserved, zero
+//	172  u32   CRC-32 (IEEE) of bytes 0..171
 //
-//	ack (16 bytes, little-endian)
+//	ack (64 bytes, little-endian)
 //	  0  [4]   magic "GCAK"
 //	  4  u16   protocol version
 //	  6  u16   status: 0 ok, else the reason for the rejection
 //	  8  i32   rank of the accepting endpoint
-//	 12  u32   reserved, zero
+//	 12  u16   flags: bit 0 = the server has a job token
+//	 14  u16   reserved, zero
+//	 16  [16]  server nonce
+//	 32  [32]  server proof: HMAC-SHA256(token, "goccl tcp server v1" || hello || ack[0:32])
 //
-// A connection whose hello is garbage (bad magic or checksum, short, or not
-// sent within a few seconds) is closed without an answer; a well-formed hello
-// for another job, rank or socket layout gets a rejecting ack and is closed.
-// Accepted connections are parked per (peer, socket index) until Connect for
-// that peer collects them.
+//	proof (32 bytes): HMAC-SHA256(token, "goccl tcp client v1" || hello || ack[0:32])
+//	verdict (1 byte): 0 accepted, 1 refused (then the server closes)
+//
+// Without a job token the proofs are zero and unchecked (package
+// internal/auth). A connection whose hello is garbage (bad magic or checksum,
+// short, or not sent within a few seconds) is closed without an answer; a
+// well-formed hello for another job, rank or socket layout gets a rejecting
+// ack and is closed; a wrong proof gets a refusing verdict. A dialer with a
+// token refuses a listener that does not prove the same token. Refusals are
+// counted and logged (WithLog). Accepted connections are parked per (peer,
+// socket index) until Connect for that peer collects them.
 //
 // After the handshake each message is the 40-byte transport.Header followed by
 // its payload; see Link for how payloads are striped over several sockets.
@@ -53,18 +65,24 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/goccl/goccl/internal/auth"
 	"github.com/goccl/goccl/transport"
 )
 
 const (
 	helloMagic   = "GOCCLTCP"
 	ackMagic     = "GCAK"
-	helloVersion = 2 // 1: connections used both ways
-	helloSize    = 160
-	ackSize      = 16
-	maxJobID     = 128
-	maxSocks     = 64           // sockets per direction
-	maxConns     = 2 * maxSocks // connections per link
+	helloVersion = 3 // 1: connections used both ways; 2: no job token
+	helloSize    = 176
+	ackSize      = 64
+	proofSize    = auth.MACSize
+	flagToken    = 1
+
+	labelTCPServer = "goccl tcp server v1"
+	labelTCPClient = "goccl tcp client v1"
+	maxJobID       = 128
+	maxSocks       = 64           // sockets per direction
+	maxConns       = 2 * maxSocks // connections per link
 
 	// defaultHelloTimeout bounds how long an accepted connection may take to
 	// present its hello, and (doubled) how long a dialer waits for the ack.
@@ -78,6 +96,12 @@ const (
 	ackBadJob
 	ackBadRank
 	ackBadSocks
+)
+
+// Verdicts after the client's proof.
+const (
+	verdictOK      = 0
+	verdictRefused = 1
 )
 
 func ackReason(s uint16) string {
@@ -110,6 +134,9 @@ func logf(format string, args ...any) {
 type Endpoint struct {
 	self         int
 	jobID        string
+	token        []byte
+	logw         func(format string, args ...any)
+	lastLog      atomic.Int64
 	ln           *net.TCPListener
 	addr         string
 	helloTimeout time.Duration
@@ -132,17 +159,32 @@ type parkedConn struct {
 	nsocks int // connections in the link, as the hello says
 }
 
+// EndpointOption configures Listen.
+type EndpointOption func(*Endpoint)
+
+// WithToken makes every connection prove the job token (a secret common to
+// all ranks, GOCCL_JOB_TOKEN) in both directions; see the handshake above.
+func WithToken(token []byte) EndpointOption {
+	return func(e *Endpoint) { e.token = append([]byte(nil), token...) }
+}
+
+// WithLog gives the endpoint a logger for refused connections (at most one
+// line a second).
+func WithLog(logf func(format string, args ...any)) EndpointOption {
+	return func(e *Endpoint) { e.logw = logf }
+}
+
 // Listen opens rank self's listening socket on ip with an ephemeral port.
 // jobID (at most 128 bytes) identifies the job: connections presenting another
 // job id, or garbage, are closed and ignored.
-func Listen(self int, ip net.IP, jobID string) (*Endpoint, error) {
+func Listen(self int, ip net.IP, jobID string, opts ...EndpointOption) (*Endpoint, error) {
 	if ip == nil {
 		return nil, errors.New("tcp: Listen needs an IP address (see SelectInterface)")
 	}
-	return listen(self, &net.TCPAddr{IP: ip}, jobID, defaultHelloTimeout)
+	return listen(self, &net.TCPAddr{IP: ip}, jobID, defaultHelloTimeout, opts...)
 }
 
-func listen(self int, laddr *net.TCPAddr, jobID string, helloTimeout time.Duration) (*Endpoint, error) {
+func listen(self int, laddr *net.TCPAddr, jobID string, helloTimeout time.Duration, opts ...EndpointOption) (*Endpoint, error) {
 	if self < 0 || self > math.MaxInt32 {
 		return nil, fmt.Errorf("tcp: invalid rank %d", self)
 	}
@@ -163,6 +205,9 @@ func listen(self int, laddr *net.TCPAddr, jobID string, helloTimeout time.Durati
 		changed:      make(chan struct{}),
 		inflight:     make(map[*net.TCPConn]struct{}),
 		done:         make(chan struct{}),
+	}
+	for _, o := range opts {
+		o(e)
 	}
 	e.wg.Add(1)
 	go e.acceptLoop()
@@ -250,8 +295,7 @@ func (e *Endpoint) serve(c *net.TCPConn) {
 		e.mu.Unlock()
 		c.Close()
 		if err != nil {
-			e.rejected.Add(1)
-			logf("rank %d: rejected connection from %s: %v", e.self, c.RemoteAddr(), err)
+			e.reject(c, err)
 		}
 		return
 	}
@@ -282,7 +326,7 @@ func (e *Endpoint) handshake(c *net.TCPConn) (parkKey, int, error) {
 	switch {
 	case h.version != helloVersion:
 		status, why = ackBadVersion, fmt.Errorf("protocol version %d, want %d", h.version, helloVersion)
-	case binary.LittleEndian.Uint32(b[152:]) != crc32.ChecksumIEEE(b[:152]):
+	case binary.LittleEndian.Uint32(b[172:]) != crc32.ChecksumIEEE(b[:172]):
 		return parkKey{}, 0, errors.New("bad hello checksum")
 	case int(h.jobLen) > maxJobID:
 		return parkKey{}, 0, fmt.Errorf("job id length %d", h.jobLen)
@@ -298,8 +342,30 @@ func (e *Endpoint) handshake(c *net.TCPConn) (parkKey, int, error) {
 	binary.LittleEndian.PutUint16(a[4:], helloVersion)
 	binary.LittleEndian.PutUint16(a[6:], status)
 	binary.LittleEndian.PutUint32(a[8:], uint32(e.self))
+	if len(e.token) > 0 {
+		binary.LittleEndian.PutUint16(a[12:], flagToken)
+	}
+	nonce := auth.Nonce()
+	copy(a[16:32], nonce[:])
+	mac := auth.MAC(e.token, labelTCPServer, b[:], a[0:32])
+	copy(a[32:], mac[:])
 	if _, err := c.Write(a[:]); err != nil && why == nil {
 		why = fmt.Errorf("writing ack: %w", err)
+	}
+	if why != nil {
+		return parkKey{}, 0, why
+	}
+	var proof [proofSize]byte
+	if _, err := io.ReadFull(c, proof[:]); err != nil {
+		return parkKey{}, 0, fmt.Errorf("reading the proof of rank %d: %w", h.from, err)
+	}
+	verdict := [1]byte{verdictOK}
+	if !auth.Check(e.token, proof[:], labelTCPClient, b[:], a[0:32]) {
+		verdict[0] = verdictRefused
+		why = fmt.Errorf("%w: the dialer (says rank %d) did not prove this job's token", auth.ErrAuth, h.from)
+	}
+	if _, err := c.Write(verdict[:]); err != nil && why == nil {
+		why = fmt.Errorf("writing the verdict: %w", err)
 	}
 	if why != nil {
 		return parkKey{}, 0, why
@@ -308,6 +374,22 @@ func (e *Endpoint) handshake(c *net.TCPConn) (parkKey, int, error) {
 		return parkKey{}, 0, err
 	}
 	return parkKey{peer: int(h.from), index: int(h.index)}, int(h.nsocks), nil
+}
+
+// reject counts a connection refused by the handshake and logs it (at most
+// once a second with WithLog, else under GOCCL_DEBUG).
+func (e *Endpoint) reject(c *net.TCPConn, err error) {
+	n := e.rejected.Add(1)
+	logf("rank %d: rejected connection from %s: %v", e.self, c.RemoteAddr(), err)
+	if e.logw == nil {
+		return
+	}
+	now := time.Now().UnixNano()
+	last := e.lastLog.Load()
+	if now-last < int64(time.Second) || !e.lastLog.CompareAndSwap(last, now) {
+		return
+	}
+	e.logw("tcp endpoint of rank %d: refused a connection from %s: %v (%d refused so far)", e.self, c.RemoteAddr(), err, n)
 }
 
 type hello struct {
@@ -326,7 +408,7 @@ func decodeHello(b *[helloSize]byte) hello {
 	}
 }
 
-func encodeHello(b *[helloSize]byte, jobID string, from, to, index, nconns int) {
+func encodeHello(b *[helloSize]byte, jobID string, from, to, index, nconns int, hasToken bool) {
 	*b = [helloSize]byte{}
 	copy(b[0:8], helloMagic)
 	binary.LittleEndian.PutUint16(b[8:], helloVersion)
@@ -336,7 +418,12 @@ func encodeHello(b *[helloSize]byte, jobID string, from, to, index, nconns int) 
 	binary.LittleEndian.PutUint32(b[16:], uint32(int32(from)))
 	binary.LittleEndian.PutUint32(b[20:], uint32(int32(to)))
 	copy(b[24:24+maxJobID], jobID)
-	binary.LittleEndian.PutUint32(b[152:], crc32.ChecksumIEEE(b[:152]))
+	nonce := auth.Nonce()
+	copy(b[152:168], nonce[:])
+	if hasToken {
+		binary.LittleEndian.PutUint16(b[168:], flagToken)
+	}
+	binary.LittleEndian.PutUint32(b[172:], crc32.ChecksumIEEE(b[:172]))
 }
 
 // Connect returns the Link to peer. The lower rank dials the higher one's
@@ -437,13 +524,38 @@ func (e *Endpoint) clientHello(ctx context.Context, c *net.TCPConn, peer, index,
 	}
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(aLongTimeAgo) })
 	var b [helloSize]byte
-	encodeHello(&b, e.jobID, e.self, peer, index, nconns)
+	encodeHello(&b, e.jobID, e.self, peer, index, nconns, len(e.token) > 0)
 	_, err := c.Write(b[:])
 	var a [ackSize]byte
 	if err == nil {
 		_, err = io.ReadFull(c, a[:])
 	}
+	var authErr error
+	if err == nil && string(a[0:4]) == ackMagic && binary.LittleEndian.Uint16(a[6:]) == ackOK {
+		// Check the listener's proof, then prove this side's token.
+		serverToken := binary.LittleEndian.Uint16(a[12:])&flagToken != 0
+		switch {
+		case serverToken && len(e.token) == 0:
+			authErr = fmt.Errorf("%w: peer rank %d requires a job token (GOCCL_JOB_TOKEN)", auth.ErrAuth, peer)
+		case !serverToken && len(e.token) > 0:
+			authErr = fmt.Errorf("%w: peer rank %d does not check job tokens, this rank has one (GOCCL_JOB_TOKEN set on some ranks only?)", auth.ErrAuth, peer)
+		case !auth.Check(e.token, a[32:64], labelTCPServer, b[:], a[0:32]):
+			authErr = fmt.Errorf("%w: peer rank %d holds a different job token", auth.ErrAuth, peer)
+		}
+		if authErr == nil {
+			proof := auth.MAC(e.token, labelTCPClient, b[:], a[0:32])
+			if _, err = c.Write(proof[:]); err == nil {
+				var v [1]byte
+				if _, err = io.ReadFull(c, v[:]); err == nil && v[0] != verdictOK {
+					authErr = fmt.Errorf("%w: peer rank %d refused this rank's proof of the job token", auth.ErrAuth, peer)
+				}
+			}
+		}
+	}
 	stop()
+	if authErr != nil {
+		return fmt.Errorf("handshake: %w", authErr)
+	}
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		// Even when the I/O succeeded, the AfterFunc may have poisoned the
 		// connection's deadline: give up.

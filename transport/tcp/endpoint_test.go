@@ -8,16 +8,18 @@ import (
 	"math/rand/v2"
 	"net"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/goccl/goccl/internal/auth"
 	"github.com/goccl/goccl/transport"
 )
 
 func TestHelloRoundTrip(t *testing.T) {
 	var b [helloSize]byte
-	encodeHello(&b, "job-x", 3, 7, 2, 4)
+	encodeHello(&b, "job-x", 3, 7, 2, 4, false)
 	h := decodeHello(&b)
 	if string(b[:8]) != helloMagic || h.version != helloVersion || h.from != 3 || h.to != 7 || h.index != 2 || h.nsocks != 4 ||
 		string(b[24:24+h.jobLen]) != "job-x" {
@@ -100,13 +102,13 @@ func TestBadClients(t *testing.T) {
 		{"index out of range", "job-1", 0, 1, 2, 2, ackBadSocks},
 		{"too many sockets", "job-1", 0, 1, 0, maxSocks + 1, ackBadSocks},
 	} {
-		encodeHello(&b, tc.job, tc.from, tc.to, tc.index, tc.nsocks)
+		encodeHello(&b, tc.job, tc.from, tc.to, tc.index, tc.nsocks, false)
 		if s := rawHello(t, eb.Addr(), b[:]); s != int(tc.want) {
 			t.Errorf("%s: ack status %d, want %d", tc.name, s, tc.want)
 		}
 	}
 	// Wrong version (valid layout otherwise).
-	encodeHello(&b, "job-1", 0, 1, 0, 1)
+	encodeHello(&b, "job-1", 0, 1, 0, 1, false)
 	binary.LittleEndian.PutUint16(b[8:], helloVersion+1)
 	if s := rawHello(t, eb.Addr(), b[:]); s != int(ackBadVersion) {
 		t.Errorf("wrong version: ack status %d", s)
@@ -284,5 +286,58 @@ func TestListenErrors(t *testing.T) {
 	}
 	if _, err := e.Connect(context.Background(), 1, e.Addr(), 0); err == nil {
 		t.Error("nsocks 0 accepted")
+	}
+}
+
+// TestEndpointAuth: with a job token, links form between endpoints holding
+// it; a dialer without it, or with another, is refused and counted, and a
+// dialer with a token refuses a listener that does not prove it.
+func TestEndpointAuth(t *testing.T) {
+	tok := []byte("job token")
+	var logged atomic.Int32
+	listenTok := func(rank int, token []byte) *Endpoint {
+		e, err := listen(rank, &net.TCPAddr{IP: loopback}, "job-1", 300*time.Millisecond,
+			WithToken(token), WithLog(func(string, ...any) { logged.Add(1) }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close() })
+		return e
+	}
+	ea, eb := listenTok(0, tok), listenTok(1, tok)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for name, dialer := range map[string]*Endpoint{
+		"no token":      listenTok(0, nil),
+		"another token": listenTok(0, []byte("other")),
+	} {
+		_, err := dialer.dial(ctx, 1, eb.Addr(), 2)
+		if !errors.Is(err, auth.ErrAuth) {
+			t.Errorf("dialer with %s: want ErrAuth, got %v", name, err)
+		}
+	}
+	plain := listenTok(1, nil)
+	if _, err := ea.dial(ctx, 1, plain.Addr(), 2); !errors.Is(err, auth.ErrAuth) || !strings.Contains(err.Error(), "does not check") {
+		t.Errorf("token dialer vs plain listener: %v", err)
+	}
+	// The two members still connect and talk.
+	la, lb := connectEndpoints(t, ea, eb, 1)
+	h := hdr(1, 3)
+	if err := la.Send(context.Background(), &h, []byte("abc")); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 3)
+	if err := lb.Recv(context.Background(), &h, got, nil); err != nil || string(got) != "abc" {
+		t.Fatalf("%q %v", got, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for eb.rejectedCount() < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := eb.rejectedCount(); n != 2 {
+		t.Errorf("listener refused %d connections, want 2", n)
+	}
+	if logged.Load() == 0 {
+		t.Error("refusals not logged")
 	}
 }
