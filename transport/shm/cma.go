@@ -252,15 +252,26 @@ func (l *link) useCMA(n int) bool {
 	return l.cmaMin > 0 && n >= l.cmaMin && l.out.cmaState.Load() == cmaOK
 }
 
-// readRemote reads len(dst) bytes at addr in process pid into dst, looping
-// over partial reads and EINTR/EAGAIN.
-func readRemote(pid int, dst []byte, addr uint64) error {
+// readRemote reads len(dst) bytes at addr in process pid into dst (see
+// remoteCopy).
+func readRemote(pid int, dst []byte, addr uint64) error { return remoteCopy(pid, dst, addr, false) }
+
+// remoteCopy copies between buf and addr in process pid with
+// process_vm_writev (write) or process_vm_readv, looping over partial
+// copies and EINTR/EAGAIN.
+func remoteCopy(pid int, buf []byte, addr uint64, write bool) error {
 	retries := 0
-	for len(dst) > 0 {
-		local := [1]unix.Iovec{{Base: &dst[0]}}
-		local[0].SetLen(len(dst))
-		remote := [1]unix.RemoteIovec{{Base: uintptr(addr), Len: len(dst)}}
-		n, err := unix.ProcessVMReadv(pid, local[:], remote[:], 0)
+	for len(buf) > 0 {
+		local := [1]unix.Iovec{{Base: &buf[0]}}
+		local[0].SetLen(len(buf))
+		remote := [1]unix.RemoteIovec{{Base: uintptr(addr), Len: len(buf)}}
+		var n int
+		var err error
+		if write {
+			n, err = unix.ProcessVMWritev(pid, local[:], remote[:], 0)
+		} else {
+			n, err = unix.ProcessVMReadv(pid, local[:], remote[:], 0)
+		}
 		if err != nil {
 			if (err == unix.EINTR || err == unix.EAGAIN) && retries < 1000 {
 				retries++
@@ -269,9 +280,9 @@ func readRemote(pid int, dst []byte, addr uint64) error {
 			return err
 		}
 		if n <= 0 {
-			return unix.EFAULT // nothing readable at addr
+			return unix.EFAULT // nothing accessible at addr
 		}
-		dst = dst[n:]
+		buf = buf[n:]
 		addr += uint64(n)
 	}
 	return nil

@@ -117,27 +117,5 @@ func (l *link) access(ctx context.Context, what string, reg transport.Region, of
 	return nil
 }
 
-// writeRemote writes src at addr in process pid, looping over partial
-// writes and EINTR/EAGAIN.
-func writeRemote(pid int, src []byte, addr uint64) error {
-	retries := 0
-	for len(src) > 0 {
-		local := [1]unix.Iovec{{Base: &src[0]}}
-		local[0].SetLen(len(src))
-		remote := [1]unix.RemoteIovec{{Base: uintptr(addr), Len: len(src)}}
-		n, err := unix.ProcessVMWritev(pid, local[:], remote[:], 0)
-		if err != nil {
-			if (err == unix.EINTR || err == unix.EAGAIN) && retries < 1000 {
-				retries++
-				continue
-			}
-			return err
-		}
-		if n <= 0 {
-			return unix.EFAULT
-		}
-		src = src[n:]
-		addr += uint64(n)
-	}
-	return nil
-}
+// writeRemote writes src at addr in process pid (see remoteCopy).
+func writeRemote(pid int, src []byte, addr uint64) error { return remoteCopy(pid, src, addr, true) }
