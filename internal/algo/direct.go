@@ -279,16 +279,24 @@ func (g *Group) AllGatherDirect(ctx context.Context, op *Op, send, recv []byte, 
 	if err := g.checkDirect(op); err != nil {
 		return err
 	}
-	P, r, es := g.Size, g.Rank, op.ElemSize
-	bb := count * es
+	bb := count * op.ElemSize
+	return g.pushBlocks(ctx, op, recv, bb, send[:bb], func(int) []byte { return send[:bb] })
+}
+
+// pushBlocks exposes recv (Size blocks of bb bytes), copies own into block
+// Rank while the Regions are in flight, then writes out(p) into block Rank
+// of every peer p's recv, and ends with the "done" round.
+func (g *Group) pushBlocks(ctx context.Context, op *Op, recv []byte, bb int, own []byte, out func(p int) []byte) error {
+	P, r := g.Size, g.Rank
 	g.expose(recv[:P*bb])
 	g.postCtl(ctx, op, transport.RegionSize, -1)
-	copyIfDifferent(recv[r*bb:(r+1)*bb], send[:bb])
+	copyIfDifferent(recv[r*bb:(r+1)*bb], own)
 	if err := g.finishCtl(ctx, op, transport.RegionSize, -1); err != nil {
 		return err
 	}
 	for k := 1; k < P; k++ {
-		if err := g.write(ctx, mod(r+k, P), 0, r*bb, send[:bb]); err != nil {
+		p := mod(r+k, P)
+		if err := g.write(ctx, p, 0, r*bb, out(p)); err != nil {
 			return err
 		}
 	}
@@ -333,21 +341,8 @@ func (g *Group) AllToAllDirect(ctx context.Context, op *Op, send, recv []byte, c
 	if err := g.checkDirect(op); err != nil {
 		return err
 	}
-	P, r, es := g.Size, g.Rank, op.ElemSize
-	bb := count * es
-	g.expose(recv[:P*bb])
-	g.postCtl(ctx, op, transport.RegionSize, -1)
-	copy(recv[r*bb:(r+1)*bb], send[r*bb:(r+1)*bb])
-	if err := g.finishCtl(ctx, op, transport.RegionSize, -1); err != nil {
-		return err
-	}
-	for k := 1; k < P; k++ {
-		p := mod(r+k, P)
-		if err := g.write(ctx, p, 0, r*bb, send[p*bb:(p+1)*bb]); err != nil {
-			return err
-		}
-	}
-	return g.exchange(ctx, op, 0)
+	r, bb := g.Rank, count*op.ElemSize
+	return g.pushBlocks(ctx, op, recv, bb, send[r*bb:(r+1)*bb], func(p int) []byte { return send[p*bb : (p+1)*bb] })
 }
 
 // BroadcastDirect copies count elements of root's send into every rank's

@@ -163,33 +163,8 @@ func (c *fdConn) Read(b []byte) (int, error) {
 
 // Write writes all of b.
 func (c *fdConn) Write(b []byte) (int, error) {
-	if !c.enter() {
-		return 0, c.opErr("write", net.ErrClosed)
-	}
-	defer c.leave()
-	var spinStart time.Time
-	n := 0
-	for i := 0; n < len(b); i++ {
-		m, err := unix.Write(c.fd, b[n:])
-		if m > 0 {
-			n += m
-		}
-		switch {
-		case err == nil || err == unix.EINTR:
-			continue
-		case c.closed():
-			return n, c.opErr("write", net.ErrClosed)
-		case err != unix.EAGAIN:
-			return n, c.opErr("write", os.NewSyscallError("write", err))
-		}
-		if spinStart.IsZero() {
-			spinStart = time.Now()
-		}
-		if err := c.wait("write", unix.POLLOUT, &c.wdl, writeSpin, spinStart); err != nil {
-			return n, err
-		}
-	}
-	return n, nil
+	n, err := c.writev2(b, nil)
+	return int(n), err
 }
 
 // writev2 writes a then b with writev(2), looping over partial writes.
