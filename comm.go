@@ -2,6 +2,7 @@ package goccl
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
@@ -34,19 +35,23 @@ type Comm struct {
 	directMin             int // smallest buffer (bytes) for the direct schedules (GOCCL_DIRECT_MIN_BYTES)
 	log                   *logger
 
-	mu       sync.Mutex
-	group    *algo.Group // nil when size == 1
-	seq      uint64      // collective sequence number
-	sendSeq  []uint64    // point-to-point sequence numbers per peer
-	recvSeq  []uint64
-	op       algo.Op
-	octx     opContext
-	scratch  []byte
-	poison   error
-	closed   bool
-	store    rendezvous.Store
-	cleanup  []func()
-	loggedOp [numOpKinds]uint8 // bit a set: algorithm a already logged for this kind
+	mu        sync.Mutex
+	group     *algo.Group // nil when size == 1
+	seq       uint64      // collective sequence number
+	sendSeq   []uint64    // point-to-point sequence numbers per peer
+	recvSeq   []uint64
+	op        algo.Op
+	octx      opContext
+	scratch   []byte
+	poison    error
+	closed    bool
+	store     rendezvous.Store // the store this Comm made (closed by Close)
+	rdv       rendezvous.Store // the store it rendezvoused through (for Split)
+	jobID     string
+	splits    atomic.Int64 // Split calls so far
+	splitOpts []Option     // options a Split's communicator inherits
+	cleanup   []func()
+	loggedOp  [numOpKinds]uint8 // bit a set: algorithm a already logged for this kind
 
 	debugCheck bool   // GOCCL_DEBUG_CHECK=1: fingerprints exchanged before each collective
 	checkBuf   []byte // fingerprintSize * size bytes
@@ -65,6 +70,9 @@ type config struct {
 	timeout               time.Duration
 	store                 rendezvous.Store
 	token                 string
+	checksum              bool
+	jobID                 string // set by Split: the new communicator's job id
+	tlsServer, tlsClient  *tls.Config
 }
 
 // WithStore makes Init rendezvous through an existing store (for example one
@@ -89,6 +97,21 @@ func WithStoreAddr(addr string) Option { return func(c *config) { c.storeAddr = 
 // HMAC challenge-response, and refuse (and log) connections that do not.
 // All ranks must use the same token; goccl run makes one per job.
 func WithJobToken(token string) Option { return func(c *config) { c.token = token } }
+
+// WithChecksum makes every TCP link append a CRC32C (Castagnoli) to each
+// chunk of up to 512 KiB it sends and check it on receipt, as
+// GOCCL_CHECKSUM=1 does: a corrupted chunk fails the operation with an error
+// wrapping ErrCorrupt that names the sending peer. All ranks must agree.
+func WithChecksum() Option { return func(c *config) { c.checksum = true } }
+
+// WithTLS runs the TCP links over TLS with these configurations (server for
+// accepted connections, client for dialed ones), as GOCCL_TLS=1 does with
+// configurations made from the job token or from GOCCL_TLS_CERT,
+// GOCCL_TLS_KEY and GOCCL_TLS_CA (see transport/tcp JobTLS and FileTLS).
+// All ranks must agree. Shared-memory links are not affected.
+func WithTLS(server, client *tls.Config) Option {
+	return func(c *config) { c.tlsServer, c.tlsClient = server, client }
+}
 
 // WithTimeout sets the default operation timeout (as GOCCL_TIMEOUT does).
 func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }

@@ -23,6 +23,9 @@ var (
 	ErrPeerLost = transport.ErrPeerLost
 	// ErrAborted: Abort was called on the communicator.
 	ErrAborted = errors.New("communicator aborted")
+	// ErrCorrupt: a message failed its checksum (GOCCL_CHECKSUM=1 or
+	// WithChecksum); the error names the peer that sent it.
+	ErrCorrupt = transport.ErrCorrupt
 )
 
 // PeerLostError names the lost rank (Rank) and, when this rank learnt of the

@@ -151,6 +151,9 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 
 	// Phase 2: publish this rank's address card and read everyone's.
 	jobID := env.JobID
+	if cfg.jobID != "" {
+		jobID = cfg.jobID
+	}
 	if c.rank == 0 {
 		if jobID == "" {
 			var b [8]byte
@@ -167,7 +170,16 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		}
 		jobID = string(v)
 	}
-	ep, err := tcp.Listen(c.rank, iface.IP, jobID, tcp.WithToken([]byte(token)), tcp.WithLog(c.log.Warnf))
+	epOpts, err := endpointOptions(&cfg, token, c.log.Warnf)
+	if err != nil {
+		return fail(err)
+	}
+	c.rdv, c.jobID = store, jobID
+	c.splitOpts = []Option{WithTimeout(c.timeout), WithJobToken(token), WithTLS(cfg.tlsServer, cfg.tlsClient)}
+	if cfg.checksum {
+		c.splitOpts = append(c.splitOpts, WithChecksum())
+	}
+	ep, err := tcp.Listen(c.rank, iface.IP, jobID, epOpts...)
 	if err != nil {
 		return fail(err)
 	}
@@ -242,6 +254,56 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	return c, nil
 }
 
+// endpointOptions are the TCP endpoint's options: the job token, the log,
+// checksums (GOCCL_CHECKSUM=1 or WithChecksum) and TLS (WithTLS, or
+// GOCCL_TLS=1 with GOCCL_TLS_CERT/GOCCL_TLS_KEY/GOCCL_TLS_CA files, else
+// with keys made from the job token).
+func endpointOptions(cfg *config, token string, logf func(string, ...any)) ([]tcp.EndpointOption, error) {
+	opts := []tcp.EndpointOption{tcp.WithToken([]byte(token)), tcp.WithLog(logf)}
+	switch v := os.Getenv("GOCCL_CHECKSUM"); v {
+	case "", "0":
+	case "1":
+		cfg.checksum = true
+	default:
+		return nil, fmt.Errorf("%w: GOCCL_CHECKSUM=%q: want 0 or 1", ErrInvalidArgument, v)
+	}
+	if cfg.checksum {
+		opts = append(opts, tcp.WithChecksum())
+	}
+	server, client := cfg.tlsServer, cfg.tlsClient
+	switch v := os.Getenv("GOCCL_TLS"); {
+	case server != nil || client != nil:
+		if server == nil || client == nil {
+			return nil, fmt.Errorf("%w: WithTLS needs both a server and a client configuration", ErrInvalidArgument)
+		}
+	case v == "" || v == "0":
+	case v == "1":
+		cert, key, ca := os.Getenv("GOCCL_TLS_CERT"), os.Getenv("GOCCL_TLS_KEY"), os.Getenv("GOCCL_TLS_CA")
+		var err error
+		switch {
+		case cert != "" || key != "" || ca != "":
+			if cert == "" || key == "" || ca == "" {
+				return nil, fmt.Errorf("%w: GOCCL_TLS_CERT, GOCCL_TLS_KEY and GOCCL_TLS_CA go together (have %q, %q, %q)", ErrInvalidArgument, cert, key, ca)
+			}
+			server, client, err = tcp.FileTLS(cert, key, ca)
+		case token != "":
+			server, client, err = tcp.JobTLS([]byte(token))
+		default:
+			err = fmt.Errorf("%w: GOCCL_TLS=1 needs the job token (GOCCL_JOB_TOKEN, set by goccl run) or certificate files (GOCCL_TLS_CERT, GOCCL_TLS_KEY, GOCCL_TLS_CA)", ErrInvalidArgument)
+		}
+		if err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("%w: GOCCL_TLS=%q: want 0 or 1", ErrInvalidArgument, v)
+	}
+	if server != nil {
+		opts = append(opts, tcp.WithTLS(server, client))
+	}
+	cfg.tlsServer, cfg.tlsClient = server, client
+	return opts, nil
+}
+
 func closeLinks(links []transport.Link) {
 	for _, l := range links {
 		if l != nil {
@@ -253,6 +315,12 @@ func closeLinks(links []transport.Link) {
 // connectShm creates this rank's inbound rings from every same-host peer,
 // opens the peers' rings for its outbound traffic, and unlinks the files once
 // every rank has mapped them (so nothing is left in /dev/shm after a crash).
+//
+// A ring that cannot be created (typically /dev/shm too small: Docker gives
+// containers 64 MiB) is not fatal: the rank logs what is missing and how to
+// fix it, and publishes which inbound rings it has; a pair of ranks uses
+// shared memory only if both rings between them exist, and TCP otherwise
+// (useShm is cleared for it), so both sides always agree.
 func (c *Comm) connectShm(ctx context.Context, store rendezvous.Store, jobID string, useShm []bool, cards []card, links []transport.Link) error {
 	dir := os.Getenv("GOCCL_SHM_DIR")
 	if dir == "" {
@@ -263,33 +331,64 @@ func (c *Comm) connectShm(ctx context.Context, store rendezvous.Store, jobID str
 		return filepath.Join(dir, fmt.Sprintf("goccl-%s-%d-%d", jobID, src, dst))
 	}
 	in := make([]*shm.Ring, c.size)
+	have := make([]byte, c.size) // have[p] == '1': the ring from p to this rank exists
+	var failed []int
+	var firstFail error
 	for p, ok := range useShm {
+		have[p] = '0'
 		if !ok {
 			continue
 		}
 		r, err := shm.CreateRing(path(p, c.rank), cfg)
 		if err != nil {
-			for _, r := range in {
-				if r != nil {
-					r.Unlink()
-				}
+			failed = append(failed, p)
+			if firstFail == nil {
+				firstFail = err
 			}
-			return fmt.Errorf("shared memory with rank %d: %w", p, err)
+			continue
 		}
-		in[p] = r
+		in[p], have[p] = r, '1'
 	}
-	if err := store.Set(ctx, fmt.Sprintf("goccl/shm/%d", c.rank), []byte("1")); err != nil {
+	if len(failed) > 0 {
+		c.log.Warnf("%v; using TCP instead of shared memory with rank(s) %v", shmAdvice(dir, cfg, useShm, firstFail), failed)
+	}
+	if err := store.Set(ctx, fmt.Sprintf("goccl/shm/%d", c.rank), have); err != nil {
+		for _, r := range in {
+			if r != nil {
+				r.Unlink()
+				r.Close()
+			}
+		}
 		return err
 	}
 	var firstErr error
+	var peerFailed []int
 	for p, ok := range useShm {
 		if !ok {
 			continue
 		}
+		var peerHas bool
 		if firstErr == nil {
-			if _, err := store.Get(ctx, fmt.Sprintf("goccl/shm/%d", p)); err != nil {
+			v, err := store.Get(ctx, fmt.Sprintf("goccl/shm/%d", p))
+			switch {
+			case err != nil:
 				firstErr = fmt.Errorf("waiting for rank %d's shared memory: %w", p, err)
+			case len(v) != c.size:
+				firstErr = fmt.Errorf("rank %d published a bad shared-memory record %q", p, v)
+			default:
+				peerHas = v[c.rank] == '1'
 			}
+		}
+		if in[p] == nil || !peerHas {
+			// One of the two rings is missing: TCP for this pair.
+			useShm[p] = false
+			if in[p] != nil {
+				in[p].Unlink()
+				in[p].Close()
+				in[p] = nil
+				peerFailed = append(peerFailed, p)
+			}
+			continue
 		}
 		var out *shm.Ring
 		if firstErr == nil {
@@ -304,6 +403,9 @@ func (c *Comm) connectShm(ctx context.Context, store rendezvous.Store, jobID str
 			links[p] = shm.NewLink(c.rank, p, out, in[p], shm.WithPeerPID(cards[p].Pid))
 		}
 	}
+	if len(peerFailed) > 0 {
+		c.log.Warnf("rank(s) %v could not create their shared memory for this rank (see their warnings); using TCP with them", peerFailed)
+	}
 	// Every rank reaches this barrier, with or without shared-memory peers.
 	if err := rendezvous.Barrier(ctx, store, "goccl/shm-mapped", c.size); err != nil && firstErr == nil {
 		firstErr = err
@@ -315,6 +417,39 @@ func (c *Comm) connectShm(ctx context.Context, store rendezvous.Store, jobID str
 	}
 	return firstErr
 }
+
+// shmAdvice explains a failed ring creation: for a full file system, how
+// much shared memory the job needs on this host and how to get it.
+func shmAdvice(dir string, cfg shm.Config, useShm []bool, err error) error {
+	if !errors.Is(err, syscall.ENOSPC) {
+		return err
+	}
+	ring, rerr := cfg.RingBytes()
+	if rerr != nil {
+		return err
+	}
+	local := 1
+	for _, ok := range useShm {
+		if ok {
+			local++
+		}
+	}
+	need := int64(local*(local-1)) * ring
+	var st syscall.Statfs_t
+	size, free := "unknown", "unknown"
+	if syscall.Statfs(dir, &st) == nil {
+		size = mib(int64(st.Blocks) * st.Bsize)
+		free = mib(int64(st.Bavail) * st.Bsize)
+	}
+	// Room for the rings plus a quarter for whatever else lives there.
+	suggest := (need + need/4 + (1<<20 - 1)) >> 20
+	return fmt.Errorf("%s is too small: %s, %s free; %d ranks on this host need %s of shared memory (%d rings of %s): "+
+		"give the container more (docker run --shm-size=%dm, or a Kubernetes emptyDir with medium: Memory mounted at /dev/shm), "+
+		"or set GOCCL_SHM_DISABLE=1 to use TCP (%w)",
+		dir, size, free, local, mib(need), local*(local-1), mib(ring), suggest, err)
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 
 func (c *Comm) connectTCP(ctx context.Context, ep *tcp.Endpoint, cards []card, useShm []bool, nsocks int, links []transport.Link) error {
 	var wg sync.WaitGroup

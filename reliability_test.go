@@ -59,6 +59,37 @@ func TestRankKilled(t *testing.T) {
 	}
 }
 
+// startWatched starts cmd and feeds its output (stdout and stderr) line by
+// line to onLine, from one goroutine that readers tracks. The returned
+// channel is closed once the process has exited (after onExit, if any, ran).
+func startWatched(t *testing.T, cmd *exec.Cmd, readers *sync.WaitGroup, onLine func(line string), onExit func()) chan struct{} {
+	t.Helper()
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	readers.Add(1)
+	go func() {
+		defer readers.Done()
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			onLine(sc.Text())
+		}
+		io.Copy(io.Discard, pr)
+	}()
+	exited := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		if onExit != nil {
+			onExit()
+		}
+		pw.Close()
+		close(exited)
+	}()
+	return exited
+}
+
 func testRankKilled(t *testing.T, n, victim int, env string) {
 	addr := freeAddr(t)
 	cmds := make([]*exec.Cmd, n)
@@ -72,27 +103,15 @@ func testRankKilled(t *testing.T, n, victim int, env string) {
 		cmd.Env = append(os.Environ(), "GOCCL_TEST_WORKER=loop", env,
 			"GOCCL_RANK="+strconv.Itoa(r), "GOCCL_WORLD_SIZE="+strconv.Itoa(n),
 			"GOCCL_LOCAL_RANK="+strconv.Itoa(r), "GOCCL_STORE_ADDR="+addr, "GOCCL_TIMEOUT=60s")
-		pr, pw := io.Pipe()
-		cmd.Stdout, cmd.Stderr = pw, pw
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
 		cmds[r] = cmd
-		readers.Add(1)
-		go func(r int) {
-			defer readers.Done()
-			sc := bufio.NewScanner(pr)
-			for sc.Scan() {
-				outMu.Lock()
-				outs[r].WriteString(sc.Text() + "\n")
-				outMu.Unlock()
-				if sc.Text() == "ready" {
-					ready <- r
-				}
+		waited[r] = startWatched(t, cmd, &readers, func(line string) {
+			outMu.Lock()
+			outs[r].WriteString(line + "\n")
+			outMu.Unlock()
+			if line == "ready" {
+				ready <- r
 			}
-		}(r)
-		waited[r] = make(chan struct{})
-		go func(r int) { cmd.Wait(); pw.Close(); close(waited[r]) }(r)
+		}, nil)
 	}
 	defer func() {
 		for _, c := range cmds {

@@ -273,3 +273,26 @@ func randomBytes(n int) []byte {
 	}
 	return b
 }
+
+// TestSecureLinks runs the collective matrix over TCP links with TLS (keys
+// from the job token) and CRC32C checksums, on 3 ranks, and checks that the
+// links say so; without a token GOCCL_TLS=1 is refused with a clear error.
+func TestSecureLinks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test; skipped with -short")
+	}
+	outs := spawn(t, 3, "matrix", "GOCCL_SHM_DISABLE=1", "GOCCL_TEST_COUNTS=0,1,7,1000003",
+		"GOCCL_JOB_TOKEN=secure-links-test", "GOCCL_TLS=1", "GOCCL_CHECKSUM=1", "GOCCL_DEBUG=INFO")
+	for r, out := range outs {
+		if !strings.Contains(out, "operations checked") || !strings.Contains(out, "tls crc32c") {
+			t.Fatalf("rank %d: no checked operations over tls crc32c links:\n%s", r, out)
+		}
+	}
+	t.Setenv("GOCCL_TLS", "1")
+	t.Setenv("GOCCL_JOB_TOKEN", "")
+	_, err := goccl.Init(context.Background(), goccl.WithRank(0), goccl.WithWorldSize(2),
+		goccl.WithStore(rendezvous.NewMemStore()), goccl.WithTimeout(5*time.Second))
+	if !errors.Is(err, goccl.ErrInvalidArgument) || !strings.Contains(err.Error(), "GOCCL_JOB_TOKEN") {
+		t.Fatalf("GOCCL_TLS=1 without a token or certificates: %v", err)
+	}
+}

@@ -137,20 +137,8 @@ func clientHandshake(c net.Conn, br *bufio.Reader, addr string, o *options) erro
 		}
 		return fmt.Errorf("handshake: %w", err)
 	}
-	if string(ch[0:8]) != challengeMagicStore {
-		return fmt.Errorf("handshake: %s is not a goccl store (bad magic)", addr)
-	}
-	if v := binary.BigEndian.Uint16(ch[8:]); v != storeProtoVersion {
-		return fmt.Errorf("handshake: the store at %s speaks protocol version %d, this build %d", addr, v, storeProtoVersion)
-	}
-	serverToken := binary.BigEndian.Uint16(ch[10:])&flagHasToken != 0
-	switch {
-	case serverToken && len(o.token) == 0:
-		return fmt.Errorf("%w: the store at %s requires a job token (GOCCL_JOB_TOKEN)", ErrAuth, addr)
-	case !serverToken && len(o.token) > 0:
-		return fmt.Errorf("%w: the store at %s does not check job tokens, this rank has one (GOCCL_JOB_TOKEN set on some ranks only?)", ErrAuth, addr)
-	case !auth.Check(o.token, ch[32:64], labelStoreServer, hello[:], ch[0:32]):
-		return fmt.Errorf("%w: the store at %s holds a different job token", ErrAuth, addr)
+	if err := decodeChallenge(ch[:], hello[:], addr, o.token); err != nil {
+		return err
 	}
 	proof := auth.MAC(o.token, labelStoreClient, hello[:], ch[0:32])
 	if _, err := c.Write(proof[:]); err != nil {
@@ -166,15 +154,9 @@ func serverHandshake(c net.Conn, br *bufio.Reader, o *options) (int, error) {
 	if _, err := io.ReadFull(br, hello[:]); err != nil {
 		return -1, fmt.Errorf("reading the hello: %w", err)
 	}
-	if string(hello[0:8]) != helloMagicStore {
-		return -1, errors.New("bad hello magic (not a goccl store client)")
-	}
-	if v := binary.BigEndian.Uint16(hello[8:]); v != storeProtoVersion {
-		return -1, fmt.Errorf("protocol version %d, want %d", v, storeProtoVersion)
-	}
-	rank := int(int32(binary.BigEndian.Uint32(hello[12:])))
-	if rank < -1 {
-		return -1, fmt.Errorf("bad rank %d", rank)
+	rank, err := decodeHello(hello[:])
+	if err != nil {
+		return -1, err
 	}
 	var ch [storeChallengeSize]byte
 	copy(ch[0:8], challengeMagicStore)
@@ -195,4 +177,49 @@ func serverHandshake(c net.Conn, br *bufio.Reader, o *options) (int, error) {
 		return -1, fmt.Errorf("%w (client says rank %d)", ErrAuth, rank)
 	}
 	return rank, nil
+}
+
+// decodeHello checks a client's hello (server side) and returns the rank it
+// gives (-1 when it gives none). It does no I/O; the flags and the nonce are
+// not checked here (the nonce only enters the MACs).
+func decodeHello(hello []byte) (int, error) {
+	if len(hello) < storeHelloSize {
+		return -1, fmt.Errorf("short hello (%d bytes, want %d)", len(hello), storeHelloSize)
+	}
+	if string(hello[0:8]) != helloMagicStore {
+		return -1, errors.New("bad hello magic (not a goccl store client)")
+	}
+	if v := binary.BigEndian.Uint16(hello[8:]); v != storeProtoVersion {
+		return -1, fmt.Errorf("protocol version %d, want %d", v, storeProtoVersion)
+	}
+	rank := int(int32(binary.BigEndian.Uint32(hello[12:])))
+	if rank < -1 {
+		return -1, fmt.Errorf("bad rank %d", rank)
+	}
+	return rank, nil
+}
+
+// decodeChallenge checks the challenge ch that the store at addr answered
+// to hello (client side): magic, version, that the server has a job token
+// exactly when token is set, and the server's proof. It does no I/O.
+func decodeChallenge(ch, hello []byte, addr string, token []byte) error {
+	if len(ch) < storeChallengeSize {
+		return fmt.Errorf("handshake: short challenge from %s (%d bytes, want %d)", addr, len(ch), storeChallengeSize)
+	}
+	if string(ch[0:8]) != challengeMagicStore {
+		return fmt.Errorf("handshake: %s is not a goccl store (bad magic)", addr)
+	}
+	if v := binary.BigEndian.Uint16(ch[8:]); v != storeProtoVersion {
+		return fmt.Errorf("handshake: the store at %s speaks protocol version %d, this build %d", addr, v, storeProtoVersion)
+	}
+	serverToken := binary.BigEndian.Uint16(ch[10:])&flagHasToken != 0
+	switch {
+	case serverToken && len(token) == 0:
+		return fmt.Errorf("%w: the store at %s requires a job token (GOCCL_JOB_TOKEN)", ErrAuth, addr)
+	case !serverToken && len(token) > 0:
+		return fmt.Errorf("%w: the store at %s does not check job tokens, this rank has one (GOCCL_JOB_TOKEN set on some ranks only?)", ErrAuth, addr)
+	case !auth.Check(token, ch[32:64], labelStoreServer, hello, ch[0:32]):
+		return fmt.Errorf("%w: the store at %s holds a different job token", ErrAuth, addr)
+	}
+	return nil
 }

@@ -99,6 +99,10 @@ func (e *MismatchError) Error() string {
 	return fmt.Sprintf("peer %d disagrees on %s: this rank has %d, peer sent %d", e.Peer, e.Field, int64(e.Want), int64(e.Got))
 }
 
+// ErrCorrupt is wrapped by errors that say a message arrived damaged: its
+// checksum (GOCCL_CHECKSUM=1 on TCP links) does not match the data.
+var ErrCorrupt = errors.New("transport: data corrupted in transit")
+
 // ErrClosed is returned by a Link used after Close, or whose peer closed it.
 var ErrClosed = errors.New("transport: link closed")
 

@@ -162,6 +162,16 @@ func (c Config) normalize() (Config, error) {
 	return c, nil
 }
 
+// RingBytes is the size of one ring file with this configuration (the
+// shared memory it takes).
+func (c Config) RingBytes() (int64, error) {
+	c, err := c.normalize()
+	if err != nil {
+		return 0, err
+	}
+	return ringSize(c.SlotSize, c.Slots), nil
+}
+
 func ringSize(slotSize, slots int) int64 {
 	return headerPage + int64(slots)*int64(slotMeta+slotSize)
 }

@@ -19,7 +19,8 @@
 //	 20  i32   target rank
 //	 24  [128] job id, zero padded
 //	152  [16]  client nonce
-//	168  u16   flags: bit 0 = the client has a job token
+//	168  u16   flags: bit 0 = the client has a job token, bit 1 = CRC32C
+//	           per chunk (GOCCL_CHECKSUM), bit 2 = TLS after the handshake
 //	170  u16   reserved, zero
 //	172  u32   CRC-32 (IEEE) of bytes 0..171
 //
@@ -28,7 +29,7 @@
 //	  4  u16   protocol version
 //	  6  u16   status: 0 ok, else the reason for the rejection
 //	  8  i32   rank of the accepting endpoint
-//	 12  u16   flags: bit 0 = the server has a job token
+//	 12  u16   flags: as in the hello, for the server
 //	 14  u16   reserved, zero
 //	 16  [16]  server nonce
 //	 32  [32]  server proof: HMAC-SHA256(token, "goccl tcp server v1" || hello || ack[0:32])
@@ -42,7 +43,10 @@
 // well-formed hello for another job, rank or socket layout gets a rejecting
 // ack and is closed; a wrong proof gets a refusing verdict. A dialer with a
 // token refuses a listener that does not prove the same token. Refusals are
-// counted and logged (WithLog). Accepted connections are parked per (peer,
+// counted and logged (WithLog). Both sides must agree on the link options
+// (checksums, TLS): a hello whose flags differ gets a rejecting ack. With TLS
+// (WithTLS) each connection runs a TLS 1.3 handshake right after the verdict,
+// the dialer as the TLS client. Accepted connections are parked per (peer,
 // socket index) until Connect for that peer collects them.
 //
 // After the handshake each message is the 40-byte transport.Header followed by
@@ -51,6 +55,7 @@ package tcp
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -77,6 +82,9 @@ const (
 	ackSize      = 64
 	proofSize    = auth.MACSize
 	flagToken    = 1
+	flagChecksum = 2
+	flagTLS      = 4
+	optionFlags  = flagChecksum | flagTLS
 
 	labelTCPServer = "goccl tcp server v1"
 	labelTCPClient = "goccl tcp client v1"
@@ -96,6 +104,7 @@ const (
 	ackBadJob
 	ackBadRank
 	ackBadSocks
+	ackBadOptions
 )
 
 // Verdicts after the client's proof.
@@ -114,6 +123,8 @@ func ackReason(s uint16) string {
 		return "wrong rank (the peer is not the rank this address belongs to, or the lower rank must dial)"
 	case ackBadSocks:
 		return "bad socket index or count"
+	case ackBadOptions:
+		return "link options differ (GOCCL_CHECKSUM or GOCCL_TLS set on some ranks only)"
 	}
 	return fmt.Sprintf("status %d", s)
 }
@@ -136,6 +147,9 @@ type Endpoint struct {
 	jobID        string
 	token        []byte
 	logw         func(format string, args ...any)
+	checksum     bool        // CRC32C after every chunk (WithChecksum)
+	tlsServer    *tls.Config // TLS on every connection (WithTLS), nil without
+	tlsClient    *tls.Config
 	lastLog      atomic.Int64
 	ln           *net.TCPListener
 	addr         string
@@ -155,8 +169,8 @@ type Endpoint struct {
 type parkKey struct{ peer, index int }
 
 type parkedConn struct {
-	conn   *net.TCPConn
-	nsocks int // connections in the link, as the hello says
+	conn   net.Conn // *net.TCPConn, or *tls.Conn over one
+	nsocks int      // connections in the link, as the hello says
 }
 
 // EndpointOption configures Listen.
@@ -172,6 +186,32 @@ func WithToken(token []byte) EndpointOption {
 // line a second).
 func WithLog(logf func(format string, args ...any)) EndpointOption {
 	return func(e *Endpoint) { e.logw = logf }
+}
+
+// WithChecksum appends a CRC32C (Castagnoli) to every chunk of every
+// payload sent (up to 512 KiB of payload per checksum, see link), and makes
+// receivers verify it: a corrupted chunk fails the receive with an error
+// wrapping transport.ErrCorrupt that names the peer. Every rank must use it
+// or none (GOCCL_CHECKSUM=1).
+func WithChecksum() EndpointOption { return func(e *Endpoint) { e.checksum = true } }
+
+// WithTLS runs TLS over every connection after goccl's handshake: server is
+// used on accepted connections, client on dialed ones (see JobTLS for
+// configurations made from the job token). Every rank must use it or none
+// (GOCCL_TLS=1).
+func WithTLS(server, client *tls.Config) EndpointOption {
+	return func(e *Endpoint) { e.tlsServer, e.tlsClient = server, client }
+}
+
+func (e *Endpoint) optionFlags() uint16 {
+	var f uint16
+	if e.checksum {
+		f |= flagChecksum
+	}
+	if e.tlsServer != nil {
+		f |= flagTLS
+	}
+	return f
 }
 
 // Listen opens rank self's listening socket on ip with an ephemeral port.
@@ -289,6 +329,10 @@ func (e *Endpoint) acceptLoop() {
 func (e *Endpoint) serve(c *net.TCPConn) {
 	defer e.wg.Done()
 	key, nsocks, err := e.handshake(c)
+	var conn net.Conn = c
+	if err == nil && e.tlsServer != nil {
+		conn, err = e.serverTLS(c)
+	}
 	e.mu.Lock()
 	delete(e.inflight, c)
 	if err != nil || e.closed {
@@ -303,7 +347,7 @@ func (e *Endpoint) serve(c *net.TCPConn) {
 		// A newer connection for the same slot (the peer retried): it wins.
 		old.conn.Close()
 	}
-	e.parked[key] = parkedConn{conn: c, nsocks: nsocks}
+	e.parked[key] = parkedConn{conn: conn, nsocks: nsocks}
 	close(e.changed)
 	e.changed = make(chan struct{})
 	e.mu.Unlock()
@@ -317,34 +361,20 @@ func (e *Endpoint) handshake(c *net.TCPConn) (parkKey, int, error) {
 	if _, err := io.ReadFull(c, b[:]); err != nil {
 		return parkKey{}, 0, fmt.Errorf("reading hello: %w", err)
 	}
-	if string(b[0:8]) != helloMagic {
-		return parkKey{}, 0, errors.New("bad hello magic")
-	}
-	h := decodeHello(&b)
-	status := ackOK
-	var why error
-	switch {
-	case h.version != helloVersion:
-		status, why = ackBadVersion, fmt.Errorf("protocol version %d, want %d", h.version, helloVersion)
-	case binary.LittleEndian.Uint32(b[172:]) != crc32.ChecksumIEEE(b[:172]):
-		return parkKey{}, 0, errors.New("bad hello checksum")
-	case int(h.jobLen) > maxJobID:
-		return parkKey{}, 0, fmt.Errorf("job id length %d", h.jobLen)
-	case string(b[24:24+int(h.jobLen)]) != e.jobID:
-		status, why = ackBadJob, fmt.Errorf("job id %q, want %q", b[24:24+int(h.jobLen)], e.jobID)
-	case int(h.to) != e.self || h.from < 0 || int(h.from) >= e.self:
-		status, why = ackBadRank, fmt.Errorf("hello from rank %d to rank %d", h.from, h.to)
-	case h.nsocks < 2 || h.nsocks%2 != 0 || h.nsocks > maxConns || h.index >= h.nsocks:
-		status, why = ackBadSocks, fmt.Errorf("connection %d of %d", h.index, h.nsocks)
+	h, status, why, err := e.checkHello(&b)
+	if err != nil {
+		return parkKey{}, 0, err
 	}
 	var a [ackSize]byte
 	copy(a[0:4], ackMagic)
 	binary.LittleEndian.PutUint16(a[4:], helloVersion)
 	binary.LittleEndian.PutUint16(a[6:], status)
 	binary.LittleEndian.PutUint32(a[8:], uint32(e.self))
+	flags := e.optionFlags()
 	if len(e.token) > 0 {
-		binary.LittleEndian.PutUint16(a[12:], flagToken)
+		flags |= flagToken
 	}
+	binary.LittleEndian.PutUint16(a[12:], flags)
 	nonce := auth.Nonce()
 	copy(a[16:32], nonce[:])
 	mac := auth.MAC(e.token, labelTCPServer, b[:], a[0:32])
@@ -376,6 +406,64 @@ func (e *Endpoint) handshake(c *net.TCPConn) (parkKey, int, error) {
 	return parkKey{peer: int(h.from), index: int(h.index)}, int(h.nsocks), nil
 }
 
+// checkHello judges a hello: garbage (bad magic or checksum, impossible job
+// id length) is an error, the connection closed without an answer; a
+// well-formed hello this endpoint cannot accept gets a rejecting status and
+// the reason (why); otherwise status is ackOK.
+func (e *Endpoint) checkHello(b *[helloSize]byte) (h hello, status uint16, why, err error) {
+	if string(b[0:8]) != helloMagic {
+		return h, 0, nil, errors.New("bad hello magic")
+	}
+	h = decodeHello(b)
+	switch {
+	case h.version != helloVersion:
+		return h, ackBadVersion, fmt.Errorf("protocol version %d, want %d", h.version, helloVersion), nil
+	case binary.LittleEndian.Uint32(b[172:]) != crc32.ChecksumIEEE(b[:172]):
+		return h, 0, nil, errors.New("bad hello checksum")
+	case int(h.jobLen) > maxJobID:
+		return h, 0, nil, fmt.Errorf("job id length %d", h.jobLen)
+	case string(b[24:24+int(h.jobLen)]) != e.jobID:
+		return h, ackBadJob, fmt.Errorf("job id %q, want %q", b[24:24+int(h.jobLen)], e.jobID), nil
+	case int(h.to) != e.self || h.from < 0 || int(h.from) >= e.self:
+		return h, ackBadRank, fmt.Errorf("hello from rank %d to rank %d", h.from, h.to), nil
+	case h.nsocks < 2 || h.nsocks%2 != 0 || h.nsocks > maxConns || h.index >= h.nsocks:
+		return h, ackBadSocks, fmt.Errorf("connection %d of %d", h.index, h.nsocks), nil
+	case h.flags&optionFlags != e.optionFlags():
+		return h, ackBadOptions, fmt.Errorf("rank %d's link options are %s, this rank's %s", h.from, optionString(h.flags), optionString(e.optionFlags())), nil
+	}
+	return h, ackOK, nil, nil
+}
+
+// checkAck judges the ack to hello from the listener that should be rank
+// peer: a foreign or rejecting ack, another rank, other link options, or a
+// listener that does not prove this job's token are errors (the last ones
+// wrap auth.ErrAuth).
+func (e *Endpoint) checkAck(a *[ackSize]byte, hello []byte, peer int) error {
+	if string(a[0:4]) != ackMagic {
+		return errors.New("handshake: the listener is not a goccl endpoint (bad ack)")
+	}
+	if s := binary.LittleEndian.Uint16(a[6:]); s != ackOK {
+		return fmt.Errorf("handshake rejected by peer (rank %d): %s", int32(binary.LittleEndian.Uint32(a[8:])), ackReason(s))
+	}
+	if r := int(int32(binary.LittleEndian.Uint32(a[8:]))); r != peer {
+		return fmt.Errorf("handshake: address belongs to rank %d, not %d", r, peer)
+	}
+	serverFlags := binary.LittleEndian.Uint16(a[12:])
+	serverToken := serverFlags&flagToken != 0
+	switch {
+	case serverFlags&optionFlags != e.optionFlags():
+		return fmt.Errorf("handshake: peer rank %d's link options are %s, this rank's %s (set GOCCL_CHECKSUM and GOCCL_TLS alike on every rank)",
+			peer, optionString(serverFlags), optionString(e.optionFlags()))
+	case serverToken && len(e.token) == 0:
+		return fmt.Errorf("handshake: %w: peer rank %d requires a job token (GOCCL_JOB_TOKEN)", auth.ErrAuth, peer)
+	case !serverToken && len(e.token) > 0:
+		return fmt.Errorf("handshake: %w: peer rank %d does not check job tokens, this rank has one (GOCCL_JOB_TOKEN set on some ranks only?)", auth.ErrAuth, peer)
+	case !auth.Check(e.token, a[32:64], labelTCPServer, hello, a[0:32]):
+		return fmt.Errorf("handshake: %w: peer rank %d holds a different job token", auth.ErrAuth, peer)
+	}
+	return nil
+}
+
 // reject counts a connection refused by the handshake and logs it (at most
 // once a second with WithLog, else under GOCCL_DEBUG).
 func (e *Endpoint) reject(c *net.TCPConn, err error) {
@@ -395,6 +483,27 @@ func (e *Endpoint) reject(c *net.TCPConn, err error) {
 type hello struct {
 	version, nsocks, index, jobLen uint16 // nsocks: connections in the link, 2*nsocks of Connect
 	from, to                       int32
+	flags                          uint16
+}
+
+// optionString describes option flags for errors.
+func optionString(f uint16) string {
+	return fmt.Sprintf("checksum %v, TLS %v", f&flagChecksum != 0, f&flagTLS != 0)
+}
+
+// serverTLS runs the server side of TLS on an accepted connection.
+func (e *Endpoint) serverTLS(c *net.TCPConn) (net.Conn, error) {
+	if err := c.SetDeadline(time.Now().Add(e.helloTimeout)); err != nil {
+		return nil, err
+	}
+	tc := tls.Server(c, e.tlsServer)
+	if err := tc.Handshake(); err != nil {
+		return nil, fmt.Errorf("%w: TLS handshake: %v", auth.ErrAuth, err)
+	}
+	if err := c.SetDeadline(time.Time{}); err != nil {
+		return nil, err
+	}
+	return tc, nil
 }
 
 func decodeHello(b *[helloSize]byte) hello {
@@ -405,10 +514,11 @@ func decodeHello(b *[helloSize]byte) hello {
 		jobLen:  binary.LittleEndian.Uint16(b[14:]),
 		from:    int32(binary.LittleEndian.Uint32(b[16:])),
 		to:      int32(binary.LittleEndian.Uint32(b[20:])),
+		flags:   binary.LittleEndian.Uint16(b[168:]),
 	}
 }
 
-func encodeHello(b *[helloSize]byte, jobID string, from, to, index, nconns int, hasToken bool) {
+func encodeHello(b *[helloSize]byte, jobID string, from, to, index, nconns int, flags uint16) {
 	*b = [helloSize]byte{}
 	copy(b[0:8], helloMagic)
 	binary.LittleEndian.PutUint16(b[8:], helloVersion)
@@ -420,9 +530,7 @@ func encodeHello(b *[helloSize]byte, jobID string, from, to, index, nconns int, 
 	copy(b[24:24+maxJobID], jobID)
 	nonce := auth.Nonce()
 	copy(b[152:168], nonce[:])
-	if hasToken {
-		binary.LittleEndian.PutUint16(b[168:], flagToken)
-	}
+	binary.LittleEndian.PutUint16(b[168:], flags)
 	binary.LittleEndian.PutUint32(b[172:], crc32.ChecksumIEEE(b[:172]))
 }
 
@@ -443,7 +551,7 @@ func (e *Endpoint) Connect(ctx context.Context, peer int, peerAddr string, nsock
 	if e.isClosed() {
 		return nil, &transport.PeerError{Peer: peer, Op: "connect", Err: fmt.Errorf("tcp: endpoint closed: %w", transport.ErrClosed)}
 	}
-	var conns []*net.TCPConn
+	var conns []net.Conn
 	var err error
 	if e.self < peer {
 		conns, err = e.dial(ctx, peer, peerAddr, 2*nsocks)
@@ -454,18 +562,18 @@ func (e *Endpoint) Connect(ctx context.Context, peer int, peerAddr string, nsock
 		return nil, &transport.PeerError{Peer: peer, Op: "connect", Err: err}
 	}
 	for _, c := range conns {
-		tuneConn(c)
+		tuneConn(rawTCP(c))
 	}
 	// Connections 0..nsocks-1 carry data from the dialer (the lower rank).
 	tx, rx := conns[:nsocks], conns[nsocks:]
 	if e.self > peer {
 		tx, rx = rx, tx
 	}
-	return newLink(e.self, peer, tx, rx), nil
+	return newLink(e.self, peer, tx, rx, e.checksum), nil
 }
 
-func (e *Endpoint) dial(ctx context.Context, peer int, addr string, nconns int) ([]*net.TCPConn, error) {
-	conns := make([]*net.TCPConn, 0, nconns)
+func (e *Endpoint) dial(ctx context.Context, peer int, addr string, nconns int) ([]net.Conn, error) {
+	conns := make([]net.Conn, 0, nconns)
 	for i := 0; i < nconns; i++ {
 		c, err := e.dialOne(ctx, peer, addr, i, nconns)
 		if err != nil {
@@ -479,7 +587,7 @@ func (e *Endpoint) dial(ctx context.Context, peer int, addr string, nconns int) 
 	return conns, nil
 }
 
-func (e *Endpoint) dialOne(ctx context.Context, peer int, addr string, index, nconns int) (*net.TCPConn, error) {
+func (e *Endpoint) dialOne(ctx context.Context, peer int, addr string, index, nconns int) (net.Conn, error) {
 	backoff := 10 * time.Millisecond
 	for {
 		var d net.Dialer
@@ -490,7 +598,18 @@ func (e *Endpoint) dialOne(ctx context.Context, peer int, addr string, index, nc
 				tc.Close()
 				return nil, err
 			}
-			return tc, nil
+			if e.tlsClient == nil {
+				return tc, nil
+			}
+			tlsConn := tls.Client(tc, e.tlsClient)
+			hctx, cancel := context.WithTimeout(ctx, 2*e.helloTimeout)
+			err := tlsConn.HandshakeContext(hctx)
+			cancel()
+			if err != nil {
+				tc.Close()
+				return nil, fmt.Errorf("handshake: %w: TLS: %v", auth.ErrAuth, err)
+			}
+			return tlsConn, nil
 		}
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, fmt.Errorf("%w (%v)", ctxErr, err)
@@ -524,37 +643,32 @@ func (e *Endpoint) clientHello(ctx context.Context, c *net.TCPConn, peer, index,
 	}
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(aLongTimeAgo) })
 	var b [helloSize]byte
-	encodeHello(&b, e.jobID, e.self, peer, index, nconns, len(e.token) > 0)
+	flags := e.optionFlags()
+	if len(e.token) > 0 {
+		flags |= flagToken
+	}
+	encodeHello(&b, e.jobID, e.self, peer, index, nconns, flags)
 	_, err := c.Write(b[:])
 	var a [ackSize]byte
 	if err == nil {
 		_, err = io.ReadFull(c, a[:])
 	}
-	var authErr error
-	if err == nil && string(a[0:4]) == ackMagic && binary.LittleEndian.Uint16(a[6:]) == ackOK {
-		// Check the listener's proof, then prove this side's token.
-		serverToken := binary.LittleEndian.Uint16(a[12:])&flagToken != 0
-		switch {
-		case serverToken && len(e.token) == 0:
-			authErr = fmt.Errorf("%w: peer rank %d requires a job token (GOCCL_JOB_TOKEN)", auth.ErrAuth, peer)
-		case !serverToken && len(e.token) > 0:
-			authErr = fmt.Errorf("%w: peer rank %d does not check job tokens, this rank has one (GOCCL_JOB_TOKEN set on some ranks only?)", auth.ErrAuth, peer)
-		case !auth.Check(e.token, a[32:64], labelTCPServer, b[:], a[0:32]):
-			authErr = fmt.Errorf("%w: peer rank %d holds a different job token", auth.ErrAuth, peer)
-		}
-		if authErr == nil {
+	var ackErr error
+	if err == nil {
+		if ackErr = e.checkAck(&a, b[:], peer); ackErr == nil {
+			// The listener proved the token: prove this side's.
 			proof := auth.MAC(e.token, labelTCPClient, b[:], a[0:32])
 			if _, err = c.Write(proof[:]); err == nil {
 				var v [1]byte
 				if _, err = io.ReadFull(c, v[:]); err == nil && v[0] != verdictOK {
-					authErr = fmt.Errorf("%w: peer rank %d refused this rank's proof of the job token", auth.ErrAuth, peer)
+					ackErr = fmt.Errorf("handshake: %w: peer rank %d refused this rank's proof of the job token", auth.ErrAuth, peer)
 				}
 			}
 		}
 	}
 	stop()
-	if authErr != nil {
-		return fmt.Errorf("handshake: %w", authErr)
+	if ackErr != nil && errors.Is(ackErr, auth.ErrAuth) {
+		return ackErr
 	}
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		// Even when the I/O succeeded, the AfterFunc may have poisoned the
@@ -567,21 +681,15 @@ func (e *Endpoint) clientHello(ctx context.Context, c *net.TCPConn, peer, index,
 		}
 		return fmt.Errorf("handshake: %w", err)
 	}
-	if string(a[0:4]) != ackMagic {
-		return errors.New("handshake: the listener is not a goccl endpoint (bad ack)")
-	}
-	if s := binary.LittleEndian.Uint16(a[6:]); s != ackOK {
-		return fmt.Errorf("handshake rejected by peer (rank %d): %s", int32(binary.LittleEndian.Uint32(a[8:])), ackReason(s))
-	}
-	if r := int(int32(binary.LittleEndian.Uint32(a[8:]))); r != peer {
-		return fmt.Errorf("handshake: address belongs to rank %d, not %d", r, peer)
+	if ackErr != nil {
+		return ackErr
 	}
 	return c.SetDeadline(time.Time{})
 }
 
 // collect waits until the nconns connections dialed by peer are parked and
 // takes them.
-func (e *Endpoint) collect(ctx context.Context, peer int, addr string, nconns int) ([]*net.TCPConn, error) {
+func (e *Endpoint) collect(ctx context.Context, peer int, addr string, nconns int) ([]net.Conn, error) {
 	for {
 		e.mu.Lock()
 		if e.closed {
@@ -608,7 +716,7 @@ func (e *Endpoint) collect(ctx context.Context, peer int, addr string, nconns in
 
 // takeLocked returns the parked connections of peer when all nconns are
 // there, otherwise how many are.
-func (e *Endpoint) takeLocked(peer, nconns int) ([]*net.TCPConn, int, error) {
+func (e *Endpoint) takeLocked(peer, nconns int) ([]net.Conn, int, error) {
 	have := 0
 	for i := 0; i < maxConns; i++ {
 		p, ok := e.parked[parkKey{peer, i}]
@@ -630,7 +738,7 @@ func (e *Endpoint) takeLocked(peer, nconns int) ([]*net.TCPConn, int, error) {
 	if have < nconns {
 		return nil, have, nil
 	}
-	conns := make([]*net.TCPConn, nconns)
+	conns := make([]net.Conn, nconns)
 	for i := range conns {
 		k := parkKey{peer, i}
 		conns[i] = e.parked[k].conn

@@ -19,7 +19,7 @@ import (
 
 func TestHelloRoundTrip(t *testing.T) {
 	var b [helloSize]byte
-	encodeHello(&b, "job-x", 3, 7, 2, 4, false)
+	encodeHello(&b, "job-x", 3, 7, 2, 4, 0)
 	h := decodeHello(&b)
 	if string(b[:8]) != helloMagic || h.version != helloVersion || h.from != 3 || h.to != 7 || h.index != 2 || h.nsocks != 4 ||
 		string(b[24:24+h.jobLen]) != "job-x" {
@@ -102,13 +102,13 @@ func TestBadClients(t *testing.T) {
 		{"index out of range", "job-1", 0, 1, 2, 2, ackBadSocks},
 		{"too many sockets", "job-1", 0, 1, 0, maxSocks + 1, ackBadSocks},
 	} {
-		encodeHello(&b, tc.job, tc.from, tc.to, tc.index, tc.nsocks, false)
+		encodeHello(&b, tc.job, tc.from, tc.to, tc.index, tc.nsocks, 0)
 		if s := rawHello(t, eb.Addr(), b[:]); s != int(tc.want) {
 			t.Errorf("%s: ack status %d, want %d", tc.name, s, tc.want)
 		}
 	}
 	// Wrong version (valid layout otherwise).
-	encodeHello(&b, "job-1", 0, 1, 0, 1, false)
+	encodeHello(&b, "job-1", 0, 1, 0, 1, 0)
 	binary.LittleEndian.PutUint16(b[8:], helloVersion+1)
 	if s := rawHello(t, eb.Addr(), b[:]); s != int(ackBadVersion) {
 		t.Errorf("wrong version: ack status %d", s)

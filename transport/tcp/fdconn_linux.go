@@ -52,10 +52,10 @@ const (
 	writeSpin = 20 * time.Microsecond
 )
 
-// newStream takes c's socket out of Go's network poller: it duplicates the
+// newTCPStream takes c's socket out of Go's network poller: it duplicates the
 // descriptor, closes c (which removes the original from the poller) and
 // drives the duplicate. It falls back to a netStream if that fails.
-func newStream(c *net.TCPConn) stream {
+func newTCPStream(c *net.TCPConn) stream {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return newNetStream(c)

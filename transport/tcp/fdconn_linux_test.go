@@ -37,8 +37,8 @@ func fdPair(t *testing.T) (a, b *fdConn) {
 	if c2 == nil {
 		t.Fatal("accept failed")
 	}
-	s1, ok1 := newStream(c1).(*fdConn)
-	s2, ok2 := newStream(c2).(*fdConn)
+	s1, ok1 := newTCPStream(c1).(*fdConn)
+	s2, ok2 := newTCPStream(c2).(*fdConn)
 	if !ok1 || !ok2 {
 		t.Fatal("newStream did not give an fdConn on Linux")
 	}

@@ -3,9 +3,11 @@ package tcp
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net"
 	"os"
@@ -54,6 +56,9 @@ const (
 // plain blocking system calls.
 //
 // Frame: the encoded transport.Header (40 bytes) then Header.Bytes of payload.
+// With checksums (WithChecksum) the payload is cut into chunks of chunkSize
+// bytes (the last may be shorter), each followed by its CRC32C (Castagnoli,
+// 4 bytes little-endian) on the socket that carries it.
 // The header, and the whole payload when it is at most stripeMin bytes or
 // there is a single socket per direction, go on tx socket 0. Otherwise chunk
 // k of the payload goes on tx socket k mod nsocks, each socket driven by a
@@ -64,12 +69,14 @@ type link struct {
 	self   int
 	name   string
 	tx, rx []*sock
+	crc    bool // a CRC32C follows every chunk
 
 	closed    atomic.Bool
 	closeOnce sync.Once
 	byeOnce   sync.Once
 	byeErr    error                 // brokenErr's verdict
 	verdict   atomic.Pointer[error] // &byeErr once decided
+	failed    atomic.Pointer[error] // why this side closed the link after a failed call (closeAfter)
 	done      chan struct{}         // closed by Close
 	wg        sync.WaitGroup
 
@@ -87,6 +94,7 @@ type link struct {
 type sock struct {
 	conn    stream
 	br      *bufio.Reader // rx only
+	crcBuf  [4]byte       // the checksum being sent or received
 	staging []byte        // rx only: pieceSize bytes, for reductions
 
 	idx, stride int // this socket carries chunks idx, idx+stride, ...
@@ -115,11 +123,12 @@ type dir struct {
 
 // newLink builds the link to peer over tx (this rank sends on them) and rx
 // (it receives on them), len(tx) == len(rx) >= 1.
-func newLink(self, peer int, tx, rx []*net.TCPConn) *link {
+func newLink(self, peer int, tx, rx []net.Conn, checksum bool) *link {
 	n := len(tx)
 	l := &link{
 		self: self,
 		peer: peer,
+		crc:  checksum,
 		tx:   make([]*sock, n),
 		rx:   make([]*sock, n),
 		done: make(chan struct{}),
@@ -130,6 +139,12 @@ func newLink(self, peer int, tx, rx []*net.TCPConn) *link {
 		l.name = fmt.Sprintf("tcp 1 sock each way %s", tx[0].RemoteAddr())
 	} else {
 		l.name = fmt.Sprintf("tcp %d socks each way %s", n, tx[0].RemoteAddr())
+	}
+	if _, ok := tx[0].(*tls.Conn); ok {
+		l.name += " tls"
+	}
+	if checksum {
+		l.name += " crc32c"
 	}
 	for i := range n {
 		t := &sock{conn: newStream(tx[i]), idx: i, stride: n}
@@ -216,7 +231,19 @@ func (l *link) closedCause() error {
 	if v := l.verdict.Load(); v != nil {
 		return *v
 	}
+	if v := l.failed.Load(); v != nil {
+		return *v
+	}
 	return transport.ErrClosed
+}
+
+// closeAfter closes the link because a call on it failed with err (a
+// deadline, a broken stream): calls in the other direction then report err
+// instead of a bare ErrClosed.
+func (l *link) closeAfter(err error) {
+	cause := fmt.Errorf("%w after an earlier failure: %w", transport.ErrClosed, err)
+	l.failed.CompareAndSwap(nil, &cause)
+	l.Close()
 }
 
 // brokenErr explains a connection of the link that broke (EOF, reset) while
@@ -268,10 +295,17 @@ func (l *link) sendFrame(ctx context.Context, h *transport.Header, buf []byte, i
 	h.Encode(l.shdr[:])
 	s0 := l.tx[0]
 	var n int64
-	if !l.striped(len(buf)) {
+	switch {
+	case l.crc && !l.striped(len(buf)):
+		var m int
+		if m, err = s0.conn.Write(l.shdr[:]); err == nil {
+			err = writeChunks(s0, buf, 0, 1, true)
+		}
+		n = int64(m)
+	case !l.striped(len(buf)):
 		// One writev for header and payload.
 		n, err = s0.conn.writev2(l.shdr[:], buf)
-	} else {
+	default:
 		var m int
 		m, err = s0.conn.Write(l.shdr[:])
 		n = int64(m)
@@ -279,7 +313,7 @@ func (l *link) sendFrame(ctx context.Context, h *transport.Header, buf []byte, i
 		case err != nil:
 		case inline:
 			for _, s := range l.tx[:min(len(l.tx), (len(buf)+chunkSize-1)/chunkSize)] {
-				if err = writeChunks(s, buf); err != nil {
+				if err = writeChunks(s, buf, s.idx, s.stride, l.crc); err != nil {
 					break
 				}
 			}
@@ -294,7 +328,7 @@ func (l *link) sendFrame(ctx context.Context, h *transport.Header, buf []byte, i
 			// The peer saw part of a frame, or the connection broke: the
 			// stream is unusable. A call that ctx ended before any byte
 			// moved leaves the link usable.
-			l.Close()
+			l.closeAfter(err)
 		}
 		return err
 	}
@@ -336,7 +370,7 @@ func (l *link) sendWorker(s *sock) {
 	for {
 		select {
 		case buf := <-s.sendJobs:
-			s.res <- writeChunks(s, buf)
+			s.res <- writeChunks(s, buf, s.idx, s.stride, l.crc)
 		case <-l.done:
 			return
 		}
@@ -346,15 +380,26 @@ func (l *link) sendWorker(s *sock) {
 // striped reports whether an n-byte payload is cut over several sockets.
 func (l *link) striped(n int) bool { return len(l.tx) > 1 && n > stripeMin }
 
-// writeChunks writes the chunks of buf that s carries.
-func writeChunks(s *sock, buf []byte) error {
-	for off := s.idx * chunkSize; off < len(buf); off += s.stride * chunkSize {
-		if _, err := s.conn.Write(buf[off:min(off+chunkSize, len(buf))]); err != nil {
+// writeChunks writes chunks first, first+stride, ... of buf on s, each
+// followed by its CRC32C when crc is set.
+func writeChunks(s *sock, buf []byte, first, stride int, crc bool) error {
+	for off := first * chunkSize; off < len(buf); off += stride * chunkSize {
+		chunk := buf[off:min(off+chunkSize, len(buf))]
+		var err error
+		if crc {
+			binary.LittleEndian.PutUint32(s.crcBuf[:], crc32.Update(0, castagnoli, chunk))
+			_, err = s.conn.writev2(chunk, s.crcBuf[:])
+		} else {
+			_, err = s.conn.Write(chunk)
+		}
+		if err != nil {
 			return err
 		}
 	}
 	return nil
 }
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // stripeShare is how many bytes of an n-byte payload tx socket i of k
 // carries.
@@ -384,6 +429,9 @@ func (l *link) TrySend(h *transport.Header, buf []byte) (bool, error) {
 		k := len(l.tx)
 		for i := range l.tx {
 			need := stripeShare(len(buf), i, k)
+			if l.crc {
+				need += 4 * ((need + chunkSize - 1) / chunkSize)
+			}
 			if i == 0 {
 				need += transport.HeaderSize
 			}
@@ -418,7 +466,7 @@ func (l *link) Recv(ctx context.Context, want *transport.Header, buf []byte, red
 		l.end(&l.recv)
 		err = l.fail("recv", ctx, hasDL, err)
 		if n > 0 || !isCtxErr(err) {
-			l.Close()
+			l.closeAfter(err)
 		}
 		return err
 	}
@@ -433,15 +481,18 @@ func (l *link) Recv(ctx context.Context, want *transport.Header, buf []byte, red
 		l.Close()
 		return err
 	}
-	if !l.striped(len(buf)) {
+	switch {
+	case l.crc && !l.striped(len(buf)):
+		err = l.readChunks(s0, buf, reduce, 0, 1)
+	case !l.striped(len(buf)):
 		err = readPayload(s0, buf, reduce)
-	} else {
+	default:
 		err = l.stripeRecv(buf, reduce)
 	}
 	l.end(&l.recv)
 	if err != nil {
 		err = l.fail("recv", ctx, hasDL, err)
-		l.Close()
+		l.closeAfter(err)
 		return err
 	}
 	return nil
@@ -481,17 +532,59 @@ func (l *link) recvWorker(s *sock) {
 	for {
 		select {
 		case j := <-s.recvJobs:
-			var err error
-			for off := s.idx * chunkSize; off < len(j.buf); off += s.stride * chunkSize {
-				if err = readPayload(s, j.buf[off:min(off+chunkSize, len(j.buf))], j.reduce); err != nil {
-					break
-				}
-			}
-			s.res <- err
+			s.res <- l.readChunks(s, j.buf, j.reduce, s.idx, s.stride)
 		case <-l.done:
 			return
 		}
 	}
+}
+
+// readChunks reads chunks first, first+stride, ... of buf from s (see
+// readPayload), checking each one's CRC32C when the link has checksums.
+func (l *link) readChunks(s *sock, buf []byte, reduce transport.ReduceFunc, first, stride int) error {
+	for off := first * chunkSize; off < len(buf); off += stride * chunkSize {
+		end := min(off+chunkSize, len(buf))
+		if !l.crc {
+			if err := readPayload(s, buf[off:end], reduce); err != nil {
+				return err
+			}
+			continue
+		}
+		sum, err := readPayloadCRC(s, buf[off:end], reduce)
+		if err != nil {
+			return err
+		}
+		if _, err := io.ReadFull(s.br, s.crcBuf[:]); err != nil {
+			return err
+		}
+		if sent := binary.LittleEndian.Uint32(s.crcBuf[:]); sent != sum {
+			return fmt.Errorf("%w: bytes %d..%d of a %d-byte message from peer %d have CRC32C %#08x, the peer sent %#08x",
+				transport.ErrCorrupt, off, end, len(buf), l.peer, sum, sent)
+		}
+	}
+	return nil
+}
+
+// readPayloadCRC is readPayload, also returning the CRC32C of the bytes read
+// (before any reduction).
+func readPayloadCRC(s *sock, dst []byte, reduce transport.ReduceFunc) (uint32, error) {
+	if reduce == nil {
+		if _, err := io.ReadFull(s.br, dst); err != nil {
+			return 0, err
+		}
+		return crc32.Update(0, castagnoli, dst), nil
+	}
+	var sum uint32
+	for len(dst) > 0 {
+		p := min(len(dst), pieceSize)
+		if _, err := io.ReadFull(s.br, s.staging[:p]); err != nil {
+			return 0, err
+		}
+		sum = crc32.Update(sum, castagnoli, s.staging[:p])
+		reduce(dst[:p], s.staging[:p])
+		dst = dst[p:]
+	}
+	return sum, nil
 }
 
 // readPayload reads len(dst) bytes from s into dst, or, with reduce, folds

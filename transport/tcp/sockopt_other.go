@@ -16,5 +16,5 @@ func (q *roomQuery) has(n int) bool { return false }
 
 func (s *sock) sendRoom(n int) bool { return s.conn.room(n) }
 
-// newStream is a netStream outside Linux.
-func newStream(c *net.TCPConn) stream { return newNetStream(c) }
+// newTCPStream is a netStream outside Linux.
+func newTCPStream(c *net.TCPConn) stream { return newNetStream(c) }
