@@ -252,6 +252,11 @@ func (c *Comm) end(kind opKind, err error) error {
 		if c.aborted.Load() {
 			err = c.errorf(kind, c.op.Header.Seq, "%w", ErrAborted)
 		} else {
+			if c.group != nil && kind != opSendRecv && errors.Is(err, context.DeadlineExceeded) {
+				if nh := c.group.NotHeard(c.op.Header.Seq); len(nh) > 0 {
+					err = fmt.Errorf("%w; no message of this operation yet from rank(s) %s", err, joinInts(nh))
+				}
+			}
 			err = c.wrap(kind, c.op.Header.Seq, err)
 		}
 		c.poison = err
@@ -740,6 +745,14 @@ func (c *Comm) Barrier(ctx context.Context) error {
 
 // sameStart reports whether a and b start at the same element (true when
 // either is empty, so no copy is attempted).
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
+}
+
 func sameStart(a, b []byte) bool {
 	return len(a) == 0 || len(b) == 0 || &a[0] == &b[0]
 }

@@ -354,8 +354,10 @@ func TestOperationTimeout(t *testing.T) {
 		if !errors.Is(errs[0], context.DeadlineExceeded) {
 			t.Fatalf("shm_disable=%s: rank 0 got %v, want a deadline error", shmOff, errs[0])
 		}
-		if !strings.Contains(errs[0].Error(), "rank 0") || !strings.Contains(errs[0].Error(), "AllReduce") {
-			t.Errorf("error does not name rank and op: %v", errs[0])
+		t.Log(errs[0])
+		if msg := errs[0].Error(); !strings.Contains(msg, "rank 0") || !strings.Contains(msg, "AllReduce (op #") ||
+			!strings.Contains(msg, "no message of this operation yet from rank(s) 1") {
+			t.Errorf("error does not name rank, op, sequence and the peer not heard from: %v", errs[0])
 		}
 		if d := time.Since(start); d > 10*time.Second {
 			t.Errorf("shm_disable=%s: took %v", shmOff, d)

@@ -38,6 +38,7 @@ type Group struct {
 	scratch    []byte // grown on demand, reused across operations
 
 	recvHdr transport.Header // reused so that passing &hdr to a Link does not allocate
+	heard   []uint64         // by rank: sequence number of the last operation a message came from
 	sendHdr transport.Header
 	aborted atomic.Bool
 
@@ -67,7 +68,7 @@ func (x *fold3) reduce(dst, src []byte) {
 
 // NewGroup wraps links (indexed by rank, nil at rank) for the algorithms.
 func NewGroup(rank, size int, links []transport.Link) *Group {
-	g := &Group{Rank: rank, Size: size, links: links, senders: make([]*sender, size)}
+	g := &Group{Rank: rank, Size: size, links: links, senders: make([]*sender, size), heard: make([]uint64, size)}
 	g.f3fn = g.f3.reduce
 	for p, l := range links {
 		if l != nil {
@@ -184,7 +185,24 @@ func (g *Group) recv(ctx context.Context, op *Op, peer int, buf []byte, reduce b
 	if reduce {
 		f = op.Reduce
 	}
-	return g.links[peer].Recv(ctx, &g.recvHdr, buf, f)
+	err := g.links[peer].Recv(ctx, &g.recvHdr, buf, f)
+	if err == nil {
+		g.heard[peer] = op.Header.Seq
+	}
+	return err
+}
+
+// NotHeard lists the peers from which no message of operation seq has
+// arrived (for timeout errors: who the operation is still waiting on,
+// directly or through others).
+func (g *Group) NotHeard(seq uint64) []int {
+	var ranks []int
+	for p, s := range g.heard {
+		if p != g.Rank && s != seq {
+			ranks = append(ranks, p)
+		}
+	}
+	return ranks
 }
 
 // recvFold receives from peer and stores a op incoming into dst (a and dst
@@ -201,6 +219,9 @@ func (g *Group) recvFold(ctx context.Context, op *Op, peer int, dst, a []byte) e
 	g.f3 = fold3{f: op.Reduce3, dst0: uintptr(unsafe.Pointer(unsafe.SliceData(dst))), a: a}
 	err := g.links[peer].Recv(ctx, &g.recvHdr, dst, g.f3fn)
 	g.f3.a = nil
+	if err == nil {
+		g.heard[peer] = op.Header.Seq
+	}
 	return err
 }
 
