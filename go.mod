@@ -5,3 +5,8 @@ go 1.26.0
 require github.com/x448/float16 v0.8.4
 
 require golang.org/x/sys v0.49.0
+
+require (
+	github.com/google/gopacket v1.1.19
+	golang.org/x/net v0.0.0-20190620200207-3b0461eec859 // indirect
+)

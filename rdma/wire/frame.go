@@ -1,0 +1,207 @@
+package wire
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+)
+
+// Ethertypes and ports of RoCE.
+const (
+	EthertypeRoCEv1 = 0x8915
+	EthertypeIPv4   = 0x0800
+	EthertypeIPv6   = 0x86dd
+	EthertypeVLAN   = 0x8100
+	UDPPortRoCEv2   = 4791
+	ipProtoUDP      = 17
+)
+
+// Frame is a decoded RoCE Ethernet frame.
+type Frame struct {
+	Version          int // 1 (Ethertype 0x8915) or 2 (UDP port 4791)
+	EthDst, EthSrc   [6]byte
+	VLAN             int        // VLAN id, or -1 without a tag
+	Src, Dst         netip.Addr // IP addresses (v2) or GIDs (v1)
+	SrcPort, DstPort uint16     // UDP ports (v2)
+	GRH              GRH        // v1 only
+	Packet           Packet
+	ICRC             uint32 // as carried
+	ComputedICRC     uint32
+}
+
+// ICRCOK reports whether the carried ICRC matches the computed one.
+func (f *Frame) ICRCOK() bool { return f.ICRC == f.ComputedICRC }
+
+// ParseFrame decodes an Ethernet frame carrying RoCE v1 or v2 (an optional
+// 802.1Q tag; IPv4 with options or IPv6 without extension headers) and
+// computes its ICRC. The packet's Payload aliases frame. A frame whose ICRC
+// does not match is returned without error: check ICRCOK.
+func ParseFrame(frame []byte) (*Frame, error) {
+	f := &Frame{VLAN: -1}
+	if len(frame) < 14 {
+		return nil, fmt.Errorf("wire: %d-byte frame is shorter than an Ethernet header", len(frame))
+	}
+	copy(f.EthDst[:], frame[0:6])
+	copy(f.EthSrc[:], frame[6:12])
+	etype := binary.BigEndian.Uint16(frame[12:])
+	rest := frame[14:]
+	if etype == EthertypeVLAN {
+		if len(rest) < 4 {
+			return nil, fmt.Errorf("wire: truncated VLAN tag")
+		}
+		f.VLAN = int(binary.BigEndian.Uint16(rest) & 0x0fff)
+		etype = binary.BigEndian.Uint16(rest[2:])
+		rest = rest[4:]
+	}
+	var ib []byte
+	var err error
+	switch etype {
+	case EthertypeRoCEv1:
+		f.Version = 1
+		if err := f.GRH.Decode(rest); err != nil {
+			return nil, err
+		}
+		if f.GRH.NextHeader != NextHeaderBTH {
+			return nil, fmt.Errorf("wire: GRH next header 0x%02x, want 0x1b (BTH)", f.GRH.NextHeader)
+		}
+		if int(f.GRH.PayLen) != len(rest)-GRHSize {
+			return nil, fmt.Errorf("wire: GRH payload length %d, frame has %d bytes after the GRH", f.GRH.PayLen, len(rest)-GRHSize)
+		}
+		f.Src, f.Dst = netip.AddrFrom16(f.GRH.SGID), netip.AddrFrom16(f.GRH.DGID)
+		ib = rest[GRHSize:]
+		if len(ib) < BTHSize+ICRCSize {
+			return nil, fmt.Errorf("wire: %d bytes after the GRH, too short for a BTH and an ICRC", len(ib))
+		}
+		f.ComputedICRC, err = ICRCv1(rest[:GRHSize], ib[:len(ib)-ICRCSize])
+	case EthertypeIPv4, EthertypeIPv6:
+		f.Version = 2
+		var ipHdr, udp []byte
+		if ipHdr, udp, err = f.parseIP(etype, rest); err != nil {
+			return nil, err
+		}
+		ib = udp[8:]
+		if len(ib) < BTHSize+ICRCSize {
+			return nil, fmt.Errorf("wire: %d bytes of UDP payload, too short for a BTH and an ICRC", len(ib))
+		}
+		f.ComputedICRC, err = ICRCv2(ipHdr, udp[:8], ib[:len(ib)-ICRCSize])
+	default:
+		return nil, fmt.Errorf("wire: Ethertype 0x%04x is not RoCE", etype)
+	}
+	if err != nil {
+		return nil, err
+	}
+	f.ICRC = binary.LittleEndian.Uint32(ib[len(ib)-ICRCSize:])
+	if err := f.Packet.Decode(ib[:len(ib)-ICRCSize]); err != nil {
+		return f, err
+	}
+	return f, nil
+}
+
+// parseIP returns the IP header and the UDP datagram (header and payload,
+// trimmed to the UDP length) of a RoCE v2 frame.
+func (f *Frame) parseIP(etype uint16, b []byte) (ipHdr, udp []byte, err error) {
+	var proto uint8
+	var payload []byte
+	if etype == EthertypeIPv4 {
+		if len(b) < 20 || b[0]>>4 != 4 {
+			return nil, nil, fmt.Errorf("wire: bad IPv4 header")
+		}
+		ihl := int(b[0]&0x0f) * 4
+		total := int(binary.BigEndian.Uint16(b[2:]))
+		if ihl < 20 || total < ihl || total > len(b) {
+			return nil, nil, fmt.Errorf("wire: IPv4 header length %d, total length %d, %d bytes present", ihl, total, len(b))
+		}
+		if off := binary.BigEndian.Uint16(b[6:]); off&0x3fff != 0 {
+			return nil, nil, fmt.Errorf("wire: fragmented IPv4 packet")
+		}
+		proto = b[9]
+		f.Src, _ = netip.AddrFromSlice(b[12:16])
+		f.Dst, _ = netip.AddrFromSlice(b[16:20])
+		ipHdr, payload = b[:ihl], b[ihl:total]
+	} else {
+		if len(b) < 40 || b[0]>>4 != 6 {
+			return nil, nil, fmt.Errorf("wire: bad IPv6 header")
+		}
+		plen := int(binary.BigEndian.Uint16(b[4:]))
+		if 40+plen > len(b) {
+			return nil, nil, fmt.Errorf("wire: IPv6 payload length %d, %d bytes present", plen, len(b)-40)
+		}
+		proto = b[6]
+		f.Src = netip.AddrFrom16([16]byte(b[8:24]))
+		f.Dst = netip.AddrFrom16([16]byte(b[24:40]))
+		ipHdr, payload = b[:40], b[40:40+plen]
+	}
+	if proto != ipProtoUDP {
+		return nil, nil, fmt.Errorf("wire: IP protocol %d is not UDP", proto)
+	}
+	if len(payload) < 8 {
+		return nil, nil, fmt.Errorf("wire: truncated UDP header")
+	}
+	f.SrcPort = binary.BigEndian.Uint16(payload)
+	f.DstPort = binary.BigEndian.Uint16(payload[2:])
+	ulen := int(binary.BigEndian.Uint16(payload[4:]))
+	if ulen < 8 || ulen > len(payload) {
+		return nil, nil, fmt.Errorf("wire: UDP length %d, %d bytes present", ulen, len(payload))
+	}
+	if f.DstPort != UDPPortRoCEv2 {
+		return nil, nil, fmt.Errorf("wire: UDP destination port %d is not RoCE v2 (%d)", f.DstPort, UDPPortRoCEv2)
+	}
+	return ipHdr, payload[:ulen], nil
+}
+
+// AppendFrameV2 appends an Ethernet/IPv4 or IPv6/UDP frame carrying the IBA
+// packet ib (BTH to pad) and its ICRC, as a RoCE v2 NIC would send it (the
+// frames goccl's pcap option records): IPv4 header checksum filled in, UDP
+// checksum zero (the ICRC protects the packet, as on RoCE NICs).
+func AppendFrameV2(b []byte, ethSrc, ethDst [6]byte, src, dst netip.AddrPort, ib []byte) ([]byte, error) {
+	b = append(b, ethDst[:]...)
+	b = append(b, ethSrc[:]...)
+	udpLen := 8 + len(ib) + ICRCSize
+	start := len(b)
+	switch {
+	case src.Addr().Is4() && dst.Addr().Is4():
+		b = binary.BigEndian.AppendUint16(b, EthertypeIPv4)
+		start = len(b)
+		b = append(b, 0x45, 0x00)
+		b = binary.BigEndian.AppendUint16(b, uint16(20+udpLen))
+		b = append(b, 0, 0, 0x40, 0x00, 64, ipProtoUDP, 0, 0) // id 0, DF, TTL 64, checksum later
+		s, d := src.Addr().As4(), dst.Addr().As4()
+		b = append(b, s[:]...)
+		b = append(b, d[:]...)
+		binary.BigEndian.PutUint16(b[start+10:], ipv4Checksum(b[start:start+20]))
+	case src.Addr().Is6() && dst.Addr().Is6():
+		b = binary.BigEndian.AppendUint16(b, EthertypeIPv6)
+		start = len(b)
+		b = append(b, 0x60, 0, 0, 0)
+		b = binary.BigEndian.AppendUint16(b, uint16(udpLen))
+		b = append(b, ipProtoUDP, 64)
+		s, d := src.Addr().As16(), dst.Addr().As16()
+		b = append(b, s[:]...)
+		b = append(b, d[:]...)
+	default:
+		return nil, fmt.Errorf("wire: source %v and destination %v are not both IPv4 or both IPv6", src, dst)
+	}
+	ipEnd := len(b)
+	b = binary.BigEndian.AppendUint16(b, src.Port())
+	b = binary.BigEndian.AppendUint16(b, dst.Port())
+	b = binary.BigEndian.AppendUint16(b, uint16(udpLen))
+	b = append(b, 0, 0)
+	udpStart := ipEnd
+	b = append(b, ib...)
+	icrc, err := ICRCv2(b[start:ipEnd], b[udpStart:udpStart+8], ib)
+	if err != nil {
+		return nil, err
+	}
+	return PutICRC(b, icrc), nil
+}
+
+func ipv4Checksum(h []byte) uint16 {
+	var sum uint32
+	for i := 0; i+1 < len(h); i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(h[i:]))
+	}
+	for sum > 0xffff {
+		sum = sum&0xffff + sum>>16
+	}
+	return ^uint16(sum)
+}
