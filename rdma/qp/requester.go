@@ -1,0 +1,266 @@
+package qp
+
+import (
+	"github.com/goccl/goccl/rdma/wire"
+)
+
+// pump sends what the window, the RNR wait and max_rd_atomic allow.
+func (q *QP) pump() {
+	if q.State() != StateRTS || q.inRNRWait() {
+		return
+	}
+	mtu := q.attr.PathMTU
+	for q.nextIdx < len(q.sq) && wire.PSNDiff(q.nextPSN, q.unacked) < Window {
+		w := q.sq[q.nextIdx]
+		if !w.started {
+			if w.wr.Opcode == WRRead {
+				if q.readsOut >= max(1, int(q.attr.MaxQPRdAtomic)) {
+					return
+				}
+				q.readsOut++
+			}
+			w.started, w.firstPSN = true, q.nextPSN
+		}
+		psn := wire.PSNAdd(w.firstPSN, q.nextOff)
+		var p wire.Packet
+		p.BTH.PSN = psn
+		if w.wr.Opcode == WRRead {
+			// One request for the responses still missing (none, when
+			// go-back-N passes over a READ whose responses are all in).
+			start := max(q.nextOff, w.readDone)
+			if start >= w.npkts {
+				q.nextIdx, q.nextOff = q.nextIdx+1, 0
+				q.nextPSN = wire.PSNAdd(w.firstPSN, w.npkts)
+				continue
+			}
+			psn = wire.PSNAdd(w.firstPSN, start)
+			p.BTH.PSN = psn
+			off := start * mtu
+			p.BTH.Opcode = wire.RCReadRequest
+			p.RETH = wire.RETH{VA: w.wr.RemoteVA + uint64(off), RKey: w.wr.RKey, DMALength: uint32(len(w.wr.Local) - off)}
+			q.nextIdx, q.nextOff = q.nextIdx+1, 0
+			q.nextPSN = wire.PSNAdd(w.firstPSN, w.npkts)
+		} else {
+			off := q.nextOff * mtu
+			p.Payload = w.wr.Local[off:min(off+mtu, len(w.wr.Local))]
+			last := q.nextOff == w.npkts-1
+			p.BTH.Opcode = segmentOpcode(w.wr.Opcode, q.nextOff == 0, last)
+			if q.nextOff == 0 && (w.wr.Opcode == WRWrite || w.wr.Opcode == WRWriteImm) {
+				p.RETH = wire.RETH{VA: w.wr.RemoteVA, RKey: w.wr.RKey, DMALength: uint32(len(w.wr.Local))}
+			}
+			if last {
+				p.Imm = w.wr.Imm
+			}
+			p.BTH.AckReq = last || (q.nextOff+1)%ackEvery == 0
+			q.nextOff++
+			q.nextPSN = wire.PSNAdd(psn, 1)
+			if last {
+				q.nextIdx, q.nextOff = q.nextIdx+1, 0
+			}
+		}
+		if q.sentAny && wire.PSNBefore(psn, q.sentEnd) {
+			q.Stats.Retransmits++
+		}
+		if wire.PSNBefore(q.sentEnd, q.nextPSN) || !q.sentAny {
+			q.sentEnd, q.sentAny = q.nextPSN, true
+		}
+		if !q.timerOn {
+			q.timerOn, q.lastSend = true, q.now
+		}
+		q.emit(p)
+	}
+}
+
+// segmentOpcode is the opcode of one packet of a SEND or WRITE message.
+func segmentOpcode(op WROpcode, first, last bool) wire.Opcode {
+	var base wire.Opcode
+	switch op {
+	case WRSend, WRSendImm:
+		base = wire.RCSendFirst
+	default:
+		base = wire.RCWriteFirst
+	}
+	imm := op == WRSendImm || op == WRWriteImm
+	switch {
+	case first && last && imm:
+		return base + 5 // SEND_ONLY_IMM 0x05, WRITE_ONLY_IMM 0x0b
+	case first && last:
+		return base + 4
+	case first:
+		return base
+	case last && imm:
+		return base + 3
+	case last:
+		return base + 2
+	}
+	return base + 1
+}
+
+// rewind makes the next packet sent the one with PSN psn (go-back-N).
+func (q *QP) rewind(psn uint32) {
+	for i, w := range q.sq {
+		if !w.started {
+			break
+		}
+		if d := int(wire.PSNDiff(psn, w.firstPSN)); d >= 0 && d < w.npkts {
+			if w.wr.Opcode == WRRead {
+				d = w.readDone // re-request what has not arrived
+			}
+			q.nextIdx, q.nextOff, q.nextPSN = i, d, wire.PSNAdd(w.firstPSN, d)
+			q.timerOn, q.lastSend = true, q.now
+			return
+		}
+	}
+}
+
+// requesterReceive handles ACKs, NAKs and READ responses.
+func (q *QP) requesterReceive(p *wire.Packet) {
+	psn := p.BTH.PSN
+	// Anything outside [unacked-1, nextSent) is stale.
+	if !q.sentAny || wire.PSNDiff(psn, q.unacked) < -1 || !wire.PSNBefore(psn, q.sentEnd) {
+		return
+	}
+	if isReadResponse(p.BTH.Opcode) {
+		q.readResponse(p)
+		return
+	}
+	syn := p.AETH.Syndrome
+	switch {
+	case syn.IsACK():
+		q.ackThrough(psn)
+	case syn.IsRNRNAK():
+		q.Stats.RNRNAKs++
+		q.ackThrough(wire.PSNAdd(psn, -1))
+		if q.State() == StateErr {
+			return
+		}
+		if q.attr.RNRRetry != InfiniteRNRRetry {
+			if q.rnrLeft == 0 {
+				q.fail(StatusRNRRetryExcErr)
+				return
+			}
+			q.rnrLeft--
+		}
+		q.rnrUntil = q.now + RNRDelay(syn.Value())
+		q.rewind(psn)
+	case syn.IsNAK():
+		switch syn.Value() {
+		case wire.NAKPSNSequenceError:
+			q.Stats.SeqNAKs++
+			q.ackThrough(wire.PSNAdd(psn, -1))
+			if q.State() == StateErr {
+				return
+			}
+			if q.retries == 0 {
+				q.fail(StatusRetryExcErr)
+				return
+			}
+			q.retries--
+			if wire.PSNBefore(psn, q.nextPSN) {
+				q.rewind(psn)
+			}
+		case wire.NAKRemoteAccessError:
+			q.ackThrough(wire.PSNAdd(psn, -1))
+			q.fail(StatusRemAccessErr)
+		case wire.NAKRemoteOperationalErr:
+			q.ackThrough(wire.PSNAdd(psn, -1))
+			q.fail(StatusRemOpErr)
+		default:
+			q.ackThrough(wire.PSNAdd(psn, -1))
+			q.fail(StatusRemInvReqErr)
+		}
+	}
+	q.pump()
+}
+
+// readResponse stores an in-order READ response.
+func (q *QP) readResponse(p *wire.Packet) {
+	psn := p.BTH.PSN
+	mtu := q.attr.PathMTU
+	for _, w := range q.sq {
+		if !w.started {
+			return
+		}
+		d := int(wire.PSNDiff(psn, w.firstPSN))
+		if d < 0 || d >= w.npkts {
+			continue
+		}
+		if w.wr.Opcode != WRRead {
+			return
+		}
+		switch {
+		case d < w.readDone:
+			return // duplicate
+		case d > w.readDone:
+			// A response is missing. Dropped: the retry timer re-requests
+			// from the first missing one. Re-requesting at every gap
+			// would answer each loss with another copy of the rest of
+			// the READ while the first copy is still arriving.
+			q.Stats.OutOfSequence++
+			return
+		}
+		off := d * mtu
+		want := min(mtu, len(w.wr.Local)-off)
+		if len(p.Payload) != want {
+			q.fail(StatusRemInvReqErr)
+			return
+		}
+		copy(w.wr.Local[off:], p.Payload)
+		w.readDone++
+		// A response acknowledges every earlier PSN, this one included.
+		q.ackThrough(psn)
+		q.pump()
+		return
+	}
+}
+
+// ackThrough completes, in order, the WRs whose packets up to psn are
+// acknowledged (a READ completes when all its responses are in) and moves
+// the window.
+func (q *QP) ackThrough(psn uint32) {
+	if wire.PSNDiff(psn, q.unacked) < 0 {
+		return // nothing new
+	}
+	next := wire.PSNAdd(psn, 1)
+	if wire.PSNBefore(q.respDone, next) {
+		// The responder moved on: the retry budget is for a lack of
+		// progress, so it starts again (also while a READ at the head
+		// waits for a lost response and holds unacked back).
+		q.respDone = next
+		q.retries, q.rnrLeft = q.attr.RetryCnt, q.attr.RNRRetry
+	}
+	for len(q.sq) > 0 && q.sq[0].started {
+		w := q.sq[0]
+		last := wire.PSNAdd(w.firstPSN, w.npkts-1)
+		if wire.PSNBefore(psn, last) {
+			if w.wr.Opcode == WRRead && w.readDone < w.npkts {
+				// Acknowledged up to inside this READ, its responses not all
+				// in: the window stops at the first missing one.
+				next = wire.PSNAdd(w.firstPSN, w.readDone)
+			}
+			break
+		}
+		if w.wr.Opcode == WRRead && w.readDone < w.npkts {
+			// A later PSN is acknowledged but this READ's responses are
+			// not all in: the window stops at the first missing one, which
+			// the retry timer re-requests.
+			next = wire.PSNAdd(w.firstPSN, w.readDone)
+			break
+		}
+		q.complete(CQE{WRID: w.wr.ID, Status: StatusSuccess, Opcode: sendCQOpcode(w.wr.Opcode), ByteLen: len(w.wr.Local)})
+		if w.wr.Opcode == WRRead {
+			q.readsOut--
+		}
+		q.sq = q.sq[1:]
+		q.nextIdx--
+	}
+	if wire.PSNDiff(next, q.unacked) > 0 {
+		q.unacked = next
+		q.lastSend = q.now // the retry timer runs for the oldest unacknowledged packet
+		q.retries, q.rnrLeft = q.attr.RetryCnt, q.attr.RNRRetry
+	}
+	if q.nextIdx < 0 {
+		q.nextIdx, q.nextOff = 0, 0
+	}
+	q.timerOn = q.sentAny && q.unacked != q.sentEnd
+}

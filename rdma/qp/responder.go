@@ -1,0 +1,196 @@
+package qp
+
+import (
+	"github.com/goccl/goccl/rdma/wire"
+)
+
+// responderReceive handles a request packet (SEND, RDMA WRITE, RDMA READ).
+func (q *QP) responderReceive(p *wire.Packet) {
+	psn := p.BTH.PSN
+	switch d := wire.PSNDiff(psn, q.ePSN); {
+	case d < 0:
+		// A duplicate: the ACK was lost. READs are served again from the
+		// request itself; everything else is acknowledged again.
+		q.Stats.Duplicates++
+		if p.BTH.Opcode == wire.RCReadRequest {
+			q.serveRead(p, false)
+			return
+		}
+		q.ack(wire.PSNAdd(q.ePSN, -1))
+		return
+	case d > 0:
+		// A gap: ask for the first missing packet, once per gap.
+		q.Stats.OutOfSequence++
+		if !q.nakSent {
+			q.nakSent = true
+			q.Stats.SeqNAKsSent++
+			q.emit(wire.Packet{BTH: wire.BTH{Opcode: wire.RCAcknowledge, PSN: q.ePSN},
+				AETH: wire.AETH{Syndrome: wire.NAK(wire.NAKPSNSequenceError), MSN: q.msn}})
+		}
+		return
+	}
+	q.nakSent = false
+	op := p.BTH.Opcode
+	if !q.inSequence(op) {
+		q.fatal(psn, wire.NAKInvalidRequest)
+		return
+	}
+	mtu := q.attr.PathMTU
+	first := op == wire.RCSendFirst || op == wire.RCSendOnly || op == wire.RCSendOnlyImm ||
+		op == wire.RCWriteFirst || op == wire.RCWriteOnly || op == wire.RCWriteOnlyImm
+	last := op != wire.RCSendFirst && op != wire.RCSendMiddle && op != wire.RCWriteFirst && op != wire.RCWriteMiddle
+	if !last && len(p.Payload) != mtu || len(p.Payload) > mtu {
+		q.fatal(psn, wire.NAKInvalidRequest) // every packet but the last carries exactly one MTU
+		return
+	}
+	switch op {
+	case wire.RCReadRequest:
+		q.serveRead(p, true)
+		return
+	case wire.RCSendFirst, wire.RCSendMiddle, wire.RCSendLast, wire.RCSendLastImm, wire.RCSendOnly, wire.RCSendOnlyImm:
+		if len(q.rq) == 0 {
+			q.rnrNAK(psn)
+			return
+		}
+		buf := q.rq[0].Buf
+		if first {
+			q.recvOff = 0
+		}
+		if q.recvOff+len(p.Payload) > len(buf) {
+			q.complete(CQE{WRID: q.rq[0].ID, Status: StatusLocLenErr, Opcode: CQRecv, ByteLen: q.recvOff + len(p.Payload)})
+			q.rq = q.rq[1:]
+			q.fatal(psn, wire.NAKInvalidRequest)
+			return
+		}
+		copy(buf[q.recvOff:], p.Payload)
+		q.recvOff += len(p.Payload)
+		if last {
+			imm := op == wire.RCSendLastImm || op == wire.RCSendOnlyImm
+			q.complete(CQE{WRID: q.rq[0].ID, Status: StatusSuccess, Opcode: CQRecv, ByteLen: q.recvOff, Imm: p.Imm, HasImm: imm})
+			q.rq = q.rq[1:]
+		}
+	case wire.RCWriteFirst, wire.RCWriteMiddle, wire.RCWriteLast, wire.RCWriteLastImm, wire.RCWriteOnly, wire.RCWriteOnlyImm:
+		imm := op == wire.RCWriteLastImm || op == wire.RCWriteOnlyImm
+		if imm && len(q.rq) == 0 {
+			// A WRITE with immediate consumes a receive WR.
+			q.rnrNAK(psn)
+			return
+		}
+		if first {
+			mr, err := q.mem.Remote(p.RETH.RKey, p.RETH.VA, int(p.RETH.DMALength), AccessRemoteWrite)
+			if err != nil || q.attr.AccessFlags&AccessRemoteWrite == 0 {
+				q.fatal(psn, wire.NAKRemoteAccessError)
+				return
+			}
+			q.curMR, q.curOff = mr, 0
+		}
+		if q.curOff+len(p.Payload) > len(q.curMR) {
+			q.fatal(psn, wire.NAKInvalidRequest) // more data than the RETH announced
+			return
+		}
+		copy(q.curMR[q.curOff:], p.Payload)
+		q.curOff += len(p.Payload)
+		if last {
+			if q.curOff != len(q.curMR) {
+				q.fatal(psn, wire.NAKInvalidRequest)
+				return
+			}
+			if imm {
+				q.complete(CQE{WRID: q.rq[0].ID, Status: StatusSuccess, Opcode: CQRecvWriteImm, ByteLen: q.curOff, Imm: p.Imm, HasImm: true})
+				q.rq = q.rq[1:]
+			}
+			q.curMR = nil
+		}
+	default:
+		// Atomics are not served yet.
+		q.fatal(psn, wire.NAKInvalidRequest)
+		return
+	}
+	if last {
+		q.msn = (q.msn + 1) & 0xffffff
+		q.inMsg = false
+	} else {
+		q.cur, q.inMsg = op, true
+	}
+	q.ePSN = wire.PSNAdd(q.ePSN, 1)
+	if p.BTH.AckReq {
+		q.ack(psn)
+	}
+}
+
+// inSequence checks the opcode order inside a message: after a FIRST or
+// MIDDLE only a MIDDLE or LAST of the same kind may come, otherwise only the
+// start of a message.
+func (q *QP) inSequence(op wire.Opcode) bool {
+	switch {
+	case !q.inMsg:
+	case q.cur == wire.RCSendFirst || q.cur == wire.RCSendMiddle:
+		return op == wire.RCSendMiddle || op == wire.RCSendLast || op == wire.RCSendLastImm
+	default:
+		return op == wire.RCWriteMiddle || op == wire.RCWriteLast || op == wire.RCWriteLastImm
+	}
+	switch op {
+	case wire.RCSendMiddle, wire.RCSendLast, wire.RCSendLastImm, wire.RCWriteMiddle, wire.RCWriteLast, wire.RCWriteLastImm:
+		return false
+	}
+	return true
+}
+
+// serveRead checks a READ request and sends its responses; inOrder (a new
+// request) also moves the expected PSN past them.
+func (q *QP) serveRead(p *wire.Packet, inOrder bool) {
+	n := int(p.RETH.DMALength)
+	mr, err := q.mem.Remote(p.RETH.RKey, p.RETH.VA, n, AccessRemoteRead)
+	if err != nil || q.attr.AccessFlags&AccessRemoteRead == 0 {
+		if inOrder {
+			q.fatal(p.BTH.PSN, wire.NAKRemoteAccessError)
+		}
+		return
+	}
+	mtu := q.attr.PathMTU
+	npkts := max(1, (n+mtu-1)/mtu)
+	if inOrder {
+		if npkts >= 1<<23 {
+			q.fatal(p.BTH.PSN, wire.NAKInvalidRequest)
+			return
+		}
+		q.ePSN = wire.PSNAdd(q.ePSN, npkts)
+		q.msn = (q.msn + 1) & 0xffffff
+	}
+	for i := 0; i < npkts; i++ {
+		r := wire.Packet{BTH: wire.BTH{PSN: wire.PSNAdd(p.BTH.PSN, i)}, Payload: mr[i*mtu : min((i+1)*mtu, n)]}
+		switch {
+		case npkts == 1:
+			r.BTH.Opcode = wire.RCReadResponseOnly
+		case i == 0:
+			r.BTH.Opcode = wire.RCReadResponseFirst
+		case i == npkts-1:
+			r.BTH.Opcode = wire.RCReadResponseLast
+		default:
+			r.BTH.Opcode = wire.RCReadResponseMiddle
+		}
+		r.AETH = wire.AETH{Syndrome: wire.ACK(wire.CreditsInvalid), MSN: q.msn}
+		q.emit(r)
+	}
+}
+
+func (q *QP) ack(psn uint32) {
+	q.Stats.ACKs++
+	q.emit(wire.Packet{BTH: wire.BTH{Opcode: wire.RCAcknowledge, PSN: psn},
+		AETH: wire.AETH{Syndrome: wire.ACK(wire.CreditsInvalid), MSN: q.msn}})
+}
+
+func (q *QP) rnrNAK(psn uint32) {
+	q.Stats.RNRNAKsSent++
+	q.emit(wire.Packet{BTH: wire.BTH{Opcode: wire.RCAcknowledge, PSN: psn},
+		AETH: wire.AETH{Syndrome: wire.RNRNAK(q.attr.MinRNRTimer), MSN: q.msn}})
+}
+
+// fatal NAKs psn with code and moves the QP to ERR (a responder error ends
+// an RC connection).
+func (q *QP) fatal(psn uint32, code uint8) {
+	q.emit(wire.Packet{BTH: wire.BTH{Opcode: wire.RCAcknowledge, PSN: psn},
+		AETH: wire.AETH{Syndrome: wire.NAK(code), MSN: q.msn}})
+	q.Machine.state = StateErr
+	q.flush()
+}
