@@ -171,6 +171,10 @@ func TestLossyWritesAndReads(t *testing.T) {
 	fill(s.mem[1].buf, 43)
 	remote := bytes.Clone(s.mem[1].buf)
 	sizes := []int{1, 1023, 1024, 1025, 4096, 65536, 300000, 1 << 20}
+	if testing.Short() {
+		testTotal = 8 << 20 // the race detector makes the 64 MiB run take seconds
+		defer func() { testTotal = 64 << 20 }()
+	}
 	var total, wrs int
 	var wantIDs []uint64
 	readBufs := map[uint64][]byte{}

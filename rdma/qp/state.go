@@ -119,6 +119,9 @@ type AddressVector struct {
 	HopLimit     uint8
 	TrafficClass uint8
 	FlowLabel    uint32
+	// DPort is the peer device's UDP port (a soft-device extension:
+	// several soft devices can share a host); 0 means 4791.
+	DPort uint16
 }
 
 // Limits of the soft device (what ibv_query_device would report).

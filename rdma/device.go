@@ -1,0 +1,217 @@
+// Package rdma is goccl's soft RoCE v2 device: a verbs API shaped like
+// libibverbs (device, protection domain, memory region with lkey/rkey,
+// completion queue, reliable-connection queue pair) over UDP port 4791,
+// driving the pure engine of package rdma/qp with the packet format of
+// package rdma/wire. The sockets and timers live here, nothing else does.
+//
+// Packets travel as RoCE v2 UDP payloads (BTH ... ICRC). A user-space
+// socket sees neither the IP header nor the UDP checksum the kernel sends,
+// so the ICRC is computed over the IPv4/UDP headers a RoCE NIC would send
+// for the same addresses (ID 0, DF, TTL 64, UDP checksum 0; the fields
+// routers change are masked out of the ICRC anyway), and checked the same
+// way on receipt: a corrupted packet is dropped and counted, like a NIC's
+// ICRC error.
+package rdma
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/goccl/goccl/rdma/qp"
+	"github.com/goccl/goccl/rdma/wire"
+)
+
+// DefaultPort is RoCE v2's UDP destination port.
+const DefaultPort = wire.UDPPortRoCEv2
+
+// Device is an open soft RoCE device bound to one UDP address.
+type Device struct {
+	conn *net.UDPConn
+	addr netip.AddrPort
+
+	mu      sync.Mutex
+	qps     map[uint32]*QP
+	mrs     map[uint32]*MR // by key (lkey == rkey)
+	nextQPN uint32
+	nextKey uint32
+	closed  bool
+	done    chan struct{}
+	wg      sync.WaitGroup
+	start   time.Time
+
+	stats DeviceStats
+}
+
+// DeviceStats counts the device's packets.
+type DeviceStats struct {
+	PacketsSent, PacketsReceived uint64
+	ICRCErrors, Malformed        uint64 // dropped on receipt
+	UnknownQP                    uint64 // for no QP of this device
+}
+
+// Open binds a soft RoCE device to addr ("ip:port"; port 0 picks one,
+// DefaultPort is RoCE v2's). Only IPv4 is supported so far.
+func Open(addr string) (*Device, error) {
+	ua, err := net.ResolveUDPAddr("udp4", addr)
+	if err != nil {
+		return nil, fmt.Errorf("rdma: open %q: %w", addr, err)
+	}
+	conn, err := net.ListenUDP("udp4", ua)
+	if err != nil {
+		return nil, fmt.Errorf("rdma: open %q: %w", addr, err)
+	}
+	conn.SetReadBuffer(8 << 20)
+	conn.SetWriteBuffer(8 << 20)
+	d := &Device{conn: conn, addr: conn.LocalAddr().(*net.UDPAddr).AddrPort(), qps: map[uint32]*QP{}, mrs: map[uint32]*MR{},
+		nextQPN: 0x11, nextKey: 0x100, done: make(chan struct{}), start: time.Now()}
+	d.wg.Add(2)
+	go d.receiveLoop()
+	go d.timerLoop()
+	return d, nil
+}
+
+// Addr is the device's UDP address: what peers put in their address
+// vector (the IPv4 address as an IPv4-mapped GID, the port as DPort).
+func (d *Device) Addr() netip.AddrPort { return d.addr }
+
+// GID is the device's GID: its IPv4 address mapped into IPv6, as RoCE v2
+// GIDs of IPv4 addresses are.
+func (d *Device) GID() [16]byte { return netip.AddrFrom16(d.addr.Addr().As16()).As16() }
+
+// Stats returns the device's packet counters.
+func (d *Device) Stats() DeviceStats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.stats
+}
+
+// Close stops the device: every QP goes to ERR (its WRs are flushed) and the
+// socket closes.
+func (d *Device) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	for _, q := range d.qps {
+		q.eng.Modify(&qp.Attr{State: qp.StateErr}, qp.AttrState)
+		q.deliverLocked()
+	}
+	close(d.done)
+	d.mu.Unlock()
+	err := d.conn.Close()
+	d.wg.Wait()
+	return err
+}
+
+func (d *Device) now() time.Duration { return time.Since(d.start) }
+
+// receiveLoop reads packets and hands them to their QP's engine.
+func (d *Device) receiveLoop() {
+	defer d.wg.Done()
+	buf := make([]byte, 65536)
+	for {
+		n, from, err := d.conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		d.receive(buf[:n], from)
+	}
+}
+
+func (d *Device) receive(b []byte, from netip.AddrPort) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.stats.PacketsReceived++
+	if len(b) < wire.BTHSize+wire.ICRCSize {
+		d.stats.Malformed++
+		return
+	}
+	ib := b[:len(b)-wire.ICRCSize]
+	want, err := icrcFor(from, d.addr, ib)
+	if err != nil || want != leUint32(b[len(b)-wire.ICRCSize:]) {
+		d.stats.ICRCErrors++
+		return
+	}
+	var p wire.Packet
+	if err := p.Decode(ib); err != nil {
+		d.stats.Malformed++
+		return
+	}
+	q, ok := d.qps[p.BTH.DestQP]
+	if !ok {
+		d.stats.UnknownQP++
+		return
+	}
+	q.eng.Tick(d.now())
+	q.eng.Receive(&p)
+	q.flushLocked()
+}
+
+// timerLoop ticks the engines so that retry timers and RNR waits fire.
+func (d *Device) timerLoop() {
+	defer d.wg.Done()
+	t := time.NewTicker(100 * time.Microsecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.done:
+			return
+		case <-t.C:
+		}
+		d.mu.Lock()
+		now := d.now()
+		for _, q := range d.qps {
+			if dl := q.eng.NextDeadline(); dl != 0 && dl <= now {
+				q.eng.Tick(now)
+				q.flushLocked()
+			}
+		}
+		d.mu.Unlock()
+	}
+}
+
+// icrcFor computes the ICRC of ib as sent from src to dst (see the package
+// comment for the headers assumed).
+func icrcFor(src, dst netip.AddrPort, ib []byte) (uint32, error) {
+	var hdr [28]byte
+	ip := hdr[:20]
+	ip[0] = 0x45
+	total := 20 + 8 + len(ib) + wire.ICRCSize
+	ip[2], ip[3] = byte(total>>8), byte(total)
+	ip[6] = 0x40
+	ip[8], ip[9] = 64, 17
+	s, dd := src.Addr().Unmap().As4(), dst.Addr().Unmap().As4()
+	copy(ip[12:16], s[:])
+	copy(ip[16:20], dd[:])
+	udp := hdr[20:28]
+	udp[0], udp[1] = byte(src.Port()>>8), byte(src.Port())
+	udp[2], udp[3] = byte(dst.Port()>>8), byte(dst.Port())
+	ulen := 8 + len(ib) + wire.ICRCSize
+	udp[4], udp[5] = byte(ulen>>8), byte(ulen)
+	return wire.ICRCv2(ip, udp, ib)
+}
+
+func leUint32(b []byte) uint32 { return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24 }
+
+// errClosed is returned by calls on a closed device.
+var errClosed = errors.New("rdma: device closed")
+
+// ctxWait is a helper for blocking calls.
+func ctxWait(ctx context.Context, ch <-chan struct{}) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-ch:
+		return nil
+	}
+}

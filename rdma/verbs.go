@@ -1,0 +1,290 @@
+package rdma
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sync"
+	"unsafe"
+
+	"github.com/goccl/goccl/rdma/qp"
+	"github.com/goccl/goccl/rdma/wire"
+)
+
+// Access flags of memory regions and QPs (ibv_access_flags).
+const (
+	AccessLocalWrite   = qp.AccessLocalWrite
+	AccessRemoteWrite  = qp.AccessRemoteWrite
+	AccessRemoteRead   = qp.AccessRemoteRead
+	AccessRemoteAtomic = qp.AccessRemoteAtomic
+)
+
+// WC is a work completion (struct ibv_wc).
+type WC = qp.CQE
+
+// PD is a protection domain: memory regions are usable only by QPs of the
+// same domain.
+type PD struct{ d *Device }
+
+// AllocPD allocates a protection domain (ibv_alloc_pd).
+func (d *Device) AllocPD() *PD { return &PD{d: d} }
+
+// MR is a registered memory region over a Go byte slice (ibv_reg_mr). Its
+// address (VA) is the slice's address in this process, as with verbs; the
+// slice must stay referenced (and not be resized) while registered.
+type MR struct {
+	pd     *PD
+	buf    []byte
+	va     uint64
+	key    uint32
+	access int
+}
+
+// RegMR registers buf with the given access flags.
+func (pd *PD) RegMR(buf []byte, access int) (*MR, error) {
+	if len(buf) == 0 {
+		return nil, fmt.Errorf("rdma: RegMR: empty buffer")
+	}
+	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {
+		return nil, fmt.Errorf("rdma: RegMR: remote write or atomic access needs local write access (as ibv_reg_mr requires)")
+	}
+	d := pd.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, errClosed
+	}
+	mr := &MR{pd: pd, buf: buf, va: uint64(uintptr(unsafe.Pointer(&buf[0]))), key: d.nextKey, access: access}
+	d.nextKey++
+	d.mrs[mr.key] = mr
+	return mr, nil
+}
+
+// LKey and RKey name the region in local and remote work requests.
+func (m *MR) LKey() uint32 { return m.key }
+func (m *MR) RKey() uint32 { return m.key }
+
+// Addr is the region's virtual address (for remote peers' RETH).
+func (m *MR) Addr() uint64 { return m.va }
+
+// Bytes is the registered buffer.
+func (m *MR) Bytes() []byte { return m.buf }
+
+// Dereg deregisters the region (ibv_dereg_mr): later requests naming it
+// fail with an access error.
+func (m *MR) Dereg() {
+	m.pd.d.mu.Lock()
+	delete(m.pd.d.mrs, m.key)
+	m.pd.d.mu.Unlock()
+}
+
+// pdMemory serves a QP's responder from its domain's regions; called with
+// the device lock held.
+type pdMemory struct{ pd *PD }
+
+func (m pdMemory) Remote(rkey uint32, va uint64, n int, access uint32) ([]byte, error) {
+	mr, ok := m.pd.d.mrs[rkey]
+	switch {
+	case !ok || mr.pd != m.pd:
+		return nil, fmt.Errorf("rkey %#x is not a region of this protection domain", rkey)
+	case uint32(mr.access)&access != access:
+		return nil, fmt.Errorf("region %#x lacks access %#x", rkey, access)
+	case n < 0 || va < mr.va || va-mr.va > uint64(len(mr.buf)) || uint64(n) > uint64(len(mr.buf))-(va-mr.va):
+		return nil, fmt.Errorf("[%#x, +%d) is outside region %#x", va, n, rkey)
+	}
+	off := va - mr.va
+	return mr.buf[off : off+uint64(n)], nil
+}
+
+// CQ is a completion queue (ibv_create_cq).
+type CQ struct {
+	mu      sync.Mutex
+	entries []WC
+	signal  chan struct{}
+}
+
+// CreateCQ creates a completion queue.
+func (d *Device) CreateCQ() *CQ { return &CQ{signal: make(chan struct{}, 1)} }
+
+func (c *CQ) push(wc WC) {
+	c.mu.Lock()
+	c.entries = append(c.entries, wc)
+	c.mu.Unlock()
+	select {
+	case c.signal <- struct{}{}:
+	default:
+	}
+}
+
+// Poll returns up to max completions without waiting (ibv_poll_cq).
+func (c *CQ) Poll(max int) []WC {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := min(max, len(c.entries))
+	out := append([]WC(nil), c.entries[:n]...)
+	c.entries = c.entries[n:]
+	return out
+}
+
+// Wait returns at least one completion (up to max), waiting until there is
+// one or ctx is done.
+func (c *CQ) Wait(ctx context.Context, max int) ([]WC, error) {
+	for {
+		if wcs := c.Poll(max); len(wcs) > 0 {
+			return wcs, nil
+		}
+		if err := ctxWait(ctx, c.signal); err != nil {
+			return nil, fmt.Errorf("rdma: waiting for a completion: %w", err)
+		}
+	}
+}
+
+// QP is a reliable-connection queue pair (ibv_create_qp with IBV_QPT_RC).
+type QP struct {
+	d              *Device
+	pd             *PD
+	eng            *qp.QP
+	sendCQ, recvCQ *CQ
+	peer           netip.AddrPort
+	sendBuf        []byte
+}
+
+// CreateQP creates an RC QP in state RESET.
+func (pd *PD) CreateQP(sendCQ, recvCQ *CQ) (*QP, error) {
+	d := pd.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, errClosed
+	}
+	q := &QP{d: d, pd: pd, sendCQ: sendCQ, recvCQ: recvCQ}
+	q.eng = qp.New(d.nextQPN, pdMemory{pd})
+	d.nextQPN++
+	d.qps[q.eng.QPN] = q
+	return q, nil
+}
+
+// QPN is the queue pair number.
+func (q *QP) QPN() uint32 { return q.eng.QPN }
+
+// State is the QP's state.
+func (q *QP) State() qp.State {
+	q.d.mu.Lock()
+	defer q.d.mu.Unlock()
+	return q.eng.State()
+}
+
+// Modify changes the QP's state and attributes (ibv_modify_qp; the rules of
+// qp.Machine.Modify). The address vector's DGID is the peer device's GID
+// (its IPv4 address, IPv4-mapped) and DPort its UDP port.
+func (q *QP) Modify(a *qp.Attr, mask qp.AttrMask) error {
+	q.d.mu.Lock()
+	defer q.d.mu.Unlock()
+	if err := q.eng.Modify(a, mask); err != nil {
+		return err
+	}
+	if mask&qp.AttrAV != 0 {
+		port := a.AV.DPort
+		if port == 0 {
+			port = DefaultPort
+		}
+		q.peer = netip.AddrPortFrom(netip.AddrFrom16(a.AV.DGID).Unmap(), port)
+	}
+	q.deliverLocked()
+	return nil
+}
+
+// SendWR is a send work request with one scatter/gather element: Length
+// bytes at Offset in MR.
+type SendWR struct {
+	ID         uint64
+	Opcode     qp.WROpcode
+	MR         *MR
+	Offset     int
+	Length     int
+	RemoteAddr uint64 // WRITE, READ
+	RKey       uint32 // WRITE, READ
+	Imm        uint32
+}
+
+// RecvWR is a receive work request with one scatter/gather element.
+type RecvWR struct {
+	ID     uint64
+	MR     *MR
+	Offset int
+	Length int
+}
+
+func (q *QP) local(mr *MR, off, n int, write bool) ([]byte, error) {
+	switch {
+	case mr == nil:
+		return nil, nil
+	case mr.pd != q.pd:
+		return nil, fmt.Errorf("rdma: QP %#x: lkey %#x belongs to another protection domain", q.QPN(), mr.key)
+	case off < 0 || n < 0 || off > len(mr.buf) || n > len(mr.buf)-off:
+		return nil, fmt.Errorf("rdma: QP %#x: [%d, +%d) is outside lkey %#x (%d bytes)", q.QPN(), off, n, mr.key, len(mr.buf))
+	case write && mr.access&AccessLocalWrite == 0:
+		return nil, fmt.Errorf("rdma: QP %#x: lkey %#x has no local write access", q.QPN(), mr.key)
+	}
+	return mr.buf[off : off+n], nil
+}
+
+// PostSend posts a send WR (ibv_post_send).
+func (q *QP) PostSend(wr SendWR) error {
+	buf, err := q.local(wr.MR, wr.Offset, wr.Length, wr.Opcode == qp.WRRead)
+	if err != nil {
+		return err
+	}
+	q.d.mu.Lock()
+	defer q.d.mu.Unlock()
+	q.eng.Tick(q.d.now())
+	if err := q.eng.PostSend(qp.SendWR{ID: wr.ID, Opcode: wr.Opcode, Local: buf, RemoteVA: wr.RemoteAddr, RKey: wr.RKey, Imm: wr.Imm}); err != nil {
+		return err
+	}
+	q.flushLocked()
+	return nil
+}
+
+// PostRecv posts a receive WR (ibv_post_recv).
+func (q *QP) PostRecv(wr RecvWR) error {
+	buf, err := q.local(wr.MR, wr.Offset, wr.Length, true)
+	if err != nil {
+		return err
+	}
+	q.d.mu.Lock()
+	defer q.d.mu.Unlock()
+	return q.eng.PostRecv(qp.RecvWR{ID: wr.ID, Buf: buf})
+}
+
+// Stats returns the engine's counters (retransmissions, NAKs, ...).
+func (q *QP) Stats() qp.Stats {
+	q.d.mu.Lock()
+	defer q.d.mu.Unlock()
+	return q.eng.Stats
+}
+
+// flushLocked sends the engine's packets and delivers its completions.
+func (q *QP) flushLocked() {
+	for _, p := range q.eng.Packets() {
+		q.sendBuf = p.Append(q.sendBuf[:0])
+		icrc, err := icrcFor(q.d.addr, q.peer, q.sendBuf)
+		if err != nil {
+			continue
+		}
+		q.sendBuf = wire.PutICRC(q.sendBuf, icrc)
+		if _, err := q.d.conn.WriteToUDPAddrPort(q.sendBuf, q.peer); err == nil {
+			q.d.stats.PacketsSent++
+		}
+	}
+	q.deliverLocked()
+}
+
+func (q *QP) deliverLocked() {
+	for _, c := range q.eng.Completions() {
+		if c.Opcode == qp.CQRecv || c.Opcode == qp.CQRecvWriteImm {
+			q.recvCQ.push(c)
+		} else {
+			q.sendCQ.push(c)
+		}
+	}
+}

@@ -1,0 +1,193 @@
+package rdma
+
+import (
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/goccl/goccl/rdma/qp"
+)
+
+type side struct {
+	d      *Device
+	pd     *PD
+	cq     *CQ
+	qp     *QP
+	mr     *MR
+	buf    []byte
+	psn    uint32
+	cancel func()
+}
+
+func newSide(t *testing.T, size int) *side {
+	t.Helper()
+	d, err := Open("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	s := &side{d: d, pd: d.AllocPD(), cq: d.CreateCQ(), buf: make([]byte, size)}
+	if s.mr, err = s.pd.RegMR(s.buf, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead); err != nil {
+		t.Fatal(err)
+	}
+	if s.qp, err = s.pd.CreateQP(s.cq, s.cq); err != nil {
+		t.Fatal(err)
+	}
+	s.psn = rand.Uint32() & 0xffffff
+	return s
+}
+
+// connect does what the rdma_cm exchange would: each QP learns the other's
+// QPN, PSN, GID and port, then goes INIT, RTR, RTS.
+func connect(t *testing.T, a, b *side, timeout, retry uint8) {
+	t.Helper()
+	for _, p := range [][2]*side{{a, b}, {b, a}} {
+		me, peer := p[0], p[1]
+		steps := []struct {
+			attr qp.Attr
+			mask qp.AttrMask
+		}{
+			{qp.Attr{State: qp.StateInit, Port: 1, AccessFlags: AccessRemoteWrite | AccessRemoteRead}, qp.AttrState | qp.AttrPKeyIndex | qp.AttrPort | qp.AttrAccessFlags},
+			{qp.Attr{State: qp.StateRTR, PathMTU: 4096, DestQPN: peer.qp.QPN(), RQPSN: peer.psn, MaxDestRdAtomic: 16, MinRNRTimer: 1,
+				AV: qp.AddressVector{DGID: peer.d.GID(), DPort: peer.d.Addr().Port()}},
+				qp.AttrState | qp.AttrAV | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN | qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer},
+			{qp.Attr{State: qp.StateRTS, SQPSN: me.psn, Timeout: timeout, RetryCnt: retry, RNRRetry: 7, MaxQPRdAtomic: 16},
+				qp.AttrState | qp.AttrSQPSN | qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxQPRdAtomic},
+		}
+		for _, st := range steps {
+			if err := me.qp.Modify(&st.attr, st.mask); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+func waitWC(t *testing.T, cq *CQ, n int) []WC {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var all []WC
+	for len(all) < n {
+		wcs, err := cq.Wait(ctx, n-len(all))
+		if err != nil {
+			t.Fatalf("%d of %d completions: %v", len(all), n, err)
+		}
+		all = append(all, wcs...)
+	}
+	return all
+}
+
+// TestWriteReadSendOverUDP: two soft devices on loopback; 8 MiB RDMA WRITE,
+// RDMA READ back into another buffer, SEND with immediate; all data checked.
+func TestWriteReadSendOverUDP(t *testing.T) {
+	const size = 8 << 20
+	a, b := newSide(t, 2*size), newSide(t, size)
+	connect(t, a, b, 14, 7)
+	for i := range a.buf[:size] {
+		a.buf[i] = byte(i * 7)
+	}
+	if err := a.qp.PostSend(SendWR{ID: 1, Opcode: qp.WRWrite, MR: a.mr, Length: size, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.qp.PostSend(SendWR{ID: 2, Opcode: qp.WRRead, MR: a.mr, Offset: size, Length: size, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
+		t.Fatal(err)
+	}
+	for _, wc := range waitWC(t, a.cq, 2) {
+		if wc.Status != qp.StatusSuccess {
+			t.Fatalf("WR %d: %v", wc.WRID, wc.Status)
+		}
+	}
+	if !bytes.Equal(b.buf, a.buf[:size]) || !bytes.Equal(a.buf[size:], a.buf[:size]) {
+		t.Fatal("WRITE or READ data differs")
+	}
+	// SEND with immediate into a posted receive buffer.
+	if err := b.qp.PostRecv(RecvWR{ID: 9, MR: b.mr, Length: 100}); err != nil {
+		t.Fatal(err)
+	}
+	copy(a.buf, "hello, soft RoCE")
+	if err := a.qp.PostSend(SendWR{ID: 3, Opcode: qp.WRSendImm, MR: a.mr, Length: 16, Imm: 42}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := waitWC(t, b.cq, 1)[0]; wc.Status != qp.StatusSuccess || wc.ByteLen != 16 || wc.Imm != 42 || string(b.buf[:16]) != "hello, soft RoCE" {
+		t.Fatalf("receive: %+v %q", wc, b.buf[:16])
+	}
+	waitWC(t, a.cq, 1)
+	st := a.d.Stats()
+	t.Logf("device A: %+v; QP A: %+v", st, a.qp.Stats())
+	if st.ICRCErrors != 0 || b.d.Stats().ICRCErrors != 0 {
+		t.Error("ICRC errors on loopback")
+	}
+}
+
+// TestPeerGoneUDP: with the peer device closed, a WRITE completes with
+// IBV_WC_RETRY_EXC_ERR after retry_cnt timeouts (timeout 12: 16.8 ms each),
+// never hangs.
+func TestPeerGoneUDP(t *testing.T) {
+	a, b := newSide(t, 4096), newSide(t, 4096)
+	connect(t, a, b, 12, 2)
+	b.d.Close()
+	start := time.Now()
+	if err := a.qp.PostSend(SendWR{ID: 1, Opcode: qp.WRWrite, MR: a.mr, Length: 100, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
+		t.Fatal(err)
+	}
+	wc := waitWC(t, a.cq, 1)[0]
+	if wc.Status != qp.StatusRetryExcErr || a.qp.State() != qp.StateErr {
+		t.Fatalf("%v, state %v; want IBV_WC_RETRY_EXC_ERR and ERR", wc.Status, a.qp.State())
+	}
+	if st := a.qp.Stats(); st.Timeouts != 3 {
+		t.Errorf("%d timeouts, want retry_cnt+1 = 3", st.Timeouts)
+	}
+	t.Logf("gave up after %v", time.Since(start))
+}
+
+// TestCorruptPacketsDropped: datagrams with a bad ICRC or garbage are
+// dropped and counted, and the device keeps working.
+func TestCorruptPacketsDropped(t *testing.T) {
+	a, b := newSide(t, 4096), newSide(t, 4096)
+	connect(t, a, b, 14, 7)
+	c, err := net.Dial("udp", b.d.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write([]byte("garbage"))
+	c.Write(make([]byte, 64))
+	deadline := time.Now().Add(5 * time.Second)
+	for b.d.Stats().ICRCErrors+b.d.Stats().Malformed < 2 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if st := b.d.Stats(); st.ICRCErrors+st.Malformed != 2 {
+		t.Errorf("stats %+v, want 2 dropped", st)
+	}
+	if err := a.qp.PostSend(SendWR{ID: 1, Opcode: qp.WRWrite, MR: a.mr, Length: 10, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := waitWC(t, a.cq, 1)[0]; wc.Status != qp.StatusSuccess {
+		t.Fatal(wc.Status)
+	}
+}
+
+func TestVerbsErrors(t *testing.T) {
+	a := newSide(t, 4096)
+	other := a.d.AllocPD()
+	omr, _ := other.RegMR(make([]byte, 10), AccessLocalWrite)
+	if _, err := a.pd.RegMR(nil, 0); err == nil {
+		t.Error("empty MR registered")
+	}
+	if _, err := a.pd.RegMR(make([]byte, 1), AccessRemoteWrite); err == nil {
+		t.Error("remote write without local write registered")
+	}
+	for name, wr := range map[string]SendWR{
+		"other pd":   {MR: omr, Length: 1},
+		"past end":   {MR: a.mr, Offset: 4000, Length: 100},
+		"negative":   {MR: a.mr, Offset: -1, Length: 1},
+		"not in RTS": {MR: a.mr, Length: 1},
+	} {
+		if err := a.qp.PostSend(wr); err == nil {
+			t.Errorf("%s: posted", name)
+		}
+	}
+}
