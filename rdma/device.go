@@ -201,7 +201,9 @@ func icrcFor(src, dst netip.AddrPort, ib []byte) (uint32, error) {
 	return wire.ICRCv2(ip, udp, ib)
 }
 
-func leUint32(b []byte) uint32 { return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24 }
+func leUint32(b []byte) uint32 {
+	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+}
 
 // errClosed is returned by calls on a closed device.
 var errClosed = errors.New("rdma: device closed")
