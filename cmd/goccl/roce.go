@@ -14,6 +14,13 @@ import (
 )
 
 const roceUsage = `usage: goccl roce check-pcap FILE
+       goccl roce write-bw|write-lat|read-bw [-s SIZE | -a] [-n ITERS] [-p PORT] [SERVER]
+
+write-bw, write-lat and read-bw play perftest's ib_write_bw, ib_write_lat
+and ib_read_bw over goccl's soft RoCE v2 device (UDP): start one side
+without SERVER, the other with the first one's address; the client prints
+perftest's columns (MB = 2^20 bytes; latency is half the round trip, in µs).
+` + "`" + `goccl roce write-bw -h` + "`" + ` lists the flags.
 
 check-pcap decodes every frame of a pcap or pcapng capture as RoCE v2 (UDP
 port 4791 over IPv4 or IPv6) or RoCE v1 (Ethertype 0x8915), verifies its
@@ -29,8 +36,8 @@ are good, 2 for usage errors.
 func init() {
 	register(&command{
 		name:    "roce",
-		summary: "soft RoCE tools (check-pcap: decode a capture and verify ICRCs)",
-		usage:   "goccl roce check-pcap FILE",
+		summary: "soft RoCE tools: check-pcap, write-bw, write-lat, read-bw (perftest roles)",
+		usage:   "goccl roce check-pcap FILE | write-bw|write-lat|read-bw [flags] [SERVER]",
 		run:     runRoce,
 	})
 }
@@ -44,6 +51,8 @@ func runRoce(args []string, stdout, stderr io.Writer) int {
 	case "-h", "-help", "--help":
 		fmt.Fprint(stdout, roceUsage)
 		return 0
+	case "write-bw", "write-lat", "read-bw":
+		return runRocePerf(args[0], args[1:], stdout, stderr)
 	case "check-pcap":
 		if len(args) != 2 {
 			fmt.Fprint(stderr, roceUsage)

@@ -2,10 +2,13 @@ package main
 
 import (
 	"bytes"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestRoceCheckPcap runs goccl roce check-pcap on the shared RoCE vectors:
@@ -55,5 +58,71 @@ func TestRoceCheckPcapErrors(t *testing.T) {
 		if status := cli(args, &out, &errb); status != 2 || errb.Len() == 0 {
 			t.Errorf("%v: status %d, stderr %q", args, status, errb.String())
 		}
+	}
+}
+
+// TestRocePerfTools runs each perftest-style tool's server and client (two
+// soft RoCE devices on loopback) and checks the client's result row.
+func TestRocePerfTools(t *testing.T) {
+	for _, tc := range []struct {
+		tool string
+		args []string
+		cols int
+	}{
+		{"write-bw", []string{"-s", "64K", "-n", "200"}, 5},
+		{"read-bw", []string{"-s", "100000", "-n", "100"}, 5},
+		{"write-lat", []string{"-s", "8", "-n", "200"}, 9},
+	} {
+		t.Run(tc.tool, func(t *testing.T) {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+			l.Close()
+			var sout, serr bytes.Buffer
+			srv := make(chan int, 1)
+			go func() {
+				srv <- cli(append([]string{"roce", tc.tool, "-p", port, "-dev-port", "0", "-timeout", "30s"}, tc.args...), &sout, &serr)
+			}()
+			var out, errb bytes.Buffer
+			status := 1
+			for i := 0; i < 100 && status != 0; i++ {
+				out.Reset()
+				errb.Reset()
+				if status = cli(append(append([]string{"roce", tc.tool, "-p", port, "-timeout", "30s"}, tc.args...), "127.0.0.1"), &out, &errb); status != 0 {
+					if !strings.Contains(errb.String(), "refused") {
+						break
+					}
+					time.Sleep(20 * time.Millisecond) // the server is not listening yet
+				}
+			}
+			if status != 0 {
+				select {
+				case s := <-srv:
+					t.Logf("server: status %d: %s", s, serr.String())
+				case <-time.After(2 * time.Second):
+				}
+				t.Fatalf("client: status %d: %s\n%s", status, errb.String(), out.String())
+			}
+			if s := <-srv; s != 0 {
+				t.Fatalf("server: status %d: %s", s, serr.String())
+			}
+			var row []string
+			for _, line := range strings.Split(out.String(), "\n") {
+				if f := strings.Fields(line); len(f) == tc.cols && f[0] == tc.args[1] || len(f) == tc.cols && f[0] == "65536" || len(f) == tc.cols && f[0] == "8" {
+					row = f
+				}
+			}
+			if row == nil {
+				t.Fatalf("no result row with %d columns:\n%s", tc.cols, out.String())
+			}
+			for _, v := range row[2:] {
+				if f, err := strconv.ParseFloat(v, 64); err != nil || f <= 0 {
+					t.Errorf("column %q in %v", v, row)
+				}
+			}
+			t.Log(strings.Join(row, " "))
+		})
 	}
 }

@@ -1,0 +1,325 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/netip"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/goccl/goccl/rdma"
+	"github.com/goccl/goccl/rdma/qp"
+)
+
+// perftest-style tools over the soft RoCE device: one side runs as server
+// (no address), the other with the server's address; they exchange QP
+// numbers, PSNs, GIDs and the server's buffer over a TCP side channel
+// (perftest's port 18515), then the client measures.
+
+const megabyte = 1 << 20 // perftest's MB/sec unit
+
+type rocePerf struct {
+	name     string // write-bw, ...
+	op       qp.WROpcode
+	lat      bool
+	size     int64
+	all      bool
+	iters    int
+	port     int
+	devPort  int
+	txDepth  int
+	timeout  time.Duration
+	server   string
+	out, err io.Writer
+}
+
+func runRocePerf(name string, args []string, stdout, stderr io.Writer) int {
+	p := &rocePerf{name: name, out: stdout, err: stderr, op: qp.WRWrite}
+	switch name {
+	case "write-lat":
+		p.lat = true
+	case "read-bw":
+		p.op = qp.WRRead
+	case "read-lat":
+		p.op, p.lat = qp.WRRead, true
+	}
+	fs := flag.NewFlagSet("goccl roce "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	defSize, defIters := int64(65536), 5000
+	if p.lat {
+		defSize, defIters = 2, 1000
+	}
+	size := sizeValue{v: &p.size}
+	p.size = defSize
+	fs.Var(size, "s", "message size in bytes (K, M suffixes)")
+	fs.Var(size, "size", "message size")
+	fs.BoolVar(&p.all, "a", false, "all sizes from 2 bytes to 8 MiB, doubling")
+	fs.IntVar(&p.iters, "n", defIters, "iterations per size")
+	fs.IntVar(&p.port, "p", 18515, "TCP port of the side channel")
+	fs.IntVar(&p.devPort, "dev-port", rdma.DefaultPort, "UDP port of the server's soft RoCE device (0: any)")
+	fs.IntVar(&p.txDepth, "t", 128, "send queue depth: WRs outstanding (bandwidth tests)")
+	fs.DurationVar(&p.timeout, "timeout", 60*time.Second, "give up after this long")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: goccl roce %s [-s SIZE | -a] [-n ITERS] [-p PORT] [SERVER]\n\n", name)
+		fmt.Fprintf(stderr, "Without SERVER: wait for a client on TCP port -p. With it: connect, run and print perftest's columns.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 1 || p.iters < 1 || p.size < 1 || p.size > 1<<30 || p.txDepth < 1 {
+		fs.Usage()
+		return 2
+	}
+	p.server = fs.Arg(0)
+	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+	defer cancel()
+	if err := p.run(ctx); err != nil {
+		fmt.Fprintf(stderr, "goccl roce %s: %v\n", name, err)
+		return 1
+	}
+	return 0
+}
+
+func (p *rocePerf) sizes() []int {
+	if !p.all {
+		return []int{int(p.size)}
+	}
+	var s []int
+	for n := 2; n <= 8<<20; n *= 2 {
+		s = append(s, n)
+	}
+	return s
+}
+
+func (p *rocePerf) run(ctx context.Context) error {
+	var conn net.Conn
+	var err error
+	if p.server == "" {
+		ln, lerr := net.Listen("tcp", ":"+strconv.Itoa(p.port))
+		if lerr != nil {
+			return lerr
+		}
+		fmt.Fprintf(p.out, "waiting for a client on TCP port %d\n", ln.Addr().(*net.TCPAddr).Port)
+		stop := context.AfterFunc(ctx, func() { ln.Close() })
+		conn, err = ln.Accept()
+		stop()
+		ln.Close()
+	} else {
+		var d net.Dialer
+		conn, err = d.DialContext(ctx, "tcp", net.JoinHostPort(p.server, strconv.Itoa(p.port)))
+	}
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	// The device binds the address the side channel uses: the one the peer
+	// reaches this host at.
+	local := conn.LocalAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
+	devPort := 0
+	if p.server == "" {
+		devPort = p.devPort
+	}
+	dev, err := rdma.Open(netip.AddrPortFrom(local, uint16(devPort)).String())
+	if err != nil {
+		return fmt.Errorf("%w (another soft RoCE device on this address? try -dev-port 0)", err)
+	}
+	defer dev.Close()
+	maxSize := p.sizes()[len(p.sizes())-1]
+	pd := dev.AllocPD()
+	buf := make([]byte, maxSize)
+	mr, err := pd.RegMR(buf, rdma.AccessLocalWrite|rdma.AccessRemoteWrite|rdma.AccessRemoteRead)
+	if err != nil {
+		return err
+	}
+	cq := dev.CreateCQ()
+	q, err := pd.CreateQP(cq, cq)
+	if err != nil {
+		return err
+	}
+	me := q.LocalInfo(mr)
+	peer, err := rdma.ExchangeConnInfo(ctx, conn, me)
+	if err != nil {
+		return err
+	}
+	if err := q.Connect(me, peer, rdma.ConnectOptions{}); err != nil {
+		return err
+	}
+	p.header(dev, me, peer)
+	br := bufio.NewReader(conn)
+	if p.lat && p.op == qp.WRWrite {
+		return p.writeLat(ctx, q, cq, mr, peer, conn, br)
+	}
+	if p.server != "" {
+		for _, n := range p.sizes() {
+			if err := p.bw(ctx, q, cq, mr, peer, n); err != nil {
+				return err
+			}
+		}
+		fmt.Fprintln(conn, "done")
+	} else if _, err := br.ReadString('\n'); err != nil {
+		return fmt.Errorf("waiting for the client to finish: %w", err)
+	}
+	fmt.Fprintln(p.out, "---------------------------------------------------------------------------------------")
+	return nil
+}
+
+func (p *rocePerf) header(dev *rdma.Device, me, peer rdma.ConnInfo) {
+	title := map[qp.WROpcode]string{qp.WRWrite: "RDMA_Write", qp.WRRead: "RDMA_Read"}[p.op]
+	kind := "BW"
+	if p.lat {
+		kind = "Latency"
+	}
+	fmt.Fprintln(p.out, "---------------------------------------------------------------------------------------")
+	fmt.Fprintf(p.out, "                    %s %s Test (goccl soft RoCE v2 over UDP)\n", title, kind)
+	fmt.Fprintf(p.out, " local address: QPN %#06x PSN %#06x GID %v port %d\n", me.QPN, me.PSN, netip.AddrFrom16(dev.GID()).Unmap(), dev.Addr().Port())
+	fmt.Fprintf(p.out, " remote address: QPN %#06x PSN %#06x GID %v port %d\n", peer.QPN, peer.PSN, netip.AddrFrom16(peer.GID).Unmap(), peer.Port)
+	fmt.Fprintln(p.out, "---------------------------------------------------------------------------------------")
+	if p.lat {
+		fmt.Fprintln(p.out, " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]")
+	} else {
+		fmt.Fprintln(p.out, " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]")
+	}
+}
+
+// bw keeps up to txDepth WRs of n bytes outstanding until iters complete.
+func (p *rocePerf) bw(ctx context.Context, q *rdma.QP, cq *rdma.CQ, mr *rdma.MR, peer rdma.ConnInfo, n int) error {
+	if n > peer.Len {
+		return fmt.Errorf("message of %d bytes exceeds the server's %d-byte buffer (give both sides the same -s or -a)", n, peer.Len)
+	}
+	posted, done := 0, 0
+	stamps := make([]time.Time, 0, p.iters)
+	start := time.Now()
+	for done < p.iters {
+		for posted < p.iters && posted-done < p.txDepth {
+			if err := q.PostSend(rdma.SendWR{ID: uint64(posted), Opcode: p.op, MR: mr, Length: n, RemoteAddr: peer.Addr, RKey: peer.RKey}); err != nil {
+				return err
+			}
+			posted++
+		}
+		wcs, err := cq.Wait(ctx, p.txDepth)
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		for _, wc := range wcs {
+			if wc.Status != qp.StatusSuccess {
+				return fmt.Errorf("WR %d completed with %v", wc.WRID, wc.Status)
+			}
+			done++
+			stamps = append(stamps, now)
+		}
+	}
+	elapsed := time.Since(start).Seconds()
+	avg := float64(n) * float64(p.iters) / elapsed / megabyte
+	// Peak: the best tenth of the run, counted in blocks of at least two
+	// send-queue depths (completions arrive in bursts of up to one).
+	peak := avg
+	if k := max(p.iters/10, 2*p.txDepth); k < p.iters {
+		prev := start
+		for i := k - 1; i < len(stamps); i += k {
+			if d := stamps[i].Sub(prev).Seconds(); d > 0 {
+				peak = math.Max(peak, float64(n)*float64(k)/d/megabyte)
+			}
+			prev = stamps[i]
+		}
+	}
+	fmt.Fprintf(p.out, " %-10d %-10d       %-18.2f %-20.2f %.6f\n", n, p.iters, peak, avg, float64(p.iters)/elapsed/1e6)
+	return nil
+}
+
+// writeLat is a ping-pong of RDMA WRITEs with immediate: each side learns
+// of the peer's WRITE from its receive completion (perftest polls the last
+// byte of the buffer instead; a Go program may not read memory another
+// goroutine writes without synchronizing). Latency is half the round trip.
+func (p *rocePerf) writeLat(ctx context.Context, q *rdma.QP, cq *rdma.CQ, mr *rdma.MR, peer rdma.ConnInfo, conn net.Conn, br *bufio.Reader) error {
+	client := p.server != ""
+	for _, n := range p.sizes() {
+		if n > peer.Len {
+			return fmt.Errorf("message of %d bytes exceeds the peer's %d-byte buffer", n, peer.Len)
+		}
+		for i := 0; i < p.iters+1; i++ {
+			if err := q.PostRecv(rdma.RecvWR{ID: uint64(i)}); err != nil {
+				return err
+			}
+		}
+		// Both sides have their receives posted before the first WRITE.
+		fmt.Fprintln(conn, "ready")
+		if _, err := br.ReadString('\n'); err != nil {
+			return err
+		}
+		rtts := make([]float64, 0, p.iters)
+		write := func(i int) error {
+			return q.PostSend(rdma.SendWR{ID: uint64(i), Opcode: qp.WRWriteImm, MR: mr, Length: n, RemoteAddr: peer.Addr, RKey: peer.RKey, Imm: uint32(i)})
+		}
+		// waitRecv waits for the peer's WRITE (a receive completion);
+		// send completions of this side's WRITEs are skipped.
+		waitRecv := func() error {
+			for {
+				wcs, err := cq.Wait(ctx, 1)
+				if err != nil {
+					return err
+				}
+				for _, wc := range wcs {
+					if wc.Status != qp.StatusSuccess {
+						return fmt.Errorf("WR %d completed with %v", wc.WRID, wc.Status)
+					}
+					if wc.Opcode == qp.CQRecvWriteImm {
+						return nil
+					}
+				}
+			}
+		}
+		for i := 0; i < p.iters; i++ {
+			if client {
+				t0 := time.Now()
+				if err := write(i); err != nil {
+					return err
+				}
+				if err := waitRecv(); err != nil {
+					return err
+				}
+				rtts = append(rtts, float64(time.Since(t0).Nanoseconds())/1e3)
+			} else {
+				if err := waitRecv(); err != nil {
+					return err
+				}
+				if err := write(i); err != nil {
+					return err
+				}
+			}
+		}
+		if client {
+			p.latLine(n, rtts)
+		}
+	}
+	fmt.Fprintln(p.out, "---------------------------------------------------------------------------------------")
+	return nil
+}
+
+func (p *rocePerf) latLine(n int, rtts []float64) {
+	half := make([]float64, len(rtts))
+	var sum float64
+	for i, r := range rtts {
+		half[i] = r / 2
+		sum += half[i]
+	}
+	sort.Float64s(half)
+	avg := sum / float64(len(half))
+	var sq float64
+	for _, h := range half {
+		sq += (h - avg) * (h - avg)
+	}
+	pct := func(f float64) float64 { return half[min(len(half)-1, int(f*float64(len(half))))] }
+	fmt.Fprintf(p.out, " %-7d %-10d %-13.2f %-13.2f %-13.2f %-13.2f %-13.2f %-22.2f %.2f\n", n, len(half), half[0], half[len(half)-1],
+		half[len(half)/2], avg, math.Sqrt(sq/float64(len(half))), pct(0.99), pct(0.999))
+}
