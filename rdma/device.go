@@ -17,10 +17,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+	"github.com/google/gopacket/pcapgo"
 
 	"github.com/goccl/goccl/rdma/qp"
 	"github.com/goccl/goccl/rdma/wire"
@@ -45,6 +50,46 @@ type Device struct {
 	start   time.Time
 
 	stats DeviceStats
+	pcap  *pcapgo.Writer // WithPcap
+	frame []byte         // pcap frame buffer
+}
+
+// Option configures Open.
+type Option func(*Device)
+
+// WithPcap records every packet the device sends and every one it accepts
+// as a pcap capture (link type Ethernet) on w: each packet in the frame a
+// RoCE v2 NIC would put on the wire (Ethernet with MACs made from the IPv4
+// addresses, IPv4, UDP to port 4791 whatever the soft device's real port,
+// and the ICRC of those headers), so that tshark dissects it as RRoCE and
+// goccl roce check-pcap verifies it.
+func WithPcap(w io.Writer) Option {
+	return func(d *Device) {
+		pw := pcapgo.NewWriter(w)
+		if err := pw.WriteFileHeader(65536, layers.LinkTypeEthernet); err == nil {
+			d.pcap = pw
+		}
+	}
+}
+
+// record writes ib, sent from src to dst, to the capture (device lock held).
+func (d *Device) record(src, dst netip.AddrPort, ib []byte) {
+	if d.pcap == nil {
+		return
+	}
+	var err error
+	d.frame, err = wire.AppendFrameV2(d.frame[:0], macFor(src.Addr()), macFor(dst.Addr()),
+		src, netip.AddrPortFrom(dst.Addr(), DefaultPort), ib)
+	if err != nil {
+		return
+	}
+	d.pcap.WritePacket(gopacket.CaptureInfo{Timestamp: time.Now(), CaptureLength: len(d.frame), Length: len(d.frame)}, d.frame)
+}
+
+// macFor is a locally administered MAC made from an IPv4 address.
+func macFor(a netip.Addr) [6]byte {
+	v4 := a.Unmap().As4()
+	return [6]byte{0x02, 0x00, v4[0], v4[1], v4[2], v4[3]}
 }
 
 // DeviceStats counts the device's packets.
@@ -56,7 +101,7 @@ type DeviceStats struct {
 
 // Open binds a soft RoCE device to addr ("ip:port"; port 0 picks one,
 // DefaultPort is RoCE v2's). Only IPv4 is supported so far.
-func Open(addr string) (*Device, error) {
+func Open(addr string, opts ...Option) (*Device, error) {
 	ua, err := net.ResolveUDPAddr("udp4", addr)
 	if err != nil {
 		return nil, fmt.Errorf("rdma: open %q: %w", addr, err)
@@ -69,6 +114,9 @@ func Open(addr string) (*Device, error) {
 	conn.SetWriteBuffer(8 << 20)
 	d := &Device{conn: conn, addr: conn.LocalAddr().(*net.UDPAddr).AddrPort(), qps: map[uint32]*QP{}, mrs: map[uint32]*MR{},
 		nextQPN: 0x11, nextKey: 0x100, done: make(chan struct{}), start: time.Now()}
+	for _, o := range opts {
+		o(d)
+	}
 	d.wg.Add(2)
 	go d.receiveLoop()
 	go d.timerLoop()
@@ -147,6 +195,7 @@ func (d *Device) receive(b []byte, from netip.AddrPort) {
 		d.stats.Malformed++
 		return
 	}
+	d.record(from, d.addr, ib)
 	q, ok := d.qps[p.BTH.DestQP]
 	if !ok {
 		d.stats.UnknownQP++

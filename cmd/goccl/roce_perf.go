@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"os"
 	"sort"
 	"strconv"
 	"time"
@@ -36,6 +37,7 @@ type rocePerf struct {
 	txDepth  int
 	timeout  time.Duration
 	server   string
+	pcap     string
 	out, err io.Writer
 }
 
@@ -65,6 +67,7 @@ func runRocePerf(name string, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&p.devPort, "dev-port", rdma.DefaultPort, "UDP port of the server's soft RoCE device (0: any)")
 	fs.IntVar(&p.txDepth, "t", 128, "send queue depth: WRs outstanding (bandwidth tests)")
 	fs.DurationVar(&p.timeout, "timeout", 60*time.Second, "give up after this long")
+	fs.StringVar(&p.pcap, "pcap", "", "record every frame sent and received to this pcap file (tshark dissects it as RRoCE)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: goccl roce %s [-s SIZE | -a] [-n ITERS] [-p PORT] [SERVER]\n\n", name)
 		fmt.Fprintf(stderr, "Without SERVER: wait for a client on TCP port -p. With it: connect, run and print perftest's columns.\n\n")
@@ -129,7 +132,16 @@ func (p *rocePerf) run(ctx context.Context) error {
 	if p.server == "" {
 		devPort = p.devPort
 	}
-	dev, err := rdma.Open(netip.AddrPortFrom(local, uint16(devPort)).String())
+	var opts []rdma.Option
+	if p.pcap != "" {
+		f, err := os.Create(p.pcap)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		opts = append(opts, rdma.WithPcap(f))
+	}
+	dev, err := rdma.Open(netip.AddrPortFrom(local, uint16(devPort)).String(), opts...)
 	if err != nil {
 		return fmt.Errorf("%w (another soft RoCE device on this address? try -dev-port 0)", err)
 	}
