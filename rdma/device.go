@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"sync"
@@ -52,6 +53,68 @@ type Device struct {
 	stats DeviceStats
 	pcap  *pcapgo.Writer // WithPcap
 	frame []byte         // pcap frame buffer
+
+	faults   Faults // WithFaults
+	rng      *rand.Rand
+	held     []byte // a packet held back to be sent after the next one (reordering)
+	heldPeer netip.AddrPort
+}
+
+// Faults makes the device misbehave on purpose, for tests: each packet it
+// sends is dropped, duplicated, held back behind the next one (reordered) or
+// has one byte flipped (which the receiver's ICRC check catches), with these
+// probabilities. The link is then lossy the way a congested or faulty
+// fabric is, and RC's retransmission has to repair it.
+type Faults struct {
+	Drop, Duplicate, Reorder, Corrupt float64
+	Seed                              uint64
+}
+
+// WithFaults injects faults into every packet the device sends.
+func WithFaults(f Faults) Option {
+	return func(d *Device) {
+		d.faults = f
+		d.rng = rand.New(rand.NewPCG(f.Seed, 0x6f63636c))
+	}
+}
+
+// transmit sends one datagram through the fault injector (device lock held).
+func (d *Device) transmit(b []byte, to netip.AddrPort) {
+	if d.rng == nil {
+		d.write(b, to)
+		return
+	}
+	f := &d.faults
+	switch r := d.rng.Float64(); {
+	case r < f.Drop:
+		d.stats.InjectedDrops++
+		return
+	case r < f.Drop+f.Corrupt:
+		c := append([]byte(nil), b...)
+		c[d.rng.IntN(len(c))] ^= 0x10
+		d.stats.InjectedCorruptions++
+		d.write(c, to)
+		return
+	case r < f.Drop+f.Corrupt+f.Reorder && d.held == nil:
+		d.held, d.heldPeer = append([]byte(nil), b...), to
+		d.stats.InjectedReorders++
+		return
+	}
+	d.write(b, to)
+	if d.rng.Float64() < f.Duplicate {
+		d.stats.InjectedDuplicates++
+		d.write(b, to)
+	}
+	if d.held != nil {
+		d.write(d.held, d.heldPeer)
+		d.held = nil
+	}
+}
+
+func (d *Device) write(b []byte, to netip.AddrPort) {
+	if _, err := d.conn.WriteToUDPAddrPort(b, to); err == nil {
+		d.stats.PacketsSent++
+	}
 }
 
 // Option configures Open.
@@ -97,6 +160,8 @@ type DeviceStats struct {
 	PacketsSent, PacketsReceived uint64
 	ICRCErrors, Malformed        uint64 // dropped on receipt
 	UnknownQP                    uint64 // for no QP of this device
+	// Faults injected (WithFaults).
+	InjectedDrops, InjectedDuplicates, InjectedReorders, InjectedCorruptions uint64
 }
 
 // Open binds a soft RoCE device to addr ("ip:port"; port 0 picks one,

@@ -272,10 +272,8 @@ func (q *QP) flushLocked() {
 			continue
 		}
 		q.sendBuf = wire.PutICRC(q.sendBuf, icrc)
-		if _, err := q.d.conn.WriteToUDPAddrPort(q.sendBuf, q.peer); err == nil {
-			q.d.stats.PacketsSent++
-			q.d.record(q.d.addr, q.peer, q.sendBuf[:len(q.sendBuf)-wire.ICRCSize])
-		}
+		q.d.record(q.d.addr, q.peer, q.sendBuf[:len(q.sendBuf)-wire.ICRCSize])
+		q.d.transmit(q.sendBuf, q.peer)
 	}
 	q.deliverLocked()
 }
