@@ -8,5 +8,5 @@ require golang.org/x/sys v0.49.0
 
 require (
 	github.com/google/gopacket v1.1.19
-	golang.org/x/net v0.0.0-20190620200207-3b0461eec859 // indirect
+	golang.org/x/net v0.50.0
 )

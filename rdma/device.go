@@ -27,6 +27,7 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 	"github.com/google/gopacket/pcapgo"
+	"golang.org/x/net/ipv4"
 
 	"github.com/goccl/goccl/rdma/qp"
 	"github.com/goccl/goccl/rdma/wire"
@@ -50,7 +51,12 @@ type Device struct {
 	wg      sync.WaitGroup
 	start   time.Time
 
-	stats DeviceStats
+	stats    DeviceStats
+	pc       *ipv4.PacketConn
+	txq      []ipv4.Message // datagrams queued for the next sendmmsg
+	txBufs   [][]byte
+	udpAddrs map[netip.AddrPort]*net.UDPAddr
+
 	pcap  *pcapgo.Writer // WithPcap
 	frame []byte         // pcap frame buffer
 
@@ -111,10 +117,44 @@ func (d *Device) transmit(b []byte, to netip.AddrPort) {
 	}
 }
 
+// write queues a datagram; flushTx sends the queue with one sendmmsg per
+// batch (device lock held for both).
 func (d *Device) write(b []byte, to netip.AddrPort) {
-	if _, err := d.conn.WriteToUDPAddrPort(b, to); err == nil {
-		d.stats.PacketsSent++
+	k := len(d.txq)
+	if k == cap(d.txq) {
+		d.flushTx()
+		k = 0
 	}
+	if k == len(d.txBufs) {
+		d.txBufs = append(d.txBufs, make([]byte, 0, 4200))
+	}
+	d.txBufs[k] = append(d.txBufs[k][:0], b...)
+	ua, ok := d.udpAddrs[to]
+	if !ok {
+		ua = net.UDPAddrFromAddrPort(to)
+		d.udpAddrs[to] = ua
+	}
+	d.txq = d.txq[:k+1]
+	m := &d.txq[k]
+	if m.Buffers == nil {
+		m.Buffers = make([][]byte, 1)
+	}
+	m.Buffers[0], m.Addr = d.txBufs[k], ua
+}
+
+// flushTx sends the queued datagrams.
+func (d *Device) flushTx() {
+	for q := d.txq; len(q) > 0; {
+		n, err := d.pc.WriteBatch(q, 0)
+		if err != nil {
+			// Dropped like a lost packet; RC retransmits.
+			n = max(n, 1)
+		} else {
+			d.stats.PacketsSent += uint64(n)
+		}
+		q = q[n:]
+	}
+	d.txq = d.txq[:0]
 }
 
 // Option configures Open.
@@ -179,6 +219,7 @@ func Open(addr string, opts ...Option) (*Device, error) {
 	conn.SetWriteBuffer(8 << 20)
 	d := &Device{conn: conn, addr: conn.LocalAddr().(*net.UDPAddr).AddrPort(), qps: map[uint32]*QP{}, mrs: map[uint32]*MR{},
 		nextQPN: 0x11, nextKey: 0x100, done: make(chan struct{}), start: time.Now()}
+	d.pc, d.txq, d.udpAddrs = ipv4.NewPacketConn(conn), make([]ipv4.Message, 0, txBatch), map[netip.AddrPort]*net.UDPAddr{}
 	for _, o := range opts {
 		o(d)
 	}
@@ -228,22 +269,41 @@ func (d *Device) now() time.Duration { return time.Since(d.start) }
 // receiveLoop reads packets and hands them to their QP's engine.
 func (d *Device) receiveLoop() {
 	defer d.wg.Done()
-	buf := make([]byte, 65536)
+	msgs := make([]ipv4.Message, rxBatch)
+	for i := range msgs {
+		msgs[i].Buffers = [][]byte{make([]byte, 9216)}
+	}
 	for {
-		n, from, err := d.conn.ReadFromUDPAddrPort(buf)
+		// recvmmsg: every datagram that is waiting, up to rxBatch, for
+		// one wake-up and one lock.
+		n, err := d.pc.ReadBatch(msgs, 0)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
 			continue
 		}
-		d.receive(buf[:n], from)
+		d.mu.Lock()
+		for _, m := range msgs[:n] {
+			ua, ok := m.Addr.(*net.UDPAddr)
+			if !ok {
+				continue
+			}
+			d.receive(m.Buffers[0][:m.N], ua.AddrPort())
+		}
+		d.flushTx()
+		d.mu.Unlock()
 	}
 }
 
+// rxBatch and txBatch bound the datagrams per recvmmsg and sendmmsg.
+const (
+	rxBatch = 64
+	txBatch = 64
+)
+
+// receive handles one datagram (device lock held).
 func (d *Device) receive(b []byte, from netip.AddrPort) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	d.stats.PacketsReceived++
 	if len(b) < wire.BTHSize+wire.ICRCSize {
 		d.stats.Malformed++
@@ -290,6 +350,7 @@ func (d *Device) timerLoop() {
 				q.flushLocked()
 			}
 		}
+		d.flushTx()
 		d.mu.Unlock()
 	}
 }

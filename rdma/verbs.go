@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/goccl/goccl/rdma/qp"
@@ -96,6 +98,9 @@ func (m pdMemory) Remote(rkey uint32, va uint64, n int, access uint32) ([]byte, 
 	return mr.buf[off : off+uint64(n)], nil
 }
 
+// cqSpin is how long Wait polls before it sleeps.
+const cqSpin = 50 * time.Microsecond
+
 // CQ is a completion queue (ibv_create_cq).
 type CQ struct {
 	mu      sync.Mutex
@@ -129,6 +134,14 @@ func (c *CQ) Poll(max int) []WC {
 // Wait returns at least one completion (up to max), waiting until there is
 // one or ctx is done.
 func (c *CQ) Wait(ctx context.Context, max int) ([]WC, error) {
+	// Spin briefly (yielding the processor) before sleeping: a completion
+	// usually follows within microseconds, and a goroutine woken from a
+	// channel takes longer than that to run.
+	for spin := time.Now(); time.Since(spin) < cqSpin; runtime.Gosched() {
+		if wcs := c.Poll(max); len(wcs) > 0 {
+			return wcs, nil
+		}
+	}
 	for {
 		if wcs := c.Poll(max); len(wcs) > 0 {
 			return wcs, nil
@@ -242,6 +255,7 @@ func (q *QP) PostSend(wr SendWR) error {
 		return err
 	}
 	q.flushLocked()
+	q.d.flushTx()
 	return nil
 }
 
@@ -263,7 +277,8 @@ func (q *QP) Stats() qp.Stats {
 	return q.eng.Stats
 }
 
-// flushLocked sends the engine's packets and delivers its completions.
+// flushLocked queues the engine's packets for the device's next sendmmsg
+// (Device.flushTx) and delivers its completions.
 func (q *QP) flushLocked() {
 	for _, p := range q.eng.Packets() {
 		q.sendBuf = p.Append(q.sendBuf[:0])
