@@ -25,7 +25,7 @@ goccl_pair() { # tool args...: server then client on loopback; prints the client
   echo "$out"
 }
 iperf3 -s -1 -D -p 5299 >/dev/null 2>&1 || true
-tcp=(); wbw1m=(); wbw64k=(); udp=(); wlat=()
+tcp=(); wbw1m=(); wbw64k=(); udp=(); wlat=(); wlatavg=()
 for r in $(seq "$REPEAT"); do
   iperf3 -s -1 -D -p 5299 >/dev/null 2>&1 || true
   sleep 0.3
@@ -37,7 +37,9 @@ for r in $(seq "$REPEAT"); do
   sleep 0.3
   udp+=("$(sockperf ping-pong -i 127.0.0.1 -p 11311 -m 14 -t 3 2>&1 | grep -o 'avg-latency=[0-9.]*' | cut -d= -f2)")
   kill $sp 2>/dev/null || true
-  wlat+=("$(goccl_pair write-lat -s 8 -n 20000 | awk '$1=="8"{print $5}')")
+  row=$(goccl_pair write-lat -s 8 -n 20000 | awk '$1=="8"{print $5, $6}')
+  wlat+=("${row% *}")
+  wlatavg+=("${row#* }")
 done
 m() { printf '%s\n' "$@" | median; }
 echo "| measurement | value (median of $REPEAT) | runs |"
@@ -47,3 +49,4 @@ echo "| goccl roce write-bw 1 MiB, BW average MB/s | $(m "${wbw1m[@]}") | ${wbw1
 echo "| goccl roce write-bw 64 KiB, BW average MB/s | $(m "${wbw64k[@]}") | ${wbw64k[*]} |"
 echo "| UDP ping-pong 14 B (sockperf's minimum), sockperf avg latency µs (half round trip) | $(m "${udp[@]}") | ${udp[*]} |"
 echo "| goccl roce write-lat 8 B, t_typical µs (half round trip) | $(m "${wlat[@]}") | ${wlat[*]} |"
+echo "| goccl roce write-lat 8 B, t_avg µs (half round trip) | $(m "${wlatavg[@]}") | ${wlatavg[*]} |"
