@@ -14,7 +14,12 @@ import (
 )
 
 const roceUsage = `usage: goccl roce check-pcap FILE
-       goccl roce write-bw|write-lat|read-bw [-s SIZE | -a] [-n ITERS] [-p PORT] [SERVER]
+       goccl roce write-bw|write-lat|read-bw [-s SIZE | -a] [-n ITERS] [-p PORT] [-pcap FILE] [SERVER]
+       goccl roce devinfo
+
+devinfo lists, in ibv_devinfo's shape, the soft device goccl opens on each
+interface with an IPv4 address (port state from the interface, active MTU
+the largest IB MTU that fits it, GIDs its addresses as RoCE v2 GIDs).
 
 write-bw, write-lat and read-bw play perftest's ib_write_bw, ib_write_lat
 and ib_read_bw over goccl's soft RoCE v2 device (UDP): start one side
@@ -36,7 +41,7 @@ are good, 2 for usage errors.
 func init() {
 	register(&command{
 		name:    "roce",
-		summary: "soft RoCE tools: check-pcap, write-bw, write-lat, read-bw (perftest roles)",
+		summary: "soft RoCE tools: check-pcap, devinfo, write-bw, write-lat, read-bw (perftest roles)",
 		usage:   "goccl roce check-pcap FILE | write-bw|write-lat|read-bw [flags] [SERVER]",
 		run:     runRoce,
 	})
@@ -53,6 +58,8 @@ func runRoce(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "write-bw", "write-lat", "read-bw":
 		return runRocePerf(args[0], args[1:], stdout, stderr)
+	case "devinfo":
+		return roceDevinfo(args[1:], stdout, stderr)
 	case "check-pcap":
 		if len(args) != 2 {
 			fmt.Fprint(stderr, roceUsage)

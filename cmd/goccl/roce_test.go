@@ -199,3 +199,20 @@ func TestRocePcap(t *testing.T) {
 	}
 	t.Logf("%d frames; tshark agrees on opcode, QP and PSN of each", len(theirs))
 }
+
+func TestRoceDevinfo(t *testing.T) {
+	var out, errb bytes.Buffer
+	if st := cli([]string{"roce", "devinfo"}, &out, &errb); st != 0 {
+		t.Fatalf("status %d: %s", st, errb.String())
+	}
+	for _, want := range []string{"hca_id:\tgoccl_lo", "link_layer:\t\tEthernet", "::ffff:127.0.0.1, RoCE v2", "active_mtu:\t\t4096 (5)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("devinfo lacks %q:\n%s", want, out.String())
+		}
+	}
+	for ifMTU, want := range map[int]int{1500: 1024, 9000: 4096, 1100: 1024, 1084: 1024, 1083: 512, 65536: 4096, 200: 0} {
+		if got, _ := activeMTU(ifMTU); got != want {
+			t.Errorf("activeMTU(%d) = %d, want %d", ifMTU, got, want)
+		}
+	}
+}
