@@ -14,17 +14,19 @@ import (
 )
 
 const roceUsage = `usage: goccl roce check-pcap FILE
-       goccl roce write-bw|write-lat|read-bw [-s SIZE | -a] [-n ITERS] [-p PORT] [-pcap FILE] [SERVER]
+       goccl roce write-bw|write-lat|read-bw|read-lat|send-bw|send-lat [-s SIZE | -a] [-n ITERS] [-p PORT] [-pcap FILE] [SERVER]
        goccl roce devinfo
 
 devinfo lists, in ibv_devinfo's shape, the soft device goccl opens on each
 interface with an IPv4 address (port state from the interface, active MTU
 the largest IB MTU that fits it, GIDs its addresses as RoCE v2 GIDs).
 
-write-bw, write-lat and read-bw play perftest's ib_write_bw, ib_write_lat
-and ib_read_bw over goccl's soft RoCE v2 device (UDP): start one side
-without SERVER, the other with the first one's address; the client prints
-perftest's columns (MB = 2^20 bytes; latency is half the round trip, in µs).
+The bandwidth and latency tools play perftest's ib_write_bw, ib_write_lat,
+ib_read_bw, ib_read_lat, ib_send_bw and ib_send_lat over goccl's soft RoCE
+v2 device (UDP): start one side without SERVER, the other with the first
+one's address and the same -s/-a/-n; the client prints perftest's columns
+(MB = 2^20 bytes; latency in µs, half the round trip, except read-lat, whose
+READ is a round trip by itself).
 ` + "`" + `goccl roce write-bw -h` + "`" + ` lists the flags.
 
 check-pcap decodes every frame of a pcap or pcapng capture as RoCE v2 (UDP
@@ -41,8 +43,8 @@ are good, 2 for usage errors.
 func init() {
 	register(&command{
 		name:    "roce",
-		summary: "soft RoCE tools: check-pcap, devinfo, write-bw, write-lat, read-bw (perftest roles)",
-		usage:   "goccl roce check-pcap FILE | write-bw|write-lat|read-bw [flags] [SERVER]",
+		summary: "soft RoCE tools: check-pcap, devinfo, and perftest's roles (write-bw, write-lat, read-bw, read-lat, send-bw, send-lat)",
+		usage:   "goccl roce check-pcap FILE | devinfo | write-bw|write-lat|read-bw|read-lat|send-bw|send-lat [flags] [SERVER]",
 		run:     runRoce,
 	})
 }
@@ -56,7 +58,7 @@ func runRoce(args []string, stdout, stderr io.Writer) int {
 	case "-h", "-help", "--help":
 		fmt.Fprint(stdout, roceUsage)
 		return 0
-	case "write-bw", "write-lat", "read-bw":
+	case "write-bw", "write-lat", "read-bw", "read-lat", "send-bw", "send-lat":
 		return runRocePerf(args[0], args[1:], stdout, stderr)
 	case "devinfo":
 		return roceDevinfo(args[1:], stdout, stderr)

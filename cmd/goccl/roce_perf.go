@@ -46,6 +46,10 @@ func runRocePerf(name string, args []string, stdout, stderr io.Writer) int {
 	switch name {
 	case "write-lat":
 		p.lat = true
+	case "send-bw":
+		p.op = qp.WRSend
+	case "send-lat":
+		p.op, p.lat = qp.WRSend, true
 	case "read-bw":
 		p.op = qp.WRRead
 	case "read-lat":
@@ -168,25 +172,48 @@ func (p *rocePerf) run(ctx context.Context) error {
 	}
 	p.header(dev, me, peer)
 	br := bufio.NewReader(conn)
-	if p.lat && p.op == qp.WRWrite {
-		return p.writeLat(ctx, q, cq, mr, peer, conn, br)
-	}
-	if p.server != "" {
+	switch {
+	case p.lat && p.op != qp.WRRead:
+		return p.pingPong(ctx, q, cq, mr, peer, conn, br)
+	case p.server != "":
 		for _, n := range p.sizes() {
-			if err := p.bw(ctx, q, cq, mr, peer, n); err != nil {
+			if p.op == qp.WRSend {
+				// The server has posted its receives.
+				if _, err := br.ReadString('\n'); err != nil {
+					return err
+				}
+			}
+			var err error
+			if p.lat {
+				err = p.readLat(ctx, q, cq, mr, peer, n)
+			} else {
+				err = p.bw(ctx, q, cq, mr, peer, n)
+			}
+			if err != nil {
 				return err
 			}
 		}
 		fmt.Fprintln(conn, "done")
-	} else if _, err := br.ReadString('\n'); err != nil {
-		return fmt.Errorf("waiting for the client to finish: %w", err)
+	case p.op == qp.WRSend:
+		for _, n := range p.sizes() {
+			if err := p.receiveSends(ctx, q, cq, mr, conn, n); err != nil {
+				return err
+			}
+		}
+		if _, err := br.ReadString('\n'); err != nil {
+			return fmt.Errorf("waiting for the client to finish: %w", err)
+		}
+	default:
+		if _, err := br.ReadString('\n'); err != nil {
+			return fmt.Errorf("waiting for the client to finish: %w", err)
+		}
 	}
 	fmt.Fprintln(p.out, "---------------------------------------------------------------------------------------")
 	return nil
 }
 
 func (p *rocePerf) header(dev *rdma.Device, me, peer rdma.ConnInfo) {
-	title := map[qp.WROpcode]string{qp.WRWrite: "RDMA_Write", qp.WRRead: "RDMA_Read"}[p.op]
+	title := map[qp.WROpcode]string{qp.WRWrite: "RDMA_Write", qp.WRRead: "RDMA_Read", qp.WRSend: "Send"}[p.op]
 	kind := "BW"
 	if p.lat {
 		kind = "Latency"
@@ -209,6 +236,9 @@ func (p *rocePerf) bw(ctx context.Context, q *rdma.QP, cq *rdma.CQ, mr *rdma.MR,
 		return fmt.Errorf("message of %d bytes exceeds the server's %d-byte buffer (give both sides the same -s or -a)", n, peer.Len)
 	}
 	posted, done := 0, 0
+	if p.op == qp.WRSend {
+		peer.Addr, peer.RKey = 0, 0
+	}
 	stamps := make([]time.Time, 0, p.iters)
 	start := time.Now()
 	for done < p.iters {
@@ -249,18 +279,23 @@ func (p *rocePerf) bw(ctx context.Context, q *rdma.QP, cq *rdma.CQ, mr *rdma.MR,
 	return nil
 }
 
-// writeLat is a ping-pong of RDMA WRITEs with immediate: each side learns
-// of the peer's WRITE from its receive completion (perftest polls the last
-// byte of the buffer instead; a Go program may not read memory another
-// goroutine writes without synchronizing). Latency is half the round trip.
-func (p *rocePerf) writeLat(ctx context.Context, q *rdma.QP, cq *rdma.CQ, mr *rdma.MR, peer rdma.ConnInfo, conn net.Conn, br *bufio.Reader) error {
+// pingPong is write-lat's and send-lat's ping-pong: each side learns of the
+// peer's message from its receive completion. write-lat uses RDMA WRITE
+// with immediate for that (perftest polls the last byte of the buffer
+// instead; a Go program may not read memory another goroutine writes without
+// synchronizing). Latency is half the round trip.
+func (p *rocePerf) pingPong(ctx context.Context, q *rdma.QP, cq *rdma.CQ, mr *rdma.MR, peer rdma.ConnInfo, conn net.Conn, br *bufio.Reader) error {
 	client := p.server != ""
 	for _, n := range p.sizes() {
 		if n > peer.Len {
 			return fmt.Errorf("message of %d bytes exceeds the peer's %d-byte buffer", n, peer.Len)
 		}
 		for i := 0; i < p.iters+1; i++ {
-			if err := q.PostRecv(rdma.RecvWR{ID: uint64(i)}); err != nil {
+			rwr := rdma.RecvWR{ID: uint64(i)}
+			if p.op == qp.WRSend {
+				rwr.MR, rwr.Length = mr, n // SENDs land in the receive buffer
+			}
+			if err := q.PostRecv(rwr); err != nil {
 				return err
 			}
 		}
@@ -271,6 +306,9 @@ func (p *rocePerf) writeLat(ctx context.Context, q *rdma.QP, cq *rdma.CQ, mr *rd
 		}
 		rtts := make([]float64, 0, p.iters)
 		write := func(i int) error {
+			if p.op == qp.WRSend {
+				return q.PostSend(rdma.SendWR{ID: uint64(i), Opcode: qp.WRSend, MR: mr, Length: n})
+			}
 			return q.PostSend(rdma.SendWR{ID: uint64(i), Opcode: qp.WRWriteImm, MR: mr, Length: n, RemoteAddr: peer.Addr, RKey: peer.RKey, Imm: uint32(i)})
 		}
 		// waitRecv waits for the peer's WRITE (a receive completion);
@@ -285,7 +323,7 @@ func (p *rocePerf) writeLat(ctx context.Context, q *rdma.QP, cq *rdma.CQ, mr *rd
 					if wc.Status != qp.StatusSuccess {
 						return fmt.Errorf("WR %d completed with %v", wc.WRID, wc.Status)
 					}
-					if wc.Opcode == qp.CQRecvWriteImm {
+					if wc.Opcode == qp.CQRecvWriteImm || wc.Opcode == qp.CQRecv {
 						return nil
 					}
 				}
@@ -334,4 +372,64 @@ func (p *rocePerf) latLine(n int, rtts []float64) {
 	pct := func(f float64) float64 { return half[min(len(half)-1, int(f*float64(len(half))))] }
 	fmt.Fprintf(p.out, " %-7d %-10d %-13.2f %-13.2f %-13.2f %-13.2f %-13.2f %-22.2f %.2f\n", n, len(half), half[0], half[len(half)-1],
 		half[len(half)/2], avg, math.Sqrt(sq/float64(len(half))), pct(0.99), pct(0.999))
+}
+
+// receiveSends is send-bw's server side for one size: it keeps receives
+// posted (up to 512), tells the client it may start, and reposts each one
+// that completes until iters SENDs have arrived.
+func (p *rocePerf) receiveSends(ctx context.Context, q *rdma.QP, cq *rdma.CQ, mr *rdma.MR, conn net.Conn, n int) error {
+	const rxDepth = 512
+	posted := 0
+	for posted < min(rxDepth, p.iters) {
+		if err := q.PostRecv(rdma.RecvWR{ID: uint64(posted), MR: mr, Length: n}); err != nil {
+			return err
+		}
+		posted++
+	}
+	fmt.Fprintln(conn, "ready")
+	for got := 0; got < p.iters; {
+		wcs, err := cq.Wait(ctx, rxDepth)
+		if err != nil {
+			return err
+		}
+		for _, wc := range wcs {
+			if wc.Status != qp.StatusSuccess {
+				return fmt.Errorf("receive %d completed with %v", wc.WRID, wc.Status)
+			}
+			got++
+			if posted < p.iters {
+				if err := q.PostRecv(rdma.RecvWR{ID: uint64(posted), MR: mr, Length: n}); err != nil {
+					return err
+				}
+				posted++
+			}
+		}
+	}
+	return nil
+}
+
+// readLat times one RDMA READ of n bytes at a time; a READ is a round trip
+// by itself, so the full time is reported (as ib_read_lat does).
+func (p *rocePerf) readLat(ctx context.Context, q *rdma.QP, cq *rdma.CQ, mr *rdma.MR, peer rdma.ConnInfo, n int) error {
+	if n > peer.Len {
+		return fmt.Errorf("message of %d bytes exceeds the server's %d-byte buffer", n, peer.Len)
+	}
+	rtts := make([]float64, 0, p.iters)
+	for i := 0; i < p.iters; i++ {
+		t0 := time.Now()
+		if err := q.PostSend(rdma.SendWR{ID: uint64(i), Opcode: qp.WRRead, MR: mr, Length: n, RemoteAddr: peer.Addr, RKey: peer.RKey}); err != nil {
+			return err
+		}
+		wcs, err := cq.Wait(ctx, 1)
+		if err != nil {
+			return err
+		}
+		if wcs[0].Status != qp.StatusSuccess {
+			return fmt.Errorf("READ %d completed with %v", wcs[0].WRID, wcs[0].Status)
+		}
+		// latLine halves its input: give it twice the READ's time.
+		rtts = append(rtts, 2*float64(time.Since(t0).Nanoseconds())/1e3)
+	}
+	p.latLine(n, rtts)
+	return nil
 }

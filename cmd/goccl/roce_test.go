@@ -73,6 +73,9 @@ func TestRocePerfTools(t *testing.T) {
 		{"write-bw", []string{"-s", "64K", "-n", "200"}, 5},
 		{"read-bw", []string{"-s", "100000", "-n", "100"}, 5},
 		{"write-lat", []string{"-s", "8", "-n", "200"}, 9},
+		{"send-bw", []string{"-s", "65536", "-n", "1000"}, 5},
+		{"send-lat", []string{"-s", "8", "-n", "200"}, 9},
+		{"read-lat", []string{"-s", "8", "-n", "200"}, 9},
 	} {
 		t.Run(tc.tool, func(t *testing.T) {
 			l, err := net.Listen("tcp", "127.0.0.1:0")
