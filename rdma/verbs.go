@@ -69,7 +69,10 @@ func (m *MR) RKey() uint32 { return m.key }
 // Addr is the region's virtual address (for remote peers' RETH).
 func (m *MR) Addr() uint64 { return m.va }
 
-// Bytes is the registered buffer.
+// Bytes is the registered buffer. Remote WRITEs and atomics land in it from
+// the device's goroutine: read what a peer wrote after a completion that
+// orders it (the receive completion of a SEND or of a WRITE with
+// immediate), as with verbs.
 func (m *MR) Bytes() []byte { return m.buf }
 
 // Dereg deregisters the region (ibv_dereg_mr): later requests naming it
@@ -216,8 +219,10 @@ type SendWR struct {
 	Offset     int
 	Length     int
 	RemoteAddr uint64 // WRITE, READ
-	RKey       uint32 // WRITE, READ
+	RKey       uint32 // WRITE, READ, atomics
 	Imm        uint32
+	SwapAdd    uint64 // atomics: the new value (COMPARE_SWAP) or the addend (FETCH_ADD)
+	Compare    uint64 // COMPARE_SWAP
 }
 
 // RecvWR is a receive work request with one scatter/gather element.
@@ -244,14 +249,18 @@ func (q *QP) local(mr *MR, off, n int, write bool) ([]byte, error) {
 
 // PostSend posts a send WR (ibv_post_send).
 func (q *QP) PostSend(wr SendWR) error {
-	buf, err := q.local(wr.MR, wr.Offset, wr.Length, wr.Opcode == qp.WRRead)
+	// READs and atomics write into the local buffer (an atomic's 8 bytes
+	// receive the remote word's old value, little-endian).
+	writes := wr.Opcode == qp.WRRead || wr.Opcode == qp.WRCompareSwap || wr.Opcode == qp.WRFetchAdd
+	buf, err := q.local(wr.MR, wr.Offset, wr.Length, writes)
 	if err != nil {
 		return err
 	}
 	q.d.mu.Lock()
 	defer q.d.mu.Unlock()
 	q.eng.Tick(q.d.now())
-	if err := q.eng.PostSend(qp.SendWR{ID: wr.ID, Opcode: wr.Opcode, Local: buf, RemoteVA: wr.RemoteAddr, RKey: wr.RKey, Imm: wr.Imm}); err != nil {
+	if err := q.eng.PostSend(qp.SendWR{ID: wr.ID, Opcode: wr.Opcode, Local: buf, RemoteVA: wr.RemoteAddr, RKey: wr.RKey, Imm: wr.Imm,
+		SwapAdd: wr.SwapAdd, Compare: wr.Compare}); err != nil {
 		return err
 	}
 	q.flushLocked()

@@ -3,6 +3,7 @@ package rdma
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"math/rand/v2"
 	"net"
 	"testing"
@@ -65,6 +66,15 @@ func connect(t *testing.T, a, b *side, timeout, retry uint8) {
 	}
 }
 
+// quiesce orders everything d's goroutines wrote so far before the caller's
+// next reads (they write registered memory under the device lock). A real
+// program learns of remote writes from a completion instead: a receive
+// completion for a SEND or a WRITE with immediate.
+func quiesce(d *Device) {
+	d.mu.Lock()
+	d.mu.Unlock()
+}
+
 func waitWC(t *testing.T, cq *CQ, n int) []WC {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -100,6 +110,7 @@ func TestWriteReadSendOverUDP(t *testing.T) {
 			t.Fatalf("WR %d: %v", wc.WRID, wc.Status)
 		}
 	}
+	quiesce(b.d)
 	if !bytes.Equal(b.buf, a.buf[:size]) || !bytes.Equal(a.buf[size:], a.buf[:size]) {
 		t.Fatal("WRITE or READ data differs")
 	}
@@ -189,5 +200,43 @@ func TestVerbsErrors(t *testing.T) {
 		if err := a.qp.PostSend(wr); err == nil {
 			t.Errorf("%s: posted", name)
 		}
+	}
+}
+
+// TestAtomicsOverUDP: FETCH_ADD and COMPARE_SWAP on a word of the peer's
+// region (registered with remote atomic access).
+func TestAtomicsOverUDP(t *testing.T) {
+	a, b := newSide(t, 4096), newSide(t, 4096)
+	amr, err := b.pd.RegMR(make([]byte, 64), AccessLocalWrite|AccessRemoteAtomic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := ConnectOptions{Access: AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic}
+	ai, bi := a.qp.LocalInfo(nil), b.qp.LocalInfo(nil)
+	if err := a.qp.Connect(ai, bi, o); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.qp.Connect(bi, ai, o); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 10; i++ {
+		if err := a.qp.PostSend(SendWR{ID: uint64(i), Opcode: qp.WRFetchAdd, MR: a.mr, Offset: 8 * i, Length: 8, RemoteAddr: amr.Addr() + 8, RKey: amr.RKey(), SwapAdd: 3}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.qp.PostSend(SendWR{ID: 10, Opcode: qp.WRCompareSwap, MR: a.mr, Offset: 80, Length: 8, RemoteAddr: amr.Addr() + 8, RKey: amr.RKey(), Compare: 30, SwapAdd: 1})
+	for _, wc := range waitWC(t, a.cq, 11) {
+		if wc.Status != qp.StatusSuccess {
+			t.Fatalf("WR %d: %v", wc.WRID, wc.Status)
+		}
+	}
+	for i := 0; i <= 10; i++ {
+		if got := binary.LittleEndian.Uint64(a.buf[8*i:]); got != uint64(3*i) {
+			t.Errorf("old value of atomic %d: %d, want %d", i, got, 3*i)
+		}
+	}
+	quiesce(b.d)
+	if got := binary.LittleEndian.Uint64(amr.Bytes()[8:]); got != 1 {
+		t.Errorf("word is %d, want 1 (swapped after 10 adds of 3)", got)
 	}
 }

@@ -44,6 +44,8 @@ const (
 	WRWrite
 	WRWriteImm
 	WRRead
+	WRCompareSwap // 8 bytes at RemoteVA: if equal to Compare, set to SwapAdd; Local gets the old value
+	WRFetchAdd    // 8 bytes at RemoteVA += SwapAdd; Local gets the old value
 )
 
 // CQOpcode says what a completion completed (enum ibv_wc_opcode).
@@ -53,6 +55,8 @@ const (
 	CQSend CQOpcode = iota
 	CQWrite
 	CQRead
+	CQCompareSwap
+	CQFetchAdd
 	CQRecv
 	CQRecvWriteImm
 )
@@ -66,6 +70,8 @@ type SendWR struct {
 	RemoteVA uint64 // WRITE, READ
 	RKey     uint32 // WRITE, READ
 	Imm      uint32 // SendImm, WriteImm
+	SwapAdd  uint64 // CompareSwap: the new value; FetchAdd: the addend
+	Compare  uint64 // CompareSwap
 }
 
 // RecvWR is a receive work request: the buffer the next SEND (or the
@@ -103,13 +109,20 @@ type Stats struct {
 	SeqNAKsSent, RNRNAKsSent, ACKs uint64
 }
 
+// isAtomic reports whether wr is an atomic operation.
+func (wr *SendWR) isAtomic() bool { return wr.Opcode == WRCompareSwap || wr.Opcode == WRFetchAdd }
+
+// needsResponse reports whether wr completes on a response carrying data
+// (READ responses, an ATOMIC ACKNOWLEDGE) rather than on an ACK.
+func (wr *SendWR) needsResponse() bool { return wr.Opcode == WRRead || wr.isAtomic() }
+
 // sendWQE is a send WR in the send queue with its place in PSN space.
 type sendWQE struct {
 	wr       SendWR
 	firstPSN uint32
 	npkts    int  // packets (PSNs) the WR takes; for READ, its responses
 	started  bool // firstPSN assigned
-	readDone int  // READ: response packets received in order
+	readDone int  // READ: response packets received in order; atomic: 1 once answered
 }
 
 // QP is the protocol engine of one RC queue pair: its state machine, the
@@ -151,10 +164,20 @@ type QP struct {
 	inMsg   bool
 	curMR   []byte // current WRITE's target
 	curOff  int
+	// Results of the latest atomics, by PSN, for duplicates (a repeated
+	// atomic returns the saved result and is not executed again).
+	atomics    [MaxRdAtomic]savedAtomic
+	nextAtomic int
 
 	out   []wire.Packet
 	cqes  []CQE
 	Stats Stats
+}
+
+type savedAtomic struct {
+	valid bool
+	psn   uint32
+	orig  uint64
 }
 
 // Window is how many packets the requester sends beyond the oldest
@@ -201,8 +224,11 @@ func (q *QP) PostSend(wr SendWR) error {
 	if s := q.State(); s != StateRTS && s != StateSQD {
 		return fmt.Errorf("%w: post send on QP %#x in %v", ErrState, q.QPN, s)
 	}
-	if wr.Opcode > WRRead {
+	if wr.Opcode > WRFetchAdd {
 		return fmt.Errorf("qp: QP %#x: unknown send opcode %d", q.QPN, wr.Opcode)
+	}
+	if wr.isAtomic() && (len(wr.Local) != 8 || wr.RemoteVA%8 != 0) {
+		return fmt.Errorf("qp: QP %#x: an atomic needs an 8-byte local buffer and an 8-byte aligned remote address (have %d bytes, address %#x)", q.QPN, len(wr.Local), wr.RemoteVA)
 	}
 	if len(wr.Local) > 1<<31-1 {
 		return fmt.Errorf("qp: QP %#x: message of %d bytes exceeds 2^31-1", q.QPN, len(wr.Local))
@@ -340,6 +366,10 @@ func sendCQOpcode(op WROpcode) CQOpcode {
 		return CQWrite
 	case WRRead:
 		return CQRead
+	case WRCompareSwap:
+		return CQCompareSwap
+	case WRFetchAdd:
+		return CQFetchAdd
 	}
 	return CQSend
 }

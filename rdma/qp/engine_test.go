@@ -2,6 +2,7 @@ package qp
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"hash/crc32"
 	"math/rand/v2"
@@ -84,7 +85,7 @@ type sim struct {
 func newSim(t *testing.T, seed uint64, mtu int, memSize int, attr func(*Attr)) *sim {
 	s := &sim{t: t, l: &link{rng: rand.New(rand.NewPCG(seed, 7))}}
 	for i := range 2 {
-		s.mem[i] = &testMemory{buf: make([]byte, memSize), access: AccessRemoteWrite | AccessRemoteRead}
+		s.mem[i] = &testMemory{buf: make([]byte, memSize), access: AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic}
 		s.qp[i] = New(uint32(0x11+i), s.mem[i])
 	}
 	for i, q := range s.qp {
@@ -92,7 +93,7 @@ func newSim(t *testing.T, seed uint64, mtu int, memSize int, attr func(*Attr)) *
 			a    Attr
 			mask AttrMask
 		}{
-			{Attr{State: StateInit, Port: 1, AccessFlags: AccessRemoteWrite | AccessRemoteRead}, AttrState | AttrPKeyIndex | AttrPort | AttrAccessFlags},
+			{Attr{State: StateInit, Port: 1, AccessFlags: AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic}, AttrState | AttrPKeyIndex | AttrPort | AttrAccessFlags},
 			{Attr{State: StateRTR, PathMTU: mtu, DestQPN: uint32(0x11 + 1 - i), RQPSN: 0xfffff0 + uint32(1-i), MaxDestRdAtomic: 8, MinRNRTimer: 1},
 				AttrState | AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN | AttrMaxDestRdAtomic | AttrMinRNRTimer},
 			{Attr{State: StateRTS, SQPSN: 0xfffff0 + uint32(i), Timeout: 8, RetryCnt: 7, RNRRetry: 7, MaxQPRdAtomic: 8},
@@ -304,5 +305,56 @@ func TestRemoteAccessErrors(t *testing.T) {
 		if !bytes.Equal(before, s.mem[1].buf) || s.qp[1].State() != StateErr || s.qp[0].State() != StateErr {
 			t.Errorf("%s: region changed or QPs not in ERR (%v, %v)", name, s.qp[0].State(), s.qp[1].State())
 		}
+	}
+}
+
+// TestAtomicsExactlyOnce: 2000 FETCH_ADDs of 1 on one word over a link that
+// drops, duplicates and reorders packets: the word ends at exactly 2000
+// (duplicated requests are answered from the saved result, never executed
+// twice), every returned old value is distinct, and COMPARE_SWAP swaps only
+// on a match.
+func TestAtomicsExactlyOnce(t *testing.T) {
+	s := newSim(t, 11, 1024, 4096, nil)
+	s.l.drop, s.l.dup, s.l.reorder = 0.02, 0.05, 0.02
+	const n = 2000
+	olds := make([][]byte, n)
+	for i := range n {
+		olds[i] = make([]byte, 8)
+		if err := s.qp[0].PostSend(SendWR{ID: uint64(i), Opcode: WRFetchAdd, Local: olds[i], RemoteVA: testVA + 64, RKey: testRKey, SwapAdd: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.run(60*time.Second, func() bool { return len(s.cqes[0]) == n })
+	seen := map[uint64]bool{}
+	for i, c := range s.cqes[0] {
+		if c.Status != StatusSuccess || c.Opcode != CQFetchAdd {
+			t.Fatalf("completion %d: %+v", i, c)
+		}
+		v := binary.LittleEndian.Uint64(olds[c.WRID])
+		if seen[v] || v >= n {
+			t.Fatalf("old value %d returned twice or out of range", v)
+		}
+		seen[v] = true
+	}
+	if got := binary.LittleEndian.Uint64(s.mem[1].buf[64:]); got != n {
+		t.Fatalf("word is %d after %d FETCH_ADDs of 1", got, n)
+	}
+	t.Logf("requester %+v; responder duplicates %d", s.qp[0].Stats, s.qp[1].Stats.Duplicates)
+	// COMPARE_SWAP: a mismatch leaves the word, a match swaps it.
+	old := make([]byte, 8)
+	s.qp[0].PostSend(SendWR{ID: 1, Opcode: WRCompareSwap, Local: old, RemoteVA: testVA + 64, RKey: testRKey, Compare: 5, SwapAdd: 77})
+	s.qp[0].PostSend(SendWR{ID: 2, Opcode: WRCompareSwap, Local: make([]byte, 8), RemoteVA: testVA + 64, RKey: testRKey, Compare: n, SwapAdd: 77})
+	s.run(70*time.Second, func() bool { return len(s.cqes[0]) == n+2 })
+	if binary.LittleEndian.Uint64(old) != n || binary.LittleEndian.Uint64(s.mem[1].buf[64:]) != 77 {
+		t.Fatalf("compare-swap: old %d, word %d", binary.LittleEndian.Uint64(old), binary.LittleEndian.Uint64(s.mem[1].buf[64:]))
+	}
+	// Misaligned or unregistered targets.
+	if err := s.qp[0].PostSend(SendWR{Opcode: WRFetchAdd, Local: make([]byte, 8), RemoteVA: testVA + 3, RKey: testRKey}); err == nil {
+		t.Error("misaligned atomic posted")
+	}
+	s.qp[0].PostSend(SendWR{ID: 9, Opcode: WRFetchAdd, Local: make([]byte, 8), RemoteVA: testVA + 8, RKey: 0x999})
+	s.run(80*time.Second, func() bool { return len(s.cqes[0]) == n+3 })
+	if c := s.cqes[0][n+2]; c.Status != StatusRemAccessErr {
+		t.Errorf("atomic with a bad rkey: %v", c.Status)
 	}
 }

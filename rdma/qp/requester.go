@@ -1,6 +1,8 @@
 package qp
 
 import (
+	"encoding/binary"
+
 	"github.com/goccl/goccl/rdma/wire"
 )
 
@@ -13,7 +15,7 @@ func (q *QP) pump() {
 	for q.nextIdx < len(q.sq) && wire.PSNDiff(q.nextPSN, q.unacked) < Window {
 		w := q.sq[q.nextIdx]
 		if !w.started {
-			if w.wr.Opcode == WRRead {
+			if w.wr.needsResponse() {
 				if q.readsOut >= max(1, int(q.attr.MaxQPRdAtomic)) {
 					return
 				}
@@ -24,7 +26,20 @@ func (q *QP) pump() {
 		psn := wire.PSNAdd(w.firstPSN, q.nextOff)
 		var p wire.Packet
 		p.BTH.PSN = psn
-		if w.wr.Opcode == WRRead {
+		if w.wr.isAtomic() {
+			if w.readDone == 1 {
+				q.nextIdx, q.nextOff = q.nextIdx+1, 0
+				q.nextPSN = wire.PSNAdd(w.firstPSN, 1)
+				continue
+			}
+			p.BTH.Opcode = wire.RCCompareSwap
+			if w.wr.Opcode == WRFetchAdd {
+				p.BTH.Opcode = wire.RCFetchAdd
+			}
+			p.Atomic = wire.AtomicETH{VA: w.wr.RemoteVA, RKey: w.wr.RKey, SwapAdd: w.wr.SwapAdd, Compare: w.wr.Compare}
+			q.nextIdx, q.nextOff = q.nextIdx+1, 0
+			q.nextPSN = wire.PSNAdd(w.firstPSN, 1)
+		} else if w.wr.Opcode == WRRead {
 			// One request for the responses still missing (none, when
 			// go-back-N passes over a READ whose responses are all in).
 			start := max(q.nextOff, w.readDone)
@@ -106,6 +121,9 @@ func (q *QP) rewind(psn uint32) {
 			if w.wr.Opcode == WRRead {
 				d = w.readDone // re-request what has not arrived
 			}
+			if w.wr.isAtomic() {
+				d = 0
+			}
 			q.nextIdx, q.nextOff, q.nextPSN = i, d, wire.PSNAdd(w.firstPSN, d)
 			q.timerOn, q.lastSend = true, q.now
 			return
@@ -122,6 +140,10 @@ func (q *QP) requesterReceive(p *wire.Packet) {
 	}
 	if isReadResponse(p.BTH.Opcode) {
 		q.readResponse(p)
+		return
+	}
+	if p.BTH.Opcode == wire.RCAtomicAcknowledge && p.AETH.Syndrome.IsACK() {
+		q.atomicResponse(p)
 		return
 	}
 	syn := p.AETH.Syndrome
@@ -233,14 +255,14 @@ func (q *QP) ackThrough(psn uint32) {
 		w := q.sq[0]
 		last := wire.PSNAdd(w.firstPSN, w.npkts-1)
 		if wire.PSNBefore(psn, last) {
-			if w.wr.Opcode == WRRead && w.readDone < w.npkts {
+			if w.wr.needsResponse() && w.readDone < w.npkts {
 				// Acknowledged up to inside this READ, its responses not all
 				// in: the window stops at the first missing one.
 				next = wire.PSNAdd(w.firstPSN, w.readDone)
 			}
 			break
 		}
-		if w.wr.Opcode == WRRead && w.readDone < w.npkts {
+		if w.wr.needsResponse() && w.readDone < w.npkts {
 			// A later PSN is acknowledged but this READ's responses are
 			// not all in: the window stops at the first missing one, which
 			// the retry timer re-requests.
@@ -248,7 +270,7 @@ func (q *QP) ackThrough(psn uint32) {
 			break
 		}
 		q.complete(CQE{WRID: w.wr.ID, Status: StatusSuccess, Opcode: sendCQOpcode(w.wr.Opcode), ByteLen: len(w.wr.Local)})
-		if w.wr.Opcode == WRRead {
+		if w.wr.needsResponse() {
 			q.readsOut--
 		}
 		q.sq = q.sq[1:]
@@ -263,4 +285,29 @@ func (q *QP) ackThrough(psn uint32) {
 		q.nextIdx, q.nextOff = 0, 0
 	}
 	q.timerOn = q.sentAny && q.unacked != q.sentEnd
+}
+
+// atomicResponse stores the original value an ATOMIC ACKNOWLEDGE carries
+// (little-endian: the soft device's atomics work on little-endian words, the
+// host order of the platforms it runs on) and acknowledges its PSN.
+func (q *QP) atomicResponse(p *wire.Packet) {
+	psn := p.BTH.PSN
+	for _, w := range q.sq {
+		if !w.started {
+			return
+		}
+		if w.firstPSN != psn {
+			continue
+		}
+		if !w.wr.isAtomic() {
+			return
+		}
+		if w.readDone == 0 {
+			binary.LittleEndian.PutUint64(w.wr.Local, p.AtomicAck)
+			w.readDone = 1
+		}
+		q.ackThrough(psn)
+		q.pump()
+		return
+	}
 }

@@ -1,6 +1,8 @@
 package qp
 
 import (
+	"encoding/binary"
+
 	"github.com/goccl/goccl/rdma/wire"
 )
 
@@ -14,6 +16,14 @@ func (q *QP) responderReceive(p *wire.Packet) {
 		q.Stats.Duplicates++
 		if p.BTH.Opcode == wire.RCReadRequest {
 			q.serveRead(p, false)
+			return
+		}
+		if p.BTH.Opcode == wire.RCCompareSwap || p.BTH.Opcode == wire.RCFetchAdd {
+			for _, a := range q.atomics {
+				if a.valid && a.psn == psn {
+					q.atomicAck(psn, a.orig)
+				}
+			}
 			return
 		}
 		q.ack(wire.PSNAdd(q.ePSN, -1))
@@ -101,8 +111,10 @@ func (q *QP) responderReceive(p *wire.Packet) {
 			}
 			q.curMR = nil
 		}
+	case wire.RCCompareSwap, wire.RCFetchAdd:
+		q.serveAtomic(p)
+		return
 	default:
-		// Atomics are not served yet.
 		q.fatal(psn, wire.NAKInvalidRequest)
 		return
 	}
@@ -193,4 +205,39 @@ func (q *QP) fatal(psn uint32, code uint8) {
 		AETH: wire.AETH{Syndrome: wire.NAK(code), MSN: q.msn}})
 	q.Machine.state = StateErr
 	q.flush()
+}
+
+// serveAtomic executes an in-order COMPARE_SWAP or FETCH_ADD on the 8
+// little-endian bytes at the AtomicETH's address, saves the original value
+// for a duplicate of the request, and answers with an ATOMIC ACKNOWLEDGE.
+// The engine runs one packet at a time, so the operation is atomic with
+// respect to every other remote access through this QP's device.
+func (q *QP) serveAtomic(p *wire.Packet) {
+	psn := p.BTH.PSN
+	a := &p.Atomic
+	if a.VA%8 != 0 {
+		q.fatal(psn, wire.NAKInvalidRequest)
+		return
+	}
+	word, err := q.mem.Remote(a.RKey, a.VA, 8, AccessRemoteAtomic)
+	if err != nil || q.attr.AccessFlags&AccessRemoteAtomic == 0 {
+		q.fatal(psn, wire.NAKRemoteAccessError)
+		return
+	}
+	orig := binary.LittleEndian.Uint64(word)
+	if p.BTH.Opcode == wire.RCFetchAdd {
+		binary.LittleEndian.PutUint64(word, orig+a.SwapAdd)
+	} else if orig == a.Compare {
+		binary.LittleEndian.PutUint64(word, a.SwapAdd)
+	}
+	q.atomics[q.nextAtomic] = savedAtomic{valid: true, psn: psn, orig: orig}
+	q.nextAtomic = (q.nextAtomic + 1) % len(q.atomics)
+	q.ePSN = wire.PSNAdd(q.ePSN, 1)
+	q.msn = (q.msn + 1) & 0xffffff
+	q.atomicAck(psn, orig)
+}
+
+func (q *QP) atomicAck(psn uint32, orig uint64) {
+	q.emit(wire.Packet{BTH: wire.BTH{Opcode: wire.RCAtomicAcknowledge, PSN: psn},
+		AETH: wire.AETH{Syndrome: wire.ACK(wire.CreditsInvalid), MSN: q.msn}, AtomicAck: orig})
 }
