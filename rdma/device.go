@@ -15,6 +15,7 @@ package rdma
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -311,7 +312,7 @@ func (d *Device) receive(b []byte, from netip.AddrPort) {
 	}
 	ib := b[:len(b)-wire.ICRCSize]
 	want, err := icrcFor(from, d.addr, ib)
-	if err != nil || want != leUint32(b[len(b)-wire.ICRCSize:]) {
+	if err != nil || want != binary.LittleEndian.Uint32(b[len(b)-wire.ICRCSize:]) {
 		d.stats.ICRCErrors++
 		return
 	}
@@ -374,10 +375,6 @@ func icrcFor(src, dst netip.AddrPort, ib []byte) (uint32, error) {
 	ulen := 8 + len(ib) + wire.ICRCSize
 	udp[4], udp[5] = byte(ulen>>8), byte(ulen)
 	return wire.ICRCv2(ip, udp, ib)
-}
-
-func leUint32(b []byte) uint32 {
-	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
 }
 
 // errClosed is returned by calls on a closed device.

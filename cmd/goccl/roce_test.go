@@ -78,48 +78,15 @@ func TestRocePerfTools(t *testing.T) {
 		{"read-lat", []string{"-s", "8", "-n", "200"}, 9},
 	} {
 		t.Run(tc.tool, func(t *testing.T) {
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-			l.Close()
-			var sout, serr bytes.Buffer
-			srv := make(chan int, 1)
-			go func() {
-				srv <- cli(append([]string{"roce", tc.tool, "-p", port, "-dev-port", "0", "-timeout", "30s"}, tc.args...), &sout, &serr)
-			}()
-			var out, errb bytes.Buffer
-			status := 1
-			for i := 0; i < 100 && status != 0; i++ {
-				out.Reset()
-				errb.Reset()
-				if status = cli(append(append([]string{"roce", tc.tool, "-p", port, "-timeout", "30s"}, tc.args...), "127.0.0.1"), &out, &errb); status != 0 {
-					if !strings.Contains(errb.String(), "refused") {
-						break
-					}
-					time.Sleep(20 * time.Millisecond) // the server is not listening yet
-				}
-			}
-			if status != 0 {
-				select {
-				case s := <-srv:
-					t.Logf("server: status %d: %s", s, serr.String())
-				case <-time.After(2 * time.Second):
-				}
-				t.Fatalf("client: status %d: %s\n%s", status, errb.String(), out.String())
-			}
-			if s := <-srv; s != 0 {
-				t.Fatalf("server: status %d: %s", s, serr.String())
-			}
+			out := rocePair(t, tc.tool, tc.args, nil)
 			var row []string
-			for _, line := range strings.Split(out.String(), "\n") {
+			for _, line := range strings.Split(out, "\n") {
 				if f := strings.Fields(line); len(f) == tc.cols && f[0] == tc.args[1] || len(f) == tc.cols && f[0] == "65536" || len(f) == tc.cols && f[0] == "8" {
 					row = f
 				}
 			}
 			if row == nil {
-				t.Fatalf("no result row with %d columns:\n%s", tc.cols, out.String())
+				t.Fatalf("no result row with %d columns:\n%s", tc.cols, out)
 			}
 			for _, v := range row[2:] {
 				if f, err := strconv.ParseFloat(v, 64); err != nil || f <= 0 {
@@ -136,32 +103,9 @@ func TestRocePerfTools(t *testing.T) {
 // dissects each as RRoCE with the opcode, destination QP and PSN goccl
 // decodes.
 func TestRocePcap(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	l.Close()
 	capture := filepath.Join(t.TempDir(), "write-bw.pcap")
-	srv := make(chan int, 1)
-	var sout, serr bytes.Buffer
-	go func() {
-		srv <- cli([]string{"roce", "write-bw", "-p", port, "-dev-port", "0", "-s", "10000", "-n", "20", "-timeout", "30s"}, &sout, &serr)
-	}()
-	var out, errb bytes.Buffer
-	status := 1
-	for i := 0; i < 100 && status != 0; i++ {
-		out.Reset()
-		errb.Reset()
-		status = cli([]string{"roce", "write-bw", "-p", port, "-s", "10000", "-n", "20", "-pcap", capture, "-timeout", "30s", "127.0.0.1"}, &out, &errb)
-		if status != 0 && !strings.Contains(errb.String(), "refused") {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if status != 0 || <-srv != 0 {
-		t.Fatalf("write-bw: client %d %s; server %s", status, errb.String(), serr.String())
-	}
+	rocePair(t, "write-bw", []string{"-s", "10000", "-n", "20"}, []string{"-pcap", capture})
+	var errb bytes.Buffer
 	var check bytes.Buffer
 	if st := cli([]string{"roce", "check-pcap", capture}, &check, &errb); st != 0 {
 		t.Fatalf("check-pcap: status %d\n%s", st, check.String())
@@ -218,4 +162,48 @@ func TestRoceDevinfo(t *testing.T) {
 			t.Errorf("activeMTU(%d) = %d, want %d", ifMTU, got, want)
 		}
 	}
+}
+
+// rocePair runs a goccl roce tool's server (a free side-channel port, any
+// device port) and its client against it on loopback, both in this process,
+// and returns the client's output; it fails the test if either side fails.
+// clientArgs are added to the client's flags only.
+func rocePair(t *testing.T, tool string, args, clientArgs []string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	l.Close()
+	var sout, serr bytes.Buffer
+	srv := make(chan int, 1)
+	go func() {
+		srv <- cli(append([]string{"roce", tool, "-p", port, "-dev-port", "0", "-timeout", "30s"}, args...), &sout, &serr)
+	}()
+	client := append(append(append([]string{"roce", tool, "-p", port, "-timeout", "30s"}, args...), clientArgs...), "127.0.0.1")
+	var out, errb bytes.Buffer
+	status := 1
+	for i := 0; i < 100 && status != 0; i++ {
+		out.Reset()
+		errb.Reset()
+		if status = cli(client, &out, &errb); status != 0 && !strings.Contains(errb.String(), "refused") {
+			break
+		}
+		if status != 0 {
+			time.Sleep(20 * time.Millisecond) // the server is not listening yet
+		}
+	}
+	if status != 0 {
+		select {
+		case s := <-srv:
+			t.Logf("server: status %d: %s", s, serr.String())
+		case <-time.After(2 * time.Second):
+		}
+		t.Fatalf("%s client: status %d: %s\n%s", tool, status, errb.String(), out.String())
+	}
+	if s := <-srv; s != 0 {
+		t.Fatalf("%s server: status %d: %s", tool, s, serr.String())
+	}
+	return out.String()
 }

@@ -248,17 +248,20 @@ func (q *QP) PostRecv(wr RecvWR) error {
 	return nil
 }
 
-// Packets returns and clears the packets the engine wants sent, in order.
+// Packets returns the packets the engine wants sent, in order, and clears
+// the queue. The slice is reused: it is valid until the next call into the
+// engine (so that steady traffic allocates nothing).
 func (q *QP) Packets() []wire.Packet {
 	p := q.out
-	q.out = nil
+	q.out = q.out[:0]
 	return p
 }
 
-// Completions returns and clears the completions produced so far.
+// Completions returns the completions produced so far and clears the
+// queue; the slice is valid until the next call into the engine.
 func (q *QP) Completions() []CQE {
 	c := q.cqes
-	q.cqes = nil
+	q.cqes = q.cqes[:0]
 	return c
 }
 
