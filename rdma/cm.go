@@ -61,7 +61,7 @@ func ExchangeConnInfo(ctx context.Context, conn net.Conn, local ConnInfo) (ConnI
 
 // ConnectOptions are the RC attributes Connect uses.
 type ConnectOptions struct {
-	PathMTU  int   // default 4096
+	PathMTU  int   // default the device's ActiveMTU
 	Timeout  uint8 // default 14 (67 ms)
 	RetryCnt uint8 // default 7
 	RNRRetry uint8 // default 7 (infinite)
@@ -73,7 +73,7 @@ type ConnectOptions struct {
 // own side described by local).
 func (q *QP) Connect(local, remote ConnInfo, o ConnectOptions) error {
 	if o.PathMTU == 0 {
-		o.PathMTU = 4096
+		o.PathMTU = q.d.ActiveMTU()
 	}
 	if o.Timeout == 0 {
 		o.Timeout = 14

@@ -1,26 +1,24 @@
-// Package rdma is goccl's soft RoCE v2 device: a verbs API shaped like
+// Package rdma is goccl's soft RoCE device: a verbs API shaped like
 // libibverbs (device, protection domain, memory region with lkey/rkey,
-// completion queue, reliable-connection queue pair) over UDP port 4791,
-// driving the pure engine of package rdma/qp with the packet format of
-// package rdma/wire. The sockets and timers live here, nothing else does.
+// completion queue, reliable-connection queue pair) driving the pure engine
+// of package rdma/qp with the packet format of package rdma/wire. The
+// sockets and timers live here, nothing else does.
 //
-// Packets travel as RoCE v2 UDP payloads (BTH ... ICRC). A user-space
-// socket sees neither the IP header nor the UDP checksum the kernel sends,
-// so the ICRC is computed over the IPv4/UDP headers a RoCE NIC would send
-// for the same addresses (ID 0, DF, TTL 64, UDP checksum 0; the fields
-// routers change are masked out of the ICRC anyway), and checked the same
-// way on receipt: a corrupted packet is dropped and counted, like a NIC's
-// ICRC error.
+// Open gives a RoCE v2 device: packets travel as UDP payloads (BTH ...
+// ICRC) to port 4791 or the port given, so they cross IP routers. OpenV1
+// gives a RoCE v1 device: Ethernet frames of Ethertype 0x8915 with a GRH
+// through an AF_PACKET socket on a named interface (root or CAP_NET_RAW),
+// which reach only the same L2 segment. Either way the ICRC is computed
+// over the headers a RoCE NIC would send and checked on receipt: a
+// corrupted packet is dropped and counted, like a NIC's ICRC error.
 package rdma
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/netip"
 	"sync"
 	"time"
@@ -28,7 +26,6 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 	"github.com/google/gopacket/pcapgo"
-	"golang.org/x/net/ipv4"
 
 	"github.com/goccl/goccl/rdma/qp"
 	"github.com/goccl/goccl/rdma/wire"
@@ -37,10 +34,14 @@ import (
 // DefaultPort is RoCE v2's UDP destination port.
 const DefaultPort = wire.UDPPortRoCEv2
 
-// Device is an open soft RoCE device bound to one UDP address.
+// Device is an open soft RoCE device: RoCE v2 bound to one UDP address, or
+// RoCE v1 bound to one Ethernet interface.
 type Device struct {
-	conn *net.UDPConn
-	addr netip.AddrPort
+	lk      link
+	version int            // 1 or 2
+	addr    netip.AddrPort // v2: the UDP address; v1: the GID, port 0
+	gid     [16]byte
+	mtu     int // active path MTU: the largest IB MTU a packet fits in
 
 	mu      sync.Mutex
 	qps     map[uint32]*QP
@@ -52,11 +53,7 @@ type Device struct {
 	wg      sync.WaitGroup
 	start   time.Time
 
-	stats    DeviceStats
-	pc       *ipv4.PacketConn
-	txq      []ipv4.Message // datagrams queued for the next sendmmsg
-	txBufs   [][]byte
-	udpAddrs map[netip.AddrPort]*net.UDPAddr
+	stats DeviceStats
 
 	pcap  *pcapgo.Writer // WithPcap
 	frame []byte         // pcap frame buffer
@@ -118,55 +115,22 @@ func (d *Device) transmit(b []byte, to netip.AddrPort) {
 	}
 }
 
-// write queues a datagram; flushTx sends the queue with one sendmmsg per
-// batch (device lock held for both).
-func (d *Device) write(b []byte, to netip.AddrPort) {
-	k := len(d.txq)
-	if k == cap(d.txq) {
-		d.flushTx()
-		k = 0
-	}
-	if k == len(d.txBufs) {
-		d.txBufs = append(d.txBufs, make([]byte, 0, 4200))
-	}
-	d.txBufs[k] = append(d.txBufs[k][:0], b...)
-	ua, ok := d.udpAddrs[to]
-	if !ok {
-		ua = net.UDPAddrFromAddrPort(to)
-		d.udpAddrs[to] = ua
-	}
-	d.txq = d.txq[:k+1]
-	m := &d.txq[k]
-	if m.Buffers == nil {
-		m.Buffers = make([][]byte, 1)
-	}
-	m.Buffers[0], m.Addr = d.txBufs[k], ua
-}
+// write queues a packet (ib and ICRC); flushTx sends the queue (device
+// lock held for both).
+func (d *Device) write(b []byte, to netip.AddrPort) { d.lk.queue(b, to) }
 
-// flushTx sends the queued datagrams.
-func (d *Device) flushTx() {
-	for q := d.txq; len(q) > 0; {
-		n, err := d.pc.WriteBatch(q, 0)
-		if err != nil {
-			// Dropped like a lost packet; RC retransmits.
-			n = max(n, 1)
-		} else {
-			d.stats.PacketsSent += uint64(n)
-		}
-		q = q[n:]
-	}
-	d.txq = d.txq[:0]
-}
+func (d *Device) flushTx() { d.stats.PacketsSent += uint64(d.lk.flush()) }
 
 // Option configures Open.
 type Option func(*Device)
 
 // WithPcap records every packet the device sends and every one it accepts
 // as a pcap capture (link type Ethernet) on w: each packet in the frame a
-// RoCE v2 NIC would put on the wire (Ethernet with MACs made from the IPv4
-// addresses, IPv4, UDP to port 4791 whatever the soft device's real port,
-// and the ICRC of those headers), so that tshark dissects it as RRoCE and
-// goccl roce check-pcap verifies it.
+// RoCE NIC would put on the wire, so that tshark dissects it as RRoCE (v2)
+// or InfiniBand over Ethernet (v1) and goccl roce check-pcap verifies it.
+// For v2 that is Ethernet with MACs made from the IPv4 addresses, IPv4, UDP
+// to port 4791 whatever the soft device's real port, and the ICRC of those
+// headers; for v1 the frame as sent.
 func WithPcap(w io.Writer) Option {
 	return func(d *Device) {
 		pw := pcapgo.NewWriter(w)
@@ -182,66 +146,98 @@ func (d *Device) record(src, dst netip.AddrPort, ib []byte) {
 		return
 	}
 	var err error
-	d.frame, err = wire.AppendFrameV2(d.frame[:0], macFor(src.Addr()), macFor(dst.Addr()),
-		src, netip.AddrPortFrom(dst.Addr(), DefaultPort), ib)
+	d.frame, err = d.lk.appendFrame(d.frame[:0], src, dst, ib)
 	if err != nil {
 		return
 	}
 	d.pcap.WritePacket(gopacket.CaptureInfo{Timestamp: time.Now(), CaptureLength: len(d.frame), Length: len(d.frame)}, d.frame)
 }
 
-// macFor is a locally administered MAC made from an IPv4 address.
-func macFor(a netip.Addr) [6]byte {
-	v4 := a.Unmap().As4()
-	return [6]byte{0x02, 0x00, v4[0], v4[1], v4[2], v4[3]}
-}
-
 // DeviceStats counts the device's packets.
 type DeviceStats struct {
 	PacketsSent, PacketsReceived uint64
 	ICRCErrors, Malformed        uint64 // dropped on receipt
+	KernelDrops                  uint64 // dropped by the kernel, the socket's receive buffer full (RoCE v1)
 	UnknownQP                    uint64 // for no QP of this device
 	// Faults injected (WithFaults).
 	InjectedDrops, InjectedDuplicates, InjectedReorders, InjectedCorruptions uint64
 }
 
-// Open binds a soft RoCE device to addr ("ip:port"; port 0 picks one,
-// DefaultPort is RoCE v2's). Only IPv4 is supported so far.
+// Open opens a soft RoCE v2 device bound to addr ("ip:port"; port 0 picks
+// one, DefaultPort is RoCE v2's). Only IPv4 is supported so far.
 func Open(addr string, opts ...Option) (*Device, error) {
-	ua, err := net.ResolveUDPAddr("udp4", addr)
+	l, err := openUDPLink(addr)
 	if err != nil {
 		return nil, fmt.Errorf("rdma: open %q: %w", addr, err)
 	}
-	conn, err := net.ListenUDP("udp4", ua)
+	gid := netip.AddrFrom16(l.addr.Addr().As16()).As16()
+	return start(l, 2, l.addr, gid, 4096, opts), nil
+}
+
+// OpenV1 opens a soft RoCE v1 device on the Ethernet interface ifname
+// (AF_PACKET; root or CAP_NET_RAW). Its GID is the interface's link-local
+// GID (wire.LinkLocalGID of its MAC), and its active MTU the largest IB MTU
+// whose frames fit the interface's MTU (1024 for 1500).
+func OpenV1(ifname string, opts ...Option) (*Device, error) {
+	l, err := openPacketLink(ifname)
 	if err != nil {
-		return nil, fmt.Errorf("rdma: open %q: %w", addr, err)
+		return nil, fmt.Errorf("rdma: open RoCE v1 on %q: %w", ifname, err)
 	}
-	conn.SetReadBuffer(8 << 20)
-	conn.SetWriteBuffer(8 << 20)
-	d := &Device{conn: conn, addr: conn.LocalAddr().(*net.UDPAddr).AddrPort(), qps: map[uint32]*QP{}, mrs: map[uint32]*MR{},
+	mtu := 0
+	for _, m := range []int{4096, 2048, 1024, 512, 256} {
+		// GRH, BTH, RETH (the largest first-packet header), payload, ICRC.
+		if wire.GRHSize+wire.BTHSize+16+m+wire.ICRCSize <= l.ifMTU {
+			mtu = m
+			break
+		}
+	}
+	if mtu == 0 {
+		l.close()
+		return nil, fmt.Errorf("rdma: open RoCE v1 on %q: interface MTU %d is below the smallest IB MTU (256) plus headers", ifname, l.ifMTU)
+	}
+	return start(l, 1, netip.AddrPortFrom(netip.AddrFrom16(l.gid), 0), l.gid, mtu, opts), nil
+}
+
+func start(l link, version int, addr netip.AddrPort, gid [16]byte, mtu int, opts []Option) *Device {
+	d := &Device{lk: l, version: version, addr: addr, gid: gid, mtu: mtu, qps: map[uint32]*QP{}, mrs: map[uint32]*MR{},
 		nextQPN: 0x11, nextKey: 0x100, done: make(chan struct{}), start: time.Now()}
-	d.pc, d.txq, d.udpAddrs = ipv4.NewPacketConn(conn), make([]ipv4.Message, 0, txBatch), map[netip.AddrPort]*net.UDPAddr{}
 	for _, o := range opts {
 		o(d)
 	}
 	d.wg.Add(2)
-	go d.receiveLoop()
+	go func() {
+		defer d.wg.Done()
+		l.readLoop(d)
+	}()
 	go d.timerLoop()
-	return d, nil
+	return d
 }
 
-// Addr is the device's UDP address: what peers put in their address
-// vector (the IPv4 address as an IPv4-mapped GID, the port as DPort).
+// Version is the device's RoCE version, 1 or 2.
+func (d *Device) Version() int { return d.version }
+
+// ActiveMTU is the path MTU the device's packets fit in (Connect's
+// default): 4096 for v2 (the kernel fragments UDP datagrams larger than the
+// interface MTU), the largest IB MTU that fits the interface for v1.
+func (d *Device) ActiveMTU() int { return d.mtu }
+
+// Addr is the device's address: for v2 its UDP address, what peers put in
+// their address vector (the IPv4 address as an IPv4-mapped GID, the port as
+// DPort); for v1 its GID with port 0.
 func (d *Device) Addr() netip.AddrPort { return d.addr }
 
-// GID is the device's GID: its IPv4 address mapped into IPv6, as RoCE v2
-// GIDs of IPv4 addresses are.
-func (d *Device) GID() [16]byte { return netip.AddrFrom16(d.addr.Addr().As16()).As16() }
+// GID is the device's GID: for v2 its IPv4 address mapped into IPv6, as
+// RoCE v2 GIDs of IPv4 addresses are; for v1 its interface's link-local
+// GID.
+func (d *Device) GID() [16]byte { return d.gid }
 
 // Stats returns the device's packet counters.
 func (d *Device) Stats() DeviceStats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if k, ok := d.lk.(interface{ kernelDrops() uint64 }); ok {
+		d.stats.KernelDrops += k.kernelDrops()
+	}
 	return d.stats
 }
 
@@ -260,59 +256,18 @@ func (d *Device) Close() error {
 	}
 	close(d.done)
 	d.mu.Unlock()
-	err := d.conn.Close()
+	err := d.lk.close()
 	d.wg.Wait()
 	return err
 }
 
 func (d *Device) now() time.Duration { return time.Since(d.start) }
 
-// receiveLoop reads packets and hands them to their QP's engine.
-func (d *Device) receiveLoop() {
-	defer d.wg.Done()
-	msgs := make([]ipv4.Message, rxBatch)
-	for i := range msgs {
-		msgs[i].Buffers = [][]byte{make([]byte, 9216)}
-	}
-	for {
-		// recvmmsg: every datagram that is waiting, up to rxBatch, for
-		// one wake-up and one lock.
-		n, err := d.pc.ReadBatch(msgs, 0)
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			continue
-		}
-		d.mu.Lock()
-		for _, m := range msgs[:n] {
-			ua, ok := m.Addr.(*net.UDPAddr)
-			if !ok {
-				continue
-			}
-			d.receive(m.Buffers[0][:m.N], ua.AddrPort())
-		}
-		d.flushTx()
-		d.mu.Unlock()
-	}
-}
-
-// rxBatch and txBatch bound the datagrams per recvmmsg and sendmmsg.
-const (
-	rxBatch = 64
-	txBatch = 64
-)
-
-// receive handles one datagram (device lock held).
-func (d *Device) receive(b []byte, from netip.AddrPort) {
+// receiveLocked handles one packet (BTH to the end of the pad) whose ICRC
+// the link has checked (icrcOK) from the peer from (device lock held).
+func (d *Device) receiveLocked(ib []byte, icrcOK bool, from netip.AddrPort) {
 	d.stats.PacketsReceived++
-	if len(b) < wire.BTHSize+wire.ICRCSize {
-		d.stats.Malformed++
-		return
-	}
-	ib := b[:len(b)-wire.ICRCSize]
-	want, err := icrcFor(from, d.addr, ib)
-	if err != nil || want != binary.LittleEndian.Uint32(b[len(b)-wire.ICRCSize:]) {
+	if !icrcOK {
 		d.stats.ICRCErrors++
 		return
 	}
@@ -354,27 +309,6 @@ func (d *Device) timerLoop() {
 		d.flushTx()
 		d.mu.Unlock()
 	}
-}
-
-// icrcFor computes the ICRC of ib as sent from src to dst (see the package
-// comment for the headers assumed).
-func icrcFor(src, dst netip.AddrPort, ib []byte) (uint32, error) {
-	var hdr [28]byte
-	ip := hdr[:20]
-	ip[0] = 0x45
-	total := 20 + 8 + len(ib) + wire.ICRCSize
-	ip[2], ip[3] = byte(total>>8), byte(total)
-	ip[6] = 0x40
-	ip[8], ip[9] = 64, 17
-	s, dd := src.Addr().Unmap().As4(), dst.Addr().Unmap().As4()
-	copy(ip[12:16], s[:])
-	copy(ip[16:20], dd[:])
-	udp := hdr[20:28]
-	udp[0], udp[1] = byte(src.Port()>>8), byte(src.Port())
-	udp[2], udp[3] = byte(dst.Port()>>8), byte(dst.Port())
-	ulen := 8 + len(ib) + wire.ICRCSize
-	udp[4], udp[5] = byte(ulen>>8), byte(ulen)
-	return wire.ICRCv2(ip, udp, ib)
 }
 
 // errClosed is returned by calls on a closed device.

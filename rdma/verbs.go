@@ -192,19 +192,23 @@ func (q *QP) State() qp.State {
 
 // Modify changes the QP's state and attributes (ibv_modify_qp; the rules of
 // qp.Machine.Modify). The address vector's DGID is the peer device's GID
-// (its IPv4 address, IPv4-mapped) and DPort its UDP port.
+// (v2: its IPv4 address, IPv4-mapped, and DPort its UDP port; v1: its
+// link-local GID).
 func (q *QP) Modify(a *qp.Attr, mask qp.AttrMask) error {
+	var peer netip.AddrPort
+	if mask&qp.AttrAV != 0 {
+		var err error
+		if peer, err = q.d.peerFor(a.AV); err != nil {
+			return fmt.Errorf("rdma: QP %#x: %w", q.QPN(), err)
+		}
+	}
 	q.d.mu.Lock()
 	defer q.d.mu.Unlock()
 	if err := q.eng.Modify(a, mask); err != nil {
 		return err
 	}
 	if mask&qp.AttrAV != 0 {
-		port := a.AV.DPort
-		if port == 0 {
-			port = DefaultPort
-		}
-		q.peer = netip.AddrPortFrom(netip.AddrFrom16(a.AV.DGID).Unmap(), port)
+		q.peer = peer
 	}
 	q.deliverLocked()
 	return nil
@@ -286,12 +290,12 @@ func (q *QP) Stats() qp.Stats {
 	return q.eng.Stats
 }
 
-// flushLocked queues the engine's packets for the device's next sendmmsg
+// flushLocked queues the engine's packets for the device's next flush
 // (Device.flushTx) and delivers its completions.
 func (q *QP) flushLocked() {
 	for _, p := range q.eng.Packets() {
 		q.sendBuf = p.Append(q.sendBuf[:0])
-		icrc, err := icrcFor(q.d.addr, q.peer, q.sendBuf)
+		icrc, err := q.d.lk.icrc(q.peer, q.sendBuf)
 		if err != nil {
 			continue
 		}
@@ -310,4 +314,23 @@ func (q *QP) deliverLocked() {
 			q.sendCQ.push(c)
 		}
 	}
+}
+
+// peerFor is the link address of the device an address vector names.
+func (d *Device) peerFor(av qp.AddressVector) (netip.AddrPort, error) {
+	gid := netip.AddrFrom16(av.DGID)
+	if d.version == 1 {
+		if _, ok := wire.MACFromLinkLocalGID(av.DGID); !ok {
+			return netip.AddrPort{}, fmt.Errorf("RoCE v1 device on %v: DGID %v is not a link-local GID made from a MAC address (RoCE v1 reaches only its L2 segment)", netip.AddrFrom16(d.gid), gid)
+		}
+		return netip.AddrPortFrom(gid, 0), nil
+	}
+	if !gid.Is4In6() {
+		return netip.AddrPort{}, fmt.Errorf("RoCE v2 device on %v: DGID %v is not an IPv4-mapped GID (only IPv4 is supported so far)", d.addr, gid)
+	}
+	port := av.DPort
+	if port == 0 {
+		port = DefaultPort
+	}
+	return netip.AddrPortFrom(gid.Unmap(), port), nil
 }

@@ -29,6 +29,14 @@ func newSide(t *testing.T, size int) *side {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newSideOn(t, d, size)
+}
+
+// newSideOn sets up a PD, CQ, QP and a registered buffer on d (closed at
+// the test's end).
+func newSideOn(t *testing.T, d *Device, size int) *side {
+	t.Helper()
+	var err error
 	t.Cleanup(func() { d.Close() })
 	s := &side{d: d, pd: d.AllocPD(), cq: d.CreateCQ(), buf: make([]byte, size)}
 	if s.mr, err = s.pd.RegMR(s.buf, AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead); err != nil {
@@ -52,7 +60,7 @@ func connect(t *testing.T, a, b *side, timeout, retry uint8) {
 			mask qp.AttrMask
 		}{
 			{qp.Attr{State: qp.StateInit, Port: 1, AccessFlags: AccessRemoteWrite | AccessRemoteRead}, qp.AttrState | qp.AttrPKeyIndex | qp.AttrPort | qp.AttrAccessFlags},
-			{qp.Attr{State: qp.StateRTR, PathMTU: 4096, DestQPN: peer.qp.QPN(), RQPSN: peer.psn, MaxDestRdAtomic: 16, MinRNRTimer: 1,
+			{qp.Attr{State: qp.StateRTR, PathMTU: me.d.ActiveMTU(), DestQPN: peer.qp.QPN(), RQPSN: peer.psn, MaxDestRdAtomic: 16, MinRNRTimer: 1,
 				AV: qp.AddressVector{DGID: peer.d.GID(), DPort: peer.d.Addr().Port()}},
 				qp.AttrState | qp.AttrAV | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN | qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer},
 			{qp.Attr{State: qp.StateRTS, SQPSN: me.psn, Timeout: timeout, RetryCnt: retry, RNRRetry: 7, MaxQPRdAtomic: 16},

@@ -14,7 +14,7 @@ import (
 )
 
 const roceUsage = `usage: goccl roce check-pcap FILE
-       goccl roce write-bw|write-lat|read-bw|read-lat|send-bw|send-lat [-s SIZE | -a] [-n ITERS] [-p PORT] [-pcap FILE] [SERVER]
+       goccl roce write-bw|write-lat|read-bw|read-lat|send-bw|send-lat [-s SIZE | -a] [-n ITERS] [-p PORT] [-d IFNAME] [-pcap FILE] [SERVER]
        goccl roce devinfo
 
 devinfo lists, in ibv_devinfo's shape, the soft device goccl opens on each
@@ -23,8 +23,10 @@ the largest IB MTU that fits it, GIDs its addresses as RoCE v2 GIDs).
 
 The bandwidth and latency tools play perftest's ib_write_bw, ib_write_lat,
 ib_read_bw, ib_read_lat, ib_send_bw and ib_send_lat over goccl's soft RoCE
-v2 device (UDP): start one side without SERVER, the other with the first
-one's address and the same -s/-a/-n; the client prints perftest's columns
+device: RoCE v2 over UDP, or with -d IFNAME RoCE v1 as raw Ethernet frames
+on that interface (root; both sides on one L2 segment). Start one side
+without SERVER, the other with the first one's address (the TCP side
+channel's) and the same -s/-a/-n; the client prints perftest's columns
 (MB = 2^20 bytes; latency in µs, half the round trip, except read-lat, whose
 READ is a round trip by itself).
 ` + "`" + `goccl roce write-bw -h` + "`" + ` lists the flags.

@@ -5,6 +5,8 @@ import (
 	"io"
 	"net"
 	"net/netip"
+
+	"github.com/goccl/goccl/rdma/wire"
 )
 
 // ibMTUs are the IB path MTUs with their enum ibv_mtu values.
@@ -25,8 +27,10 @@ func activeMTU(ifMTU int) (int, int) {
 }
 
 // roceDevinfo prints, in ibv_devinfo's shape, the soft RoCE device goccl
-// would open on each interface with an IPv4 address (rdma.Open binds one
-// address; GIDs are the addresses, IPv4-mapped, RoCE v2).
+// would open on each interface with an Ethernet address or an IPv4 address:
+// GID 0 the link-local GID of its MAC, RoCE v1 (rdma.OpenV1 on the
+// interface), then its IPv4 addresses, IPv4-mapped, RoCE v2 (rdma.Open binds
+// one of them), as a RoCE NIC's GID table lists them.
 func roceDevinfo(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 {
 		fmt.Fprintln(stderr, "usage: goccl roce devinfo")
@@ -40,11 +44,18 @@ func roceDevinfo(args []string, stdout, stderr io.Writer) int {
 	n := 0
 	for _, ifc := range ifs {
 		addrs, _ := ifc.Addrs()
-		var gids []netip.Addr
+		type gid struct {
+			addr netip.Addr
+			v    int
+		}
+		var gids []gid
+		if len(ifc.HardwareAddr) == 6 {
+			gids = append(gids, gid{netip.AddrFrom16(wire.LinkLocalGID([6]byte(ifc.HardwareAddr))), 1})
+		}
 		for _, a := range addrs {
 			if ipn, ok := a.(*net.IPNet); ok {
 				if ip, ok := netip.AddrFromSlice(ipn.IP); ok && ip.Unmap().Is4() {
-					gids = append(gids, ip.Unmap())
+					gids = append(gids, gid{netip.AddrFrom16(ip.Unmap().As16()), 2})
 				}
 			}
 		}
@@ -56,10 +67,10 @@ func roceDevinfo(args []string, stdout, stderr io.Writer) int {
 		if ifc.Flags&net.FlagUp != 0 && ifc.Flags&net.FlagRunning != 0 {
 			state = "PORT_ACTIVE (4)"
 		}
-		mtu, code := activeMTU(ifc.MTU)
+		mtu, code := activeMTU(ifc.MTU) // v2's headers are the larger
 		fmt.Fprintf(stdout, "hca_id:\tgoccl_%s\n", ifc.Name)
 		fmt.Fprintf(stdout, "\ttransport:\t\t\tInfiniBand (0)\n")
-		fmt.Fprintf(stdout, "\tfw_ver:\t\t\t\tgoccl soft RoCE v2 over UDP\n")
+		fmt.Fprintf(stdout, "\tfw_ver:\t\t\t\tgoccl soft RoCE (v1: AF_PACKET, v2: UDP)\n")
 		fmt.Fprintf(stdout, "\tnode_guid:\t\t\t%s\n", guidFor(ifc.HardwareAddr))
 		fmt.Fprintf(stdout, "\tvendor_id:\t\t\t0x0000\n\tvendor_part_id:\t\t\t0\n\thw_ver:\t\t\t\t0x0\n\tphys_port_cnt:\t\t\t1\n")
 		fmt.Fprintf(stdout, "\t\tport:\t1\n")
@@ -72,12 +83,12 @@ func roceDevinfo(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "\t\t\tsm_lid:\t\t\t0\n\t\t\tport_lid:\t\t0\n\t\t\tport_lmc:\t\t0x00\n\t\t\tlink_layer:\t\tEthernet\n")
 		for i, g := range gids {
-			fmt.Fprintf(stdout, "\t\t\tGID[%3d]:\t\t%s, RoCE v2\n", i, netip.AddrFrom16(g.As16()))
+			fmt.Fprintf(stdout, "\t\t\tGID[%3d]:\t\t%s, RoCE v%d\n", i, g.addr, g.v)
 		}
 		fmt.Fprintln(stdout)
 	}
 	if n == 0 {
-		fmt.Fprintln(stdout, "No IB devices found (no interface has an IPv4 address)")
+		fmt.Fprintln(stdout, "No IB devices found (no interface has an Ethernet or IPv4 address)")
 	}
 	return 0
 }

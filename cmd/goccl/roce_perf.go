@@ -38,6 +38,7 @@ type rocePerf struct {
 	timeout  time.Duration
 	server   string
 	pcap     string
+	ifname   string // -d: RoCE v1 on this interface
 	out, err io.Writer
 }
 
@@ -71,9 +72,10 @@ func runRocePerf(name string, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&p.devPort, "dev-port", rdma.DefaultPort, "UDP port of the server's soft RoCE device (0: any)")
 	fs.IntVar(&p.txDepth, "t", 128, "send queue depth: WRs outstanding (bandwidth tests)")
 	fs.DurationVar(&p.timeout, "timeout", 60*time.Second, "give up after this long")
+	fs.StringVar(&p.ifname, "d", "", "RoCE v1: send raw Ethernet frames (Ethertype 0x8915) on this interface (AF_PACKET; root); without it RoCE v2 over UDP")
 	fs.StringVar(&p.pcap, "pcap", "", "record every frame sent and received to this pcap file (tshark dissects it as RRoCE)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: goccl roce %s [-s SIZE | -a] [-n ITERS] [-p PORT] [SERVER]\n\n", name)
+		fmt.Fprintf(stderr, "usage: goccl roce %s [-s SIZE | -a] [-n ITERS] [-p PORT] [-d IFNAME] [SERVER]\n\n", name)
 		fmt.Fprintf(stderr, "Without SERVER: wait for a client on TCP port -p. With it: connect, run and print perftest's columns.\n\n")
 		fs.PrintDefaults()
 	}
@@ -145,8 +147,12 @@ func (p *rocePerf) run(ctx context.Context) error {
 		defer f.Close()
 		opts = append(opts, rdma.WithPcap(f))
 	}
-	dev, err := rdma.Open(netip.AddrPortFrom(local, uint16(devPort)).String(), opts...)
-	if err != nil {
+	var dev *rdma.Device
+	if p.ifname != "" {
+		if dev, err = rdma.OpenV1(p.ifname, opts...); err != nil {
+			return err
+		}
+	} else if dev, err = rdma.Open(netip.AddrPortFrom(local, uint16(devPort)).String(), opts...); err != nil {
 		return fmt.Errorf("%w (another soft RoCE device on this address? try -dev-port 0)", err)
 	}
 	defer dev.Close()
@@ -219,9 +225,15 @@ func (p *rocePerf) header(dev *rdma.Device, me, peer rdma.ConnInfo) {
 		kind = "Latency"
 	}
 	fmt.Fprintln(p.out, "---------------------------------------------------------------------------------------")
-	fmt.Fprintf(p.out, "                    %s %s Test (goccl soft RoCE v2 over UDP)\n", title, kind)
-	fmt.Fprintf(p.out, " local address: QPN %#06x PSN %#06x GID %v port %d\n", me.QPN, me.PSN, netip.AddrFrom16(dev.GID()).Unmap(), dev.Addr().Port())
-	fmt.Fprintf(p.out, " remote address: QPN %#06x PSN %#06x GID %v port %d\n", peer.QPN, peer.PSN, netip.AddrFrom16(peer.GID).Unmap(), peer.Port)
+	if dev.Version() == 1 {
+		fmt.Fprintf(p.out, "                    %s %s Test (goccl soft RoCE v1 over Ethernet on %s, MTU %d)\n", title, kind, p.ifname, dev.ActiveMTU())
+		fmt.Fprintf(p.out, " local address: QPN %#06x PSN %#06x GID %v\n", me.QPN, me.PSN, netip.AddrFrom16(dev.GID()))
+		fmt.Fprintf(p.out, " remote address: QPN %#06x PSN %#06x GID %v\n", peer.QPN, peer.PSN, netip.AddrFrom16(peer.GID))
+	} else {
+		fmt.Fprintf(p.out, "                    %s %s Test (goccl soft RoCE v2 over UDP)\n", title, kind)
+		fmt.Fprintf(p.out, " local address: QPN %#06x PSN %#06x GID %v port %d\n", me.QPN, me.PSN, netip.AddrFrom16(dev.GID()).Unmap(), dev.Addr().Port())
+		fmt.Fprintf(p.out, " remote address: QPN %#06x PSN %#06x GID %v port %d\n", peer.QPN, peer.PSN, netip.AddrFrom16(peer.GID).Unmap(), peer.Port)
+	}
 	fmt.Fprintln(p.out, "---------------------------------------------------------------------------------------")
 	if p.lat {
 		fmt.Fprintln(p.out, " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]")

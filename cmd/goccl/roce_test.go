@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/goccl/goccl/rdma/wire"
 )
 
 // TestRoceCheckPcap runs goccl roce check-pcap on the shared RoCE vectors:
@@ -155,6 +159,18 @@ func TestRoceDevinfo(t *testing.T) {
 	for _, want := range []string{"hca_id:\tgoccl_lo", "link_layer:\t\tEthernet", "::ffff:127.0.0.1, RoCE v2", "active_mtu:\t\t4096 (5)"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("devinfo lacks %q:\n%s", want, out.String())
+		}
+	}
+	// Every interface with a MAC lists its link-local GID as RoCE v1 first.
+	ifs, _ := net.Interfaces()
+	for _, ifc := range ifs {
+		if len(ifc.HardwareAddr) == 6 {
+			want := fmt.Sprintf("hca_id:\tgoccl_%s\n", ifc.Name)
+			i := strings.Index(out.String(), want)
+			gid := netip.AddrFrom16(wire.LinkLocalGID([6]byte(ifc.HardwareAddr))).String() + ", RoCE v1"
+			if i < 0 || !strings.Contains(out.String()[i:], "GID[  0]:\t\t"+gid) {
+				t.Errorf("devinfo lacks %s with GID 0 %s:\n%s", ifc.Name, gid, out.String())
+			}
 		}
 	}
 	for ifMTU, want := range map[int]int{1500: 1024, 9000: 4096, 1100: 1024, 1084: 1024, 1083: 512, 65536: 4096, 200: 0} {

@@ -205,3 +205,47 @@ func ipv4Checksum(h []byte) uint16 {
 	}
 	return ^uint16(sum)
 }
+
+// AppendFrameV1 appends to b the RoCE v1 Ethernet frame carrying ib (BTH to
+// the end of the pad) from sgid to dgid: the Ethernet header with Ethertype
+// 0x8915, a GRH (IP version 6, traffic class 0, flow label 0, next header
+// 0x1b, hop limit 1: RoCE v1 stays on its L2 segment), ib and its ICRC
+// (annex A16).
+func AppendFrameV1(b []byte, ethSrc, ethDst [6]byte, sgid, dgid [16]byte, ib []byte) ([]byte, error) {
+	if len(ib) < BTHSize {
+		return nil, fmt.Errorf("wire: %d-byte IBA packet is shorter than a BTH", len(ib))
+	}
+	if len(ib)+ICRCSize > 0xffff {
+		return nil, fmt.Errorf("wire: %d-byte IBA packet does not fit a GRH payload length", len(ib))
+	}
+	b = append(b, ethDst[:]...)
+	b = append(b, ethSrc[:]...)
+	b = binary.BigEndian.AppendUint16(b, EthertypeRoCEv1)
+	grhStart := len(b)
+	g := GRH{IPVer: 6, PayLen: uint16(len(ib) + ICRCSize), NextHeader: NextHeaderBTH, HopLimit: 1, SGID: sgid, DGID: dgid}
+	b = g.Append(b)
+	b = append(b, ib...)
+	icrc, err := ICRCv1(b[grhStart:grhStart+GRHSize], ib)
+	if err != nil {
+		return nil, err
+	}
+	return PutICRC(b, icrc), nil
+}
+
+// LinkLocalGID is the GID a RoCE port derives from its MAC address (GID
+// index 0 of a RoCE v1 port): fe80::/64 with the modified EUI-64 interface
+// identifier (RFC 4291 appendix A: the universal/local bit inverted,
+// ff:fe inserted in the middle).
+func LinkLocalGID(mac [6]byte) [16]byte {
+	return [16]byte{0xfe, 0x80, 6: 0, 7: 0,
+		8: mac[0] ^ 0x02, 9: mac[1], 10: mac[2], 11: 0xff, 12: 0xfe, 13: mac[3], 14: mac[4], 15: mac[5]}
+}
+
+// MACFromLinkLocalGID inverts LinkLocalGID: ok is false for a GID that is
+// not fe80::/64 with an EUI-64 identifier made from a MAC address.
+func MACFromLinkLocalGID(gid [16]byte) (mac [6]byte, ok bool) {
+	if gid[0] != 0xfe || gid[1] != 0x80 || gid[2]|gid[3]|gid[4]|gid[5]|gid[6]|gid[7] != 0 || gid[11] != 0xff || gid[12] != 0xfe {
+		return mac, false
+	}
+	return [6]byte{gid[8] ^ 0x02, gid[9], gid[10], gid[13], gid[14], gid[15]}, true
+}

@@ -170,6 +170,25 @@ func TestRoundTrip(t *testing.T) {
 					t.Fatalf("%v: flipped bit passed the ICRC", Opcode(op))
 				}
 			}
+			sgid, dgid := LinkLocalGID([6]byte{2, 0, 0, 0, 0, 1}), LinkLocalGID([6]byte{2, 0, 0, 0, 0, 2})
+			fr, err := AppendFrameV1(nil, [6]byte{2, 0, 0, 0, 0, 1}, [6]byte{2, 0, 0, 0, 0, 2}, sgid, dgid, ib)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := ParseFrame(fr)
+			if err != nil {
+				t.Fatalf("v1 %v payload %d: %v", Opcode(op), plen, err)
+			}
+			if f.Version != 1 || !f.ICRCOK() || f.Src.As16() != sgid || f.Dst.As16() != dgid || f.GRH.HopLimit != 1 {
+				t.Fatalf("v1 %v: version %d icrc ok %v src %v dst %v", Opcode(op), f.Version, f.ICRCOK(), f.Src, f.Dst)
+			}
+			if got := f.Packet.Append(nil); !bytes.Equal(got, ib) {
+				t.Fatalf("v1 %v payload %d: round trip\n got %x\nwant %x", Opcode(op), plen, got, ib)
+			}
+			fr[len(fr)-ICRCSize-1] ^= 1
+			if f, err := ParseFrame(fr); err == nil && f.ICRCOK() {
+				t.Fatalf("v1 %v: flipped bit passed the ICRC", Opcode(op))
+			}
 		}
 	}
 	if n != 23+12+2+1 { // RC 0x00-0x14, 0x16, 0x17; UC 0x20-0x2b; UD 0x64, 0x65; CNP
@@ -223,6 +242,25 @@ func TestDecodeErrors(t *testing.T) {
 	} {
 		if err := p.Decode(b); err == nil {
 			t.Errorf("%s: decoded", name)
+		}
+	}
+}
+
+// TestLinkLocalGID: a MAC's GID is the EUI-64 link-local address the kernel
+// gives the interface (RFC 4291), and it maps back to the MAC.
+func TestLinkLocalGID(t *testing.T) {
+	mac := [6]byte{0x52, 0x54, 0x00, 0x12, 0x34, 0x56}
+	gid := LinkLocalGID(mac)
+	if want := netip.MustParseAddr("fe80::5054:ff:fe12:3456"); netip.AddrFrom16(gid) != want {
+		t.Fatalf("GID %v, want %v", netip.AddrFrom16(gid), want)
+	}
+	back, ok := MACFromLinkLocalGID(gid)
+	if !ok || back != mac {
+		t.Fatalf("MAC back %x %v", back, ok)
+	}
+	for _, s := range []string{"::ffff:10.0.0.1", "fe80::1", "fe80:0:0:1:5054:ff:fe12:3456", "fd00::5054:ff:fe12:3456"} {
+		if _, ok := MACFromLinkLocalGID(netip.MustParseAddr(s).As16()); ok {
+			t.Errorf("%s mapped to a MAC", s)
 		}
 	}
 }
