@@ -39,20 +39,44 @@ type link interface {
 // IPv4/UDP headers a RoCE NIC would send for the same addresses (ID 0, DF,
 // TTL 64, UDP checksum 0; the fields routers change are masked out of the
 // ICRC anyway), and checked the same way on receipt.
+//
+// Where the kernel offers UDP segmentation offload (Linux 4.18+), runs of
+// datagrams to one peer of one size (the last may be shorter) leave as one
+// buffer with a UDP_SEGMENT control message, up to 64 KiB: the kernel
+// splits it into the same datagrams on the wire, walking its UDP/IP stack
+// once per buffer instead of once per packet. With UDP_GRO set (Linux
+// 5.0+) the receiving socket gets such runs back as one buffer and the
+// segment size; over loopback they are never split at all.
 type udpLink struct {
 	conn     *net.UDPConn
 	pc       *ipv4.PacketConn
 	addr     netip.AddrPort
-	txq      []ipv4.Message // datagrams queued for the next sendmmsg
+	txq      []ipv4.Message // super-datagrams queued for the next sendmmsg
+	txSegs   []udpRun       // what each of txq holds
 	txBufs   [][]byte
+	txOOB    [][]byte
 	udpAddrs map[netip.AddrPort]*net.UDPAddr
-	sent     int // datagrams sent since the last flush returned
+	gso      bool // send runs with UDP_SEGMENT
+	sent     int  // datagrams sent since the last flush returned
 }
 
-// rxBatch and txBatch bound the datagrams per recvmmsg and sendmmsg.
+// udpRun describes one queued buffer: segs datagrams of segSize bytes (the
+// last possibly shorter; closed once a shorter one is added).
+type udpRun struct {
+	to      netip.AddrPort
+	segSize int
+	segs    int
+	closed  bool
+}
+
 const (
+	// rxBatch and txBatch bound the buffers per recvmmsg and sendmmsg.
 	rxBatch = 64
 	txBatch = 64
+	// gsoMaxBytes and gsoMaxSegs bound a UDP_SEGMENT buffer (the kernel's
+	// limits are a 64 KiB IP datagram and UDP_MAX_SEGMENTS).
+	gsoMaxBytes = 65507
+	gsoMaxSegs  = 64
 )
 
 func openUDPLink(addr string) (*udpLink, error) {
@@ -66,13 +90,26 @@ func openUDPLink(addr string) (*udpLink, error) {
 	}
 	conn.SetReadBuffer(8 << 20)
 	conn.SetWriteBuffer(8 << 20)
-	return &udpLink{conn: conn, pc: ipv4.NewPacketConn(conn), addr: conn.LocalAddr().(*net.UDPAddr).AddrPort(),
-		txq: make([]ipv4.Message, 0, txBatch), udpAddrs: map[netip.AddrPort]*net.UDPAddr{}}, nil
+	l := &udpLink{conn: conn, pc: ipv4.NewPacketConn(conn), addr: conn.LocalAddr().(*net.UDPAddr).AddrPort(),
+		txq: make([]ipv4.Message, 0, txBatch), udpAddrs: map[netip.AddrPort]*net.UDPAddr{}}
+	l.gso = udpOffload(conn)
+	return l, nil
 }
 
 func (l *udpLink) icrc(to netip.AddrPort, ib []byte) (uint32, error) { return icrcV2(l.addr, to, ib) }
 
 func (l *udpLink) queue(b []byte, to netip.AddrPort) {
+	if k := len(l.txq) - 1; l.gso && k >= 0 {
+		r := &l.txSegs[k]
+		if r.to == to && !r.closed && len(b) <= r.segSize && r.segs < gsoMaxSegs && len(l.txBufs[k])+len(b) <= gsoMaxBytes {
+			l.txBufs[k] = append(l.txBufs[k], b...)
+			l.txq[k].Buffers[0] = l.txBufs[k]
+			r.segs++
+			r.closed = len(b) < r.segSize
+			l.setSegment(k)
+			return
+		}
+	}
 	k := len(l.txq)
 	if k == cap(l.txq) {
 		l.flushSome()
@@ -80,8 +117,11 @@ func (l *udpLink) queue(b []byte, to netip.AddrPort) {
 	}
 	if k == len(l.txBufs) {
 		l.txBufs = append(l.txBufs, make([]byte, 0, 4200))
+		l.txOOB = append(l.txOOB, make([]byte, 0, 32))
+		l.txSegs = append(l.txSegs, udpRun{})
 	}
 	l.txBufs[k] = append(l.txBufs[k][:0], b...)
+	l.txSegs[k] = udpRun{to: to, segSize: len(b), segs: 1}
 	ua, ok := l.udpAddrs[to]
 	if !ok {
 		ua = net.UDPAddrFromAddrPort(to)
@@ -92,7 +132,16 @@ func (l *udpLink) queue(b []byte, to netip.AddrPort) {
 	if m.Buffers == nil {
 		m.Buffers = make([][]byte, 1)
 	}
-	m.Buffers[0], m.Addr = l.txBufs[k], ua
+	m.Buffers[0], m.Addr, m.OOB = l.txBufs[k], ua, nil
+}
+
+// setSegment gives buffer k of several datagrams its UDP_SEGMENT control
+// message.
+func (l *udpLink) setSegment(k int) {
+	if l.txSegs[k].segs == 2 {
+		l.txOOB[k] = appendSegmentCmsg(l.txOOB[k][:0], l.txSegs[k].segSize)
+		l.txq[k].OOB = l.txOOB[k]
+	}
 }
 
 func (l *udpLink) flush() int {
@@ -105,17 +154,50 @@ func (l *udpLink) flush() int {
 // flushSome sends the queue (also when queue finds it full), adding to
 // l.sent.
 func (l *udpLink) flushSome() {
-	for q := l.txq; len(q) > 0; {
+	for q, runs := l.txq, l.txSegs; len(q) > 0; {
 		n, err := l.pc.WriteBatch(q, 0)
+		if err != nil && l.gso && n <= 0 && q[0].OOB != nil {
+			// The kernel refused segmentation (EMSGSIZE when a segment
+			// and its headers exceed the path's MTU, EIO without
+			// checksum offload, EINVAL on old kernels): send datagram by
+			// datagram from now on (the kernel fragments those).
+			l.gso = false
+			l.requeueSingly(q, runs)
+			return
+		}
 		if err != nil {
-			// Dropped like a lost packet; RC retransmits.
+			// Dropped like a lost packet; RC retransmits. (WriteBatch
+			// says -1 when the first message failed.)
 			n = max(n, 1)
 		} else {
-			l.sent += n
+			for _, r := range runs[:n] {
+				l.sent += r.segs
+			}
 		}
-		q = q[n:]
+		q, runs = q[n:], runs[n:]
 	}
 	l.txq = l.txq[:0]
+}
+
+// requeueSingly re-queues the datagrams of q one by one (l.gso off) and
+// sends them.
+func (l *udpLink) requeueSingly(q []ipv4.Message, runs []udpRun) {
+	var pending [][]byte
+	var to []netip.AddrPort
+	for i, m := range q {
+		b := m.Buffers[0]
+		for len(b) > 0 {
+			n := min(runs[i].segSize, len(b))
+			pending = append(pending, append([]byte(nil), b[:n]...))
+			to = append(to, runs[i].to)
+			b = b[n:]
+		}
+	}
+	l.txq = l.txq[:0]
+	for i, b := range pending {
+		l.queue(b, to[i])
+	}
+	l.flushSome()
 }
 
 func (l *udpLink) appendFrame(b []byte, src, dst netip.AddrPort, ib []byte) ([]byte, error) {
@@ -125,7 +207,8 @@ func (l *udpLink) appendFrame(b []byte, src, dst netip.AddrPort, ib []byte) ([]b
 func (l *udpLink) readLoop(d *Device) {
 	msgs := make([]ipv4.Message, rxBatch)
 	for i := range msgs {
-		msgs[i].Buffers = [][]byte{make([]byte, 9216)}
+		msgs[i].Buffers = [][]byte{make([]byte, 65536)}
+		msgs[i].OOB = make([]byte, 64)
 	}
 	for {
 		// recvmmsg: every datagram that is waiting, up to rxBatch, for
@@ -145,14 +228,22 @@ func (l *udpLink) readLoop(d *Device) {
 			}
 			from := ua.AddrPort()
 			b := m.Buffers[0][:m.N]
-			if len(b) < wire.BTHSize+wire.ICRCSize {
-				d.stats.PacketsReceived++
-				d.stats.Malformed++
-				continue
+			seg := grSegmentSize(m.OOB[:m.NN])
+			if seg <= 0 {
+				seg = len(b)
 			}
-			ib := b[:len(b)-wire.ICRCSize]
-			want, err := icrcV2(from, l.addr, ib)
-			d.receiveLocked(ib, err == nil && want == binary.LittleEndian.Uint32(b[len(ib):]), from)
+			for len(b) > 0 {
+				pkt := b[:min(seg, len(b))]
+				b = b[len(pkt):]
+				if len(pkt) < wire.BTHSize+wire.ICRCSize {
+					d.stats.PacketsReceived++
+					d.stats.Malformed++
+					continue
+				}
+				ib := pkt[:len(pkt)-wire.ICRCSize]
+				want, err := icrcV2(from, l.addr, ib)
+				d.receiveLocked(ib, err == nil && want == binary.LittleEndian.Uint32(pkt[len(ib):]), from)
+			}
 		}
 		d.flushTx()
 		d.mu.Unlock()

@@ -1,0 +1,9 @@
+//go:build !linux
+
+package rdma
+
+import "net"
+
+func udpOffload(conn *net.UDPConn) bool        { return false }
+func appendSegmentCmsg(b []byte, _ int) []byte { return b }
+func grSegmentSize(oob []byte) int             { return 0 }
