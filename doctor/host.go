@@ -293,8 +293,15 @@ func CheckHost(ctx context.Context, opt HostOptions) (*HostReport, error) {
 	sort.SliceStable(h.rep.Findings, func(i, j int) bool {
 		return severityRank(h.rep.Findings[i].Severity) < severityRank(h.rep.Findings[j].Severity)
 	})
+	// Empty lists encode as [] rather than null.
 	if h.rep.Findings == nil {
 		h.rep.Findings = []Finding{}
+	}
+	if h.rep.RDMA == nil {
+		h.rep.RDMA = []HostRDMADevice{}
+	}
+	if h.rep.Interfaces == nil {
+		h.rep.Interfaces = []HostInterface{}
 	}
 	return h.rep, nil
 }

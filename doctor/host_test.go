@@ -302,6 +302,27 @@ func TestHostCleanEnvAndSingleHost(t *testing.T) {
 	hostWantStatus(t, rep, "env NCCL_IB_GID_INDEX mlx5_0/1", HostError)
 	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, RunTool: hostNoTools, Env: []string{"NCCL_IB_GID_INDEX=3"}})
 	hostWantStatus(t, rep, "env NCCL_IB_GID_INDEX mlx5_0/1", HostOK)
+
+	// The RoCE netdev at 1500 caps the path MTU at 1024; the port goes down.
+	for p, c := range map[string]string{
+		"sys/class/net/eth0/mtu":                         "1500",
+		"sys/class/infiniband/mlx5_0/ports/1/state":      "1: DOWN",
+		"sys/class/infiniband/mlx5_0/ports/1/phys_state": "3: Disabled",
+	} {
+		if err := os.WriteFile(filepath.Join(root, p), []byte(c+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, RunTool: hostNoTools, Env: []string{}})
+	c := hostWantStatus(t, rep, "roce mtu mlx5_0/1", HostInfo)
+	if !strings.Contains(c.Detail, "RoCE path MTU 1024") || !strings.Contains(c.Fix, "mtu 4200") {
+		t.Errorf("roce mtu: %+v", c)
+	}
+	hostWantStatus(t, rep, "mtu", HostOK)
+	c = hostWantStatus(t, rep, "port mlx5_0/1", HostWarn)
+	if !strings.Contains(c.Detail, "DOWN, Disabled") || !hostHasFinding(rep, "ib-port-not-active", SevWarn) {
+		t.Errorf("down port: %+v", c)
+	}
 }
 
 func TestHostContainerWithoutDevInfiniband(t *testing.T) {
