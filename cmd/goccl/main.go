@@ -3,6 +3,7 @@
 //	goccl run -np N [-env K=V]... PROG [ARGS...]   start N local ranks of PROG
 //	goccl perf COLL [flags]                        nccl-tests-style benchmark
 //	goccl roce check-pcap FILE                     decode RoCE frames, verify ICRCs
+//	goccl doctor host [--json]                     check this host (RDMA, MTUs, /dev/shm, env)
 //	goccl version                                  print the version
 //
 // Each subcommand lives in its own file and registers itself in init with

@@ -1,0 +1,217 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+
+	"github.com/goccl/goccl/doctor"
+)
+
+const doctorUsage = `usage: goccl doctor host [--json]
+       goccl doctor nccl-log FILE|- [--json]
+       goccl doctor nccl-tests FILE|- [--expect-busbw GBPS] [--json]
+       goccl doctor topo FILE|- [--json]
+       goccl doctor ibv FILE|- [--json]
+
+host        checks this machine: RDMA devices and /dev/infiniband (containers),
+            port states, RoCE GIDs and the NCCL_IB_GID_INDEX to use, interface
+            MTUs, /dev/shm size, the local port range, NUMA nodes, NCCL_* and
+            GOCCL_* variables, and runs nvidia-smi topo -m and ibv_devinfo when
+            installed (their output is kept in --json's "tools")
+nccl-log    reads an NCCL_DEBUG=INFO log
+nccl-tests  reads an nccl-tests or goccl perf table; --expect-busbw flags
+            sizes whose bus bandwidth (GB/s) falls short
+topo        reads the matrix of nvidia-smi topo -m
+ibv         reads ibv_devinfo, ibstat, ibstatus or show_gids output
+
+FILE is read as posted (launcher prefixes and colour codes are fine); - is
+standard input. Flags may come before or after FILE, with one dash or two.
+--json prints the report as JSON. Each finding has a severity (error, warn,
+info), a stable code and a fix.
+
+The exit status is 1 when a finding is an error, 0 otherwise, 2 for usage
+errors and unreadable input.
+`
+
+func init() {
+	register(&command{
+		name:    "doctor",
+		summary: "diagnose a setup: this host, NCCL logs, nccl-tests tables, nvidia-smi topo -m, ibv_devinfo",
+		usage:   "goccl doctor host|nccl-log|nccl-tests|topo|ibv [FILE|-] [--json]",
+		run:     runDoctor,
+	})
+}
+
+// doctorResult is what a doctor subcommand produced: the report to encode
+// with --json, how to print it as text, and its findings (for the exit
+// status).
+type doctorResult struct {
+	report   any
+	text     func(io.Writer) error
+	findings []doctor.Finding
+}
+
+// doctorRunFunc runs a subcommand on its opened input (nil for those
+// without FILE|-).
+type doctorRunFunc func(ctx context.Context, in io.Reader) (doctorResult, error)
+
+// doctorSub is one row of the doctor table.
+type doctorSub struct {
+	name  string
+	input bool // takes FILE|-
+	// setup registers the subcommand's own flags (besides --json) on fs and
+	// returns the function that runs it with their parsed values.
+	setup func(fs *flag.FlagSet) doctorRunFunc
+}
+
+// doctorSubs lists the doctor subcommands; a new reader is one more row.
+var doctorSubs = []doctorSub{
+	{name: "host", setup: func(fs *flag.FlagSet) doctorRunFunc {
+		return func(ctx context.Context, _ io.Reader) (doctorResult, error) {
+			rep, err := doctor.CheckHost(ctx, doctor.HostOptions{})
+			if err != nil {
+				return doctorResult{}, err
+			}
+			return doctorResult{report: rep, text: rep.WriteText, findings: rep.Findings}, nil
+		}
+	}},
+}
+
+// doctorStdin is what FILE "-" reads; tests replace it.
+var doctorStdin io.Reader = os.Stdin
+
+// doctorReadInput opens a FILE|- argument: "-" is stdin (closing it does
+// nothing), anything else a file path.
+func doctorReadInput(arg string, stdin io.Reader) (io.ReadCloser, error) {
+	if arg == "-" {
+		if stdin == nil {
+			return nil, errors.New("no standard input")
+		}
+		return io.NopCloser(stdin), nil
+	}
+	if arg == "" {
+		return nil, errors.New("empty file name")
+	}
+	return os.Open(arg)
+}
+
+func runDoctor(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, doctorUsage)
+		return 2
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, doctorUsage)
+		return 0
+	}
+	var sub *doctorSub
+	for i := range doctorSubs {
+		if doctorSubs[i].name == args[0] {
+			sub = &doctorSubs[i]
+		}
+	}
+	if sub == nil {
+		known := make([]string, 0, len(doctorSubs))
+		for _, s := range doctorSubs {
+			known = append(known, s.name)
+		}
+		sort.Strings(known)
+		fmt.Fprintf(stderr, "goccl doctor: unknown subcommand %q (this build has: %s)\n\n%s", args[0], strings.Join(known, ", "), doctorUsage)
+		return 2
+	}
+	name := "goccl doctor " + sub.name
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	run := sub.setup(fs)
+	fs.Usage = func() {
+		synopsis := name
+		if sub.input {
+			synopsis += " FILE|-"
+		}
+		fmt.Fprintf(fs.Output(), "usage: %s [flags]\n\nflags (one dash or two, before or after FILE):\n", synopsis)
+		fs.PrintDefaults()
+	}
+	pos, err := doctorParse(fs, args[1:])
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	want := 0
+	if sub.input {
+		want = 1
+	}
+	if len(pos) != want {
+		if want == 0 {
+			fmt.Fprintf(stderr, "%s: unexpected argument %q\n", name, pos[0])
+		} else {
+			fmt.Fprintf(stderr, "%s: need one FILE (or - for standard input), got %d arguments\n", name, len(pos))
+		}
+		fs.Usage()
+		return 2
+	}
+	var in io.Reader
+	if sub.input {
+		rc, err := doctorReadInput(pos[0], doctorStdin)
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", name, err)
+			return 2
+		}
+		defer rc.Close()
+		in = rc
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	res, err := run(ctx, in)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 1
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(res.report)
+	} else {
+		err = res.text(stdout)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: writing the report: %v\n", name, err)
+		return 1
+	}
+	if doctor.HasErrors(res.findings) {
+		return 1
+	}
+	return 0
+}
+
+// doctorParse parses flags anywhere among the arguments (the flag package
+// stops at the first non-flag) and returns the positional ones; after "--"
+// everything is positional. "-" is positional (standard input).
+func doctorParse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}

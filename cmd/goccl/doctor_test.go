@@ -1,0 +1,160 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/goccl/goccl/doctor"
+)
+
+func TestDoctorHostJSON(t *testing.T) {
+	for _, flagName := range []string{"--json", "-json"} {
+		var o, e bytes.Buffer
+		code := cli([]string{"doctor", "host", flagName}, &o, &e)
+		var rep doctor.HostReport
+		if err := json.Unmarshal(o.Bytes(), &rep); err != nil {
+			t.Fatalf("%s: not JSON (%v):\n%s\nstderr: %s", flagName, err, o.String(), e.String())
+		}
+		found := false
+		for _, c := range rep.Checks {
+			found = found || c.Name == "shm"
+		}
+		if !found {
+			t.Errorf("%s: no shm check in %+v", flagName, rep.Checks)
+		}
+		if want := 0; doctor.HasErrors(rep.Findings) {
+			want = 1
+			if code != want {
+				t.Errorf("%s: exit %d with error findings", flagName, code)
+			}
+		} else if code != want {
+			t.Errorf("%s: exit %d without error findings; stderr %s", flagName, code, e.String())
+		}
+	}
+}
+
+func TestDoctorHostText(t *testing.T) {
+	var o, e bytes.Buffer
+	code := cli([]string{"doctor", "host"}, &o, &e)
+	if code != 0 && code != 1 || !strings.Contains(o.String(), "shm") || !strings.Contains(o.String(), "errors,") {
+		t.Errorf("exit %d\n%s\nstderr: %s", code, o.String(), e.String())
+	}
+}
+
+func TestDoctorUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"doctor"},
+		{"doctor", "nosuch"},
+		{"doctor", "host", "extra"},
+		{"doctor", "host", "--nosuchflag"},
+	} {
+		var o, e bytes.Buffer
+		if code := cli(args, &o, &e); code != 2 {
+			t.Errorf("%q: exit %d, want 2 (stderr %s)", args, code, e.String())
+		}
+		if e.Len() == 0 {
+			t.Errorf("%q: no usage on stderr", args)
+		}
+	}
+	var o, e bytes.Buffer
+	if code := cli([]string{"doctor", "-h"}, &o, &e); code != 0 {
+		t.Errorf("-h: exit %d", code)
+	}
+	for _, sub := range []string{"host", "nccl-log FILE|-", "nccl-tests FILE|- [--expect-busbw GBPS]", "topo FILE|-", "ibv FILE|-"} {
+		if !strings.Contains(o.String(), "goccl doctor "+sub) {
+			t.Errorf("usage lacks %q:\n%s", sub, o.String())
+		}
+	}
+	o.Reset()
+	if code := cli([]string{"help", "doctor"}, &o, &e); code != 0 || !strings.Contains(o.String(), "goccl doctor host") {
+		t.Errorf("help doctor: exit %d\n%s", code, o.String())
+	}
+	o.Reset()
+	e.Reset()
+	if code := cli([]string{"doctor", "host", "-h"}, &o, &e); code != 0 || !strings.Contains(e.String(), "-json") {
+		t.Errorf("host -h: exit %d\n%s", code, e.String())
+	}
+}
+
+// TestDoctorInputTable plugs a FILE|- row into the table, as the readers
+// will, and checks flags after FILE, stdin, exit statuses and usage errors.
+func TestDoctorInputTable(t *testing.T) {
+	saved, savedStdin := doctorSubs, doctorStdin
+	t.Cleanup(func() { doctorSubs, doctorStdin = saved, savedStdin })
+	var gotLimit float64
+	doctorSubs = append(append([]doctorSub(nil), saved...), doctorSub{name: "echo", input: true,
+		setup: func(fs *flag.FlagSet) doctorRunFunc {
+			limit := fs.Float64("expect-busbw", 0, "GB/s")
+			return func(ctx context.Context, in io.Reader) (doctorResult, error) {
+				b, err := io.ReadAll(in)
+				if err != nil {
+					return doctorResult{}, err
+				}
+				gotLimit = *limit
+				var fs []doctor.Finding
+				if strings.Contains(string(b), "bad") {
+					fs = append(fs, doctor.Finding{Severity: doctor.SevError, Code: "bad", Message: "bad input"})
+				}
+				text := string(b)
+				return doctorResult{report: map[string]string{"text": text}, findings: fs,
+					text: func(w io.Writer) error { _, err := io.WriteString(w, text); return err }}, nil
+			}
+		}})
+	file := filepath.Join(t.TempDir(), "in.txt")
+	if err := os.WriteFile(file, []byte("fine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var o, e bytes.Buffer
+	if code := cli([]string{"doctor", "echo", file, "--expect-busbw", "12.5", "--json"}, &o, &e); code != 0 {
+		t.Fatalf("exit %d: %s", code, e.String())
+	}
+	var m map[string]string
+	if err := json.Unmarshal(o.Bytes(), &m); err != nil || m["text"] != "fine" || gotLimit != 12.5 {
+		t.Errorf("json %q (%v), limit %v", o.String(), err, gotLimit)
+	}
+	doctorStdin = strings.NewReader("bad")
+	o.Reset()
+	if code := cli([]string{"doctor", "echo", "-"}, &o, &e); code != 1 || o.String() != "bad" {
+		t.Errorf("stdin: exit %d out %q", code, o.String())
+	}
+	for _, args := range [][]string{
+		{"doctor", "echo"},
+		{"doctor", "echo", file, file},
+		{"doctor", "echo", filepath.Join(t.TempDir(), "missing")},
+	} {
+		if code := cli(args, &o, &e); code != 2 {
+			t.Errorf("%q: exit %d, want 2", args, code)
+		}
+	}
+}
+
+func TestDoctorParse(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		pos  []string
+		json bool
+	}{
+		{[]string{"f", "--json"}, []string{"f"}, true},
+		{[]string{"-json", "-"}, []string{"-"}, true},
+		{[]string{"--", "-json"}, []string{"-json"}, false},
+		{nil, nil, false},
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		j := fs.Bool("json", false, "")
+		pos, err := doctorParse(fs, c.args)
+		if err != nil || !reflect.DeepEqual(pos, c.pos) || *j != c.json {
+			t.Errorf("%q: pos %q json %v err %v", c.args, pos, *j, err)
+		}
+	}
+	if _, err := doctorReadInput("-", nil); err == nil {
+		t.Error("- without stdin: no error")
+	}
+}

@@ -1,0 +1,1224 @@
+package doctor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// HostOptions says where and how CheckHost looks.
+type HostOptions struct {
+	// Root is the file system root under which /sys, /proc and /dev are
+	// read; "" means "/". Tests point it at a fake tree. With a Root other
+	// than "/" interface addresses are not listed (they come from the
+	// kernel through net.Interfaces, not from files) and, unless RunTool
+	// is set, the external tools are skipped (they would describe the real
+	// machine, not the tree).
+	Root string
+	// Env is the environment to check, as "KEY=value" strings; nil means
+	// os.Environ(). The last assignment of a key wins, as in a shell.
+	Env []string
+	// RunTool runs an external program (nvidia-smi topo -m, ibv_devinfo)
+	// and returns its standard output. nil means executing it with a
+	// timeout of 15 s unless ctx has an earlier deadline; the returned
+	// error wraps exec.ErrNotFound when the program is not installed.
+	RunTool func(ctx context.Context, name string, args ...string) ([]byte, error)
+}
+
+// Check statuses of a HostCheck.
+const (
+	HostOK    = "ok"
+	HostWarn  = "warn"
+	HostError = "error"
+	HostInfo  = "info"
+	HostSkip  = "skip"
+)
+
+// HostCheck is one line of the host report: what was checked, how it went
+// (ok, warn, error, info or skip), what was seen, and what to do.
+type HostCheck struct {
+	Name   string `json:"name"`
+	Status string `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	Fix    string `json:"fix,omitempty"`
+}
+
+// HostGID is one non-empty slot of a port's GID table.
+type HostGID struct {
+	Index int    `json:"index"`
+	GID   string `json:"gid"`            // canonical text: "fe80::1", "::ffff:10.0.0.1"
+	Type  string `json:"type,omitempty"` // "RoCE v2" or "IB/RoCE v1"; "" where sysfs gives none
+	// Netdev is the network interface the GID belongs to (RoCE only).
+	Netdev string `json:"netdev,omitempty"`
+}
+
+// HostRDMAPort is one port of an RDMA device, as sysfs shows it.
+type HostRDMAPort struct {
+	Port      int       `json:"port"`
+	State     string    `json:"state"`      // "ACTIVE", "DOWN", ... (logical state)
+	PhysState string    `json:"phys_state"` // "LinkUp", "Disabled", "Polling", ...
+	LinkLayer string    `json:"link_layer"` // "InfiniBand" or "Ethernet"
+	Rate      string    `json:"rate,omitempty"`
+	GIDs      []HostGID `json:"gids,omitempty"`
+	// Netdev is the network interface behind a RoCE port (from its GIDs).
+	Netdev string `json:"netdev,omitempty"`
+	// GIDIndex is the GID index to give NCCL_IB_GID_INDEX on a RoCE port:
+	// the first RoCE v2 GID holding an IPv4-mapped address; -1 for none
+	// (and on InfiniBand ports, which need no GID index).
+	GIDIndex int `json:"gid_index"`
+}
+
+// HostRDMADevice is one entry of /sys/class/infiniband.
+type HostRDMADevice struct {
+	Name     string         `json:"name"`
+	NodeType string         `json:"node_type,omitempty"` // "1: CA"
+	FWVer    string         `json:"fw_ver,omitempty"`
+	NUMANode int            `json:"numa_node"` // -1 when unknown
+	Ports    []HostRDMAPort `json:"ports"`
+}
+
+// HostInterface is one entry of /sys/class/net.
+type HostInterface struct {
+	Name     string   `json:"name"`
+	MTU      int      `json:"mtu"`   // bytes; 0 when unreadable
+	State    string   `json:"state"` // operstate: "up", "down", "unknown", ...
+	Address  string   `json:"address,omitempty"`
+	Type     int      `json:"type"` // ARPHRD_*: 1 Ethernet, 32 InfiniBand (IPoIB), 772 loopback
+	Loopback bool     `json:"loopback"`
+	Physical bool     `json:"physical"`        // has a device (PCI, virtio, ...) behind it
+	Addrs    []string `json:"addrs,omitempty"` // CIDR; listed only when Root is "/"
+}
+
+// HostPortRange is net.ipv4.ip_local_port_range: the ports the kernel
+// hands out to connect() and bind(0).
+type HostPortRange struct {
+	Low   int `json:"low"`
+	High  int `json:"high"`
+	Width int `json:"width"` // High-Low+1
+}
+
+// HostNUMANode is one NUMA node and its CPUs.
+type HostNUMANode struct {
+	Node    int    `json:"node"`
+	CPUList string `json:"cpulist"` // "0-15,32-47"
+	CPUs    int    `json:"cpus"`
+}
+
+// HostReport is what CheckHost found.
+type HostReport struct {
+	Root string `json:"root"`
+	// Checks lists every check in the order run.
+	Checks []HostCheck `json:"checks"`
+	// RDMA lists the devices under /sys/class/infiniband.
+	RDMA       []HostRDMADevice `json:"rdma_devices"`
+	Interfaces []HostInterface  `json:"interfaces"`
+	// ShmBytes and ShmFree are the size and the space available to an
+	// unprivileged user of /dev/shm, in bytes (0 when it is missing).
+	ShmBytes  uint64         `json:"shm_bytes"`
+	ShmFree   uint64         `json:"shm_free"`
+	PortRange *HostPortRange `json:"port_range,omitempty"`
+	NUMANodes []HostNUMANode `json:"numa_nodes,omitempty"`
+	// Tools holds the raw standard output of each external tool that ran,
+	// keyed by its command line ("nvidia-smi topo -m", "ibv_devinfo").
+	Tools map[string]string `json:"tools,omitempty"`
+	// Findings are the problems and notes, errors first.
+	Findings []Finding `json:"findings"`
+}
+
+// hostShmMin is the /dev/shm size under which CheckHost warns: NCCL's SHM
+// transport and goccl's rings need a few MiB per pair of ranks and channel;
+// Docker's default of 64 MiB is not enough for 8 GPUs.
+const hostShmMin = 1 << 30
+
+// hostPortRangeMin is the ip_local_port_range width under which CheckHost
+// warns: every rank opens sockets to every peer (several per peer with
+// NCCL_NSOCKS_PERTHREAD or GOCCL_NSOCKS_PERPEER), plus bootstrap ones.
+const hostPortRangeMin = 10000
+
+// hostRoCEHeaders is what the kernel's iboe_get_mtu (include/rdma/ib_addr.h)
+// subtracts from a netdev MTU to get the largest RoCE path MTU: GRH 40, UDP
+// 8, BTH 12, XRC 4, AtomicETH 28, ICRC 4 bytes. A 4096-byte path MTU needs
+// a netdev MTU of at least 4192; 4200 is the usual setting.
+const hostRoCEHeaders = 40 + 8 + 12 + 4 + 28 + 4
+
+// hostRoCEMTU is the netdev MTU CheckHost recommends for RoCE.
+const hostRoCEMTU = 4200
+
+// hostKnownGOCCL lists the GOCCL_* variables goccl reads (README.md,
+// section Environment; internal/launch; transport/shm; rdma tests).
+var hostKnownGOCCL = []string{
+	"GOCCL_ALGO", "GOCCL_CHECKSUM", "GOCCL_DEBUG", "GOCCL_DEBUG_CHECK",
+	"GOCCL_DIRECT_MIN_BYTES", "GOCCL_JOB_ID", "GOCCL_JOB_TOKEN",
+	"GOCCL_LOCAL_RANK", "GOCCL_LOCAL_WORLD_SIZE", "GOCCL_NSOCKS_PERPEER",
+	"GOCCL_RANK", "GOCCL_ROCE_LOSSY_BYTES", "GOCCL_SHM_CMA",
+	"GOCCL_SHM_CMA_THRESHOLD", "GOCCL_SHM_DIR", "GOCCL_SHM_DISABLE",
+	"GOCCL_SOCKET_IFNAME", "GOCCL_STORE_ADDR", "GOCCL_STORE_DIR",
+	"GOCCL_TIMEOUT", "GOCCL_TLS", "GOCCL_TLS_CA", "GOCCL_TLS_CERT",
+	"GOCCL_TLS_KEY", "GOCCL_WORLD_SIZE",
+}
+
+// hostTools are the external programs CheckHost runs when installed.
+var hostTools = []struct {
+	name string
+	args []string
+}{
+	{"nvidia-smi", []string{"topo", "-m"}},
+	{"ibv_devinfo", nil},
+}
+
+// hostRun accumulates the report while the checks run.
+type hostRun struct {
+	rep  *HostReport
+	root string
+	env  map[string]string
+}
+
+// check appends a check and, for warn, error and info statuses with a code,
+// the matching finding.
+func (h *hostRun) check(name, status, code, detail, fix string) {
+	h.rep.Checks = append(h.rep.Checks, HostCheck{Name: name, Status: status, Detail: detail, Fix: fix})
+	if code == "" {
+		return
+	}
+	var sev Severity
+	switch status {
+	case HostError:
+		sev = SevError
+	case HostWarn:
+		sev = SevWarn
+	case HostInfo:
+		sev = SevInfo
+	default:
+		return
+	}
+	h.rep.Findings = append(h.rep.Findings, Finding{Severity: sev, Code: code, Message: name + ": " + detail, Fix: fix})
+}
+
+// path maps an absolute path of the live system to the same path under Root.
+func (h *hostRun) path(p string) string {
+	if h.root == "/" {
+		return p
+	}
+	return filepath.Join(h.root, p)
+}
+
+// read returns the trimmed content of a file under Root and whether it could
+// be read (sysfs attributes of empty GID slots fail with EINVAL).
+func (h *hostRun) read(p string) (string, bool) {
+	b, err := os.ReadFile(h.path(p))
+	if err != nil {
+		return "", false
+	}
+	return strings.TrimSpace(string(b)), true
+}
+
+func (h *hostRun) exists(p string) bool {
+	_, err := os.Stat(h.path(p))
+	return err == nil
+}
+
+// dir lists the names in a directory under Root, sorted; nil when absent.
+func (h *hostRun) dir(p string) []string {
+	es, err := os.ReadDir(h.path(p))
+	if err != nil {
+		return nil
+	}
+	names := make([]string, 0, len(es))
+	for _, e := range es {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// CheckHost inspects the machine (or the tree under opt.Root): RDMA devices
+// and their device nodes, port states and GID tables, interface MTUs,
+// /dev/shm, the local port range, NUMA nodes, NCCL_* and GOCCL_* variables,
+// and the output of nvidia-smi topo -m and ibv_devinfo when installed. A
+// check that cannot read its files says so in its status; CheckHost returns
+// an error only when Root is not a directory or ctx ends.
+func CheckHost(ctx context.Context, opt HostOptions) (*HostReport, error) {
+	root := opt.Root
+	if root == "" {
+		root = "/"
+	}
+	root = filepath.Clean(root)
+	if st, err := os.Stat(root); err != nil {
+		return nil, fmt.Errorf("doctor: host root: %w", err)
+	} else if !st.IsDir() {
+		return nil, fmt.Errorf("doctor: host root %s is not a directory", root)
+	}
+	envList := opt.Env
+	if envList == nil {
+		envList = os.Environ()
+	}
+	h := &hostRun{rep: &HostReport{Root: root}, root: root, env: map[string]string{}}
+	for _, kv := range envList {
+		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+			h.env[k] = v
+		}
+	}
+	steps := []func(){
+		h.checkInterfaces, // RDMA checks need the netdev MTUs
+		h.checkRDMA,
+		h.checkMTUs,
+		h.checkShm,
+		h.checkPortRange,
+		h.checkNUMA,
+		h.checkEnv,
+	}
+	for _, step := range steps {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		step()
+	}
+	if err := h.runTools(ctx, opt.RunTool); err != nil {
+		return nil, err
+	}
+	sort.SliceStable(h.rep.Findings, func(i, j int) bool {
+		return severityRank(h.rep.Findings[i].Severity) < severityRank(h.rep.Findings[j].Severity)
+	})
+	// Empty lists encode as [] rather than null.
+	if h.rep.Findings == nil {
+		h.rep.Findings = []Finding{}
+	}
+	if h.rep.RDMA == nil {
+		h.rep.RDMA = []HostRDMADevice{}
+	}
+	if h.rep.Interfaces == nil {
+		h.rep.Interfaces = []HostInterface{}
+	}
+	return h.rep, nil
+}
+
+// --- RDMA ----------------------------------------------------------------
+
+// checkRDMA reads /sys/class/infiniband and /dev/infiniband.
+//
+// Sysfs layout (kernel Documentation/ABI/stable/sysfs-class-infiniband), all
+// under /sys/class/infiniband/<device>/:
+//
+//	node_type                      "1: CA"
+//	fw_ver                         "20.31.1014"
+//	device/numa_node               "0", or "-1" when the platform gives none
+//	ports/<n>/state                "4: ACTIVE" (1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER)
+//	ports/<n>/phys_state           "5: LinkUp" (2 Polling, 3 Disabled, ...)
+//	ports/<n>/link_layer           "InfiniBand" or "Ethernet" (RoCE)
+//	ports/<n>/rate                 "100 Gb/sec (4X EDR)"; Gb/s, signalling rate
+//	ports/<n>/gids/<i>             "fe80:0000:0000:0000:0202:c9ff:fe00:0001", 8 groups
+//	                               of 4 hex digits; an all-zero GID is an empty slot
+//	ports/<n>/gid_attrs/types/<i>  "IB/RoCE v1" or "RoCE v2" (EINVAL on empty slots)
+//	ports/<n>/gid_attrs/ndevs/<i>  netdev name of a RoCE GID (EINVAL on empty slots)
+//
+// /dev/infiniband holds the character devices user space opens: uverbs<N>
+// (verbs), rdma_cm, umad<N>; a container sees them only when they are passed in.
+func (h *hostRun) checkRDMA() {
+	sysDevs := h.dir("/sys/class/infiniband")
+	devNodes := h.dir("/dev/infiniband")
+	var uverbs []string
+	for _, n := range devNodes {
+		if strings.HasPrefix(n, "uverbs") {
+			uverbs = append(uverbs, n)
+		}
+	}
+	switch {
+	case len(sysDevs) == 0 && len(uverbs) == 0:
+		h.check("rdma devices", HostInfo, "rdma-none",
+			"no RDMA devices: /sys/class/infiniband and /dev/infiniband are absent or empty; NCCL will use NET/Socket (TCP) between hosts, and goccl uses TCP",
+			"nothing to fix for TCP; to exercise RDMA code paths without hardware use goccl's soft RoCE (goccl roce devinfo, goccl roce write-bw)")
+		return
+	case len(sysDevs) > 0 && len(uverbs) == 0:
+		h.check("rdma devices", HostError, "rdma-dev-missing",
+			fmt.Sprintf("sysfs lists %s but /dev/infiniband has no uverbs device: the verbs library cannot open them (typical of a container), NCCL falls back to NET/Socket",
+				strings.Join(sysDevs, ", ")),
+			"run the container with --device=/dev/infiniband (or --privileged, or the Kubernetes RDMA device plugin's rdma/… resource); on a bare host load ib_uverbs (modprobe ib_uverbs)")
+	case len(sysDevs) == 0:
+		h.check("rdma devices", HostWarn, "rdma-sysfs-missing",
+			fmt.Sprintf("/dev/infiniband has %s but /sys/class/infiniband is empty: libibverbs finds devices through sysfs and will see none",
+				strings.Join(uverbs, ", ")),
+			"mount the host's /sys (read-only is enough) into the container")
+		return
+	default:
+		h.check("rdma devices", HostOK, "",
+			fmt.Sprintf("%s; /dev/infiniband: %s", strings.Join(sysDevs, ", "), strings.Join(devNodes, " ")), "")
+	}
+	for _, name := range sysDevs {
+		h.rep.RDMA = append(h.rep.RDMA, h.readRDMADevice(name))
+	}
+	gidEnv, gidEnvSet := h.env["NCCL_IB_GID_INDEX"]
+	gidIndexes := map[int][]string{}
+	for _, d := range h.rep.RDMA {
+		if len(d.Ports) == 0 {
+			h.check("rdma "+d.Name, HostWarn, "rdma-no-ports", "no ports under /sys/class/infiniband/"+d.Name+"/ports", "check the driver (dmesg) and the firmware")
+		}
+		for _, p := range d.Ports {
+			h.checkPort(d, p)
+			if p.LinkLayer == "Ethernet" && p.GIDIndex >= 0 {
+				gidIndexes[p.GIDIndex] = append(gidIndexes[p.GIDIndex], fmt.Sprintf("%s/%d", d.Name, p.Port))
+			}
+			if gidEnvSet && p.LinkLayer == "Ethernet" {
+				h.checkGIDEnv(d, p, gidEnv)
+			}
+		}
+	}
+	if len(gidIndexes) > 1 {
+		var parts []string
+		for idx, ports := range gidIndexes {
+			parts = append(parts, fmt.Sprintf("%d on %s", idx, strings.Join(ports, ",")))
+		}
+		sort.Strings(parts)
+		h.check("roce gid index", HostWarn, "roce-gid-index-differs",
+			"the IPv4 RoCE v2 GID sits at different indexes: "+strings.Join(parts, "; ")+"; NCCL_IB_GID_INDEX is one value for all HCAs",
+			"leave NCCL_IB_GID_INDEX unset so NCCL picks per HCA (NCCL_IB_ROCE_VERSION_NUM=2, NCCL_IB_ADDR_FAMILY=AF_INET), or restrict NCCL_IB_HCA to ports that agree")
+	}
+}
+
+func (h *hostRun) readRDMADevice(name string) HostRDMADevice {
+	base := "/sys/class/infiniband/" + name
+	d := HostRDMADevice{Name: name, NUMANode: -1}
+	d.NodeType, _ = h.read(base + "/node_type")
+	d.FWVer, _ = h.read(base + "/fw_ver")
+	if s, ok := h.read(base + "/device/numa_node"); ok {
+		if n, err := strconv.Atoi(s); err == nil {
+			d.NUMANode = n
+		}
+	}
+	ports := h.dir(base + "/ports")
+	sort.Slice(ports, func(i, j int) bool { return hostAtoi(ports[i]) < hostAtoi(ports[j]) })
+	for _, pn := range ports {
+		n, err := strconv.Atoi(pn)
+		if err != nil {
+			continue
+		}
+		pb := base + "/ports/" + pn
+		p := HostRDMAPort{Port: n, GIDIndex: -1}
+		st, _ := h.read(pb + "/state")
+		p.State = hostEnumName(st)
+		ps, _ := h.read(pb + "/phys_state")
+		p.PhysState = hostEnumName(ps)
+		p.LinkLayer, _ = h.read(pb + "/link_layer")
+		p.Rate, _ = h.read(pb + "/rate")
+		gids := h.dir(pb + "/gids")
+		sort.Slice(gids, func(i, j int) bool { return hostAtoi(gids[i]) < hostAtoi(gids[j]) })
+		for _, gn := range gids {
+			i, err := strconv.Atoi(gn)
+			if err != nil {
+				continue
+			}
+			raw, ok := h.read(pb + "/gids/" + gn)
+			if !ok {
+				continue
+			}
+			a, err := netip.ParseAddr(raw)
+			if err != nil || a.IsUnspecified() {
+				continue // empty slot
+			}
+			g := HostGID{Index: i, GID: a.String()}
+			g.Type, _ = h.read(pb + "/gid_attrs/types/" + gn)
+			g.Netdev, _ = h.read(pb + "/gid_attrs/ndevs/" + gn)
+			if p.Netdev == "" {
+				p.Netdev = g.Netdev
+			}
+			p.GIDs = append(p.GIDs, g)
+			if p.GIDIndex < 0 && p.LinkLayer == "Ethernet" && hostIsRoCEv2(g.Type) && a.Is4In6() {
+				p.GIDIndex = i
+			}
+		}
+		if p.Netdev == "" && p.LinkLayer == "Ethernet" {
+			if nets := h.dir(base + "/device/net"); len(nets) == 1 {
+				p.Netdev = nets[0]
+			}
+		}
+		d.Ports = append(d.Ports, p)
+	}
+	return d
+}
+
+func (h *hostRun) checkPort(d HostRDMADevice, p HostRDMAPort) {
+	name := fmt.Sprintf("port %s/%d", d.Name, p.Port)
+	desc := fmt.Sprintf("%s, %s, %s", p.State, p.PhysState, p.LinkLayer)
+	if p.Rate != "" {
+		desc += ", " + p.Rate
+	}
+	if p.State != "ACTIVE" {
+		fix := "check the cable and the switch port (ibstat, ethtool); on InfiniBand a port stuck in INIT or ARMED has no subnet manager: start opensm or enable the switch's SM"
+		if p.LinkLayer == "Ethernet" {
+			fix = "bring the netdev up (ip link set dev " + hostOr(p.Netdev, "IF") + " up) and check the cable and switch port (ethtool " + hostOr(p.Netdev, "IF") + ")"
+		}
+		h.check(name, HostWarn, "ib-port-not-active", desc+": NCCL skips ports that are not ACTIVE", fix)
+	} else {
+		h.check(name, HostOK, "", desc, "")
+	}
+	if p.LinkLayer != "Ethernet" {
+		return
+	}
+	// RoCE: GIDs and netdev MTU.
+	gname := fmt.Sprintf("gids %s/%d", d.Name, p.Port)
+	var v2, v2ip []string
+	for _, g := range p.GIDs {
+		if hostIsRoCEv2(g.Type) {
+			v2 = append(v2, strconv.Itoa(g.Index))
+			if a, err := netip.ParseAddr(g.GID); err == nil && !a.IsLinkLocalUnicast() {
+				v2ip = append(v2ip, strconv.Itoa(g.Index))
+			}
+		}
+	}
+	switch {
+	case len(p.GIDs) == 0:
+		h.check(gname, HostWarn, "roce-no-gid", "RoCE port with an empty GID table: its netdev "+hostOr(p.Netdev, "")+" has no address",
+			"give the port's netdev an IPv4 address (ip addr add A.B.C.D/N dev "+hostOr(p.Netdev, "IF")+"); the kernel adds the GIDs")
+	case len(v2) == 0:
+		h.check(gname, HostWarn, "roce-no-v2-gid", fmt.Sprintf("%d GIDs, none RoCE v2: only RoCE v1 (layer 2, no routing, needs PFC on every hop)", len(p.GIDs)),
+			"enable RoCE v2 in the NIC (mlxconfig / cma_roce_mode) or use a kernel whose driver registers v2 GIDs; rdma_rxe registers both")
+	case p.GIDIndex < 0:
+		detail := "RoCE v2 GIDs at " + strings.Join(v2, ",") + " but none IPv4-mapped (::ffff:a.b.c.d)"
+		if len(v2ip) == 0 {
+			detail += "; only link-local ones, which do not route"
+		}
+		h.check(gname, HostInfo, "roce-no-ipv4-gid", detail,
+			"give "+hostOr(p.Netdev, "the netdev")+" an IPv4 address, or set NCCL_IB_ADDR_FAMILY=AF_INET6 to use an IPv6 RoCE v2 GID")
+	default:
+		g := p.GIDs[0]
+		for _, x := range p.GIDs {
+			if x.Index == p.GIDIndex {
+				g = x
+			}
+		}
+		h.check(gname, HostInfo, "roce-gid-index",
+			fmt.Sprintf("NCCL_IB_GID_INDEX=%d: %s, %s on %s", p.GIDIndex, g.GID, g.Type, hostOr(g.Netdev, "?")),
+			fmt.Sprintf("recent NCCL picks this GID by itself (NCCL_IB_ROCE_VERSION_NUM=2, NCCL_IB_ADDR_FAMILY=AF_INET); export NCCL_IB_GID_INDEX=%d for older NCCL or to pin it", p.GIDIndex))
+	}
+	if p.Netdev == "" {
+		return
+	}
+	for _, ifc := range h.rep.Interfaces {
+		if ifc.Name != p.Netdev || ifc.MTU == 0 {
+			continue
+		}
+		mname := fmt.Sprintf("roce mtu %s/%d", d.Name, p.Port)
+		if ifc.MTU < hostRoCEMTU {
+			h.check(mname, HostInfo, "roce-netdev-mtu",
+				fmt.Sprintf("%s has MTU %d: RoCE path MTU %d (the kernel subtracts %d bytes of headers; the IB maximum 4096 needs a netdev MTU of %d or more)",
+					ifc.Name, ifc.MTU, hostPathMTU(ifc.MTU), hostRoCEHeaders, 4096+hostRoCEHeaders),
+				fmt.Sprintf("for 4096-byte RoCE packets set ip link set dev %s mtu %d (and the switch ports to match); 1024 or 2048 work, with more packets per message", ifc.Name, hostRoCEMTU))
+		} else {
+			h.check(mname, HostOK, "", fmt.Sprintf("%s MTU %d: RoCE path MTU 4096", ifc.Name, ifc.MTU), "")
+		}
+	}
+}
+
+// checkGIDEnv checks an explicit NCCL_IB_GID_INDEX against a RoCE port.
+func (h *hostRun) checkGIDEnv(d HostRDMADevice, p HostRDMAPort, v string) {
+	name := fmt.Sprintf("env NCCL_IB_GID_INDEX %s/%d", d.Name, p.Port)
+	idx, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil {
+		h.check(name, HostError, "env-gid-index-bad", fmt.Sprintf("NCCL_IB_GID_INDEX=%q is not a number", v), "unset it or set an index from this report")
+		return
+	}
+	want := "unset NCCL_IB_GID_INDEX"
+	if p.GIDIndex >= 0 {
+		want = fmt.Sprintf("export NCCL_IB_GID_INDEX=%d", p.GIDIndex)
+	}
+	for _, g := range p.GIDs {
+		if g.Index != idx {
+			continue
+		}
+		if !hostIsRoCEv2(g.Type) {
+			h.check(name, HostWarn, "env-gid-index-v1", fmt.Sprintf("NCCL_IB_GID_INDEX=%d is %s (%s): RoCE v1 frames do not cross routers and need lossless L2", idx, g.GID, hostOr(g.Type, "type unknown")), want)
+		} else if p.GIDIndex >= 0 && idx != p.GIDIndex {
+			h.check(name, HostInfo, "env-gid-index-not-ipv4", fmt.Sprintf("NCCL_IB_GID_INDEX=%d is RoCE v2 %s, not the IPv4 one", idx, g.GID), want)
+		} else {
+			h.check(name, HostOK, "", fmt.Sprintf("NCCL_IB_GID_INDEX=%d is RoCE v2 %s", idx, g.GID), "")
+		}
+		return
+	}
+	h.check(name, HostError, "env-gid-index-empty", fmt.Sprintf("NCCL_IB_GID_INDEX=%d names an empty GID slot: queue pairs fail to reach RTR", idx), want)
+}
+
+// hostPathMTU is the RoCE path MTU the kernel derives from a netdev MTU.
+func hostPathMTU(mtu int) int {
+	m := mtu - hostRoCEHeaders
+	for _, ib := range []int{4096, 2048, 1024, 512, 256} {
+		if m >= ib {
+			return ib
+		}
+	}
+	return 0
+}
+
+func hostIsRoCEv2(t string) bool { return strings.EqualFold(strings.TrimSpace(t), "RoCE v2") }
+
+// hostEnumName turns a sysfs "4: ACTIVE" into "ACTIVE" (and leaves other text).
+func hostEnumName(s string) string {
+	if _, name, ok := strings.Cut(s, ":"); ok {
+		return strings.TrimSpace(name)
+	}
+	return s
+}
+
+func hostAtoi(s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 1 << 30
+	}
+	return n
+}
+
+func hostOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// --- interfaces ----------------------------------------------------------
+
+// checkInterfaces reads /sys/class/net/<if>/{mtu,operstate,address,type}
+// (Documentation/ABI/testing/sysfs-class-net): mtu in bytes, operstate
+// RFC 2863's "up"/"down"/"unknown"/..., address the link-layer address, type
+// the ARPHRD_* number (1 Ethernet, 32 InfiniBand, 772 loopback). An
+// interface with a device link (PCI, virtio) is physical. With Root "/"
+// addresses come from net.Interfaces, since sysfs does not hold them.
+func (h *hostRun) checkInterfaces() {
+	names := h.dir("/sys/class/net")
+	if len(names) == 0 {
+		h.check("interfaces", HostSkip, "", "/sys/class/net is absent or empty", "")
+		return
+	}
+	var addrs map[string][]string
+	if h.root == "/" {
+		addrs = map[string][]string{}
+		if ifs, err := net.Interfaces(); err == nil {
+			for _, ifc := range ifs {
+				as, _ := ifc.Addrs()
+				for _, a := range as {
+					addrs[ifc.Name] = append(addrs[ifc.Name], a.String())
+				}
+			}
+		}
+	}
+	var parts []string
+	for _, n := range names {
+		base := "/sys/class/net/" + n
+		ifc := HostInterface{Name: n}
+		if s, ok := h.read(base + "/mtu"); ok {
+			ifc.MTU, _ = strconv.Atoi(s)
+		}
+		ifc.State, _ = h.read(base + "/operstate")
+		ifc.Address, _ = h.read(base + "/address")
+		if s, ok := h.read(base + "/type"); ok {
+			ifc.Type, _ = strconv.Atoi(s)
+		}
+		ifc.Loopback = ifc.Type == 772 || n == "lo"
+		ifc.Physical = h.exists(base + "/device")
+		ifc.Addrs = addrs[n]
+		h.rep.Interfaces = append(h.rep.Interfaces, ifc)
+		parts = append(parts, fmt.Sprintf("%s %s mtu %d", n, hostOr(ifc.State, "?"), ifc.MTU))
+	}
+	h.check("interfaces", HostOK, "", strings.Join(parts, "; "), "")
+}
+
+func hostIfUp(ifc HostInterface) bool {
+	return ifc.State == "up" || ifc.Loopback && ifc.State == "unknown"
+}
+
+// checkMTUs compares the MTUs of the up, physical, non-loopback interfaces.
+func (h *hostRun) checkMTUs() {
+	var parts []string
+	mtus := map[int]bool{}
+	for _, ifc := range h.rep.Interfaces {
+		if ifc.Loopback || !ifc.Physical || !hostIfUp(ifc) {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s=%d", ifc.Name, ifc.MTU))
+		mtus[ifc.MTU] = true
+	}
+	switch {
+	case len(parts) == 0:
+		h.check("mtu", HostSkip, "", "no up physical interface", "")
+	case len(mtus) > 1:
+		h.check("mtu", HostWarn, "mtu-mismatch", "up physical interfaces differ in MTU: "+strings.Join(parts, ", "),
+			"use one MTU on every interface of the data path and on the switch ports (ip link set dev IF mtu N); a jumbo sender facing a 1500-byte path loses or fragments large frames, which looks like a hang")
+	default:
+		h.check("mtu", HostOK, "", strings.Join(parts, ", "), "")
+	}
+}
+
+// --- /dev/shm, port range, NUMA --------------------------------------------
+
+// checkShm statfs(2)s Root/dev/shm: with a fake Root that is whatever file
+// system holds the tree (a test's temporary directory), not a tmpfs.
+func (h *hostRun) checkShm() {
+	p := h.path("/dev/shm")
+	var st unix.Statfs_t
+	if err := unix.Statfs(p, &st); err != nil {
+		h.check("shm", HostWarn, "shm-missing", fmt.Sprintf("statfs %s: %v", p, err),
+			"mount a tmpfs on /dev/shm (docker: --shm-size=8g or --ipc=host); without it NCCL's SHM transport and goccl's rings are unavailable and local ranks talk over TCP")
+		return
+	}
+	h.rep.ShmBytes = st.Blocks * uint64(st.Bsize)
+	h.rep.ShmFree = st.Bavail * uint64(st.Bsize)
+	name, status, code, detail, fix := hostShmCheck(h.rep.ShmBytes, h.rep.ShmFree)
+	h.check(name, status, code, detail, fix)
+}
+
+// hostShmCheck judges a /dev/shm of size and free bytes.
+func hostShmCheck(size, free uint64) (name, status, code, detail, fix string) {
+	detail = fmt.Sprintf("/dev/shm %s, %s free", hostBytes(size), hostBytes(free))
+	fix = "give the container more: docker run --shm-size=8g (or --ipc=host); Kubernetes: mount an emptyDir with medium: Memory at /dev/shm"
+	switch {
+	case size < hostShmMin:
+		return "shm", HostWarn, "shm-small", detail + " (under 1 GiB; Docker's default is 64 MiB): NCCL's SHM transport fails or falls back and goccl pairs without rings use TCP", fix
+	case free < hostShmMin:
+		return "shm", HostWarn, "shm-full", detail + ": under 1 GiB free; stale segments of crashed jobs may hold it (ls -la /dev/shm)", "remove stale nccl-*/goccl-* files in /dev/shm, or " + fix
+	}
+	return "shm", HostOK, "", detail, ""
+}
+
+func hostBytes(n uint64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// checkPortRange reads /proc/sys/net/ipv4/ip_local_port_range: two port
+// numbers separated by white space, the first and last ephemeral port
+// (Documentation/networking/ip-sysctl.rst; default "32768 60999").
+func (h *hostRun) checkPortRange() {
+	s, ok := h.read("/proc/sys/net/ipv4/ip_local_port_range")
+	if !ok {
+		h.check("port range", HostSkip, "", "/proc/sys/net/ipv4/ip_local_port_range unreadable", "")
+		return
+	}
+	f := strings.Fields(s)
+	var lo, hi int
+	var err1, err2 error
+	if len(f) == 2 {
+		lo, err1 = strconv.Atoi(f[0])
+		hi, err2 = strconv.Atoi(f[1])
+	}
+	if len(f) != 2 || err1 != nil || err2 != nil || hi < lo {
+		h.check("port range", HostWarn, "port-range-unparsable", fmt.Sprintf("ip_local_port_range is %q", s), "")
+		return
+	}
+	pr := &HostPortRange{Low: lo, High: hi, Width: hi - lo + 1}
+	h.rep.PortRange = pr
+	detail := fmt.Sprintf("%d-%d (%d ports)", lo, hi, pr.Width)
+	if pr.Width < hostPortRangeMin {
+		h.check("port range", HostWarn, "port-range-narrow", detail+": large jobs open sockets to every peer and can run out (EADDRINUSE / EADDRNOTAVAIL at init)",
+			"sysctl -w net.ipv4.ip_local_port_range=\"32768 60999\" (or wider)")
+		return
+	}
+	h.check("port range", HostOK, "", detail, "")
+}
+
+// checkNUMA reads /sys/devices/system/node/node<N>/cpulist: CPU ranges such
+// as "0-15,32-47" (Documentation/ABI/stable/sysfs-devices-node).
+func (h *hostRun) checkNUMA() {
+	var nodes []HostNUMANode
+	for _, n := range h.dir("/sys/devices/system/node") {
+		id, err := strconv.Atoi(strings.TrimPrefix(n, "node"))
+		if !strings.HasPrefix(n, "node") || err != nil {
+			continue
+		}
+		cl, ok := h.read("/sys/devices/system/node/" + n + "/cpulist")
+		if !ok {
+			continue
+		}
+		nodes = append(nodes, HostNUMANode{Node: id, CPUList: cl, CPUs: hostCountCPUs(cl)})
+	}
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Node < nodes[j].Node })
+	h.rep.NUMANodes = nodes
+	var parts []string
+	for _, n := range nodes {
+		parts = append(parts, fmt.Sprintf("node%d cpus %s (%d)", n.Node, n.CPUList, n.CPUs))
+	}
+	switch len(nodes) {
+	case 0:
+		h.check("numa", HostSkip, "", "no /sys/devices/system/node/node*/cpulist", "")
+	case 1:
+		h.check("numa", HostOK, "", parts[0], "")
+	default:
+		var near []string
+		for _, d := range h.rep.RDMA {
+			if d.NUMANode >= 0 {
+				near = append(near, fmt.Sprintf("%s on node%d", d.Name, d.NUMANode))
+			}
+		}
+		detail := fmt.Sprintf("%d nodes: %s", len(nodes), strings.Join(parts, "; "))
+		if len(near) > 0 {
+			detail += "; " + strings.Join(near, ", ")
+		}
+		h.check("numa", HostInfo, "numa-nodes", detail,
+			"pin each rank to the node of its GPU and NIC (numactl --cpunodebind=N --membind=N, or the launcher's binding); nvidia-smi topo -m shows the affinity")
+	}
+}
+
+// hostCountCPUs counts the CPUs of a cpulist ("0-3,8,10-11" is 7).
+func hostCountCPUs(s string) int {
+	n := 0
+	for _, r := range strings.Split(strings.TrimSpace(s), ",") {
+		if r == "" {
+			continue
+		}
+		a, b, isRange := strings.Cut(r, "-")
+		lo, err1 := strconv.Atoi(a)
+		hi := lo
+		var err2 error
+		if isRange {
+			hi, err2 = strconv.Atoi(b)
+		}
+		if err1 == nil && err2 == nil && hi >= lo {
+			n += hi - lo + 1
+		}
+	}
+	return n
+}
+
+// --- environment -------------------------------------------------------------
+
+// checkEnv looks for NCCL_* and GOCCL_* settings that break or slow jobs.
+func (h *hostRun) checkEnv() {
+	n := len(h.rep.Checks)
+	env := h.env
+	if env["NCCL_P2P_DISABLE"] == "1" {
+		h.check("env NCCL_P2P_DISABLE", HostWarn, "env-p2p-disabled",
+			"NCCL_P2P_DISABLE=1: GPUs on this host exchange data through host memory instead of NVLink or PCIe peer-to-peer",
+			"unset it; if P2P hangs or corrupts data, disable PCIe ACS / IOMMU translation for the GPUs instead (NCCL troubleshooting guide)")
+	}
+	if env["NCCL_SHM_DISABLE"] == "1" {
+		h.check("env NCCL_SHM_DISABLE", HostWarn, "env-shm-disabled",
+			"NCCL_SHM_DISABLE=1: where P2P is not possible, GPUs on this host talk through the network instead of shared memory",
+			"unset it; if /dev/shm is too small, enlarge it (--shm-size) instead")
+	}
+	if env["NCCL_IB_DISABLE"] == "1" {
+		if len(h.rep.RDMA) > 0 {
+			h.check("env NCCL_IB_DISABLE", HostWarn, "env-ib-disabled",
+				"NCCL_IB_DISABLE=1 while this host has RDMA devices: NCCL uses NET/Socket (TCP) between hosts",
+				"unset it to use "+h.rdmaNames())
+		} else {
+			h.check("env NCCL_IB_DISABLE", HostInfo, "env-ib-disabled",
+				"NCCL_IB_DISABLE=1; this host has no RDMA device, so it changes nothing here", "unset it on hosts with InfiniBand or RoCE")
+		}
+	}
+	h.checkSocketThreads()
+	switch d := strings.ToUpper(strings.TrimSpace(env["NCCL_DEBUG"])); d {
+	case "INFO", "TRACE":
+		h.check("env NCCL_DEBUG", HostInfo, "env-debug-on",
+			"NCCL_DEBUG="+d+" is on: every rank logs its setup (and, with TRACE, every operation); noisy and, with TRACE, slow",
+			"keep it for diagnosis (goccl doctor nccl-log reads the log), unset it or use WARN in production")
+	}
+	multi, known, why := hostMultiHost(env)
+	for _, v := range []string{"NCCL_SOCKET_IFNAME", "GOCCL_SOCKET_IFNAME"} {
+		if spec, ok := env[v]; ok && strings.TrimSpace(spec) != "" {
+			h.checkIfname(v, spec, multi, known, why)
+		}
+	}
+	h.checkGOCCLVars()
+	if len(h.rep.Checks) == n {
+		h.check("env", HostOK, "", "no NCCL_*/GOCCL_* setting known to hurt", "")
+	}
+}
+
+func (h *hostRun) rdmaNames() string {
+	var ns []string
+	for _, d := range h.rep.RDMA {
+		ns = append(ns, d.Name)
+	}
+	return strings.Join(ns, ", ")
+}
+
+// hostMaxSockets and hostMaxThreads are NCCL's MAX_SOCKETS and MAX_THREADS
+// (src/transport/net_socket.cc): above them NCCL clamps with a warning.
+const (
+	hostMaxSockets = 64
+	hostMaxThreads = 16
+)
+
+func (h *hostRun) checkSocketThreads() {
+	ts, tok := h.env["NCCL_SOCKET_NTHREADS"]
+	ss, sok := h.env["NCCL_NSOCKS_PERTHREAD"]
+	if !tok && !sok {
+		return
+	}
+	t, s := 1, 1
+	var bad []string
+	if tok {
+		v, err := strconv.Atoi(strings.TrimSpace(ts))
+		if err != nil || v < 1 {
+			bad = append(bad, fmt.Sprintf("NCCL_SOCKET_NTHREADS=%q", ts))
+		} else {
+			t = v
+		}
+	}
+	if sok {
+		v, err := strconv.Atoi(strings.TrimSpace(ss))
+		if err != nil || v < 1 {
+			bad = append(bad, fmt.Sprintf("NCCL_NSOCKS_PERTHREAD=%q", ss))
+		} else {
+			s = v
+		}
+	}
+	name := "env NCCL_SOCKET_NTHREADS"
+	if len(bad) > 0 {
+		h.check(name, HostWarn, "env-socket-threads-bad", strings.Join(bad, ", ")+" is not a positive number", "set positive integers, or unset for NCCL's defaults")
+		return
+	}
+	var probs []string
+	if t > hostMaxThreads {
+		probs = append(probs, fmt.Sprintf("NCCL_SOCKET_NTHREADS=%d is above NCCL's maximum %d", t, hostMaxThreads))
+		t = hostMaxThreads
+	}
+	if t*s > hostMaxSockets {
+		probs = append(probs, fmt.Sprintf("NCCL_SOCKET_NTHREADS×NCCL_NSOCKS_PERTHREAD=%d×%d=%d is above NCCL's limit of %d sockets; NCCL lowers NCCL_NSOCKS_PERTHREAD to %d",
+			t, s, t*s, hostMaxSockets, hostMaxSockets/t))
+	}
+	if len(probs) > 0 {
+		h.check(name, HostWarn, "env-socket-threads", strings.Join(probs, "; "),
+			"keep the product at or below 64 (e.g. NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=4); more sockets rarely help past the NIC's bandwidth")
+	}
+}
+
+// hostMultiHost tells from launcher variables whether the job spans several
+// hosts: world size above the local size (torchrun, OpenMPI, goccl) or
+// SLURM_NNODES > 1. known is false when no launcher says.
+func hostMultiHost(env map[string]string) (multi, known bool, why string) {
+	num := func(k string) (int, bool) {
+		v, err := strconv.Atoi(strings.TrimSpace(env[k]))
+		return v, err == nil
+	}
+	if n, ok := num("SLURM_NNODES"); ok {
+		if n > 1 {
+			return true, true, fmt.Sprintf("SLURM_NNODES=%d", n)
+		}
+		known, why = true, fmt.Sprintf("SLURM_NNODES=%d", n)
+	}
+	for _, p := range [][2]string{
+		{"WORLD_SIZE", "LOCAL_WORLD_SIZE"},
+		{"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+		{"GOCCL_WORLD_SIZE", "GOCCL_LOCAL_WORLD_SIZE"},
+	} {
+		w, ok1 := num(p[0])
+		l, ok2 := num(p[1])
+		if !ok1 || !ok2 {
+			continue
+		}
+		s := fmt.Sprintf("%s=%d, %s=%d", p[0], w, p[1], l)
+		if w > l {
+			return true, true, s
+		}
+		if !known {
+			known, why = true, s
+		}
+	}
+	return false, known, why
+}
+
+// checkIfname looks at what an NCCL_SOCKET_IFNAME-syntax spec selects among
+// the up interfaces: prefixes, "=" for exact names, "^" to exclude.
+func (h *hostRun) checkIfname(v, spec string, multi, known bool, why string) {
+	if len(h.rep.Interfaces) == 0 {
+		return
+	}
+	s := strings.TrimSpace(spec)
+	exclude := strings.HasPrefix(s, "^")
+	s = strings.TrimPrefix(s, "^")
+	exact := strings.HasPrefix(s, "=")
+	s = strings.TrimPrefix(s, "=")
+	var names []string
+	for _, n := range strings.Split(s, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			names = append(names, n)
+		}
+	}
+	match := func(ifn string) bool {
+		for _, n := range names {
+			if exact && ifn == n || !exact && strings.HasPrefix(ifn, n) {
+				return true
+			}
+		}
+		return false
+	}
+	var sel []string
+	allLo := true
+	for _, ifc := range h.rep.Interfaces {
+		if !hostIfUp(ifc) || h.root == "/" && len(ifc.Addrs) == 0 {
+			continue
+		}
+		if match(ifc.Name) != exclude {
+			sel = append(sel, ifc.Name)
+			if !ifc.Loopback {
+				allLo = false
+			}
+		}
+	}
+	name := "env " + v
+	tool := "NCCL"
+	if strings.HasPrefix(v, "GOCCL") {
+		tool = "goccl"
+	}
+	if len(sel) == 0 {
+		h.check(name, HostError, "env-socket-ifname-none", fmt.Sprintf("%s=%s selects no up interface on this host: %s's bootstrap fails (no interface found)", v, spec, tool),
+			"set it to a prefix or =name of an up interface ("+h.upNames()+")")
+		return
+	}
+	if !allLo {
+		return
+	}
+	detail := fmt.Sprintf("%s=%s leaves only %s (loopback)", v, spec, strings.Join(sel, ","))
+	fix := fmt.Sprintf("set %s to the interface that reaches the other hosts (=%s), or unset it", v, hostOr(h.firstUpPhysical(), "eth0"))
+	switch {
+	case multi:
+		h.check(name, HostError, "env-socket-ifname-lo", detail+" but the job spans several hosts ("+why+"): other hosts cannot reach 127.0.0.1 and init hangs or times out", fix)
+	case known:
+		h.check(name, HostInfo, "env-socket-ifname-lo", detail+"; fine for this single-host job ("+why+")", fix+" before running across hosts")
+	default:
+		h.check(name, HostWarn, "env-socket-ifname-lo", detail+": works only when every rank runs on this host (no launcher variable says how many hosts)", fix+" before running across hosts")
+	}
+}
+
+func (h *hostRun) upNames() string {
+	var ns []string
+	for _, ifc := range h.rep.Interfaces {
+		if hostIfUp(ifc) {
+			ns = append(ns, ifc.Name)
+		}
+	}
+	return hostOr(strings.Join(ns, ", "), "none")
+}
+
+// firstUpPhysical names the interface to suggest for cross-host traffic: the
+// netdev of a RoCE port if there is one, else the first up physical one.
+func (h *hostRun) firstUpPhysical() string {
+	for _, d := range h.rep.RDMA {
+		for _, p := range d.Ports {
+			if p.Netdev != "" {
+				return p.Netdev
+			}
+		}
+	}
+	for _, ifc := range h.rep.Interfaces {
+		if hostIfUp(ifc) && !ifc.Loopback && ifc.Physical {
+			return ifc.Name
+		}
+	}
+	return ""
+}
+
+// checkGOCCLVars flags GOCCL_* variables goccl does not read (a typo does
+// nothing, silently) and a GOCCL_TIMEOUT that Init would reject.
+func (h *hostRun) checkGOCCLVars() {
+	known := map[string]bool{}
+	for _, k := range hostKnownGOCCL {
+		known[k] = true
+	}
+	var keys []string
+	for k := range h.env {
+		if strings.HasPrefix(k, "GOCCL_") {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if known[k] || strings.HasPrefix(k, "GOCCL_TEST_") {
+			continue
+		}
+		fix := "remove it; goccl reads: " + strings.Join(hostKnownGOCCL, ", ")
+		if near := hostNearest(k, hostKnownGOCCL); near != "" {
+			fix = "did you mean " + near + "? goccl ignores " + k
+		}
+		h.check("env "+k, HostWarn, "env-goccl-unknown", k+" is not a variable goccl reads", fix)
+	}
+	if v, ok := h.env["GOCCL_TIMEOUT"]; ok && strings.TrimSpace(v) != "" {
+		if _, err := hostParseTimeout(v); err != nil {
+			h.check("env GOCCL_TIMEOUT", HostError, "env-goccl-timeout", fmt.Sprintf("GOCCL_TIMEOUT=%q is neither a duration (90s, 5m) nor a number of seconds: Init fails", v),
+				"export GOCCL_TIMEOUT=90s (a Go duration) or GOCCL_TIMEOUT=90 (seconds)")
+		}
+	}
+}
+
+// hostParseTimeout parses GOCCL_TIMEOUT as Init does (comm.go envDuration):
+// a number of seconds or a Go duration.
+func hostParseTimeout(v string) (time.Duration, error) {
+	if secs, err := strconv.ParseFloat(v, 64); err == nil {
+		return time.Duration(secs * float64(time.Second)), nil
+	}
+	return time.ParseDuration(v)
+}
+
+// hostNearest returns the candidate within edit distance 3 of s, if any.
+func hostNearest(s string, cands []string) string {
+	best, bestD := "", 4
+	for _, c := range cands {
+		if d := hostEditDistance(s, c); d < bestD {
+			best, bestD = c, d
+		}
+	}
+	return best
+}
+
+func hostEditDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			c := prev[j-1]
+			if a[i-1] != b[j-1] {
+				c++
+			}
+			cur[j] = min(c, prev[j]+1, cur[j-1]+1)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// --- external tools ----------------------------------------------------------
+
+// runTools runs nvidia-smi topo -m and ibv_devinfo and keeps their raw
+// output in Tools; parsing it is left to the readers of this package
+// (ParseTopo, ParseIBV).
+func (h *hostRun) runTools(ctx context.Context, run func(context.Context, string, ...string) ([]byte, error)) error {
+	for _, t := range hostTools {
+		cmdline := strings.TrimSpace(t.name + " " + strings.Join(t.args, " "))
+		if run == nil && h.root != "/" {
+			h.check(cmdline, HostSkip, "", "Root is not /: the tool would describe this machine, not the tree", "")
+			continue
+		}
+		r := run
+		if r == nil {
+			r = hostExec
+		}
+		out, err := r(ctx, t.name, t.args...)
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		switch {
+		case errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist):
+			h.check(cmdline, HostSkip, "", "not installed", "")
+		case err != nil:
+			msg := err.Error()
+			if o := strings.TrimSpace(string(out)); o != "" {
+				msg += ": " + hostFirstLine(o)
+			}
+			h.check(cmdline, HostWarn, "tool-failed", msg, "run "+cmdline+" by hand; for nvidia-smi check the driver (dmesg | grep -i nvrm), for ibv_devinfo the rdma-core packages and /dev/infiniband")
+			if len(out) > 0 {
+				h.setTool(cmdline, out)
+			}
+		default:
+			h.setTool(cmdline, out)
+			h.check(cmdline, HostOK, "", fmt.Sprintf("%d lines kept in the report (tools)", strings.Count(string(out), "\n")), "")
+		}
+	}
+	return nil
+}
+
+func (h *hostRun) setTool(k string, out []byte) {
+	if h.rep.Tools == nil {
+		h.rep.Tools = map[string]string{}
+	}
+	h.rep.Tools[k] = string(out)
+}
+
+func hostFirstLine(s string) string {
+	l, _, _ := strings.Cut(s, "\n")
+	return strings.TrimSpace(l)
+}
+
+// hostExec runs a program with a 15 s limit (or ctx's earlier deadline) and
+// returns its standard output; stderr's first line joins the error.
+func hostExec(ctx context.Context, name string, args ...string) ([]byte, error) {
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return nil, err // wraps exec.ErrNotFound
+	}
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, p, args...)
+	cmd.WaitDelay = time.Second
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		if e := hostFirstLine(stderr.String()); e != "" {
+			err = fmt.Errorf("%w (%s)", err, e)
+		}
+		return out, err
+	}
+	return out, nil
+}
+
+// --- output ----------------------------------------------------------------
+
+// WriteText prints the report for a person: one line per check with its fix
+// indented below, then the findings count. Tool outputs are left to --json.
+func (rep *HostReport) WriteText(w io.Writer) error {
+	ew := &hostErrWriter{w: w}
+	tw := tabwriter.NewWriter(ew, 0, 8, 2, ' ', 0)
+	for _, c := range rep.Checks {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", strings.ToUpper(c.Status), c.Name, c.Detail)
+		if c.Fix != "" && c.Status != HostOK {
+			fmt.Fprintf(tw, "\t\t  fix: %s\n", c.Fix)
+		}
+	}
+	tw.Flush()
+	var ne, nw, ni int
+	for _, f := range rep.Findings {
+		switch f.Severity {
+		case SevError:
+			ne++
+		case SevWarn:
+			nw++
+		default:
+			ni++
+		}
+	}
+	fmt.Fprintf(ew, "\n%d errors, %d warnings, %d notes\n", ne, nw, ni)
+	return ew.err
+}
+
+// WriteJSON prints the report as indented JSON.
+func (rep *HostReport) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rep)
+}
+
+type hostErrWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *hostErrWriter) Write(p []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.w.Write(p)
+	e.err = err
+	return n, err
+}

@@ -1,0 +1,444 @@
+package doctor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// hostTree writes files (path → content) under a new temporary root.
+// A path ending in "/" makes an empty directory.
+func hostTree(t *testing.T, files map[string]string) string {
+	t.Helper()
+	root := t.TempDir()
+	for p, c := range files {
+		full := filepath.Join(root, p)
+		if strings.HasSuffix(p, "/") {
+			if err := os.MkdirAll(full, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(c+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+// hostSysfsGID writes an address in sysfs's 8-groups-of-4-hex-digits form.
+func hostSysfsGID(prefix string, ipv4 [4]byte) string {
+	if prefix == "fe80" {
+		return "fe80:0000:0000:0000:0202:c9ff:fe00:0001"
+	}
+	return fmt.Sprintf("0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x", ipv4[0], ipv4[1], ipv4[2], ipv4[3])
+}
+
+// hostRoCETree is a host with one RoCE device (mlx5_0 port 1 on eth0, ACTIVE,
+// GIDs 0..3 = fe80:: v1, fe80:: v2, ::ffff:10.0.0.1 v1, ::ffff:10.0.0.1 v2,
+// slots 4..5 empty), eth0 at MTU 9000, ens1 at 1500, a narrow port range and
+// two NUMA nodes. withDev adds /dev/infiniband/uverbs0.
+func hostRoCETree(t *testing.T, withDev bool) string {
+	const ib = "sys/class/infiniband/mlx5_0/"
+	const port = ib + "ports/1/"
+	ip := [4]byte{10, 0, 0, 1}
+	files := map[string]string{
+		ib + "node_type":                        "1: CA",
+		ib + "fw_ver":                           "22.36.1010",
+		ib + "device/numa_node":                 "1",
+		port + "state":                          "4: ACTIVE",
+		port + "phys_state":                     "5: LinkUp",
+		port + "link_layer":                     "Ethernet",
+		port + "rate":                           "100 Gb/sec (4X EDR)",
+		port + "gids/0":                         hostSysfsGID("fe80", ip),
+		port + "gids/1":                         hostSysfsGID("fe80", ip),
+		port + "gids/2":                         hostSysfsGID("v4", ip),
+		port + "gids/3":                         hostSysfsGID("v4", ip),
+		port + "gids/4":                         "0000:0000:0000:0000:0000:0000:0000:0000",
+		port + "gids/5":                         "0000:0000:0000:0000:0000:0000:0000:0000",
+		port + "gid_attrs/types/0":              "IB/RoCE v1",
+		port + "gid_attrs/types/1":              "RoCE v2",
+		port + "gid_attrs/types/2":              "IB/RoCE v1",
+		port + "gid_attrs/types/3":              "RoCE v2",
+		port + "gid_attrs/ndevs/0":              "eth0",
+		port + "gid_attrs/ndevs/1":              "eth0",
+		port + "gid_attrs/ndevs/2":              "eth0",
+		port + "gid_attrs/ndevs/3":              "eth0",
+		"sys/class/net/eth0/mtu":                "9000",
+		"sys/class/net/eth0/operstate":          "up",
+		"sys/class/net/eth0/address":            "02:00:00:00:00:01",
+		"sys/class/net/eth0/type":               "1",
+		"sys/class/net/eth0/device/":            "",
+		"sys/class/net/ens1/mtu":                "1500",
+		"sys/class/net/ens1/operstate":          "up",
+		"sys/class/net/ens1/address":            "02:00:00:00:00:02",
+		"sys/class/net/ens1/type":               "1",
+		"sys/class/net/ens1/device/":            "",
+		"sys/class/net/lo/mtu":                  "65536",
+		"sys/class/net/lo/operstate":            "unknown",
+		"sys/class/net/lo/type":                 "772",
+		"proc/sys/net/ipv4/ip_local_port_range": "60000\t61000",
+		"sys/devices/system/node/node0/cpulist": "0-15,32-47",
+		"sys/devices/system/node/node1/cpulist": "16-31,48-63",
+		"dev/shm/":                              "",
+	}
+	if withDev {
+		files["dev/infiniband/uverbs0"] = ""
+		files["dev/infiniband/rdma_cm"] = ""
+	}
+	return hostTree(t, files)
+}
+
+func hostCheckByName(rep *HostReport, name string) (HostCheck, bool) {
+	for _, c := range rep.Checks {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return HostCheck{}, false
+}
+
+func hostWantStatus(t *testing.T, rep *HostReport, name, status string) HostCheck {
+	t.Helper()
+	c, ok := hostCheckByName(rep, name)
+	if !ok {
+		t.Errorf("no check %q; have %v", name, hostCheckNames(rep))
+		return c
+	}
+	if c.Status != status {
+		t.Errorf("check %q: status %q, want %q (%s)", name, c.Status, status, c.Detail)
+	}
+	return c
+}
+
+func hostCheckNames(rep *HostReport) []string {
+	var ns []string
+	for _, c := range rep.Checks {
+		ns = append(ns, c.Name+"="+c.Status)
+	}
+	return ns
+}
+
+func hostHasFinding(rep *HostReport, code string, sev Severity) bool {
+	for _, f := range rep.Findings {
+		if f.Code == code && f.Severity == sev {
+			return true
+		}
+	}
+	return false
+}
+
+// hostNoTools is a RunTool for which no program is installed.
+func hostNoTools(ctx context.Context, name string, args ...string) ([]byte, error) {
+	return nil, &exec.Error{Name: name, Err: exec.ErrNotFound}
+}
+
+func TestHostRoCETree(t *testing.T) {
+	root := hostRoCETree(t, true)
+	env := []string{
+		"NCCL_P2P_DISABLE=1",
+		"NCCL_SHM_DISABLE=1",
+		"NCCL_IB_DISABLE=1",
+		"NCCL_SOCKET_NTHREADS=8",
+		"NCCL_NSOCKS_PERTHREAD=16",
+		"NCCL_DEBUG=info",
+		"NCCL_SOCKET_IFNAME=lo",
+		"WORLD_SIZE=16", "LOCAL_WORLD_SIZE=8",
+		"GOCCL_TIMEOUT=ninety",
+		"GOCCL_SHM_DISABEL=1",
+		"GOCCL_RANK=0",
+		"PATH=/usr/bin",
+	}
+	rep, err := CheckHost(context.Background(), HostOptions{Root: root, Env: env, RunTool: hostNoTools})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostWantStatus(t, rep, "rdma devices", HostOK)
+	hostWantStatus(t, rep, "port mlx5_0/1", HostOK)
+	g := hostWantStatus(t, rep, "gids mlx5_0/1", HostInfo)
+	if !strings.Contains(g.Fix, "NCCL_IB_GID_INDEX=3") {
+		t.Errorf("gid check does not recommend index 3: %+v", g)
+	}
+	if len(rep.RDMA) != 1 || len(rep.RDMA[0].Ports) != 1 {
+		t.Fatalf("rdma devices: %+v", rep.RDMA)
+	}
+	d := rep.RDMA[0]
+	p := d.Ports[0]
+	if p.GIDIndex != 3 || p.State != "ACTIVE" || p.PhysState != "LinkUp" || p.LinkLayer != "Ethernet" || p.Netdev != "eth0" || d.NUMANode != 1 {
+		t.Errorf("port: %+v (device numa %d)", p, d.NUMANode)
+	}
+	if len(p.GIDs) != 4 { // the zero slots 4 and 5 are skipped
+		t.Errorf("GIDs: %+v", p.GIDs)
+	} else if p.GIDs[3].GID != "::ffff:10.0.0.1" || p.GIDs[3].Type != "RoCE v2" || p.GIDs[0].GID != "fe80::202:c9ff:fe00:1" {
+		t.Errorf("GIDs: %+v", p.GIDs)
+	}
+	hostWantStatus(t, rep, "roce mtu mlx5_0/1", HostOK) // eth0 is at 9000
+	m := hostWantStatus(t, rep, "mtu", HostWarn)
+	if !strings.Contains(m.Detail, "eth0=9000") || !strings.Contains(m.Detail, "ens1=1500") {
+		t.Errorf("mtu detail: %q", m.Detail)
+	}
+	pr := hostWantStatus(t, rep, "port range", HostWarn)
+	if rep.PortRange == nil || rep.PortRange.Width != 1001 || !strings.Contains(pr.Detail, "1001 ports") {
+		t.Errorf("port range %+v: %q", rep.PortRange, pr.Detail)
+	}
+	hostWantStatus(t, rep, "shm", HostOK) // statfs of the temporary directory's file system
+	if rep.ShmBytes == 0 {
+		t.Error("shm size not recorded")
+	}
+	n := hostWantStatus(t, rep, "numa", HostInfo)
+	if len(rep.NUMANodes) != 2 || rep.NUMANodes[0].CPUs != 32 || rep.NUMANodes[1].CPUList != "16-31,48-63" || !strings.Contains(n.Detail, "mlx5_0 on node1") {
+		t.Errorf("numa %+v: %q", rep.NUMANodes, n.Detail)
+	}
+	hostWantStatus(t, rep, "env NCCL_P2P_DISABLE", HostWarn)
+	hostWantStatus(t, rep, "env NCCL_SHM_DISABLE", HostWarn)
+	hostWantStatus(t, rep, "env NCCL_IB_DISABLE", HostWarn) // the host has mlx5_0
+	st := hostWantStatus(t, rep, "env NCCL_SOCKET_NTHREADS", HostWarn)
+	if !strings.Contains(st.Detail, "8×16=128") || !strings.Contains(st.Detail, "NCCL_NSOCKS_PERTHREAD to 8") {
+		t.Errorf("socket threads: %q", st.Detail)
+	}
+	hostWantStatus(t, rep, "env NCCL_DEBUG", HostInfo)
+	lo := hostWantStatus(t, rep, "env NCCL_SOCKET_IFNAME", HostError)
+	if !strings.Contains(lo.Detail, "WORLD_SIZE=16, LOCAL_WORLD_SIZE=8") || !strings.Contains(lo.Fix, "=eth0") {
+		t.Errorf("ifname lo: %+v", lo)
+	}
+	u := hostWantStatus(t, rep, "env GOCCL_SHM_DISABEL", HostWarn)
+	if !strings.Contains(u.Fix, "GOCCL_SHM_DISABLE") {
+		t.Errorf("unknown GOCCL var fix: %q", u.Fix)
+	}
+	if _, ok := hostCheckByName(rep, "env GOCCL_RANK"); ok {
+		t.Error("GOCCL_RANK flagged")
+	}
+	hostWantStatus(t, rep, "env GOCCL_TIMEOUT", HostError)
+	hostWantStatus(t, rep, "nvidia-smi topo -m", HostSkip)
+	if c, _ := hostCheckByName(rep, "ibv_devinfo"); c.Status != HostSkip || c.Detail != "not installed" {
+		t.Errorf("ibv_devinfo check: %+v", c)
+	}
+	for _, c := range []struct {
+		code string
+		sev  Severity
+	}{
+		{"roce-gid-index", SevInfo}, {"mtu-mismatch", SevWarn}, {"port-range-narrow", SevWarn},
+		{"env-p2p-disabled", SevWarn}, {"env-shm-disabled", SevWarn}, {"env-ib-disabled", SevWarn},
+		{"env-socket-threads", SevWarn}, {"env-debug-on", SevInfo}, {"env-socket-ifname-lo", SevError},
+		{"env-goccl-unknown", SevWarn}, {"env-goccl-timeout", SevError}, {"numa-nodes", SevInfo},
+	} {
+		if !hostHasFinding(rep, c.code, c.sev) {
+			t.Errorf("no %s finding %q", c.sev, c.code)
+		}
+	}
+	for i := 1; i < len(rep.Findings); i++ {
+		if severityRank(rep.Findings[i-1].Severity) > severityRank(rep.Findings[i].Severity) {
+			t.Errorf("findings not sorted: %v before %v", rep.Findings[i-1], rep.Findings[i])
+		}
+	}
+	if !HasErrors(rep.Findings) {
+		t.Error("HasErrors false")
+	}
+
+	var txt bytes.Buffer
+	if err := rep.WriteText(&txt); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`(?m)^INFO +gids mlx5_0/1 +NCCL_IB_GID_INDEX=3`, `(?m)^WARN +mtu `, `(?m)^ +fix: `, `\n2 errors, 7 warnings, 3 notes\n$`} {
+		if !regexp.MustCompile(want).MatchString(txt.String()) {
+			t.Errorf("text lacks %q:\n%s", want, txt.String())
+		}
+	}
+	var js bytes.Buffer
+	if err := rep.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var back map[string]any
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"checks", "rdma_devices", "interfaces", "shm_bytes", "shm_free", "port_range", "numa_nodes", "findings"} {
+		if _, ok := back[k]; !ok {
+			t.Errorf("JSON lacks %q", k)
+		}
+	}
+}
+
+func TestHostCleanEnvAndSingleHost(t *testing.T) {
+	root := hostRoCETree(t, true)
+	rep, err := CheckHost(context.Background(), HostOptions{Root: root, Env: []string{}, RunTool: hostNoTools})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostWantStatus(t, rep, "env", HostOK)
+
+	// lo on a single-host torchrun job is only a note; without launcher
+	// variables it is a warning.
+	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, RunTool: hostNoTools,
+		Env: []string{"NCCL_SOCKET_IFNAME=lo", "WORLD_SIZE=8", "LOCAL_WORLD_SIZE=8"}})
+	hostWantStatus(t, rep, "env NCCL_SOCKET_IFNAME", HostInfo)
+	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, RunTool: hostNoTools,
+		Env: []string{"GOCCL_SOCKET_IFNAME=^eth,ens"}})
+	hostWantStatus(t, rep, "env GOCCL_SOCKET_IFNAME", HostWarn)
+	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, RunTool: hostNoTools,
+		Env: []string{"NCCL_SOCKET_IFNAME=^docker", "SLURM_NNODES=2"}})
+	if _, ok := hostCheckByName(rep, "env NCCL_SOCKET_IFNAME"); ok {
+		t.Error("^docker flagged although eth0 and ens1 remain")
+	}
+	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, RunTool: hostNoTools,
+		Env: []string{"NCCL_SOCKET_IFNAME==ib0"}})
+	hostWantStatus(t, rep, "env NCCL_SOCKET_IFNAME", HostError)
+
+	// An explicit NCCL_IB_GID_INDEX pointing at a v1 GID or an empty slot.
+	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, RunTool: hostNoTools, Env: []string{"NCCL_IB_GID_INDEX=2"}})
+	hostWantStatus(t, rep, "env NCCL_IB_GID_INDEX mlx5_0/1", HostWarn)
+	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, RunTool: hostNoTools, Env: []string{"NCCL_IB_GID_INDEX=5"}})
+	hostWantStatus(t, rep, "env NCCL_IB_GID_INDEX mlx5_0/1", HostError)
+	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, RunTool: hostNoTools, Env: []string{"NCCL_IB_GID_INDEX=3"}})
+	hostWantStatus(t, rep, "env NCCL_IB_GID_INDEX mlx5_0/1", HostOK)
+
+	// The RoCE netdev at 1500 caps the path MTU at 1024; the port goes down.
+	for p, c := range map[string]string{
+		"sys/class/net/eth0/mtu":                         "1500",
+		"sys/class/infiniband/mlx5_0/ports/1/state":      "1: DOWN",
+		"sys/class/infiniband/mlx5_0/ports/1/phys_state": "3: Disabled",
+	} {
+		if err := os.WriteFile(filepath.Join(root, p), []byte(c+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, RunTool: hostNoTools, Env: []string{}})
+	c := hostWantStatus(t, rep, "roce mtu mlx5_0/1", HostInfo)
+	if !strings.Contains(c.Detail, "RoCE path MTU 1024") || !strings.Contains(c.Fix, "mtu 4200") {
+		t.Errorf("roce mtu: %+v", c)
+	}
+	hostWantStatus(t, rep, "mtu", HostOK)
+	c = hostWantStatus(t, rep, "port mlx5_0/1", HostWarn)
+	if !strings.Contains(c.Detail, "DOWN, Disabled") || !hostHasFinding(rep, "ib-port-not-active", SevWarn) {
+		t.Errorf("down port: %+v", c)
+	}
+}
+
+func TestHostContainerWithoutDevInfiniband(t *testing.T) {
+	root := hostRoCETree(t, false)
+	rep, err := CheckHost(context.Background(), HostOptions{Root: root, Env: []string{}, RunTool: hostNoTools})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := hostWantStatus(t, rep, "rdma devices", HostError)
+	if !strings.Contains(c.Fix, "--device=/dev/infiniband") || !strings.Contains(c.Detail, "mlx5_0") {
+		t.Errorf("container check: %+v", c)
+	}
+	if !hostHasFinding(rep, "rdma-dev-missing", SevError) || !HasErrors(rep.Findings) {
+		t.Errorf("findings: %+v", rep.Findings)
+	}
+	// The devices are still described.
+	if len(rep.RDMA) != 1 {
+		t.Errorf("rdma: %+v", rep.RDMA)
+	}
+}
+
+func TestHostNoRDMASmallMTUAndTools(t *testing.T) {
+	root := hostTree(t, map[string]string{
+		"sys/class/net/eth0/mtu":                "1500",
+		"sys/class/net/eth0/operstate":          "up",
+		"sys/class/net/eth0/device/":            "",
+		"proc/sys/net/ipv4/ip_local_port_range": "32768 60999",
+	})
+	var ran []string
+	run := func(ctx context.Context, name string, args ...string) ([]byte, error) {
+		ran = append(ran, name)
+		if name == "nvidia-smi" {
+			return []byte("\tGPU0\tCPU Affinity\nGPU0\t X \t0-1\n"), nil
+		}
+		return []byte("Failed to get IB devices list\n"), errors.New("exit status 1")
+	}
+	rep, err := CheckHost(context.Background(), HostOptions{Root: root, Env: []string{}, RunTool: run})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := hostWantStatus(t, rep, "rdma devices", HostInfo)
+	if !strings.Contains(c.Detail, "NET/Socket") || !strings.Contains(c.Fix, "roce") {
+		t.Errorf("no-rdma check: %+v", c)
+	}
+	hostWantStatus(t, rep, "port range", HostOK)
+	hostWantStatus(t, rep, "shm", HostWarn) // no dev/shm in the tree
+	hostWantStatus(t, rep, "numa", HostSkip)
+	hostWantStatus(t, rep, "nvidia-smi topo -m", HostOK)
+	hostWantStatus(t, rep, "ibv_devinfo", HostWarn)
+	if !strings.Contains(rep.Tools["nvidia-smi topo -m"], "CPU Affinity") || len(ran) != 2 {
+		t.Errorf("tools %q ran %v", rep.Tools, ran)
+	}
+}
+
+func TestHostShmAndHelpers(t *testing.T) {
+	if _, st, code, _, fix := hostShmCheck(64<<20, 64<<20); st != HostWarn || code != "shm-small" || !strings.Contains(fix, "--shm-size") {
+		t.Errorf("64 MiB: %s %s %s", st, code, fix)
+	}
+	if _, st, _, _, _ := hostShmCheck(8<<30, 7<<30); st != HostOK {
+		t.Errorf("8 GiB: %s", st)
+	}
+	if _, st, code, _, _ := hostShmCheck(8<<30, 100<<20); st != HostWarn || code != "shm-full" {
+		t.Errorf("full: %s %s", st, code)
+	}
+	for mtu, want := range map[int]int{1500: 1024, 4200: 4096, 4191: 2048, 9000: 4096, 300: 0} {
+		if got := hostPathMTU(mtu); got != want {
+			t.Errorf("hostPathMTU(%d) = %d, want %d", mtu, got, want)
+		}
+	}
+	if n := hostCountCPUs("0-3,8,10-11"); n != 7 {
+		t.Errorf("cpus %d", n)
+	}
+	if _, err := hostParseTimeout("90"); err != nil {
+		t.Error(err)
+	}
+	if _, err := hostParseTimeout("5m"); err != nil {
+		t.Error(err)
+	}
+	if _, err := CheckHost(context.Background(), HostOptions{Root: "/nonexistent-goccl-root"}); err == nil {
+		t.Error("missing root: no error")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := CheckHost(ctx, HostOptions{Root: t.TempDir(), RunTool: hostNoTools}); !errors.Is(err, context.Canceled) {
+		t.Errorf("canceled: %v", err)
+	}
+}
+
+// TestHostLive runs on the real machine and asserts only what holds on any
+// Linux host; the RDMA expectation follows the file system as seen here.
+func TestHostLive(t *testing.T) {
+	rep, err := CheckHost(context.Background(), HostOptions{Root: "/", Env: []string{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, ok := hostCheckByName(rep, "shm"); !ok {
+		t.Errorf("no shm check: %v", hostCheckNames(rep))
+	} else if c.Status == HostOK && rep.ShmBytes == 0 {
+		t.Errorf("shm ok with size 0")
+	}
+	c, ok := hostCheckByName(rep, "rdma devices")
+	if !ok {
+		t.Fatalf("no rdma check: %v", hostCheckNames(rep))
+	}
+	sysfs, _ := os.ReadDir("/sys/class/infiniband")
+	devs, _ := os.ReadDir("/dev/infiniband")
+	if len(sysfs) == 0 && len(devs) == 0 {
+		if c.Status != HostInfo || !strings.Contains(c.Detail, "no RDMA devices") {
+			t.Errorf("no RDMA here but check says %+v", c)
+		}
+	} else if len(sysfs) > 0 && len(rep.RDMA) != len(sysfs) {
+		t.Errorf("%d devices in sysfs, %d in report", len(sysfs), len(rep.RDMA))
+	}
+	var b bytes.Buffer
+	if err := rep.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", b.String())
+}
