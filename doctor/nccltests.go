@@ -96,7 +96,7 @@ type NCCLTest struct {
 	// Format is "current" (#wrong counts), "old" (float error columns).
 	Format string `json:"format"`
 	// Line is the input line of the first row (1-based).
-	Line int `json:"line"`
+	Line int            `json:"line"`
 	Rows []NCCLTestsRow `json:"rows"`
 	// AvgBusBW is the "# Avg bus bandwidth" footer, GB/s; HasAvg says
 	// whether it was there.
@@ -352,7 +352,7 @@ func ReadNCCLTests(r io.Reader, opt NCCLTestsOptions) (*NCCLTestsReport, error) 
 			return
 		}
 		// A launcher line without the program (continued with "\"): keep -np.
-		if testsLauncher.MatchString(" "+strings.TrimLeft(line, "> ")) {
+		if testsLauncher.MatchString(" " + strings.TrimLeft(line, "> ")) {
 			if m := testsNpRe.FindStringSubmatch(" " + line); m != nil {
 				cur.np, _ = strconv.Atoi(m[1])
 			}
