@@ -1,0 +1,868 @@
+package doctor
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// nccl-tests output
+//
+// The *_perf programs of NVIDIA's nccl-tests (the printing lives in
+// src/common.cu; each collective's bandwidth factor in src/<name>.cu) print a
+// preamble, a table and a footer:
+//
+//	# nThread 1 nGpus 1 minBytes 8 maxBytes 8589934592 step: 2(factor) warmup iters: 5 iters: 20 ...
+//	# Using devices
+//	#  Rank  0 Group  0 Pid   6899 on host device  0 [0000:04:00] NVIDIA H100 80GB HBM3
+//	#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+//	#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+//	           8             2     float     sum      -1    135.8    0.00    0.00      0    123.5    0.00    0.00      0
+//	# Out of bounds values : 0 OK
+//	# Avg bus bandwidth    : 70.742
+//
+// Sizes are bytes, counts elements, times microseconds, algbw and busbw
+// GB/s with 1 GB = 1e9 bytes. Each row has the parameters (size, count,
+// type, and in most versions redop and root) then an out-of-place and an
+// in-place group of four: time, algbw, busbw and a check column. The check
+// column is "#wrong" (a count of wrong elements, "N/A" where the test does
+// not check, e.g. sendrecv in place) in current versions and the largest
+// error printed like "0e+00" in old ones (2019-2020). Old versions also
+// print no root column (all_reduce) or neither redop nor root (all_gather).
+// The row layout is recognised from the number of fields, not the header,
+// since pastes often lose the header.
+//
+// goccl's own `goccl perf` prints the same preamble, table and footer
+// (cmd/goccl/perf_format.go), with "[cpu] goccl" as the device.
+//
+// Which collective a table is: in order, (1) the "# Collective test
+// starting: X" line, (2) a program name in a command line of the paste
+// (".../all_reduce_perf -b 8 ..." or "goccl perf all_reduce ..."), (3) the
+// layout: redop and root columns, whether size/count/typesize is 1 (all_reduce,
+// sendrecv, reduce, broadcast) or the rank count (all_gather, reduce_scatter,
+// alltoall), an in-place check column that is always N/A (sendrecv), and,
+// among what remains, the busbw/algbw ratio. NCCLTest.CollectiveFrom says
+// which ("banner", "command", "layout"); a layout guess that fits nothing is
+// "unknown" and its busbw is not checked.
+//
+// The rank count n: the number of "#  Rank N" lines under "# Using devices"
+// (all processes print there through rank 0); else nThread*nGpus of the
+// "# nThread" line times the -np/-n of an mpirun/srun command line; else
+// -t/-g of the program's command line times -np; else size/(count*typesize)
+// where that ratio is the rank count (all_gather, reduce_scatter, alltoall).
+// NCCLTest.RanksFrom says which ("devices", "config", "command",
+// "size-count").
+//
+// busbw is recomputed from algbw with nccl-tests' factors: all_reduce
+// 2(n-1)/n; all_gather, reduce_scatter, alltoall, gather, scatter (n-1)/n;
+// broadcast, reduce, sendrecv 1. Both numbers are printed with two decimals,
+// so a row disagrees when |busbw - algbw*f| > 0.005*(f+1) + 1e-9.
+
+// NCCLTestsOptions tunes ReadNCCLTests.
+type NCCLTestsOptions struct {
+	// ExpectBusBW is the bus bandwidth the fabric should reach, GB/s
+	// (1 GB = 1e9 B); 0 means no expectation. Rows of at least
+	// TestsExpectMinSize bytes whose best busbw (out-of-place or in-place)
+	// is below 80 % of it are flagged.
+	ExpectBusBW float64
+}
+
+// TestsExpectMinSize is the smallest message size, bytes (64 MiB), at which
+// the ExpectBusBW check applies: below it latency dominates and busbw is
+// not expected to reach the fabric's bandwidth.
+const TestsExpectMinSize = 64 << 20
+
+// testsExpectFraction is the share of ExpectBusBW below which a row is
+// flagged.
+const testsExpectFraction = 0.8
+
+// NCCLTestsReport is what ReadNCCLTests found: one NCCLTest per table and
+// the findings over all of them.
+type NCCLTestsReport struct {
+	Tests    []NCCLTest `json:"tests"`
+	Findings []Finding  `json:"findings"`
+}
+
+// NCCLTest is one table: one run of one collective.
+type NCCLTest struct {
+	Collective     string `json:"collective"`      // "all_reduce", ..., "unknown"
+	CollectiveFrom string `json:"collective_from"` // banner, command, layout
+	Ranks          int    `json:"ranks"`           // 0 when unknown
+	RanksFrom      string `json:"ranks_from,omitempty"`
+	// Format is "current" (#wrong counts), "old" (float error columns).
+	Format string `json:"format"`
+	// Line is the input line of the first row (1-based).
+	Line int            `json:"line"`
+	Rows []NCCLTestsRow `json:"rows"`
+	// AvgBusBW is the "# Avg bus bandwidth" footer, GB/s; HasAvg says
+	// whether it was there.
+	AvgBusBW float64 `json:"avg_busbw_gbs"`
+	HasAvg   bool    `json:"has_avg"`
+	// OutOfBounds is the "# Out of bounds values" count, -1 when absent.
+	OutOfBounds int64 `json:"out_of_bounds"`
+	// PeakBusBW is the largest busbw of any row (GB/s) and PeakSize its size.
+	PeakBusBW float64 `json:"peak_busbw_gbs"`
+	PeakSize  int64   `json:"peak_size"`
+}
+
+// NCCLTestsRow is one result row.
+type NCCLTestsRow struct {
+	Line  int    `json:"line"`
+	Size  int64  `json:"size"`  // bytes
+	Count int64  `json:"count"` // elements
+	Type  string `json:"type"`
+	Redop string `json:"redop,omitempty"` // empty when the layout has no redop column
+	Root  int    `json:"root"`            // -1 when not rooted or no root column
+	// HasRoot says whether the row had a root column.
+	HasRoot    bool             `json:"has_root"`
+	OutOfPlace NCCLTestsResult  `json:"out_of_place"`
+	InPlace    *NCCLTestsResult `json:"in_place,omitempty"`
+	// BusBWMismatch is set when a printed busbw disagrees with algbw times
+	// the collective's factor.
+	BusBWMismatch bool `json:"busbw_mismatch,omitempty"`
+}
+
+// NCCLTestsResult is one half of a row.
+type NCCLTestsResult struct {
+	TimeUS float64 `json:"time_us"`
+	AlgBW  float64 `json:"algbw_gbs"`
+	BusBW  float64 `json:"busbw_gbs"`
+	// Wrong is the #wrong count; -1 for "N/A". In the old format it is
+	// 0 or 1 (error above the type's tolerance) and Error holds the value.
+	Wrong int64   `json:"wrong"`
+	Error float64 `json:"error,omitempty"`
+}
+
+// testsFactor returns nccl-tests' busbw/algbw factor for a collective and
+// rank count, and whether it is known.
+func testsFactor(coll string, n int) (float64, bool) {
+	switch coll {
+	case "broadcast", "reduce", "sendrecv":
+		return 1, true
+	}
+	if n <= 0 {
+		return 0, false
+	}
+	switch coll {
+	case "all_reduce":
+		return 2 * float64(n-1) / float64(n), true
+	case "all_gather", "reduce_scatter", "alltoall", "gather", "scatter":
+		return float64(n-1) / float64(n), true
+	}
+	return 0, false
+}
+
+// testsTypeSize is the size in bytes of an nccl-tests type name, 0 if unknown.
+func testsTypeSize(t string) int64 {
+	switch strings.ToLower(t) {
+	case "int8", "uint8", "char", "f8e4m3", "f8e5m2", "fp8_e4m3", "fp8_e5m2":
+		return 1
+	case "half", "float16", "bfloat16", "bf16":
+		return 2
+	case "int32", "uint32", "int", "float", "float32":
+		return 4
+	case "int64", "uint64", "double", "float64":
+		return 8
+	}
+	return 0
+}
+
+// testsTolerance is the largest error old nccl-tests accepted for a type.
+func testsTolerance(t string) float64 {
+	switch strings.ToLower(t) {
+	case "half", "float16", "bfloat16", "bf16", "f8e4m3", "f8e5m2":
+		return 1e-2
+	case "float", "float32":
+		return 1e-5
+	case "double", "float64":
+		return 1e-12
+	}
+	return 0
+}
+
+// testsCollName maps a program or argument name to a collective name.
+func testsCollName(s string) string {
+	s = strings.ToLower(s)
+	if i := strings.LastIndexByte(s, '/'); i >= 0 {
+		s = s[i+1:]
+	}
+	s = strings.TrimSuffix(s, "_mpi")
+	s = strings.TrimSuffix(s, "_perf")
+	s = strings.ReplaceAll(strings.ReplaceAll(s, "_", ""), "-", "")
+	switch s {
+	case "allreduce":
+		return "all_reduce"
+	case "allgather":
+		return "all_gather"
+	case "reducescatter":
+		return "reduce_scatter"
+	case "broadcast", "reduce", "alltoall", "sendrecv", "gather", "scatter", "hypercube":
+		return s
+	}
+	return ""
+}
+
+var (
+	testsBannerRe  = regexp.MustCompile(`^#\s*Collective test starting:\s*(\S+)`)
+	testsProgRe    = regexp.MustCompile(`(?:^|[\s/])([a-z_]+)_perf(?:_mpi)?(?:\s|$)`)
+	testsGocclRe   = regexp.MustCompile(`\bgoccl\s+perf\s+([A-Za-z_-]+)`)
+	testsConfigRe  = regexp.MustCompile(`^#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)`)
+	testsRankRe    = regexp.MustCompile(`^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+`)
+	testsAvgRe     = regexp.MustCompile(`^#\s*Avg bus bandwidth\s*:\s*(\S+)`)
+	testsOOBRe     = regexp.MustCompile(`^#\s*Out of bounds values\s*:\s*(\d+)`)
+	testsHeaderRe  = regexp.MustCompile(`^#\s*size\s+count\s+type`)
+	testsLauncher  = regexp.MustCompile(`(?:^|[\s/])(?:mpirun|mpiexec|srun|orterun)\s`)
+	testsNpRe      = regexp.MustCompile(`\s(?:-np|-n|--np|-N|--ntasks)[\s=](\d+)`)
+	testsNperNode  = regexp.MustCompile(`\s(?:-npernode|--npernode|--ntasks-per-node)[\s=](\d+)`)
+	testsGpusRe    = regexp.MustCompile(`\s(?:-g|--ngpus)[\s=]?(\d+)`)
+	testsThreadsRe = regexp.MustCompile(`\s(?:-t|--nthreads)[\s=]?(\d+)`)
+)
+
+// testsBuilder accumulates one table and its context.
+type testsBuilder struct {
+	t          NCCLTest
+	rankSet    map[int]bool
+	cfgRanks   int // nThread*nGpus
+	cmdRanks   int // -t * -g of the program's command line
+	np         int // processes from a launcher command line
+	layoutKey  string
+	closed     bool // footer seen: the next row starts a new table
+	haveConfig bool
+}
+
+func testsNewBuilder() *testsBuilder {
+	return &testsBuilder{rankSet: map[int]bool{}, t: NCCLTest{OutOfBounds: -1}}
+}
+
+// ReadNCCLTests parses the output of nccl-tests' *_perf programs (any
+// version) or of `goccl perf`, possibly several runs in one file, and checks
+// it: busbw against algbw times the collective's factor, #wrong, the
+// out-of-bounds count, the average bus bandwidth footer and, with
+// opt.ExpectBusBW, large sizes against the expected bandwidth. It fails only
+// when r fails.
+func ReadNCCLTests(r io.Reader, opt NCCLTestsOptions) (*NCCLTestsReport, error) {
+	rep := &NCCLTestsReport{Tests: []NCCLTest{}, Findings: []Finding{}}
+	var done []*testsBuilder
+	cur := testsNewBuilder()
+	// finish ends the current table and starts a fresh one; when keepCtx,
+	// the new one inherits the rank context (same launch, another table).
+	finish := func(keepCtx bool) {
+		next := testsNewBuilder()
+		if keepCtx {
+			next.rankSet, next.cfgRanks, next.cmdRanks, next.np, next.haveConfig = cur.rankSet, cur.cfgRanks, cur.cmdRanks, cur.np, cur.haveConfig
+		}
+		if len(cur.t.Rows) > 0 {
+			done = append(done, cur)
+		}
+		cur = next
+	}
+	// context starts a new table when the current one already has rows.
+	context := func() {
+		if len(cur.t.Rows) > 0 {
+			finish(false)
+		}
+	}
+	truncated, err := tablesReadLines(r, func(n int, raw string) {
+		line := strings.TrimSpace(tablesClean(raw))
+		if line == "" {
+			return
+		}
+		if m := testsBannerRe.FindStringSubmatch(line); m != nil {
+			context()
+			if c := testsCollName(m[1]); c != "" {
+				cur.t.Collective, cur.t.CollectiveFrom = c, "banner"
+			}
+			return
+		}
+		if m := testsConfigRe.FindStringSubmatch(line); m != nil {
+			if len(cur.t.Rows) > 0 || cur.haveConfig {
+				ctxColl, ctxFrom, np := "", "", cur.np
+				if len(cur.t.Rows) == 0 {
+					ctxColl, ctxFrom = cur.t.Collective, cur.t.CollectiveFrom
+				}
+				finish(false)
+				cur.t.Collective, cur.t.CollectiveFrom, cur.np = ctxColl, ctxFrom, np
+			}
+			t, _ := strconv.Atoi(m[1])
+			g, _ := strconv.Atoi(m[2])
+			if t > 0 && g > 0 && t < 1<<16 && g < 1<<16 {
+				cur.cfgRanks = t * g
+			}
+			cur.haveConfig = true
+			return
+		}
+		if m := testsRankRe.FindStringSubmatch(line); m != nil {
+			if len(cur.t.Rows) > 0 {
+				finish(false)
+			}
+			if k, err := strconv.Atoi(m[1]); err == nil && k >= 0 && k < 1<<20 && len(cur.rankSet) < 1<<16 {
+				cur.rankSet[k] = true
+			}
+			return
+		}
+		if m := testsAvgRe.FindStringSubmatch(line); m != nil {
+			if v, err := strconv.ParseFloat(m[1], 64); err == nil && !math.IsNaN(v) && !math.IsInf(v, 0) {
+				cur.t.AvgBusBW, cur.t.HasAvg = v, true
+			}
+			cur.closed = true
+			return
+		}
+		if m := testsOOBRe.FindStringSubmatch(line); m != nil {
+			if v, err := strconv.ParseInt(m[1], 10, 64); err == nil {
+				cur.t.OutOfBounds = v
+			}
+			cur.closed = true
+			return
+		}
+		if testsHeaderRe.MatchString(line) {
+			if len(cur.t.Rows) > 0 {
+				finish(true)
+			}
+			return
+		}
+		if strings.HasPrefix(line, "#") {
+			return
+		}
+		// A command line: a *_perf program or goccl perf, possibly under
+		// mpirun/srun.
+		if coll, ok := testsCommand(line); ok {
+			context()
+			if coll != "" {
+				cur.t.Collective, cur.t.CollectiveFrom = coll, "command"
+			}
+			if testsLauncher.MatchString(" "+line) || strings.HasPrefix(line, ">") {
+				if m := testsNpRe.FindStringSubmatch(" " + line); m != nil {
+					cur.np, _ = strconv.Atoi(m[1])
+				}
+			}
+			g, t := 1, 1
+			if m := testsGpusRe.FindStringSubmatch(" " + line); m != nil {
+				g, _ = strconv.Atoi(m[1])
+			}
+			if m := testsThreadsRe.FindStringSubmatch(" " + line); m != nil && coll != "" {
+				t, _ = strconv.Atoi(m[1])
+			}
+			if coll != "" && g > 0 && t > 0 && g < 1<<16 && t < 1<<16 {
+				cur.cmdRanks = g * t
+			}
+			return
+		}
+		// A launcher line without the program (continued with "\"): keep -np.
+		if testsLauncher.MatchString(" " + strings.TrimLeft(line, "> ")) {
+			if m := testsNpRe.FindStringSubmatch(" " + line); m != nil {
+				cur.np, _ = strconv.Atoi(m[1])
+			}
+			return
+		}
+		if strings.HasPrefix(line, ">") {
+			l := " " + strings.TrimLeft(line, "> ")
+			if m := testsNpRe.FindStringSubmatch(l); m != nil {
+				cur.np, _ = strconv.Atoi(m[1])
+			}
+			return
+		}
+		row, key, ok := testsParseRow(line)
+		if !ok {
+			return
+		}
+		row.Line = n
+		if len(cur.t.Rows) > 0 && (cur.closed || key != cur.layoutKey) {
+			finish(false)
+		}
+		if len(cur.t.Rows) == 0 {
+			cur.layoutKey = key
+			cur.t.Line = n
+			cur.t.Format = "current"
+			if strings.HasSuffix(key, "old") {
+				cur.t.Format = "old"
+			}
+		}
+		if len(cur.t.Rows) < 1<<16 {
+			cur.t.Rows = append(cur.t.Rows, row)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	finish(false)
+	for _, b := range done {
+		b.resolve()
+		rep.Tests = append(rep.Tests, b.t)
+	}
+	rep.Findings = testsCheck(rep.Tests, opt)
+	if truncated {
+		rep.Findings = append(rep.Findings, Finding{Severity: SevInfo, Code: "input-truncated",
+			Message: fmt.Sprintf("only the first %d lines were read", tablesMaxLines)})
+	}
+	tablesSortFindings(rep.Findings)
+	return rep, nil
+}
+
+// testsCommand recognises a command line running a benchmark and returns
+// the collective it names ("" when the line is a command but names none).
+func testsCommand(line string) (string, bool) {
+	l := strings.TrimLeft(line, "$># ")
+	if i := strings.Index(l, "$ "); i >= 0 && i < 200 {
+		l = l[i+2:] // shell prompt "user@host:~$ cmd"
+	}
+	if m := testsGocclRe.FindStringSubmatch(l); m != nil {
+		return testsCollName(m[1]), true
+	}
+	if m := testsProgRe.FindStringSubmatch(" " + l); m != nil {
+		if c := testsCollName(m[1]); c != "" {
+			return c, true
+		}
+	}
+	return "", false
+}
+
+// testsParseRow parses a result row; key names its layout (number of
+// parameter columns, whether the check columns are old float errors).
+func testsParseRow(line string) (NCCLTestsRow, string, bool) {
+	var row NCCLTestsRow
+	f := strings.Fields(line)
+	if len(f) < 7 || len(f) > 16 {
+		return row, "", false
+	}
+	size, err1 := strconv.ParseInt(f[0], 10, 64)
+	count, err2 := strconv.ParseInt(f[1], 10, 64)
+	if err1 != nil || err2 != nil || size < 0 || count < 0 {
+		return row, "", false
+	}
+	if !testsIsWord(f[2]) {
+		return row, "", false
+	}
+	row.Size, row.Count, row.Type, row.Root = size, count, f[2], -1
+	rest := f[3:]
+	params := 3
+	if len(rest) > 0 && testsIsWord(rest[0]) && rest[0] != "N/A" {
+		row.Redop = rest[0]
+		rest = rest[1:]
+		params++
+	}
+	switch len(rest) {
+	case 9, 5: // root + one or two groups
+		root, err := strconv.Atoi(rest[0])
+		if err != nil || root < -1 {
+			return row, "", false
+		}
+		row.Root, row.HasRoot = root, true
+		rest = rest[1:]
+		params++
+	case 8, 4:
+	default:
+		return row, "", false
+	}
+	old := false
+	var groups []NCCLTestsResult
+	for len(rest) >= 4 {
+		g, isOld, ok := testsParseGroup(rest[:4], row.Type)
+		if !ok {
+			return row, "", false
+		}
+		old = old || isOld
+		groups = append(groups, g)
+		rest = rest[4:]
+	}
+	row.OutOfPlace = groups[0]
+	if len(groups) > 1 {
+		g := groups[1]
+		row.InPlace = &g
+	}
+	key := fmt.Sprintf("p%d-g%d", params, len(groups))
+	if old {
+		key += "-old"
+	}
+	return row, key, true
+}
+
+// testsIsWord reports whether s looks like a type or op name.
+func testsIsWord(s string) bool {
+	if s == "" || len(s) > 32 {
+		return false
+	}
+	c := s[0]
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'
+}
+
+// testsParseGroup parses time, algbw, busbw and the check column.
+func testsParseGroup(f []string, typ string) (NCCLTestsResult, bool, bool) {
+	var g NCCLTestsResult
+	vals := [3]float64{}
+	for i := 0; i < 3; i++ {
+		v, err := strconv.ParseFloat(f[i], 64)
+		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			return g, false, false
+		}
+		vals[i] = v
+	}
+	g.TimeUS, g.AlgBW, g.BusBW = vals[0], vals[1], vals[2]
+	w := f[3]
+	if w == "N/A" || w == "n/a" {
+		g.Wrong = -1
+		return g, false, true
+	}
+	if k, err := strconv.ParseInt(w, 10, 64); err == nil && k >= 0 {
+		g.Wrong = k
+		return g, false, true
+	}
+	if e, err := strconv.ParseFloat(w, 64); err == nil && !math.IsNaN(e) && !math.IsInf(e, 0) && strings.ContainsAny(w, "eE.") {
+		g.Error = e
+		if math.Abs(e) > testsTolerance(typ) {
+			g.Wrong = 1
+		}
+		return g, true, true
+	}
+	return g, false, false
+}
+
+// resolve fills in the collective (from the layout if needed), the rank
+// count and the peak.
+func (b *testsBuilder) resolve() {
+	t := &b.t
+	// ranks
+	switch {
+	case len(b.rankSet) > 0:
+		t.Ranks, t.RanksFrom = len(b.rankSet), "devices"
+	case b.cfgRanks > 0:
+		np := b.np
+		if np <= 0 {
+			np = 1
+		}
+		t.Ranks, t.RanksFrom = b.cfgRanks*np, "config"
+	case b.cmdRanks > 0:
+		np := b.np
+		if np <= 0 {
+			np = 1
+		}
+		t.Ranks, t.RanksFrom = b.cmdRanks*np, "command"
+	}
+	ratio := testsSizeRatio(t.Rows) // size/(count*typesize), 0 if unknown
+	if t.Collective == "" {
+		t.Collective, t.CollectiveFrom = testsGuess(t, ratio), "layout"
+	}
+	if t.Ranks == 0 && ratio > 1 {
+		switch t.Collective {
+		case "all_gather", "reduce_scatter", "alltoall", "gather", "scatter":
+			t.Ranks, t.RanksFrom = ratio, "size-count"
+		}
+	}
+	for _, r := range t.Rows {
+		for _, g := range []*NCCLTestsResult{&r.OutOfPlace, r.InPlace} {
+			if g != nil && g.BusBW > t.PeakBusBW {
+				t.PeakBusBW, t.PeakSize = g.BusBW, r.Size
+			}
+		}
+	}
+}
+
+// testsSizeRatio returns size/(count*typesize) from the largest row where it
+// is a whole number, 0 if none.
+func testsSizeRatio(rows []NCCLTestsRow) int {
+	best := int64(-1)
+	ratio := 0
+	for _, r := range rows {
+		ts := testsTypeSize(r.Type)
+		if ts == 0 || r.Count <= 0 || r.Count > math.MaxInt64/ts || r.Size <= best {
+			continue
+		}
+		d := r.Count * ts
+		if r.Size%d != 0 || r.Size/d > 1<<20 {
+			continue
+		}
+		best, ratio = r.Size, int(r.Size/d)
+	}
+	return ratio
+}
+
+// testsGuess picks the collective from the layout; see the package comment.
+func testsGuess(t *NCCLTest, ratio int) string {
+	if len(t.Rows) == 0 {
+		return "unknown"
+	}
+	r0 := t.Rows[0]
+	reduces := r0.Redop != "" && r0.Redop != "none"
+	rooted := r0.HasRoot && r0.Root >= 0
+	allNA, oopChecked := true, false
+	for _, r := range t.Rows {
+		if r.InPlace == nil || r.InPlace.Wrong != -1 {
+			allNA = false
+		}
+		if r.OutOfPlace.Wrong >= 0 {
+			oopChecked = true
+		}
+	}
+	allNA = allNA && oopChecked
+	var cands []string
+	switch {
+	case allNA && !rooted:
+		cands = []string{"sendrecv"}
+	case rooted && reduces:
+		cands = []string{"reduce"}
+	case rooted:
+		cands = []string{"broadcast", "gather", "scatter"}
+	case reduces && ratio == 1:
+		cands = []string{"all_reduce", "sendrecv"}
+	case reduces && ratio > 1:
+		cands = []string{"reduce_scatter"}
+	case reduces:
+		cands = []string{"all_reduce", "reduce_scatter", "sendrecv"}
+	case ratio > 1:
+		cands = []string{"all_gather", "alltoall"}
+	case ratio == 1:
+		cands = []string{"sendrecv"}
+	default:
+		cands = []string{"all_gather", "alltoall", "sendrecv"}
+	}
+	if len(cands) == 1 {
+		return cands[0]
+	}
+	// Keep the candidates whose factor fits the observed busbw/algbw ratio.
+	n := t.Ranks
+	if n == 0 && ratio > 1 {
+		n = ratio
+	}
+	obs, ok := testsObservedFactor(t.Rows)
+	if !ok {
+		return cands[0]
+	}
+	for _, c := range cands {
+		cn := n
+		if cn == 0 && c == "all_reduce" {
+			// 2(n-1)/n fits any observed value in [1,2): accept it.
+			if obs >= 0.99 && obs < 2.01 {
+				return c
+			}
+			continue
+		}
+		if f, ok := testsFactor(c, cn); ok && math.Abs(f-obs) < 0.02*f+0.01 {
+			return c
+		}
+		if cn == 0 && (c == "all_gather" || c == "alltoall" || c == "reduce_scatter") && obs >= 0.49 && obs < 1.0 {
+			return c
+		}
+	}
+	return "unknown"
+}
+
+// testsObservedFactor is the median busbw/algbw over values large enough
+// (algbw >= 1 GB/s) for the two printed decimals not to matter.
+func testsObservedFactor(rows []NCCLTestsRow) (float64, bool) {
+	var rs []float64
+	for _, r := range rows {
+		for _, g := range []*NCCLTestsResult{&r.OutOfPlace, r.InPlace} {
+			if g != nil && g.AlgBW >= 1 {
+				rs = append(rs, g.BusBW/g.AlgBW)
+			}
+		}
+	}
+	if len(rs) == 0 {
+		return 0, false
+	}
+	sort.Float64s(rs)
+	return rs[len(rs)/2], true
+}
+
+// testsCheck produces the findings.
+func testsCheck(tests []NCCLTest, opt NCCLTestsOptions) []Finding {
+	fs := []Finding{}
+	if len(tests) == 0 {
+		fs = append(fs, Finding{Severity: SevWarn, Code: "no-results",
+			Message: "no nccl-tests result rows found",
+			Fix:     "paste the whole output of the *_perf program, from the '# nThread' line to '# Avg bus bandwidth'"})
+		return fs
+	}
+	for i := range tests {
+		t := &tests[i]
+		name := fmt.Sprintf("table %d (%s, line %d)", i+1, t.Collective, t.Line)
+		if t.Collective == "unknown" {
+			fs = append(fs, Finding{Severity: SevInfo, Code: "collective-unknown",
+				Message: fmt.Sprintf("%s: the collective could not be told from the layout; busbw not checked", name),
+				Fix:     "include the command line or the '# Collective test starting' line"})
+		}
+		f, known := testsFactor(t.Collective, t.Ranks)
+		if !known && t.Collective != "unknown" {
+			fs = append(fs, Finding{Severity: SevInfo, Code: "ranks-unknown",
+				Message: fmt.Sprintf("%s: rank count unknown; busbw of %s depends on it and was not checked", name, t.Collective),
+				Fix:     "include the '# Using devices' block"})
+		}
+		// busbw vs algbw
+		if known {
+			bad := 0
+			first := ""
+			for j := range t.Rows {
+				r := &t.Rows[j]
+				for _, g := range []*NCCLTestsResult{&r.OutOfPlace, r.InPlace} {
+					if g == nil {
+						continue
+					}
+					want := g.AlgBW * f
+					if math.Abs(g.BusBW-want) > 0.005*(f+1)+1e-9 {
+						if !r.BusBWMismatch {
+							bad++
+						}
+						r.BusBWMismatch = true
+						if first == "" {
+							first = fmt.Sprintf("size %d: busbw %.2f, algbw %.2f x %.4g = %.2f", r.Size, g.BusBW, g.AlgBW, f, want)
+						}
+					}
+				}
+			}
+			if bad > 0 {
+				fs = append(fs, Finding{Severity: SevWarn, Code: "busbw-mismatch",
+					Message: fmt.Sprintf("%s: %d row(s) whose busbw is not algbw x %.4g (%s, %d ranks), first %s", name, bad, f, t.Collective, t.Ranks, first),
+					Fix:     "check the rank count and the collective; a tool that recomputes busbw differently is not comparable with nccl-tests"})
+			}
+		}
+		// #wrong
+		wrongRows, firstWrong := 0, int64(-1)
+		for _, r := range t.Rows {
+			w := r.OutOfPlace.Wrong > 0 || (r.InPlace != nil && r.InPlace.Wrong > 0)
+			if w {
+				wrongRows++
+				if firstWrong < 0 {
+					firstWrong = r.Size
+				}
+			}
+		}
+		if wrongRows > 0 {
+			fs = append(fs, Finding{Severity: SevError, Code: "wrong-results",
+				Message: fmt.Sprintf("%s: %d row(s) with wrong elements, first at size %d", name, wrongRows, firstWrong),
+				Fix:     "results are corrupted: rerun with NCCL_DEBUG=WARN, check GPU/NIC errors (dmesg, Xid), and try NCCL_P2P_DISABLE=1 / NCCL_PROTO=Simple to isolate the path"})
+		}
+		if t.OutOfBounds > 0 {
+			fs = append(fs, Finding{Severity: SevError, Code: "out-of-bounds-values",
+				Message: fmt.Sprintf("%s: '# Out of bounds values : %d'", name, t.OutOfBounds),
+				Fix:     "the test saw wrong data; see the rows with #wrong > 0"})
+		}
+		// footer average
+		if t.HasAvg {
+			sum, cnt := 0.0, 0
+			for _, r := range t.Rows {
+				sum += r.OutOfPlace.BusBW
+				cnt++
+				if r.InPlace != nil {
+					sum += r.InPlace.BusBW
+					cnt++
+				}
+			}
+			avg := sum / float64(cnt)
+			msg := fmt.Sprintf("%s: avg bus bandwidth %g GB/s (footer); peak %.2f GB/s at %d B", name, t.AvgBusBW, t.PeakBusBW, t.PeakSize)
+			fs = append(fs, Finding{Severity: SevInfo, Code: "avg-busbw", Message: msg,
+				Fix: "the average includes small, latency-bound sizes: compare the busbw of the largest sizes instead"})
+			if math.Abs(avg-t.AvgBusBW) > 0.01*t.AvgBusBW+0.01 {
+				fs = append(fs, Finding{Severity: SevInfo, Code: "avg-busbw-mismatch",
+					Message: fmt.Sprintf("%s: rows average %.4g GB/s but the footer says %g: rows are missing (trimmed paste?) or were edited", name, avg, t.AvgBusBW)})
+			}
+		} else {
+			fs = append(fs, Finding{Severity: SevInfo, Code: "peak-busbw",
+				Message: fmt.Sprintf("%s: peak busbw %.2f GB/s at %d B (no avg bus bandwidth footer)", name, t.PeakBusBW, t.PeakSize)})
+		}
+		// expectation
+		if opt.ExpectBusBW > 0 && !math.IsNaN(opt.ExpectBusBW) && !math.IsInf(opt.ExpectBusBW, 0) {
+			var low []string
+			checked := 0
+			for _, r := range t.Rows {
+				if r.Size < TestsExpectMinSize {
+					continue
+				}
+				checked++
+				best := r.OutOfPlace.BusBW
+				if r.InPlace != nil && r.InPlace.BusBW > best {
+					best = r.InPlace.BusBW
+				}
+				if best < testsExpectFraction*opt.ExpectBusBW {
+					low = append(low, fmt.Sprintf("%d B: %.2f", r.Size, best))
+				}
+			}
+			switch {
+			case checked == 0:
+				fs = append(fs, Finding{Severity: SevInfo, Code: "expect-busbw-unchecked",
+					Message: fmt.Sprintf("%s: no size >= %d B, the expected busbw %g GB/s was not checked", name, TestsExpectMinSize, opt.ExpectBusBW),
+					Fix:     "run with -e 1G or more"})
+			case len(low) > 0:
+				if len(low) > 8 {
+					low = append(low[:8], "...")
+				}
+				fs = append(fs, Finding{Severity: SevWarn, Code: "busbw-below-expected",
+					Message: fmt.Sprintf("%s: %d of %d sizes >= 64 MiB below 80%% of the expected %g GB/s (%s)", name, len(low), checked, opt.ExpectBusBW, strings.Join(low, ", ")),
+					Fix:     "check with `goccl doctor nccl-log` which transport was used (NET/Socket instead of IB, no GDR, few channels) and `goccl doctor topo` for GPU-NIC locality"})
+			}
+		}
+	}
+	return fs
+}
+
+// WriteText prints the report: per table its collective, ranks and rows,
+// rows whose busbw disagrees marked with "!", then the findings.
+func (rep *NCCLTestsReport) WriteText(w io.Writer) error {
+	var b strings.Builder
+	for i, t := range rep.Tests {
+		fmt.Fprintf(&b, "table %d: %s (from %s), ", i+1, tablesOneLine(t.Collective, 32), t.CollectiveFrom)
+		if t.Ranks > 0 {
+			fmt.Fprintf(&b, "%d ranks (from %s), ", t.Ranks, t.RanksFrom)
+		} else {
+			b.WriteString("ranks unknown, ")
+		}
+		fmt.Fprintf(&b, "%d rows, %s format, line %d\n", len(t.Rows), t.Format, t.Line)
+		fmt.Fprintf(&b, "  %12s %12s %8s %6s %4s | %9s %7s %7s %6s | %9s %7s %7s %6s\n",
+			"size(B)", "count", "type", "redop", "root", "time(us)", "algbw", "busbw", "#wrong", "time(us)", "algbw", "busbw", "#wrong")
+		for _, r := range t.Rows {
+			mark := " "
+			if r.BusBWMismatch {
+				mark = "!"
+			}
+			root := "-"
+			if r.HasRoot {
+				root = strconv.Itoa(r.Root)
+			}
+			redop := r.Redop
+			if redop == "" {
+				redop = "-"
+			}
+			fmt.Fprintf(&b, "%s %12d %12d %8s %6s %4s | %s", mark, r.Size, r.Count, tablesOneLine(r.Type, 8), tablesOneLine(redop, 8), root, testsFmtGroup(&r.OutOfPlace))
+			if r.InPlace != nil {
+				fmt.Fprintf(&b, " | %s", testsFmtGroup(r.InPlace))
+			}
+			b.WriteByte('\n')
+		}
+		if t.HasAvg {
+			fmt.Fprintf(&b, "  avg bus bandwidth %g GB/s; ", t.AvgBusBW)
+		} else {
+			b.WriteString("  ")
+		}
+		fmt.Fprintf(&b, "peak busbw %.2f GB/s at %d B\n", t.PeakBusBW, t.PeakSize)
+	}
+	tablesWriteFindings(&b, rep.Findings)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func testsFmtGroup(g *NCCLTestsResult) string {
+	wrong := strconv.FormatInt(g.Wrong, 10)
+	if g.Wrong < 0 {
+		wrong = "N/A"
+	} else if g.Error != 0 {
+		wrong = strconv.FormatFloat(g.Error, 'e', 0, 64)
+	}
+	return fmt.Sprintf("%9.2f %7.2f %7.2f %6s", g.TimeUS, g.AlgBW, g.BusBW, wrong)
+}
+
+// tablesWriteFindings prints findings one per line, with the fix indented.
+func tablesWriteFindings(b *strings.Builder, fs []Finding) {
+	if len(fs) == 0 {
+		b.WriteString("no findings\n")
+		return
+	}
+	b.WriteString("findings:\n")
+	for _, f := range fs {
+		fmt.Fprintf(b, "  %-5s %s: %s\n", f.Severity, f.Code, f.Message)
+		if f.Fix != "" {
+			fmt.Fprintf(b, "        fix: %s\n", f.Fix)
+		}
+	}
+}

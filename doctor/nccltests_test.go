@@ -1,0 +1,332 @@
+package doctor
+
+import (
+	"math"
+	"strings"
+	"testing"
+)
+
+func testsRead(t *testing.T, text string, opt NCCLTestsOptions) *NCCLTestsReport {
+	t.Helper()
+	rep, err := ReadNCCLTests(strings.NewReader(text), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tablesCheckFindings(t, rep.Findings)
+	var b strings.Builder
+	if err := rep.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	tablesJSON(t, rep)
+	if testing.Verbose() {
+		t.Log("\n" + b.String())
+	}
+	return rep
+}
+
+// testsRowAt returns the row of size in test tt.
+func testsRowAt(t *testing.T, tt NCCLTest, size int64) NCCLTestsRow {
+	t.Helper()
+	for _, r := range tt.Rows {
+		if r.Size == size {
+			return r
+		}
+	}
+	t.Fatalf("no row of size %d", size)
+	return NCCLTestsRow{}
+}
+
+func TestNCCLTestsReal01AllReduce16Ranks(t *testing.T) {
+	rep := testsRead(t, tablesReal(t, "nccl-tests-01.txt"), NCCLTestsOptions{})
+	if len(rep.Tests) != 1 {
+		t.Fatalf("tests = %d, want 1", len(rep.Tests))
+	}
+	tt := rep.Tests[0]
+	if tt.Collective != "all_reduce" || tt.CollectiveFrom != "command" {
+		t.Errorf("collective %q from %q", tt.Collective, tt.CollectiveFrom)
+	}
+	if tt.Ranks != 16 || tt.RanksFrom != "devices" {
+		t.Errorf("ranks %d from %q, want 16 from devices", tt.Ranks, tt.RanksFrom)
+	}
+	if len(tt.Rows) != 31 {
+		t.Errorf("rows = %d, want 31", len(tt.Rows))
+	}
+	r := testsRowAt(t, tt, 8589934592)
+	if r.OutOfPlace.BusBW != 338.82 || r.InPlace == nil || r.InPlace.BusBW != 337.35 {
+		t.Errorf("8 GiB row busbw %v / %+v", r.OutOfPlace.BusBW, r.InPlace)
+	}
+	if r.Count != 2147483648 || r.Type != "float" || r.Redop != "sum" || !r.HasRoot || r.Root != -1 {
+		t.Errorf("8 GiB row params %+v", r)
+	}
+	if r := testsRowAt(t, tt, 2147483648); r.OutOfPlace.TimeUS != 12646 || r.InPlace.TimeUS != 12641 {
+		t.Errorf("time without decimals: %v %v", r.OutOfPlace.TimeUS, r.InPlace.TimeUS)
+	}
+	if tt.PeakBusBW != 338.82 || tt.PeakSize != 8589934592 {
+		t.Errorf("peak %v at %d", tt.PeakBusBW, tt.PeakSize)
+	}
+	if !tt.HasAvg || tt.AvgBusBW != 70.742 || tt.OutOfBounds != 0 {
+		t.Errorf("footer avg %v (%v) oob %d", tt.AvgBusBW, tt.HasAvg, tt.OutOfBounds)
+	}
+	for _, r := range tt.Rows {
+		if r.OutOfPlace.Wrong != 0 || r.InPlace.Wrong != 0 || r.BusBWMismatch {
+			t.Errorf("row %d: wrong %d/%d mismatch %v", r.Size, r.OutOfPlace.Wrong, r.InPlace.Wrong, r.BusBWMismatch)
+		}
+	}
+	codes := tablesCodes(rep.Findings, "")
+	if HasErrors(rep.Findings) || codes["busbw-mismatch"] != 0 || codes["avg-busbw-mismatch"] != 0 || codes["avg-busbw"] != 1 {
+		t.Errorf("findings %v", rep.Findings)
+	}
+	// expectation: 400 GB/s -> sizes >= 64 MiB below 320 flagged: all 8 of them
+	rep = testsRead(t, tablesReal(t, "nccl-tests-01.txt"), NCCLTestsOptions{ExpectBusBW: 400})
+	// 4 GiB (330.58) and 8 GiB (338.82) reach 320
+	f, ok := tablesFindingWith(rep.Findings, "busbw-below-expected", "6 of 8 sizes")
+	if !ok || f.Severity != SevWarn {
+		t.Errorf("expect 400: %v", rep.Findings)
+	}
+	// 380 GB/s: 80 % = 304 -> 2 GiB (318.40), 4 GiB, 8 GiB pass; 64 MiB .. 1 GiB (5 sizes) fail
+	rep = testsRead(t, tablesReal(t, "nccl-tests-01.txt"), NCCLTestsOptions{ExpectBusBW: 380})
+	if _, ok := tablesFindingWith(rep.Findings, "busbw-below-expected", "5 of 8 sizes"); !ok {
+		t.Errorf("expect 380: %v", rep.Findings)
+	}
+	// 300 -> 240: 64, 128 and 256 MiB (213.28) are below
+	rep = testsRead(t, tablesReal(t, "nccl-tests-01.txt"), NCCLTestsOptions{ExpectBusBW: 300})
+	if _, ok := tablesFindingWith(rep.Findings, "busbw-below-expected", "3 of 8 sizes"); !ok {
+		t.Errorf("expect 300: %v", rep.Findings)
+	}
+	// 100 -> 80: 64 MiB reaches 99.74, and 32 MiB (59.69) is too small to count
+	rep = testsRead(t, tablesReal(t, "nccl-tests-01.txt"), NCCLTestsOptions{ExpectBusBW: 100})
+	if tablesCodes(rep.Findings, "")["busbw-below-expected"] != 0 {
+		t.Errorf("expect 100: %v", rep.Findings)
+	}
+}
+
+func TestNCCLTestsReal03AllGatherSizeZero(t *testing.T) {
+	rep := testsRead(t, tablesReal(t, "nccl-tests-03.txt"), NCCLTestsOptions{})
+	if len(rep.Tests) != 1 {
+		t.Fatalf("tests = %d", len(rep.Tests))
+	}
+	tt := rep.Tests[0]
+	if tt.Collective != "all_gather" || tt.Ranks != 2 || tt.RanksFrom != "devices" {
+		t.Errorf("%s %d %s", tt.Collective, tt.Ranks, tt.RanksFrom)
+	}
+	if len(tt.Rows) != 28 || tt.Rows[0].Size != 0 || tt.Rows[1].Size != 0 || tt.Rows[0].Count != 0 {
+		t.Errorf("rows %d, first %+v", len(tt.Rows), tt.Rows[0])
+	}
+	r := testsRowAt(t, tt, 1073741824)
+	if r.OutOfPlace.BusBW != 3.79 || r.InPlace.BusBW != 3.84 || r.Redop != "none" {
+		t.Errorf("1 GiB row %+v %+v", r.OutOfPlace, r.InPlace)
+	}
+	if tt.PeakBusBW != 3.84 || tt.AvgBusBW != 1.6651 {
+		t.Errorf("peak %v avg %v", tt.PeakBusBW, tt.AvgBusBW)
+	}
+	// busbw = algbw/2 holds within the printed rounding on every row
+	if c := tablesCodes(rep.Findings, ""); c["busbw-mismatch"] != 0 || c["avg-busbw-mismatch"] != 0 {
+		t.Errorf("findings %v", rep.Findings)
+	}
+	// Without the device block the rank count comes from size/count.
+	text := tablesReal(t, "nccl-tests-03.txt")
+	var kept []string
+	for _, l := range strings.Split(text, "\n") {
+		if !strings.Contains(l, "Rank") && !strings.Contains(l, "nThread") && !strings.Contains(l, "_perf") {
+			kept = append(kept, l)
+		}
+	}
+	rep = testsRead(t, strings.Join(kept, "\n"), NCCLTestsOptions{})
+	tt = rep.Tests[0]
+	if tt.Collective != "all_gather" || tt.CollectiveFrom != "layout" || tt.Ranks != 2 || tt.RanksFrom != "size-count" {
+		t.Errorf("stripped: %s from %s, %d ranks from %s", tt.Collective, tt.CollectiveFrom, tt.Ranks, tt.RanksFrom)
+	}
+}
+
+func TestNCCLTestsReal07SendRecvNA(t *testing.T) {
+	rep := testsRead(t, tablesReal(t, "nccl-tests-07.txt"), NCCLTestsOptions{})
+	if len(rep.Tests) != 1 {
+		t.Fatalf("tests = %d", len(rep.Tests))
+	}
+	tt := rep.Tests[0]
+	if tt.Collective != "sendrecv" || tt.CollectiveFrom != "command" || tt.Ranks != 8 || tt.RanksFrom != "command" {
+		t.Errorf("%s from %s, %d ranks from %s", tt.Collective, tt.CollectiveFrom, tt.Ranks, tt.RanksFrom)
+	}
+	if len(tt.Rows) != 4 || tt.HasAvg {
+		t.Errorf("rows %d avg %v", len(tt.Rows), tt.HasAvg)
+	}
+	for _, r := range tt.Rows {
+		if r.InPlace.Wrong != -1 || r.OutOfPlace.Wrong != 0 || r.OutOfPlace.BusBW != r.OutOfPlace.AlgBW {
+			t.Errorf("row %+v", r)
+		}
+	}
+	r := testsRowAt(t, tt, 1073741824)
+	if r.OutOfPlace.BusBW != 195.10 || r.InPlace.BusBW != 195.56 || tt.PeakBusBW != 195.56 {
+		t.Errorf("1 GiB %+v %+v peak %v", r.OutOfPlace, r.InPlace, tt.PeakBusBW)
+	}
+	if _, ok := tablesFindingWith(rep.Findings, "peak-busbw", "195.56"); !ok || HasErrors(rep.Findings) {
+		t.Errorf("findings %v", rep.Findings)
+	}
+	// Without the command line the all-N/A in-place column says sendrecv.
+	rep = testsRead(t, strings.SplitN(tablesReal(t, "nccl-tests-07.txt"), "\n", 2)[1], NCCLTestsOptions{})
+	if rep.Tests[0].Collective != "sendrecv" || rep.Tests[0].CollectiveFrom != "layout" {
+		t.Errorf("layout guess %s", rep.Tests[0].Collective)
+	}
+}
+
+func TestNCCLTestsReal11OldFormat(t *testing.T) {
+	rep := testsRead(t, tablesReal(t, "nccl-tests-11.txt"), NCCLTestsOptions{})
+	if len(rep.Tests) != 2 {
+		t.Fatalf("tests = %d, want 2 (13-field and 10-field tables)", len(rep.Tests))
+	}
+	a, b := rep.Tests[0], rep.Tests[1]
+	if len(a.Rows) != 12 || len(b.Rows) != 12 || a.Format != "old" || b.Format != "old" {
+		t.Errorf("rows %d/%d formats %s/%s", len(a.Rows), len(b.Rows), a.Format, b.Format)
+	}
+	if a.Rows[0].Redop != "sum" || !a.Rows[0].HasRoot || a.Rows[0].Root != 0 || a.Collective != "reduce" {
+		t.Errorf("table A: %+v coll %s", a.Rows[0], a.Collective)
+	}
+	if b.Rows[0].Redop != "" || b.Rows[0].HasRoot || b.Rows[0].Size != 65536 || b.Rows[0].OutOfPlace.TimeUS != 16.57 {
+		t.Errorf("table B first row %+v", b.Rows[0])
+	}
+	// busbw == algbw with size = 2*count*4: no collective fits
+	if b.Collective != "unknown" {
+		t.Errorf("table B collective %s", b.Collective)
+	}
+	if !b.HasAvg || b.AvgBusBW != 6.6972 || a.HasAvg {
+		t.Errorf("avg A %v B %v %v", a.HasAvg, b.HasAvg, b.AvgBusBW)
+	}
+	r := testsRowAt(t, b, 67108864)
+	if r.OutOfPlace.BusBW != 21.40 || r.InPlace.BusBW != 21.50 {
+		t.Errorf("64 MiB %+v %+v", r.OutOfPlace, r.InPlace)
+	}
+	// The header says in-place peaks at 64 MiB, but the 128 MiB row reads 21.86.
+	if b.PeakBusBW != 21.86 || b.PeakSize != 134217728 {
+		t.Errorf("peak %v at %d", b.PeakBusBW, b.PeakSize)
+	}
+	for _, tt := range rep.Tests {
+		for _, r := range tt.Rows {
+			if r.OutOfPlace.Wrong != 0 || r.InPlace.Wrong != 0 {
+				t.Errorf("0e+00 read as wrong: %+v", r)
+			}
+		}
+	}
+	c := tablesCodes(rep.Findings, "")
+	// the excerpt starts at 64 KiB, so the rows cannot average to the footer
+	if c["avg-busbw-mismatch"] != 1 || c["collective-unknown"] != 1 || HasErrors(rep.Findings) {
+		t.Errorf("findings %v", rep.Findings)
+	}
+}
+
+func TestNCCLTestsOldFormatErrors(t *testing.T) {
+	rep := testsRead(t, tablesFile(t, "nccltests", "old-format-all_reduce.txt"), NCCLTestsOptions{})
+	if len(rep.Tests) != 1 {
+		t.Fatalf("tests %d", len(rep.Tests))
+	}
+	tt := rep.Tests[0]
+	if tt.Collective != "all_reduce" || tt.CollectiveFrom != "layout" || tt.Ranks != 4 || tt.Format != "old" || len(tt.Rows) != 9 {
+		t.Errorf("%s from %s, %d ranks, %s, %d rows", tt.Collective, tt.CollectiveFrom, tt.Ranks, tt.Format, len(tt.Rows))
+	}
+	r := testsRowAt(t, tt, 2097152)
+	if r.InPlace.Wrong != 1 || math.Abs(r.InPlace.Error-0.02) > 1e-12 || r.OutOfPlace.Wrong != 0 || r.HasRoot {
+		t.Errorf("2 MiB row %+v", r)
+	}
+	if _, ok := tablesFindingWith(rep.Findings, "wrong-results", "first at size 2097152"); !ok {
+		t.Errorf("no wrong-results: %v", rep.Findings)
+	}
+	c := tablesCodes(rep.Findings, SevError)
+	if c["out-of-bounds-values"] != 1 || tablesCodes(rep.Findings, "")["busbw-mismatch"] != 0 {
+		t.Errorf("findings %v", rep.Findings)
+	}
+}
+
+func TestNCCLTestsMpirunPrefixesInfoLines(t *testing.T) {
+	rep := testsRead(t, tablesFile(t, "nccltests", "mpirun-reduce_scatter.txt"), NCCLTestsOptions{ExpectBusBW: 100})
+	if len(rep.Tests) != 1 {
+		t.Fatalf("tests %d", len(rep.Tests))
+	}
+	tt := rep.Tests[0]
+	if tt.Collective != "reduce_scatter" || tt.CollectiveFrom != "banner" || tt.Ranks != 8 || tt.RanksFrom != "devices" {
+		t.Errorf("%s from %s, %d from %s", tt.Collective, tt.CollectiveFrom, tt.Ranks, tt.RanksFrom)
+	}
+	if len(tt.Rows) != 9 || tt.Rows[0].Size != 0 {
+		t.Errorf("rows %d", len(tt.Rows))
+	}
+	for _, r := range tt.Rows {
+		if r.BusBWMismatch != (r.Size == 2097152) {
+			t.Errorf("size %d mismatch flag %v", r.Size, r.BusBWMismatch)
+		}
+	}
+	if f, ok := tablesFindingWith(rep.Findings, "busbw-mismatch", "1 row(s)"); !ok || f.Severity != SevWarn {
+		t.Errorf("busbw-mismatch: %v", rep.Findings)
+	}
+	if _, ok := tablesFindingWith(rep.Findings, "wrong-results", "first at size 16777216"); !ok {
+		t.Errorf("wrong-results: %v", rep.Findings)
+	}
+	// 100 GB/s expected, 80 % = 80: the 128 MiB row (77.20) is below.
+	if _, ok := tablesFindingWith(rep.Findings, "busbw-below-expected", "1 of 1 sizes"); !ok {
+		t.Errorf("expect: %v", rep.Findings)
+	}
+	c := tablesCodes(rep.Findings, "")
+	if c["out-of-bounds-values"] != 1 || c["avg-busbw-mismatch"] != 1 {
+		t.Errorf("findings %v", rep.Findings)
+	}
+	// The same without prefixes and INFO lines gives the same rows.
+	var plain []string
+	for _, l := range strings.Split(tablesFile(t, "nccltests", "mpirun-reduce_scatter.txt"), "\n") {
+		if strings.Contains(l, "NCCL INFO") {
+			l = "" // keep the line numbers
+		}
+		plain = append(plain, strings.TrimPrefix(l, "[1,0]<stdout>:"))
+	}
+	rep2 := testsRead(t, strings.Join(plain, "\n"), NCCLTestsOptions{ExpectBusBW: 100})
+	if tablesJSON(t, rep2) != tablesJSON(t, rep) {
+		t.Errorf("prefixed and plain reports differ")
+	}
+}
+
+func TestNCCLTestsTwoCollectivesSrun(t *testing.T) {
+	rep := testsRead(t, tablesFile(t, "nccltests", "srun-broadcast-alltoall.txt"), NCCLTestsOptions{ExpectBusBW: 120})
+	if len(rep.Tests) != 2 {
+		t.Fatalf("tests %d", len(rep.Tests))
+	}
+	bc, a2a := rep.Tests[0], rep.Tests[1]
+	if bc.Collective != "broadcast" || len(bc.Rows) != 5 || bc.Rows[0].Type != "bfloat16" || bc.Rows[0].Root != 0 || bc.Ranks != 8 || bc.RanksFrom != "config" {
+		t.Errorf("broadcast %+v", bc)
+	}
+	if a2a.Collective != "alltoall" || len(a2a.Rows) != 6 || a2a.Ranks != 8 || a2a.Rows[0].Size != 0 {
+		t.Errorf("alltoall %s %d rows %d ranks", a2a.Collective, len(a2a.Rows), a2a.Ranks)
+	}
+	for _, r := range a2a.Rows {
+		if r.OutOfPlace.Wrong != -1 || r.InPlace.Wrong != -1 || r.BusBWMismatch {
+			t.Errorf("alltoall row %+v", r)
+		}
+	}
+	c := tablesCodes(rep.Findings, "")
+	if c["busbw-mismatch"] != 0 || c["avg-busbw-mismatch"] != 0 || HasErrors(rep.Findings) {
+		t.Errorf("findings %v", rep.Findings)
+	}
+	// 120 expected -> 96: broadcast (100..110) passes, alltoall (<= 53.44) all 5 sizes >= 64 MiB fail
+	if _, ok := tablesFindingWith(rep.Findings, "busbw-below-expected", "alltoall"); !ok || c["busbw-below-expected"] != 1 {
+		t.Errorf("expect: %v", rep.Findings)
+	}
+}
+
+func TestNCCLTestsGocclPerf(t *testing.T) {
+	rep := testsRead(t, tablesFile(t, "nccltests", "goccl-perf-all_reduce.txt"), NCCLTestsOptions{ExpectBusBW: 10})
+	if len(rep.Tests) != 1 {
+		t.Fatalf("tests %d", len(rep.Tests))
+	}
+	tt := rep.Tests[0]
+	if tt.Collective != "all_reduce" || tt.Ranks != 2 || tt.RanksFrom != "devices" || len(tt.Rows) != 9 || !tt.HasAvg {
+		t.Errorf("%s %d %s rows %d", tt.Collective, tt.Ranks, tt.RanksFrom, len(tt.Rows))
+	}
+	c := tablesCodes(rep.Findings, "")
+	if c["busbw-mismatch"] != 0 || c["avg-busbw-mismatch"] != 0 || c["expect-busbw-unchecked"] != 1 {
+		t.Errorf("findings %v", rep.Findings)
+	}
+}
+
+func TestNCCLTestsEmptyAndGarbage(t *testing.T) {
+	for _, in := range []string{"", "hello\nworld\n", "# Avg bus bandwidth : nan\n", "1 2 float sum -1 x y z 0\n", strings.Repeat("9", 100000)} {
+		rep := testsRead(t, in, NCCLTestsOptions{ExpectBusBW: 1})
+		if len(rep.Tests) != 0 || tablesCodes(rep.Findings, "")["no-results"] != 1 {
+			t.Errorf("%.20q: %+v", in, rep)
+		}
+	}
+}

@@ -1,0 +1,88 @@
+package doctor
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// tablesMarker separates the attribution header of a real input from the
+// text exactly as posted.
+const tablesMarker = "# ===== VERBATIM BELOW =====\n"
+
+// tablesReal returns the verbatim part of testdata/real-inputs/name.
+func tablesReal(t testing.TB, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "real-inputs", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(b), tablesMarker)
+	if !ok {
+		t.Fatalf("%s: no verbatim marker", name)
+	}
+	return after
+}
+
+// tablesFile returns testdata/dir/name.
+func tablesFile(t testing.TB, dir, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", dir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// tablesCodes returns the codes of the findings with the given severity
+// ("" for any).
+func tablesCodes(fs []Finding, sev Severity) map[string]int {
+	m := map[string]int{}
+	for _, f := range fs {
+		if sev == "" || f.Severity == sev {
+			m[f.Code]++
+		}
+	}
+	return m
+}
+
+// tablesFindingWith returns the first finding with code whose message
+// contains sub.
+func tablesFindingWith(fs []Finding, code, sub string) (Finding, bool) {
+	for _, f := range fs {
+		if f.Code == code && strings.Contains(f.Message+" "+f.Fix, sub) {
+			return f, true
+		}
+	}
+	return Finding{}, false
+}
+
+// tablesCheckFindings checks the invariants every report's findings keep.
+func tablesCheckFindings(t testing.TB, fs []Finding) {
+	t.Helper()
+	for _, f := range fs {
+		if f.Severity != SevError && f.Severity != SevWarn && f.Severity != SevInfo {
+			t.Errorf("bad severity %q in %+v", f.Severity, f)
+		}
+		if f.Code == "" || f.Message == "" || strings.ToLower(f.Code) != f.Code || strings.ContainsAny(f.Code, " _") {
+			t.Errorf("bad code/message in %+v", f)
+		}
+	}
+	for i := 1; i < len(fs); i++ {
+		if severityRank(fs[i].Severity) < severityRank(fs[i-1].Severity) {
+			t.Errorf("findings not sorted by severity: %v before %v", fs[i-1].Severity, fs[i].Severity)
+		}
+	}
+}
+
+// tablesJSON marshals v and fails the test on error.
+func tablesJSON(t testing.TB, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
