@@ -1,6 +1,7 @@
 package doctor
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -136,6 +137,10 @@ type HostReport struct {
 	// Tools holds the raw standard output of each external tool that ran,
 	// keyed by its command line ("nvidia-smi topo -m", "ibv_devinfo").
 	Tools map[string]string `json:"tools,omitempty"`
+	// Topo and IBV are ParseTopo's and ParseIBV's reports on the tools'
+	// output (their findings are merged into Findings).
+	Topo *TopoReport `json:"topo,omitempty"`
+	IBV  *IBVReport  `json:"ibv,omitempty"`
 	// Findings are the problems and notes, errors first.
 	Findings []Finding `json:"findings"`
 }
@@ -1100,9 +1105,9 @@ func hostEditDistance(a, b string) int {
 
 // --- external tools ----------------------------------------------------------
 
-// runTools runs nvidia-smi topo -m and ibv_devinfo and keeps their raw
-// output in Tools; parsing it is left to the readers of this package
-// (ParseTopo, ParseIBV).
+// runTools runs nvidia-smi topo -m and ibv_devinfo, keeps their raw
+// output in Tools and feeds it to ParseTopo and ParseIBV, whose findings
+// join the host's.
 func (h *hostRun) runTools(ctx context.Context, run func(context.Context, string, ...string) ([]byte, error)) error {
 	for _, t := range hostTools {
 		cmdline := strings.TrimSpace(t.name + " " + strings.Join(t.args, " "))
@@ -1132,10 +1137,37 @@ func (h *hostRun) runTools(ctx context.Context, run func(context.Context, string
 			}
 		default:
 			h.setTool(cmdline, out)
-			h.check(cmdline, HostOK, "", fmt.Sprintf("%d lines kept in the report (tools)", strings.Count(string(out), "\n")), "")
+			h.check(cmdline, HostOK, "", fmt.Sprintf("%d lines kept in the report (tools), %s", strings.Count(string(out), "\n"), h.parseTool(t.name, out)), "")
 		}
 	}
 	return nil
+}
+
+// parseTool reads a tool's output with this package's reader for it and
+// says what it found.
+func (h *hostRun) parseTool(name string, out []byte) string {
+	var fs []Finding
+	var summary string
+	switch name {
+	case "nvidia-smi":
+		rep, err := ParseTopo(bytes.NewReader(out))
+		if err != nil {
+			return "not read: " + err.Error()
+		}
+		h.rep.Topo, fs = rep, rep.Findings
+		summary = fmt.Sprintf("%d GPUs, %d NICs", len(rep.GPUs), len(rep.NICs))
+	case "ibv_devinfo":
+		rep, err := ParseIBV(bytes.NewReader(out))
+		if err != nil {
+			return "not read: " + err.Error()
+		}
+		h.rep.IBV, fs = rep, rep.Findings
+		summary = fmt.Sprintf("%d devices", len(rep.Devices))
+	default:
+		return "no reader"
+	}
+	h.rep.Findings = append(h.rep.Findings, fs...)
+	return fmt.Sprintf("read: %s, %d findings", summary, len(fs))
 }
 
 func (h *hostRun) setTool(k string, out []byte) {

@@ -442,3 +442,36 @@ func TestHostLive(t *testing.T) {
 	}
 	t.Logf("\n%s", b.String())
 }
+
+// TestHostToolsParsed: when nvidia-smi and ibv_devinfo are installed, their
+// output is read by ParseTopo and ParseIBV and their findings join the
+// host's (here the real matrix of topo-02, where GPU0 has no local NIC, and
+// the GID table of ibv-07, whose IPv4 RoCE v2 GID is index 3).
+func TestHostToolsParsed(t *testing.T) {
+	topo, ibv := tablesReal(t, "topo-02.txt"), tablesReal(t, "ibv-07.txt")
+	run := func(ctx context.Context, name string, args ...string) ([]byte, error) {
+		switch name {
+		case "nvidia-smi":
+			return []byte(topo), nil
+		case "ibv_devinfo":
+			return []byte(ibv), nil
+		}
+		return nil, &exec.Error{Name: name, Err: exec.ErrNotFound}
+	}
+	rep, err := CheckHost(context.Background(), HostOptions{Root: hostRoCETree(t, true), Env: []string{}, RunTool: run})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Topo == nil || len(rep.Topo.GPUs) != 3 || rep.IBV == nil || len(rep.IBV.Devices) != 1 {
+		t.Fatalf("tool reports: topo %+v ibv %+v", rep.Topo, rep.IBV)
+	}
+	codes := map[string]bool{}
+	for _, f := range rep.Findings {
+		codes[f.Code] = true
+	}
+	for _, want := range []string{"gpu-no-local-nic", "roce-gid-index"} {
+		if !codes[want] {
+			t.Errorf("host findings lack %s: %v", want, codes)
+		}
+	}
+}

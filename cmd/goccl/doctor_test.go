@@ -158,3 +158,35 @@ func TestDoctorParse(t *testing.T) {
 		t.Error("- without stdin: no error")
 	}
 }
+
+// TestDoctorReaders runs the file readers through the CLI: exit status 1
+// exactly when a finding is an error (#wrong > 0 here), --json decodes, "-"
+// reads standard input.
+func TestDoctorReaders(t *testing.T) {
+	savedStdin := doctorStdin
+	t.Cleanup(func() { doctorStdin = savedStdin })
+	td := filepath.Join("..", "..", "doctor", "testdata")
+	var out, errb bytes.Buffer
+	st := cli([]string{"doctor", "nccl-tests", filepath.Join(td, "nccltests", "mpirun-reduce_scatter.txt"), "--json"}, &out, &errb)
+	var rep doctor.NCCLTestsReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil || st != 1 || len(rep.Tests) == 0 || rep.Tests[0].Collective != "reduce_scatter" {
+		t.Fatalf("nccl-tests: status %d (want 1: #wrong > 0), err %v, %s\n%s", st, err, errb.String(), out.String())
+	}
+	topo, err := os.ReadFile(filepath.Join(td, "topo", "no-local-nic.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doctorStdin = bytes.NewReader(topo)
+	out.Reset()
+	if st := cli([]string{"doctor", "topo", "-"}, &out, &errb); st != 0 || !strings.Contains(out.String(), "gpu-no-local-nic") {
+		t.Fatalf("topo from stdin: status %d\n%s", st, out.String())
+	}
+	out.Reset()
+	if st := cli([]string{"doctor", "ibv", filepath.Join(td, "ibv", "devinfo-v-down-mtu.txt")}, &out, &errb); st > 1 || !strings.Contains(out.String(), "ibv-port-not-active") {
+		t.Fatalf("ibv: status %d\n%s", st, out.String())
+	}
+	errb.Reset()
+	if st := cli([]string{"doctor", "nccl-tests", "--expect-busbw", "-5", filepath.Join(td, "nccltests", "mpirun-reduce_scatter.txt")}, io.Discard, &errb); st == 0 || !strings.Contains(errb.String(), "expect-busbw") {
+		t.Fatalf("negative --expect-busbw: status %d, %s", st, errb.String())
+	}
+}
