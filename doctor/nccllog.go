@@ -219,6 +219,10 @@ type logRecord struct {
 	level    string // INFO, WARN, TRACE, ABORT; "" when no NCCL prefix
 	payload  string
 	prefixed bool
+	// wrapped holds hard-wrapped continuation lines, joined at flush (joining
+	// line by line would be quadratic); size is the joined length so far.
+	wrapped []string
+	size    int
 }
 
 var (
@@ -325,7 +329,11 @@ func (a *logAnalyzer) feedPhysical(line string) {
 		line = logANSIRe.ReplaceAllString(line, "")
 	}
 	rec := logRecord{}
-	if hits := logPrefixRe.FindAllStringSubmatchIndex(line, logMaxPrefixHits); len(hits) > 0 {
+	var hits [][]int
+	if strings.Contains(line, "NCCL ") { // cheap gate before the regexp
+		hits = logPrefixRe.FindAllStringSubmatchIndex(line, logMaxPrefixHits)
+	}
+	if len(hits) > 0 {
 		m := hits[len(hits)-1]
 		rec.prefixed = true
 		if m[2] >= 0 {
@@ -349,15 +357,17 @@ func (a *logAnalyzer) feedPhysical(line string) {
 			return
 		}
 		p := a.pending
-		if p != nil && p.prefixed && len(p.payload)+len(rec.payload) < logMaxJoined &&
+		if p != nil && p.prefixed && p.size+len(rec.payload) < logMaxJoined &&
 			((startsBlank && !logTableRowRe.MatchString(rec.payload) && !strings.HasPrefix(rec.payload, "#") && !strings.HasPrefix(rec.payload, "NCCL ")) ||
 				logWrappedListRe.MatchString(rec.payload)) {
-			p.payload += " " + rec.payload
+			p.wrapped = append(p.wrapped, rec.payload)
+			p.size += 1 + len(rec.payload)
 			return
 		}
 	}
 	a.flushPending()
 	r := rec
+	r.size = len(r.payload)
 	a.pending = &r
 }
 
@@ -367,6 +377,10 @@ func (a *logAnalyzer) flushPending() {
 	}
 	r := *a.pending
 	a.pending = nil
+	if len(r.wrapped) > 0 {
+		r.payload += " " + strings.Join(r.wrapped, " ")
+		r.wrapped = nil
+	}
 	a.process(r)
 }
 
@@ -455,7 +469,7 @@ func (a *logAnalyzer) process(r logRecord) {
 		a.rep.Warnings = append(a.rep.Warnings, logClip(p, 300))
 	}
 
-	if m := logVersionRe.FindStringSubmatch(p); m != nil {
+	if m := logMatch(logVersionRe, p, "NCCL version"); m != nil {
 		if a.rep.NCCLVersion == "" {
 			a.rep.NCCLVersion = m[1]
 		}
@@ -463,14 +477,15 @@ func (a *logAnalyzer) process(r logRecord) {
 			a.versions = append(a.versions, m[1])
 		}
 	}
-	if m := logCudaDriverRe.FindStringSubmatch(p); m != nil && a.rep.CUDADriverVersion == "" {
+	if m := logMatch(logCudaDriverRe, p, "cudaDriverVersion"); m != nil && a.rep.CUDADriverVersion == "" {
 		a.rep.CUDADriverVersion = m[1]
 	}
-	if m := logEnvRe.FindStringSubmatch(p); m != nil {
+	if m := logMatch(logEnvRe, p, "NCCL_"); m != nil {
 		a.setEnv(m[1], m[2])
 	}
 
 	switch {
+	case !strings.HasPrefix(p, "Bootstrap") && !strings.HasPrefix(p, "NET"):
 	case logBootstrapRe.MatchString(p):
 		a.addInterfaces(logBootstrapRe.FindStringSubmatch(p)[1], "bootstrap", r.host)
 	case logOldNetIfRe.MatchString(p):
@@ -484,31 +499,31 @@ func (a *logAnalyzer) process(r logRecord) {
 		a.addHCAList(p, r.host)
 	}
 
-	if m := logGDRHCARe.FindStringSubmatch(p); m != nil {
+	if m := logMatch(logGDRHCARe, p, "GPU Direct RDMA"); m != nil {
 		a.setHCAGDR(m[1] == "Enabled", m[2], m[3])
 	}
-	if m := logQPRe.FindStringSubmatch(p); m != nil {
+	if m := logMatch(logQPRe, p, "qpn"); m != nil {
 		a.setHCAQP(m)
 	}
-	if m := logUsingNetRe.FindStringSubmatch(p); m != nil {
+	if m := logMatch(logUsingNetRe, p, "Using"); m != nil {
 		a.netUsing = m[1]
 	}
-	if m := logLoadedNetRe.FindStringSubmatch(p); m != nil {
+	if m := logMatch(logLoadedNetRe, p, "Loaded net"); m != nil {
 		a.rep.NetPlugin = m[1]
 	}
-	if m := logLoadedCollRe.FindStringSubmatch(p); m != nil {
+	if m := logMatch(logLoadedCollRe, p, "Loaded coll"); m != nil {
 		a.rep.CollNet.Plugin = m[1]
 	}
-	if m := logPluginPathRe.FindStringSubmatch(p); m != nil {
+	if m := logMatch(logPluginPathRe, p, "Plugin Path"); m != nil {
 		a.rep.NetPluginPath = m[1]
 	}
-	if m := logP2PPluginRe.FindStringSubmatch(p); m != nil && a.rep.NetPlugin == "" {
+	if m := logMatch(logP2PPluginRe, p, "P2P plugin"); m != nil && a.rep.NetPlugin == "" {
 		a.rep.NetPlugin = m[1]
 	}
-	if m := logOFIVersionRe.FindStringSubmatch(p); m != nil && a.rep.NetPlugin == "" {
+	if m := logMatch(logOFIVersionRe, p, "NET/OFI"); m != nil && a.rep.NetPlugin == "" {
 		a.rep.NetPlugin = m[1]
 	}
-	if m := logOFIProviderRe.FindStringSubmatch(p); m != nil {
+	if m := logMatch(logOFIProviderRe, p, "NET/OFI"); m != nil {
 		a.rep.OFIProvider = m[1]
 	}
 	// net.cc "NET/Plugin : No plugin found (libnccl-net.so), using internal implementation".
@@ -536,12 +551,12 @@ func (a *logAnalyzer) process(r logRecord) {
 		a.ibNoDevice = true
 	}
 
-	if m := logChanConnRe.FindStringSubmatch(p); m != nil {
+	if m := logMatch(logChanConnRe, p, " via "); m != nil {
 		a.addChannelConn(m)
-	} else if m := logRingListRe.FindStringSubmatch(p); m != nil {
+	} else if m := logMatch(logRingListRe, p, ":"); m != nil {
 		a.addRingList(m)
 	}
-	if m := logChanSummaryRe.FindStringSubmatch(p); m != nil {
+	if m := logMatch(logChanSummaryRe, p, "coll channels"); m != nil {
 		a.rep.Channels = logAtoi(m[1])
 		if m[3] != "" {
 			n := logAtoi(m[3])
@@ -549,19 +564,19 @@ func (a *logAnalyzer) process(r logRecord) {
 		}
 		a.rep.P2PChannels = logAtoi(m[4])
 	}
-	if m := logNVLSRe.FindStringSubmatch(p); m != nil {
+	if m := logMatch(logNVLSRe, p, "NVLS"); m != nil {
 		if m[1] == "" {
 			a.rep.NVLS.Available = "yes"
 		} else if a.rep.NVLS.Available != "yes" {
 			a.rep.NVLS.Available = "no"
 		}
 	}
-	if m := logRankRe.FindStringSubmatch(p); m != nil {
+	if m := logMatch(logRankRe, p, "nranks"); m != nil {
 		if n := logAtoi(m[2]); n > a.rep.NRanks {
 			a.rep.NRanks = n
 		}
 	}
-	if m := logNNodesRe.FindStringSubmatch(p); m != nil {
+	if m := logMatch(logNNodesRe, p, "nNodes"); m != nil {
 		if n := logAtoi(m[2]); n > a.nNodesLogged {
 			a.nNodesLogged = n
 		}
@@ -569,23 +584,23 @@ func (a *logAnalyzer) process(r logRecord) {
 	if strings.Contains(p, "Init COMPLETE") || strings.HasSuffix(p, "- COMPLETE") {
 		a.rep.InitComplete++
 	}
-	if m := logTestsRankRe.FindStringSubmatch(p); m != nil {
+	if m := logMatch(logTestsRankRe, p, "Rank"); m != nil {
 		if len(a.tableRanks) < 1<<16 {
 			a.tableRanks[logAtoi(m[1])] = true
 		}
 		a.addHost(a.tableHosts, m[2])
 	}
-	if m := logTestsBusBWRe.FindStringSubmatch(p); m != nil {
+	if m := logMatch(logTestsBusBWRe, p, "Avg bus"); m != nil {
 		a.rep.AvgBusBandwidthGBs, _ = strconv.ParseFloat(m[1], 64)
 	}
 	if !r.prefixed {
-		if m := logCmdNNodesRe.FindStringSubmatch(p); m != nil {
+		if m := logMatch(logCmdNNodesRe, p, "--nnode"); m != nil {
 			a.cmdNNodes = logAtoi(m[1])
 		}
 	}
 
 	// Failures.
-	if m := logCompletionRe.FindStringSubmatch(p); m != nil {
+	if m := logMatch(logCompletionRe, p, "Got completion"); m != nil {
 		if len(a.completion) < logMaxItems {
 			a.completion = append(a.completion, logCompletion{status: logAtoi(m[1]), vendor: logAtoi(m[2]), host: r.host, text: logClip(p, 300)})
 		}
@@ -1419,6 +1434,16 @@ func (rep *NCCLLogReport) WriteText(w io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// logMatch runs re on p only when p contains gate, a literal every match
+// must contain: most lines match nothing and strings.Contains is far cheaper
+// than a regexp.
+func logMatch(re *regexp.Regexp, p, gate string) []string {
+	if !strings.Contains(p, gate) {
+		return nil
+	}
+	return re.FindStringSubmatch(p)
 }
 
 func logAtoi(s string) int {
