@@ -163,7 +163,7 @@ const (
 // is wrong with it. The error is only ever an I/O error from r; any text,
 // however malformed, gives a report.
 func AnalyzeNCCLLog(r io.Reader) (*NCCLLogReport, error) {
-	a := newLogAnalyzer()
+	a := logNewAnalyzer()
 	err := logReadLines(r, a.feedPhysical)
 	a.flushPending()
 	rep := a.finish()
@@ -292,7 +292,7 @@ type logCompletion struct {
 	host, text     string
 }
 
-func newLogAnalyzer() *logAnalyzer {
+func logNewAnalyzer() *logAnalyzer {
 	return &logAnalyzer{
 		rep: NCCLLogReport{
 			GDRDMA:     "unknown",
