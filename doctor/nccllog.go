@@ -1,0 +1,1493 @@
+package doctor
+
+// NCCL debug-log analyser (`goccl doctor nccl-log FILE`).
+//
+// Input: the text NCCL prints with NCCL_DEBUG=INFO (or WARN), as posted in
+// bug reports. A line normally looks like
+//
+//	host:pid:tid [dev] NCCL INFO payload                      (debug.cc, all 2.x)
+//	host:pid:tid [dev] file.cc:123 NCCL WARN payload           (debug.cc, WARN adds file:line)
+//
+// but the reader also accepts payloads with that prefix stripped, launcher
+// tags in front of it (`[1,0]<stdout>:` from Open MPI, `[0]`/`[default0]:`
+// from other launchers), ANSI colour escapes and their remnants (`[0m ` left
+// by Ray's log forwarding), interleaved non-NCCL lines, lines hard-wrapped by
+// a terminal (a continuation line starting with a blank), CRLF line ends and
+// log collectors that repeat the line (the last NCCL prefix on a line wins).
+// Lines longer than logMaxLine are truncated, never rejected.
+//
+// Each pattern below names the NCCL source that prints it and the versions
+// in which it was seen; none of NCCL's code or text is copied, only the shape
+// of the log lines.
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+// NCCLLogReport is what AnalyzeNCCLLog learnt from one log. Empty strings,
+// zero counts and "unknown" mean the log did not say.
+type NCCLLogReport struct {
+	// NCCLVersion is the first "NCCL version X" seen (init.cc, all 2.x),
+	// e.g. "2.18.5+cuda12.0"; NCCLVersionsSeen lists every distinct one.
+	NCCLVersion      string   `json:"nccl_version"`
+	NCCLVersionsSeen []string `json:"nccl_versions_seen,omitempty"`
+	// CUDADriverVersion is "cudaDriverVersion N" (init.cc, 2.11+), e.g. "12020".
+	CUDADriverVersion string `json:"cuda_driver_version,omitempty"`
+	// Net is the inter-node transport: "IB", "Socket", a plugin network name
+	// ("IBext_v8", "AWS Libfabric", "Libfabric"), or "COLLNET" when only
+	// CollNet connections were seen; "" when unknown.
+	Net string `json:"net"`
+	// NetPlugin is the external net plugin ("NCCL RDMA Plugin v8",
+	// "aws-ofi-nccl 1.7.4-aws", "IBext_v8"), "" for NCCL's internal IB/Socket.
+	NetPlugin     string `json:"net_plugin"`
+	NetPluginPath string `json:"net_plugin_path,omitempty"`
+	// OFIProvider is the libfabric provider the AWS OFI plugin selected ("efa").
+	OFIProvider string `json:"ofi_provider,omitempty"`
+	// GDRDMA is "on" (every NET connection/HCA uses GPUDirect RDMA), "off"
+	// (none does, or the transport is Socket), "partial" (some NICs only) or
+	// "unknown".
+	GDRDMA string `json:"gdrdma"`
+	// IntraNode lists the intra-node transports seen in channel lines:
+	// "P2P/IPC", "P2P/CUMEM", "P2P/direct pointer", "SHM", "NET loopback"
+	// (NET connections in a single-node job).
+	IntraNode []string `json:"intra_node"`
+	// NVLS is NVLink SHARP: availability and channel count.
+	NVLS NCCLLogNVLS `json:"nvls"`
+	// CollNet is in-network reduction (SHARP via a collnet plugin).
+	CollNet NCCLLogCollNet `json:"collnet"`
+	// Interfaces are the socket interfaces NCCL chose, per role.
+	Interfaces []NCCLLogInterface `json:"interfaces"`
+	// HCAs are the RDMA devices NET/IB (or an IB-style plugin) listed.
+	HCAs []NCCLLogHCA `json:"hcas"`
+	// NRanks is the largest communicator size seen; NNodes the number of
+	// nodes when the log says or shows it (0 unknown); MultiNode is true when
+	// anything points at more than one node.
+	NRanks    int      `json:"nranks"`
+	NNodes    int      `json:"nnodes"`
+	MultiNode bool     `json:"multi_node"`
+	Hosts     []string `json:"hosts"`
+	// Channels is the number of collective channels (rings), P2PChannels the
+	// p2p channels; 0 when not logged.
+	Channels    int `json:"channels"`
+	P2PChannels int `json:"p2p_channels,omitempty"`
+	// InitComplete counts "Init COMPLETE" / "- COMPLETE" lines (one per rank).
+	InitComplete int `json:"init_complete"`
+	// Env holds NCCL_* variables from "NCCL_X set by environment to Y" and
+	// "NCCL_X set to Y" lines (param.cc / misc/utils.cc, all 2.x).
+	Env map[string]string `json:"env"`
+	// AvgBusBandwidthGBs is nccl-tests' "# Avg bus bandwidth : X" when the log
+	// is an nccl-tests run.
+	AvgBusBandwidthGBs float64 `json:"avg_bus_bandwidth_gbs,omitempty"`
+	// Warnings are the distinct NCCL WARN payloads (first logMaxWarnings).
+	Warnings []string `json:"warnings,omitempty"`
+	// Lines is the number of physical lines read, NCCLLines those carrying
+	// an NCCL prefix.
+	Lines     int `json:"lines"`
+	NCCLLines int `json:"nccl_lines"`
+	// Findings are sorted errors first, then warnings, then info.
+	Findings []Finding `json:"findings"`
+}
+
+// NCCLLogNVLS: Available is "yes" / "no" from "NVLS multicast support is
+// [not] available on dev N" (transport/nvls.cc, 2.17+), "unknown" otherwise;
+// Channels is from "N coll channels, [M collnet channels,] K nvls channels"
+// (init.cc, 2.17+), null when not logged; DisabledByEnv is NCCL_NVLS_ENABLE=0.
+type NCCLLogNVLS struct {
+	Available     string `json:"available"`
+	Channels      *int   `json:"channels"`
+	DisabledByEnv bool   `json:"disabled_by_env,omitempty"`
+}
+
+// NCCLLogCollNet: Requested is NCCL_COLLNET_ENABLE=1 (or NCCL_ALGO naming
+// CollNet) set by environment; Plugin the loaded collnet plugin ("SHARP");
+// Supported "yes" (plugin loaded or COLLNET connections seen), "no"
+// (requested but no collnet plugin / NCCL said it is not supported) or
+// "unknown".
+type NCCLLogCollNet struct {
+	Requested bool   `json:"requested"`
+	Plugin    string `json:"plugin,omitempty"`
+	Supported string `json:"supported"`
+}
+
+// NCCLLogInterface is one socket interface NCCL chose. Role is "bootstrap"
+// ("Bootstrap : Using", bootstrap.cc 2.4+; "NET : Using interface", 2.2-2.3),
+// "net-socket" ("NET/Socket : Using", transport/net_socket.cc) or "ib-oob"
+// (the "; OOB" part of "NET/IB : Using", or "NET/IB : Using interface X for
+// sideband communication" in 2.2-2.3). Index is the position in its list.
+// Kind is "loopback", "virtual" (docker/veth/bridge/VPN/tunnel by name),
+// "link-local-ipv6", "ipoib" or "" (an ordinary NIC).
+type NCCLLogInterface struct {
+	Name    string `json:"name"`
+	Address string `json:"address"`
+	Role    string `json:"role"`
+	Index   int    `json:"index"`
+	Host    string `json:"host,omitempty"`
+	Kind    string `json:"kind,omitempty"`
+}
+
+// NCCLLogHCA is one RDMA device from "NET/IB : Using [0]mlx5_0:1/IB [1]..."
+// (transport/net_ib.cc 2.4+; "NET/IB: [0] mlx5_0:1/IB" in 2.2-2.3). Flags are
+// the extra "/SHARP" parts and "RO" for a trailing "[RO]" (relaxed ordering,
+// 2.12+). GDR is "enabled"/"disabled" from "GPU Direct RDMA Enabled|Disabled
+// for HCA N" (net_ib.cc, 2.7+). MTU (IB enum 1..5 = 256..4096 bytes) and
+// GIDIndex come from "NET/IB: Dev N Port P qpn Q mtu M GID G" (2.12+).
+type NCCLLogHCA struct {
+	Name      string   `json:"name"`
+	Port      int      `json:"port"`
+	LinkLayer string   `json:"link_layer"`
+	Flags     []string `json:"flags,omitempty"`
+	GDR       string   `json:"gdr,omitempty"`
+	MTU       int      `json:"mtu,omitempty"`
+	GIDIndex  *int     `json:"gid_index,omitempty"`
+}
+
+// Limits that keep memory bounded whatever the input.
+const (
+	logMaxLine       = 1 << 20 // bytes kept of one physical line
+	logMaxJoined     = 1 << 20 // bytes of a hard-wrapped logical line
+	logMaxItems      = 256     // interfaces, HCAs, env variables, hosts
+	logMaxWarnings   = 20
+	logMaxAddrs      = 4 // addresses named per connection finding
+	logMaxPrefixHits = 16
+)
+
+// AnalyzeNCCLLog reads an NCCL debug log and returns what it shows and what
+// is wrong with it. The error is only ever an I/O error from r; any text,
+// however malformed, gives a report.
+func AnalyzeNCCLLog(r io.Reader) (*NCCLLogReport, error) {
+	a := logNewAnalyzer()
+	err := logReadLines(r, a.feedPhysical)
+	a.flushPending()
+	rep := a.finish()
+	if err != nil {
+		return rep, err
+	}
+	return rep, nil
+}
+
+// logReadLines calls fn for every line of r without its line end, keeping at
+// most logMaxLine bytes of each (the rest of a longer line is dropped).
+func logReadLines(r io.Reader, fn func(string)) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var long []byte
+	truncated := false
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			if !truncated {
+				room := logMaxLine - len(long)
+				if len(chunk) > room {
+					chunk = chunk[:room]
+					truncated = true
+				}
+				long = append(long, chunk...)
+			}
+			continue
+		}
+		if len(chunk) > 0 || len(long) > 0 {
+			if !truncated {
+				room := logMaxLine - len(long)
+				if len(chunk) > room {
+					chunk = chunk[:room]
+				}
+				long = append(long, chunk...)
+			}
+			fn(strings.TrimRight(string(long), "\r\n"))
+			long = long[:0]
+			truncated = false
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// logRecord is one logical log line after prefix handling.
+type logRecord struct {
+	host     string
+	level    string // INFO, WARN, TRACE, ABORT; "" when no NCCL prefix
+	payload  string
+	prefixed bool
+	// wrapped holds hard-wrapped continuation lines, joined at flush (joining
+	// line by line would be quadratic); size is the joined length so far.
+	wrapped []string
+	size    int
+}
+
+var (
+	// logPrefixRe is NCCL's debug prefix (debug.cc): optional
+	// "host:pid:tid ", optional "[cudaDev] ", for WARN "file.cc:line ", then
+	// "NCCL INFO|WARN|...". The host part may be missing (some collectors
+	// strip it) and launcher tags may precede it.
+	logPrefixRe = regexp.MustCompile(`(?:([A-Za-z0-9_.\-]+):(\d+):(\d+) +)?(?:\[(\d+)\] +)?(?:[\w./\-]+\.\w+:\d+ +)?NCCL (INFO|WARN|TRACE|ABORT)(?: +|$)`)
+	// logANSIRe is an ANSI CSI escape sequence (colour codes).
+	logANSIRe = regexp.MustCompile("\x1b\\[[0-9;?]*[A-Za-z]|\x1b")
+	// logLeadNoiseRe is what launchers put before a line: bare ANSI remnants
+	// ("[0m "), Open MPI "[1,0]<stdout>:", torchrun "[default0]:", "[0]:".
+	logLeadNoiseRe = regexp.MustCompile(`^(?:\[[0-9;]*m ?|\[\d+,\d+\]<std(?:out|err)>:|\[[A-Za-z_]*\d+\]: ?)`)
+	// logTableRowRe is an nccl-tests result row, never a wrapped NCCL line.
+	logTableRowRe = regexp.MustCompile(`^\d+\s+\d+\s+\w+\s`)
+	// logWrappedListRe is a hard-wrapped continuation of an interface/HCA list.
+	logWrappedListRe = regexp.MustCompile(`^\[\d+\][A-Za-z0-9_.\-]+:`)
+)
+
+// logAnalyzer accumulates facts line by line.
+type logAnalyzer struct {
+	rep     NCCLLogReport
+	pending *logRecord
+
+	hosts      map[string]bool
+	tableHosts map[string]bool
+	tableRanks map[int]bool
+	ringRanks  map[int]bool
+	versions   []string
+
+	netUsing        string         // "Using network X" (init.cc 2.5+) / "Using internal Network X" (2.2-2.4)
+	netChannelNames map[string]int // NET/<name>/ from channel lines
+	netSocketListed bool
+	netIBListed     bool
+	noPluginFound   bool
+	collSymMissing  bool
+	collExplicitNo  bool
+	collConnSeen    bool
+	noIBVerbs       bool
+	ibNoDevice      bool
+
+	gdrDevYes    map[string]bool // NIC (name or "dev N") with /GDRDMA channel lines
+	gdrDevNo     map[string]bool // NIC without
+	netConnCount int
+	intra        map[string]bool
+	hcaByIndex   map[int]int // "[N]" index in the latest NET/IB list -> rep.HCAs position
+	sameBusPeers bool        // a channel line joins two ranks with one busId: different nodes
+	nNodesLogged int
+	cmdNNodes    int
+	ringChannels int
+
+	conn       map[string]*logConnIssue // by finding code
+	connOrder  []string
+	completion []logCompletion
+	modifyQP   []string
+	socketNone []string
+}
+
+type logConnIssue struct {
+	count int
+	addrs []string
+	text  string
+}
+
+type logCompletion struct {
+	status, vendor int
+	host, text     string
+}
+
+func logNewAnalyzer() *logAnalyzer {
+	return &logAnalyzer{
+		rep: NCCLLogReport{
+			GDRDMA:     "unknown",
+			IntraNode:  []string{},
+			Interfaces: []NCCLLogInterface{},
+			HCAs:       []NCCLLogHCA{},
+			Hosts:      []string{},
+			Env:        map[string]string{},
+			Findings:   []Finding{},
+			NVLS:       NCCLLogNVLS{Available: "unknown"},
+			CollNet:    NCCLLogCollNet{Supported: "unknown"},
+		},
+		hosts:           map[string]bool{},
+		tableHosts:      map[string]bool{},
+		tableRanks:      map[int]bool{},
+		ringRanks:       map[int]bool{},
+		netChannelNames: map[string]int{},
+		gdrDevYes:       map[string]bool{},
+		gdrDevNo:        map[string]bool{},
+		intra:           map[string]bool{},
+		hcaByIndex:      map[int]int{},
+		conn:            map[string]*logConnIssue{},
+	}
+}
+
+// feedPhysical handles one physical line: strips noise, finds the NCCL
+// prefix, joins hard-wrapped continuations to the previous NCCL line.
+func (a *logAnalyzer) feedPhysical(line string) {
+	a.rep.Lines++
+	if i := strings.LastIndexByte(line, '\r'); i >= 0 {
+		line = line[i+1:] // a bare CR overwrote the start of the line
+	}
+	if strings.IndexByte(line, 0x1b) >= 0 {
+		line = logANSIRe.ReplaceAllString(line, "")
+	}
+	rec := logRecord{}
+	var hits [][]int
+	if strings.Contains(line, "NCCL ") { // cheap gate before the regexp
+		hits = logPrefixRe.FindAllStringSubmatchIndex(line, logMaxPrefixHits)
+	}
+	if len(hits) > 0 {
+		m := hits[len(hits)-1]
+		rec.prefixed = true
+		if m[2] >= 0 {
+			rec.host = line[m[2]:m[3]]
+		}
+		rec.level = line[m[10]:m[11]]
+		rec.payload = strings.TrimSpace(line[m[1]:])
+	} else {
+		rest := line
+		for {
+			loc := logLeadNoiseRe.FindStringIndex(rest)
+			if loc == nil {
+				break
+			}
+			rest = rest[loc[1]:]
+		}
+		startsBlank := rest != "" && (rest[0] == ' ' || rest[0] == '\t')
+		rec.payload = strings.TrimSpace(rest)
+		if rec.payload == "" {
+			a.flushPending()
+			return
+		}
+		p := a.pending
+		if p != nil && p.prefixed && p.size+len(rec.payload) < logMaxJoined &&
+			((startsBlank && !logTableRowRe.MatchString(rec.payload) && !strings.HasPrefix(rec.payload, "#") && !strings.HasPrefix(rec.payload, "NCCL ")) ||
+				logWrappedListRe.MatchString(rec.payload)) {
+			p.wrapped = append(p.wrapped, rec.payload)
+			p.size += 1 + len(rec.payload)
+			return
+		}
+	}
+	a.flushPending()
+	r := rec
+	r.size = len(r.payload)
+	a.pending = &r
+}
+
+func (a *logAnalyzer) flushPending() {
+	if a.pending == nil {
+		return
+	}
+	r := *a.pending
+	a.pending = nil
+	if len(r.wrapped) > 0 {
+		r.payload += " " + strings.Join(r.wrapped, " ")
+		r.wrapped = nil
+	}
+	a.process(r)
+}
+
+// Payload patterns. Each comment: source file and NCCL versions.
+var (
+	// init.cc "NCCL version 2.18.5+cuda12.0" (all 2.x; printed by rank 0).
+	logVersionRe = regexp.MustCompile(`NCCL version (\d+\.\d+\.\d+[\w.+\-]*)`)
+	// init.cc "cudaDriverVersion 12020" (2.11+).
+	logCudaDriverRe = regexp.MustCompile(`cudaDriverVersion (\d+)`)
+	// param.cc / utils: "NCCL_X set by environment to Y." (all 2.x; ints get
+	// a trailing dot) and "NCCL_X set to Y" (older string params).
+	logEnvRe = regexp.MustCompile(`\b(NCCL_[A-Z0-9_]+) set (?:by environment )?to (.*)$`)
+	// bootstrap.cc "Bootstrap : Using [0]eth0:10.0.0.1<0> [1]..." (2.4-2.11),
+	// "Bootstrap : Using eth0:10.0.0.1<0>" (2.12+), "Bootstrap: Using" (2.23+).
+	logBootstrapRe = regexp.MustCompile(`^Bootstrap ?: ?Using (.*)$`)
+	// 2.2-2.3 "NET : Using interface eth0:10.0.0.1<0>".
+	logOldNetIfRe = regexp.MustCompile(`^NET ?: ?Using interface (.*)$`)
+	// transport/net_socket.cc "NET/Socket : Using [0]eth0:10.0.0.1<0> ...".
+	logNetSocketRe = regexp.MustCompile(`^NET/Socket ?: ?Using (.*)$`)
+	// 2.2-2.3 "NET/IB : Using interface ib0 for sideband communication".
+	logIBSidebandRe = regexp.MustCompile(`^NET/IB ?: ?Using interface (\S+) for sideband`)
+	// an interface item "[0]name:addr<port>" or "name:addr<port>".
+	logIfItemRe = regexp.MustCompile(`(?:\[(\d+)\])?([A-Za-z0-9_.@\-]+):([^\s<>]+)<\d+>`)
+	// transport/net_ib.cc "NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE [RO]; OOB ib0:10.0.0.1<0>"
+	// (2.4+; "/SHARP" and other flags from the rdma-sharp plugin; 2.2-2.3
+	// "NET/IB: [0] mlx5_0:1/IB").
+	logHCAItemRe = regexp.MustCompile(`\[(\d+)\] ?([A-Za-z0-9_.\-]+):(\d+)/(IB|RoCE|ETH)((?:/[A-Za-z0-9_]+)*)`)
+	logOOBRe     = regexp.MustCompile(`; ?OOB (\S+<\d+>)`)
+	// net_ib.cc "NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'" (2.7+) and
+	// "GPU Direct RDMA Enabled for GPU 1a000 / HCA 0 (distance 4 <= 5)" (2.12+).
+	logGDRHCARe = regexp.MustCompile(`GPU Direct RDMA (Enabled|Disabled) for (?:GPU [0-9a-fA-F]+ / )?HCA (\d+)(?: '([^']+)')?`)
+	// net_ib.cc "NET/IB: Dev 0 Port 1 qpn 58 mtu 3 GID 3 (0/A10B...)" (2.12+;
+	// "LID n" for IB).
+	logQPRe = regexp.MustCompile(`NET/IB ?: ?Dev (\d+) Port (\d+) qpn \d+ mtu (\d+)(?: GID (\d+))?`)
+	// init.cc "Using network IB" (2.5+), "Using internal Network Socket" (2.2-2.4).
+	logUsingNetRe = regexp.MustCompile(`^Using (?:network|internal Network) (.+?)\s*$`)
+	// net.cc / plugin loader: "NET/Plugin: Loaded net plugin NCCL RDMA Plugin v8 (v8)"
+	// and "Loaded collnet plugin SHARP (v8)" (2.19+), "Loaded coll plugin" (older).
+	logLoadedNetRe  = regexp.MustCompile(`Loaded net plugin (.+?)(?: \(v\d+\))?\s*$`)
+	logLoadedCollRe = regexp.MustCompile(`Loaded coll(?:net)? plugin (.+?)(?: \(v\d+\))?\s*$`)
+	logPluginPathRe = regexp.MustCompile(`^Plugin Path ?: ?(\S+)`)
+	// rdma-sharp plugin "P2P plugin IBext_v8"; aws-ofi-nccl "NET/OFI Using aws-ofi-nccl 1.7.4-aws"
+	// and "NET/OFI Selected Provider is efa".
+	logP2PPluginRe   = regexp.MustCompile(`^P2P plugin (\S+)`)
+	logOFIVersionRe  = regexp.MustCompile(`NET/OFI Using (aws-ofi-nccl \S+)`)
+	logOFIProviderRe = regexp.MustCompile(`NET/OFI Selected Provider is (\S+)`)
+	// Channel connection lines: "Ring 00 : 0[0] -> 1[1] via P2P/IPC" (2.2-2.4),
+	// "Ring 00 : 7 -> 8 [send] via NET/AWS Libfabric/0", "Channel 00 : 2[c7000] ->
+	// 0[87000] [receive] via NET/IB/5/GDRDMA" (2.5+), "Channel 00/1 : 0[0] ->
+	// 1[1] via P2P/CUMEM/read" (2.19+).
+	logChanConnRe = regexp.MustCompile(`^(?:Ring|Channel) (\d+)(?:/\d+)? ?: (\d+)(?:\[([0-9a-fA-F]+)\])? -> (\d+)(?:\[([0-9a-fA-F]+)\])?(?: \[(?:send|receive)\])? via (.+)$`)
+	logViaNetRe   = regexp.MustCompile(`^NET/(.+?)/(\d+)((?:/[A-Za-z0-9_]+)*)`)
+	// Ring listing "Ring 00 :    0   1" (2.2-2.6) / "Channel 00/04 :    0   1" (2.7+).
+	logRingListRe = regexp.MustCompile(`^(?:Ring|Channel) (\d+)(?:/(\d+))? ?:((?:\s+-?\d+)+)\s*$`)
+	// init.cc "2 coll channels, [2 collnet channels, ][0 nvls channels, ]2 p2p channels, 2 p2p channels per peer".
+	logChanSummaryRe = regexp.MustCompile(`(\d+) coll channels, (?:(\d+) collnet channels, )?(?:(\d+) nvls channels, )?(\d+) p2p channels`)
+	// transport/nvls.cc "NVLS multicast support is [not ]available on dev 0" (2.17+).
+	logNVLSRe = regexp.MustCompile(`NVLS multicast support is (not )?available`)
+	// init.cc "comm 0x.. rank 0 nranks 2 ..." (2.3+), "Init timings: rank 2 nranks 16" (2.22+).
+	logRankRe = regexp.MustCompile(`\brank (\d+) nranks (\d+)\b`)
+	// init.cc "nRanks 2 nNodes 1 localRanks 2 localRank 0" (2.19+).
+	logNNodesRe = regexp.MustCompile(`nRanks (\d+) nNodes (\d+)`)
+	// nccl-tests "#  Rank  1 Group  0 Pid 565139 on node4 device  0 [0x4c] NVIDIA H800".
+	logTestsRankRe  = regexp.MustCompile(`^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device`)
+	logTestsBusBWRe = regexp.MustCompile(`^#\s*Avg bus bandwidth\s*:\s*([0-9.]+)`)
+	// A launcher command line in the log: "--nnode=2", "--nnodes 2".
+	logCmdNNodesRe = regexp.MustCompile(`--nnodes?[= ](\d+)\b`)
+	// net_ib.cc "NET/IB : Got completion [from peer ]with error 4, opcode 0, len 0, vendor err 81" (2.x).
+	logCompletionRe = regexp.MustCompile(`Got completion (?:from peer )?with error (\d+), opcode \d+, len \d+, vendor err (\d+)`)
+	logAddrRe       = regexp.MustCompile(`([^\s<>]+<\d+>)`)
+)
+
+// process applies every pattern to one logical line.
+func (a *logAnalyzer) process(r logRecord) {
+	p := r.payload
+	if r.prefixed {
+		a.rep.NCCLLines++
+		if r.host != "" {
+			a.addHost(a.hosts, r.host)
+		}
+	}
+	if p == "" {
+		return
+	}
+	if r.level == "WARN" && len(a.rep.Warnings) < logMaxWarnings && !logContains(a.rep.Warnings, p) {
+		a.rep.Warnings = append(a.rep.Warnings, logClip(p, 300))
+	}
+
+	if m := logMatch(logVersionRe, p, "NCCL version"); m != nil {
+		if a.rep.NCCLVersion == "" {
+			a.rep.NCCLVersion = m[1]
+		}
+		if !logContains(a.versions, m[1]) && len(a.versions) < logMaxItems {
+			a.versions = append(a.versions, m[1])
+		}
+	}
+	if m := logMatch(logCudaDriverRe, p, "cudaDriverVersion"); m != nil && a.rep.CUDADriverVersion == "" {
+		a.rep.CUDADriverVersion = m[1]
+	}
+	if m := logMatch(logEnvRe, p, "NCCL_"); m != nil {
+		a.setEnv(m[1], m[2])
+	}
+
+	switch {
+	case !strings.HasPrefix(p, "Bootstrap") && !strings.HasPrefix(p, "NET"):
+	case logBootstrapRe.MatchString(p):
+		a.addInterfaces(logBootstrapRe.FindStringSubmatch(p)[1], "bootstrap", r.host)
+	case logOldNetIfRe.MatchString(p):
+		a.addInterfaces(logOldNetIfRe.FindStringSubmatch(p)[1], "bootstrap", r.host)
+	case logNetSocketRe.MatchString(p):
+		a.netSocketListed = true
+		a.addInterfaces(logNetSocketRe.FindStringSubmatch(p)[1], "net-socket", r.host)
+	case logIBSidebandRe.MatchString(p):
+		a.addInterface(logIBSidebandRe.FindStringSubmatch(p)[1], "", "ib-oob", 0, r.host)
+	case strings.HasPrefix(p, "NET/IB") && logHCAItemRe.MatchString(p):
+		a.addHCAList(p, r.host)
+	}
+
+	if m := logMatch(logGDRHCARe, p, "GPU Direct RDMA"); m != nil {
+		a.setHCAGDR(m[1] == "Enabled", m[2], m[3])
+	}
+	if m := logMatch(logQPRe, p, "qpn"); m != nil {
+		a.setHCAQP(m)
+	}
+	if m := logMatch(logUsingNetRe, p, "Using"); m != nil {
+		a.netUsing = m[1]
+	}
+	if m := logMatch(logLoadedNetRe, p, "Loaded net"); m != nil {
+		a.rep.NetPlugin = m[1]
+	}
+	if m := logMatch(logLoadedCollRe, p, "Loaded coll"); m != nil {
+		a.rep.CollNet.Plugin = m[1]
+	}
+	if m := logMatch(logPluginPathRe, p, "Plugin Path"); m != nil {
+		a.rep.NetPluginPath = m[1]
+	}
+	if m := logMatch(logP2PPluginRe, p, "P2P plugin"); m != nil && a.rep.NetPlugin == "" {
+		a.rep.NetPlugin = m[1]
+	}
+	if m := logMatch(logOFIVersionRe, p, "NET/OFI"); m != nil && a.rep.NetPlugin == "" {
+		a.rep.NetPlugin = m[1]
+	}
+	if m := logMatch(logOFIProviderRe, p, "NET/OFI"); m != nil {
+		a.rep.OFIProvider = m[1]
+	}
+	// net.cc "NET/Plugin : No plugin found (libnccl-net.so), using internal implementation".
+	if strings.Contains(p, "No plugin found") {
+		a.noPluginFound = true
+	}
+	lower := strings.ToLower(p)
+	if strings.Contains(lower, "collnet") {
+		switch {
+		case strings.Contains(p, "ncclCollNetPlugin symbol (>=") || strings.Contains(p, "ncclCollNetPlugin symbols v"):
+			a.collSymMissing = true // the loader gave up on every version
+		case strings.Contains(p, "ncclCollNetPlugin_v"):
+			// one version probe failing is normal
+		case strings.Contains(lower, "not supported") || strings.Contains(lower, "unsupported") ||
+			strings.Contains(lower, "not available") || strings.Contains(lower, "could not") ||
+			strings.Contains(lower, "disabled"):
+			a.collExplicitNo = true
+		}
+	}
+	// misc/ibvwrap.cc "Failed to open libibverbs.so[.1]" (2.x); net_ib.cc "NET/IB : No device found."
+	if strings.Contains(p, "Failed to open libibverbs") {
+		a.noIBVerbs = true
+	}
+	if strings.HasPrefix(p, "NET/IB") && strings.Contains(p, "No device found") {
+		a.ibNoDevice = true
+	}
+
+	if m := logMatch(logChanConnRe, p, " via "); m != nil {
+		a.addChannelConn(m)
+	} else if m := logMatch(logRingListRe, p, ":"); m != nil {
+		a.addRingList(m)
+	}
+	if m := logMatch(logChanSummaryRe, p, "coll channels"); m != nil {
+		a.rep.Channels = logAtoi(m[1])
+		if m[3] != "" {
+			n := logAtoi(m[3])
+			a.rep.NVLS.Channels = &n
+		}
+		a.rep.P2PChannels = logAtoi(m[4])
+	}
+	if m := logMatch(logNVLSRe, p, "NVLS"); m != nil {
+		if m[1] == "" {
+			a.rep.NVLS.Available = "yes"
+		} else if a.rep.NVLS.Available != "yes" {
+			a.rep.NVLS.Available = "no"
+		}
+	}
+	if m := logMatch(logRankRe, p, "nranks"); m != nil {
+		if n := logAtoi(m[2]); n > a.rep.NRanks {
+			a.rep.NRanks = n
+		}
+	}
+	if m := logMatch(logNNodesRe, p, "nNodes"); m != nil {
+		if n := logAtoi(m[2]); n > a.nNodesLogged {
+			a.nNodesLogged = n
+		}
+	}
+	if strings.Contains(p, "Init COMPLETE") || strings.HasSuffix(p, "- COMPLETE") {
+		a.rep.InitComplete++
+	}
+	if m := logMatch(logTestsRankRe, p, "Rank"); m != nil {
+		if len(a.tableRanks) < 1<<16 {
+			a.tableRanks[logAtoi(m[1])] = true
+		}
+		a.addHost(a.tableHosts, m[2])
+	}
+	if m := logMatch(logTestsBusBWRe, p, "Avg bus"); m != nil {
+		a.rep.AvgBusBandwidthGBs, _ = strconv.ParseFloat(m[1], 64)
+	}
+	if !r.prefixed {
+		if m := logMatch(logCmdNNodesRe, p, "--nnode"); m != nil {
+			a.cmdNNodes = logAtoi(m[1])
+		}
+	}
+
+	// Failures.
+	if m := logMatch(logCompletionRe, p, "Got completion"); m != nil {
+		if len(a.completion) < logMaxItems {
+			a.completion = append(a.completion, logCompletion{status: logAtoi(m[1]), vendor: logAtoi(m[2]), host: r.host, text: logClip(p, 300)})
+		}
+		return
+	}
+	if strings.Contains(p, "ibv_modify_qp") {
+		if len(a.modifyQP) < logMaxAddrs {
+			a.modifyQP = append(a.modifyQP, logClip(p, 300))
+		}
+		return
+	}
+	// bootstrap.cc / net_socket.cc "no socket interface found" / "No usable listening interface found".
+	if strings.Contains(lower, "no socket interface found") || strings.Contains(lower, "no usable listening interface") {
+		if len(a.socketNone) < logMaxAddrs {
+			a.socketNone = append(a.socketNone, logClip(p, 300))
+		}
+	}
+	// misc/socket.cc: "Connect to 10.0.0.1<43235> failed : Connection refused",
+	// "Call to connect returned Connection refused, retrying" (2.7-2.9),
+	// "socketProgressOpt: Call to recv from a<p> failed : Connection reset by peer".
+	code := ""
+	switch {
+	case strings.Contains(lower, "connection refused"):
+		code = "connection-refused"
+	case strings.Contains(lower, "timed out") && (strings.Contains(lower, "connect") || r.level == "WARN"):
+		code = "connection-timeout"
+	case strings.Contains(lower, "network is unreachable") || strings.Contains(lower, "no route to host"):
+		code = "network-unreachable"
+	case strings.Contains(lower, "connection reset by peer") || strings.Contains(lower, "software caused connection abort"):
+		code = "connection-reset"
+	}
+	if code != "" {
+		ci := a.conn[code]
+		if ci == nil {
+			ci = &logConnIssue{text: logClip(p, 300)}
+			a.conn[code] = ci
+			a.connOrder = append(a.connOrder, code)
+		}
+		ci.count++
+		if m := logAddrRe.FindStringSubmatch(p); m != nil && len(ci.addrs) < logMaxAddrs && !logContains(ci.addrs, m[1]) {
+			ci.addrs = append(ci.addrs, m[1])
+		}
+	}
+}
+
+func (a *logAnalyzer) addHost(set map[string]bool, h string) {
+	if len(set) < logMaxItems {
+		set[h] = true
+	}
+}
+
+func (a *logAnalyzer) setEnv(name, value string) {
+	value = strings.TrimSpace(value)
+	value = strings.TrimSuffix(value, ".")
+	if _, ok := a.rep.Env[name]; !ok && len(a.rep.Env) >= logMaxItems {
+		return
+	}
+	a.rep.Env[name] = logClip(value, 200)
+}
+
+// addInterfaces parses a "[0]name:addr<port> [1]..." list.
+func (a *logAnalyzer) addInterfaces(list, role, host string) {
+	for i, m := range logIfItemRe.FindAllStringSubmatch(list, logMaxItems) {
+		idx := i
+		if m[1] != "" {
+			idx = logAtoi(m[1])
+		}
+		a.addInterface(m[2], m[3], role, idx, host)
+	}
+}
+
+func (a *logAnalyzer) addInterface(name, addr, role string, idx int, host string) {
+	for _, it := range a.rep.Interfaces {
+		if it.Name == name && it.Address == addr && it.Role == role {
+			return
+		}
+	}
+	if len(a.rep.Interfaces) >= logMaxItems {
+		return
+	}
+	a.rep.Interfaces = append(a.rep.Interfaces, NCCLLogInterface{
+		Name: name, Address: addr, Role: role, Index: idx, Host: host, Kind: logInterfaceKind(name, addr),
+	})
+}
+
+// logVirtualIfRe names container, bridge, VPN and tunnel interfaces that are
+// rarely the cluster network: docker0, br-xxxx, virbr0, veth*, cni0,
+// flannel.1, cali*, tun0/tap0, wg0 (WireGuard), tailscale0, zt* (ZeroTier),
+// ip6tnl0/sit0/gre*/ipip (kernel tunnels), vxlan*.
+var logVirtualIfRe = regexp.MustCompile(`^(?:docker\d*|br-|virbr|veth|cni|flannel|cali|kube-|lxcbr|lxdbr|tun\d|tap\d|utun|wg\d|tailscale|zt|ip6tnl|ip6gre|ip_vti|ip6_vti|sit\d|gre\d|gretap|erspan|ipip|tunl|vxlan|genev|nebula|vmnet)`)
+
+func logInterfaceKind(name, addr string) string {
+	la := strings.ToLower(addr)
+	switch {
+	case name == "lo" || strings.HasPrefix(name, "lo:") || strings.HasPrefix(la, "127.") || la == "::1":
+		return "loopback"
+	case logVirtualIfRe.MatchString(name):
+		return "virtual"
+	case strings.HasPrefix(la, "fe80:"):
+		return "link-local-ipv6"
+	case strings.HasPrefix(name, "ib"):
+		return "ipoib"
+	}
+	return ""
+}
+
+// addHCAList parses "NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE/SHARP [RO]; OOB ib0:addr<0>".
+func (a *logAnalyzer) addHCAList(p, host string) {
+	a.netIBListed = true
+	list, oob, _ := strings.Cut(p, "OOB")
+	relaxed := strings.Contains(list, "[RO]")
+	for _, m := range logHCAItemRe.FindAllStringSubmatch(list, logMaxItems) {
+		idx, port := logAtoi(m[1]), logAtoi(m[3])
+		var flags []string
+		for _, f := range strings.Split(m[5], "/") {
+			if f != "" {
+				flags = append(flags, f)
+			}
+		}
+		if relaxed {
+			flags = append(flags, "RO")
+		}
+		pos := -1
+		for i, h := range a.rep.HCAs {
+			if h.Name == m[2] && h.Port == port {
+				pos = i
+				break
+			}
+		}
+		if pos < 0 {
+			if len(a.rep.HCAs) >= logMaxItems {
+				continue
+			}
+			a.rep.HCAs = append(a.rep.HCAs, NCCLLogHCA{Name: m[2], Port: port, LinkLayer: m[4], Flags: flags})
+			pos = len(a.rep.HCAs) - 1
+		}
+		a.hcaByIndex[idx] = pos
+	}
+	if oob != "" {
+		if m := logOOBRe.FindStringSubmatch(p); m != nil {
+			a.addInterfaces(m[1], "ib-oob", host)
+		}
+	}
+}
+
+func (a *logAnalyzer) setHCAGDR(enabled bool, index, name string) {
+	state := "disabled"
+	if enabled {
+		state = "enabled"
+	}
+	pos := -1
+	if name != "" {
+		for i, h := range a.rep.HCAs {
+			if h.Name == name {
+				pos = i
+				break
+			}
+		}
+		if pos < 0 && len(a.rep.HCAs) < logMaxItems {
+			a.rep.HCAs = append(a.rep.HCAs, NCCLLogHCA{Name: name})
+			pos = len(a.rep.HCAs) - 1
+		}
+	} else if p, ok := a.hcaByIndex[logAtoi(index)]; ok {
+		pos = p
+	}
+	if pos >= 0 {
+		a.rep.HCAs[pos].GDR = state
+	}
+	key := name
+	if key == "" {
+		key = "HCA " + index
+	}
+	if enabled {
+		a.gdrDevYes[key] = true
+	} else {
+		a.gdrDevNo[key] = true
+	}
+}
+
+func (a *logAnalyzer) setHCAQP(m []string) {
+	pos, ok := a.hcaByIndex[logAtoi(m[1])]
+	if !ok {
+		return
+	}
+	a.rep.HCAs[pos].MTU = logAtoi(m[3])
+	if m[4] != "" {
+		g := logAtoi(m[4])
+		a.rep.HCAs[pos].GIDIndex = &g
+	}
+}
+
+func (a *logAnalyzer) addChannelConn(m []string) {
+	from, to, busFrom, busTo, via := m[2], m[4], m[3], m[5], strings.TrimSpace(m[6])
+	if busFrom != "" && busFrom == busTo && from != to {
+		a.sameBusPeers = true
+	}
+	switch {
+	case strings.HasPrefix(via, "NET/"):
+		nm := logViaNetRe.FindStringSubmatch(via)
+		if nm == nil {
+			return
+		}
+		if len(a.netChannelNames) < logMaxItems {
+			a.netChannelNames[nm[1]]++
+		}
+		a.netConnCount++
+		dev := "dev " + nm[2]
+		if pos, ok := a.hcaByIndex[logAtoi(nm[2])]; ok && nm[1] != "Socket" {
+			dev = a.rep.HCAs[pos].Name
+		}
+		if nm[1] == "Socket" {
+			return
+		}
+		if strings.Contains(nm[3], "/GDRDMA") {
+			a.gdrDevYes[dev] = true
+		} else {
+			a.gdrDevNo[dev] = true
+		}
+	case strings.HasPrefix(via, "P2P/"):
+		kind := strings.TrimPrefix(via, "P2P/")
+		if strings.HasPrefix(kind, "direct pointer") {
+			kind = "direct pointer"
+		} else if i := strings.IndexAny(kind, "/ "); i >= 0 {
+			kind = kind[:i]
+		}
+		a.intra["P2P/"+kind] = true
+	case strings.HasPrefix(via, "SHM") || strings.Contains(via, "shared memory"):
+		a.intra["SHM"] = true
+	case strings.HasPrefix(strings.ToUpper(via), "COLLNET"):
+		a.collConnSeen = true
+	}
+}
+
+func (a *logAnalyzer) addRingList(m []string) {
+	if m[2] != "" {
+		if n := logAtoi(m[2]); n > a.ringChannels {
+			a.ringChannels = n
+		}
+	} else if n := logAtoi(m[1]) + 1; n > a.ringChannels {
+		a.ringChannels = n
+	}
+	for _, f := range strings.Fields(m[3]) {
+		if r := logAtoi(f); r >= 0 && len(a.ringRanks) < 1<<16 {
+			a.ringRanks[r] = true
+		}
+	}
+}
+
+// finish derives the summary fields and the findings.
+func (a *logAnalyzer) finish() *NCCLLogReport {
+	rep := &a.rep
+	rep.Hosts = logSortedKeys(a.hosts, a.tableHosts)
+	if len(a.versions) > 1 {
+		rep.NCCLVersionsSeen = a.versions
+	}
+	if rep.Channels == 0 {
+		rep.Channels = a.ringChannels
+	}
+	if n := len(a.tableRanks); n > rep.NRanks {
+		rep.NRanks = n
+	}
+	if n := len(a.ringRanks); n > rep.NRanks {
+		rep.NRanks = n
+	}
+	switch {
+	case a.nNodesLogged > 0:
+		rep.NNodes = a.nNodesLogged
+	case len(rep.Hosts) > 1:
+		rep.NNodes = len(rep.Hosts)
+	case len(a.tableRanks) > 0 && len(a.tableHosts) > 0:
+		rep.NNodes = len(a.tableHosts)
+	case a.cmdNNodes > 0:
+		rep.NNodes = a.cmdNNodes
+	}
+	rep.MultiNode = rep.NNodes > 1 || a.sameBusPeers || len(a.conn) > 0
+
+	// Network.
+	switch {
+	case a.netUsing != "":
+		rep.Net = a.netUsing
+	case len(a.netChannelNames) > 0:
+		best, n := "", -1
+		for k, v := range a.netChannelNames {
+			if v > n || (v == n && k < best) {
+				best, n = k, v
+			}
+		}
+		rep.Net = best
+	case a.netIBListed:
+		rep.Net = "IB"
+	case a.netSocketListed:
+		rep.Net = "Socket"
+	case a.collConnSeen:
+		rep.Net = "COLLNET"
+	}
+	if rep.Net == "" && rep.NetPlugin != "" && strings.Contains(rep.NetPlugin, "aws-ofi") {
+		rep.Net = "AWS Libfabric"
+	}
+
+	// GPUDirect RDMA.
+	switch {
+	case len(a.gdrDevYes) > 0 && len(a.gdrDevNo) > 0:
+		rep.GDRDMA = "partial"
+	case len(a.gdrDevYes) > 0:
+		rep.GDRDMA = "on"
+	case len(a.gdrDevNo) > 0:
+		rep.GDRDMA = "off"
+	case rep.Net == "Socket":
+		rep.GDRDMA = "off" // TCP sockets never use GPUDirect RDMA
+	}
+
+	// Intra-node transports.
+	if rep.NNodes == 1 && a.netConnCount > 0 {
+		a.intra["NET loopback"] = true
+	}
+	for _, k := range []string{"P2P/IPC", "P2P/CUMEM", "P2P/direct pointer", "SHM", "NET loopback"} {
+		if a.intra[k] {
+			rep.IntraNode = append(rep.IntraNode, k)
+			delete(a.intra, k)
+		}
+	}
+	rep.IntraNode = append(rep.IntraNode, logSortedKeys(a.intra)...)
+
+	// NVLS / CollNet.
+	if v, ok := rep.Env["NCCL_NVLS_ENABLE"]; ok && v == "0" {
+		rep.NVLS.DisabledByEnv = true
+	}
+	if v := rep.Env["NCCL_COLLNET_ENABLE"]; v == "1" || strings.Contains(strings.ToLower(rep.Env["NCCL_ALGO"]), "collnet") {
+		rep.CollNet.Requested = true
+	}
+	switch {
+	case a.collConnSeen || (rep.CollNet.Plugin != "" && !a.collExplicitNo):
+		rep.CollNet.Supported = "yes"
+	case a.collExplicitNo || (rep.CollNet.Requested && (a.collSymMissing || a.noPluginFound) && rep.CollNet.Plugin == ""):
+		rep.CollNet.Supported = "no"
+	}
+
+	a.findings()
+	sort.SliceStable(rep.Findings, func(i, j int) bool {
+		return severityRank(rep.Findings[i].Severity) < severityRank(rep.Findings[j].Severity)
+	})
+	return rep
+}
+
+func (a *logAnalyzer) add(sev Severity, code, msg, fix string) {
+	a.rep.Findings = append(a.rep.Findings, Finding{Severity: sev, Code: code, Message: msg, Fix: fix})
+}
+
+// findings emits root causes before their consequences (the sort keeps this
+// order within one severity).
+func (a *logAnalyzer) findings() {
+	rep := &a.rep
+	env := rep.Env
+
+	if rep.NCCLLines == 0 && rep.NCCLVersion == "" && len(rep.Interfaces) == 0 && len(rep.HCAs) == 0 && rep.Net == "" {
+		a.add(SevInfo, "no-nccl-lines", "no NCCL debug lines found in the input",
+			"rerun with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,NET,GRAPH) and pass the full output")
+	}
+	if len(a.socketNone) > 0 {
+		a.add(SevError, "no-socket-interface", "NCCL found no usable socket interface: "+a.socketNone[0],
+			"set NCCL_SOCKET_IFNAME to an interface that exists and is up on every node (e.g. =eth0, or =^docker,lo to exclude)")
+	}
+	a.interfaceFindings()
+
+	for _, code := range a.connOrder {
+		ci := a.conn[code]
+		where := "(no address logged)"
+		if len(ci.addrs) > 0 {
+			where = "to " + strings.Join(ci.addrs, ", ")
+		}
+		what := map[string]string{
+			"connection-refused":  "connection refused",
+			"connection-timeout":  "connection timed out",
+			"network-unreachable": "network unreachable",
+			"connection-reset":    "connection reset/aborted",
+		}[code]
+		msg := fmt.Sprintf("%s %s, %d time(s): %s", what, where, ci.count, ci.text)
+		fix := "make sure every rank runs and listens, that the address belongs to a network all nodes share (not loopback, docker or a tunnel), that no firewall blocks NCCL's ports, and that NCCL_SOCKET_IFNAME selects the same network on every node"
+		if code == "connection-reset" {
+			fix = "a peer process died or closed its socket first: look for the first error on the other ranks; also check NCCL_SOCKET_IFNAME selects the same network on every node"
+		}
+		a.add(SevError, code, msg, fix)
+	}
+
+	a.ibFailureFindings()
+	a.networkChoiceFindings()
+	a.gdrFindings()
+
+	if rep.CollNet.Requested && rep.CollNet.Supported == "no" {
+		why := "no collnet plugin was loaded"
+		if a.collExplicitNo {
+			why = "NCCL reported CollNet as not supported"
+		}
+		a.add(SevWarn, "collnet-unsupported",
+			fmt.Sprintf("CollNet requested (NCCL_COLLNET_ENABLE=%s) but %s; collectives fall back to ring/tree", logOr(env["NCCL_COLLNET_ENABLE"], "?"), why),
+			"install the SHARP collnet plugin (libnccl-net.so from nccl-rdma-sharp-plugins / HPC-X) on every node and make sure sharp_am runs on the subnet manager; otherwise unset NCCL_COLLNET_ENABLE")
+	}
+
+	// Intra-node transports forced by environment.
+	p2pOff := env["NCCL_P2P_DISABLE"] == "1"
+	if lvl, ok := env["NCCL_P2P_LEVEL"]; ok && !p2pOff {
+		if strings.EqualFold(lvl, "LOC") || lvl == "0" {
+			p2pOff = true
+		} else {
+			a.add(SevInfo, "p2p-level-forced", "NCCL_P2P_LEVEL="+lvl+" set by environment overrides NCCL's P2P topology choice",
+				"unset NCCL_P2P_LEVEL unless it works around a known platform problem")
+		}
+	}
+	shmOff := env["NCCL_SHM_DISABLE"] == "1"
+	loop := ""
+	if p2pOff && shmOff {
+		loop = "; with SHM also disabled, GPUs on one node talk through the NIC (NET loopback)"
+	}
+	if p2pOff {
+		var set []string
+		if v, ok := env["NCCL_P2P_DISABLE"]; ok {
+			set = append(set, "NCCL_P2P_DISABLE="+v)
+		}
+		if v, ok := env["NCCL_P2P_LEVEL"]; ok {
+			set = append(set, "NCCL_P2P_LEVEL="+v)
+		}
+		a.add(SevWarn, "p2p-disabled-by-env", "GPU peer-to-peer (NVLink/PCIe P2P) disabled by environment ("+strings.Join(set, ", ")+")"+loop,
+			"unset NCCL_P2P_DISABLE / NCCL_P2P_LEVEL unless P2P is known broken on this platform (then fix IOMMU/ACS instead)")
+	}
+	if shmOff {
+		a.add(SevWarn, "shm-disabled-by-env", "shared-memory transport disabled by environment (NCCL_SHM_DISABLE=1)"+loop,
+			"unset NCCL_SHM_DISABLE; if /dev/shm is too small in a container, enlarge it (docker --shm-size=1g or --ipc=host)")
+	}
+
+	if len(a.versions) > 1 {
+		a.add(SevWarn, "nccl-version-mismatch", "several NCCL versions in one log: "+strings.Join(a.versions, ", "),
+			"run the same NCCL build on every rank (check LD_LIBRARY_PATH and the framework's bundled libnccl)")
+	}
+	a.hcaInfoFindings()
+}
+
+// interfaceFindings flags loopback, virtual and link-local interfaces.
+func (a *logAnalyzer) interfaceFindings() {
+	rep := &a.rep
+	type agg struct {
+		it    NCCLLogInterface
+		roles []string
+		first bool
+	}
+	var order []string
+	byName := map[string]*agg{}
+	for _, it := range rep.Interfaces {
+		if it.Kind == "" || it.Kind == "ipoib" {
+			continue
+		}
+		g := byName[it.Name]
+		if g == nil {
+			g = &agg{it: it}
+			byName[it.Name] = g
+			order = append(order, it.Name)
+		}
+		if !logContains(g.roles, it.Role) {
+			g.roles = append(g.roles, it.Role)
+		}
+		if it.Index == 0 {
+			g.first = true
+		}
+	}
+	good := logGoodInterface(rep.Interfaces)
+	current := ""
+	if v, ok := rep.Env["NCCL_SOCKET_IFNAME"]; ok {
+		current = " (currently NCCL_SOCKET_IFNAME=" + v + ")"
+	}
+	fix := "set NCCL_SOCKET_IFNAME=" + good + " on every rank" + current
+	if good == "" {
+		fix = "set NCCL_SOCKET_IFNAME to the interface carrying the nodes' routable cluster address (see `ip -br addr`), e.g. NCCL_SOCKET_IFNAME=eth0 or =ib0, or exclude bad ones with NCCL_SOCKET_IFNAME=^lo,docker,veth" + current
+	}
+	for _, name := range order {
+		g := byName[name]
+		it := g.it
+		roles := strings.Join(g.roles, ", ")
+		failed := a.connNames(it)
+		switch it.Kind {
+		case "loopback":
+			if rep.MultiNode {
+				a.add(SevError, "socket-on-loopback",
+					fmt.Sprintf("%s uses loopback interface %s (%s) in a multi-node job; other nodes cannot reach it", roles, it.Name, it.Address), fix)
+			} else {
+				a.add(SevInfo, "socket-on-loopback",
+					fmt.Sprintf("%s uses loopback interface %s (%s): works on a single node only", roles, it.Name, it.Address), fix)
+			}
+		case "virtual":
+			fix := fix
+			if name == good {
+				fix = "nothing to change if " + name + " is this container's own network; otherwise " + fix
+			}
+			sev := SevWarn
+			extra := ""
+			if strings.HasPrefix(strings.ToLower(it.Address), "fe80:") {
+				extra = " with only a link-local IPv6 address"
+			} else if !g.first {
+				sev = SevInfo
+				extra = " (routable address, not first in the list: may be the container's own NIC)"
+			}
+			if failed {
+				sev = SevError
+				extra += "; connections through it failed"
+			}
+			a.add(sev, "socket-on-virtual-interface",
+				fmt.Sprintf("%s uses %s, a container/bridge/VPN/tunnel interface (%s)%s", roles, it.Name, it.Address, extra), fix)
+		case "link-local-ipv6":
+			sev := SevWarn
+			extra := ""
+			if failed {
+				sev = SevError
+				extra = "; connections through it failed"
+			}
+			a.add(sev, "socket-on-link-local-ipv6",
+				fmt.Sprintf("%s uses %s with link-local IPv6 address %s, not routable between nodes%s", roles, it.Name, it.Address, extra), fix)
+		}
+	}
+}
+
+// connNames reports whether a connection failure named this interface's
+// address or its IPv6 scope ("%ip6tnl0").
+func (a *logAnalyzer) connNames(it NCCLLogInterface) bool {
+	for _, ci := range a.conn {
+		for _, ad := range ci.addrs {
+			if strings.Contains(ad, "%"+it.Name+"<") || (it.Address != "" && strings.HasPrefix(ad, it.Address+"<")) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// logGoodInterface picks the interface to recommend: the first ordinary or
+// IPoIB NIC, else the first virtual one with a routable address.
+func logGoodInterface(ifs []NCCLLogInterface) string {
+	for _, it := range ifs {
+		if it.Address != "" && (it.Kind == "" || it.Kind == "ipoib") {
+			return it.Name
+		}
+	}
+	for _, it := range ifs {
+		la := strings.ToLower(it.Address)
+		if it.Kind == "virtual" && it.Address != "" && !strings.HasPrefix(la, "fe80:") {
+			return it.Name
+		}
+	}
+	return ""
+}
+
+// ibFailureFindings covers verbs completion errors and QP setup failures.
+func (a *logAnalyzer) ibFailureFindings() {
+	rep := &a.rep
+	roce := false
+	for _, h := range rep.HCAs {
+		if h.LinkLayer == "RoCE" {
+			roce = true
+		}
+	}
+	gid := "NCCL_IB_GID_INDEX"
+	if v, ok := rep.Env["NCCL_IB_GID_INDEX"]; ok {
+		gid += " (currently " + v + ")"
+	}
+	seen := map[int]bool{}
+	for _, c := range a.completion {
+		if seen[c.status] {
+			continue
+		}
+		seen[c.status] = true
+		where := ""
+		if c.host != "" {
+			where = " on " + c.host
+		}
+		switch c.status {
+		case 4:
+			a.add(SevError, "ib-completion-error-gdr",
+				fmt.Sprintf("NET/IB completion error 4 (local protection error), vendor err %d%s with GPUDirect RDMA %s: %s", c.vendor, where, rep.GDRDMA, c.text),
+				"this is usually PCIe ACS or the IOMMU breaking GPUDirect RDMA: confirm by rerunning with NCCL_NET_GDR_LEVEL=0 (GDR off); if that passes, disable ACS on the PCIe bridges (bare metal) and set the IOMMU off or to passthrough (iommu=pt), and check nvidia-peermem / DMA-BUF support")
+		case 12:
+			hint := "check the link and switch path between the nodes (ibv_rc_pingpong / ib_write_bw between them); raise NCCL_IB_TIMEOUT only if the fabric is merely slow"
+			if roce {
+				hint = "on RoCE this is usually the wrong GID: set " + gid + " to the RoCE v2 GID of the routable address (see show_gids; often 3), and check PFC/ECN and VLAN on the switches; " + hint
+			}
+			a.add(SevError, "ib-completion-error",
+				fmt.Sprintf("NET/IB completion error 12 (transport retry counter exceeded), vendor err %d%s: %s", c.vendor, where, c.text), hint)
+		default:
+			a.add(SevError, "ib-completion-error",
+				fmt.Sprintf("NET/IB completion error %d, vendor err %d%s: %s", c.status, c.vendor, where, c.text),
+				"look for the first failing rank's error; status 5 (flush) follows another failure; run ib_write_bw between the nodes to check the fabric")
+		}
+	}
+	if len(a.modifyQP) > 0 {
+		fix := "the QP could not reach the peer's address: check that both ports are Active (ibstat) and in the same subnet/VLAN"
+		if roce || len(rep.HCAs) == 0 {
+			fix = "on RoCE set " + gid + " to a valid RoCE v2 GID present on every node (show_gids; often 3 for IPv4), and check that both ports are Active and routable; " + fix
+		}
+		a.add(SevError, "ib-modify-qp-failed", "ibv_modify_qp failed: "+a.modifyQP[0], fix)
+	}
+}
+
+// networkChoiceFindings covers Socket chosen while IB exists, IB disabled by
+// env and a missing verbs library.
+func (a *logAnalyzer) networkChoiceFindings() {
+	rep := &a.rep
+	var ipoib []string
+	for _, it := range rep.Interfaces {
+		if it.Kind == "ipoib" && !logContains(ipoib, it.Name) {
+			ipoib = append(ipoib, it.Name)
+		}
+	}
+	var hcas []string
+	for _, h := range rep.HCAs {
+		if !logContains(hcas, h.Name) {
+			hcas = append(hcas, h.Name)
+		}
+	}
+	ibEvidence := strings.Join(append(append([]string{}, hcas...), ipoib...), ", ")
+	ibDisabled := rep.Env["NCCL_IB_DISABLE"] == "1"
+	if ibDisabled {
+		if ibEvidence != "" {
+			a.add(SevWarn, "ib-disabled-by-env",
+				fmt.Sprintf("InfiniBand disabled by environment (NCCL_IB_DISABLE=1): %s transport used although IB hardware is present (%s)", logOr(rep.Net, "Socket"), ibEvidence),
+				"unset NCCL_IB_DISABLE (or set it to 0) so NCCL uses RDMA; TCP over IPoIB is several times slower")
+		} else {
+			a.add(SevInfo, "ib-disabled-by-env", "InfiniBand disabled by environment (NCCL_IB_DISABLE=1); no IB device seen in the log",
+				"if the nodes have IB/RoCE NICs, unset NCCL_IB_DISABLE")
+		}
+	}
+	if rep.Net == "Socket" && !ibDisabled && ibEvidence != "" {
+		why := ""
+		if a.noIBVerbs {
+			why = " (libibverbs could not be loaded)"
+		}
+		a.add(SevWarn, "socket-while-ib-listed",
+			fmt.Sprintf("Socket (TCP) transport used while IB-capable devices are listed (%s)%s", ibEvidence, why),
+			"install rdma-core/libibverbs (libibverbs.so.1) and expose /dev/infiniband in containers; check NCCL_IB_HCA matches an Active port and NCCL_NET is not forcing Socket")
+	}
+	if a.noIBVerbs {
+		sev, extra := SevInfo, "; fine if the nodes have no InfiniBand/RoCE NIC"
+		if ipoib != nil {
+			sev, extra = SevWarn, "; yet IPoIB interface(s) "+strings.Join(ipoib, ", ")+" exist"
+		}
+		a.add(sev, "no-libibverbs", "libibverbs.so could not be opened, so NET/IB is unavailable and NCCL falls back to sockets"+extra,
+			"if RDMA NICs exist: install rdma-core (libibverbs1 / libibverbs) in the image and mount /dev/infiniband")
+	}
+	if a.ibNoDevice && !ibDisabled && rep.Net == "Socket" && !a.noIBVerbs {
+		a.add(SevInfo, "ib-no-device", "NET/IB found no usable device (no Active port matched NCCL_IB_HCA)",
+			"check ibstat for Active ports and that NCCL_IB_HCA names existing devices")
+	}
+}
+
+// gdrFindings covers GPUDirect RDMA off, partial or explicitly disabled.
+func (a *logAnalyzer) gdrFindings() {
+	rep := &a.rep
+	var disabled []string
+	for _, h := range rep.HCAs {
+		if h.GDR == "disabled" {
+			disabled = append(disabled, h.Name)
+		}
+	}
+	gdrFix := "load nvidia-peermem (modprobe nvidia_peermem) or use a DMA-BUF capable driver and kernel, disable PCIe ACS on bare metal, and check NCCL_NET_GDR_LEVEL (e.g. =SYS allows GPU and NIC on different CPU sockets)"
+	if v, ok := rep.Env["NCCL_NET_GDR_LEVEL"]; ok {
+		gdrFix += "; currently NCCL_NET_GDR_LEVEL=" + v
+	}
+	if len(disabled) > 0 {
+		a.add(SevWarn, "gdr-disabled-for-hca",
+			"GPUDirect RDMA disabled for "+strings.Join(disabled, ", ")+": network traffic is staged through host memory", gdrFix)
+	}
+	switch rep.GDRDMA {
+	case "partial":
+		a.add(SevWarn, "gdr-partial",
+			fmt.Sprintf("GPUDirect RDMA used on %s but not on %s", strings.Join(logSortedKeys(a.gdrDevYes), ", "), strings.Join(logSortedKeys(a.gdrDevNo), ", ")),
+			"check the PCIe distance of the NICs without GDR to their GPUs (nvidia-smi topo -m) and NCCL_NET_GDR_LEVEL; "+gdrFix)
+	case "off":
+		if len(disabled) == 0 && rep.Net != "Socket" && rep.Net != "" && a.netConnCount > 0 {
+			a.add(SevWarn, "gdr-not-used",
+				fmt.Sprintf("%s connections without /GDRDMA: GPUDirect RDMA is not used", rep.Net), gdrFix)
+		}
+	}
+}
+
+// hcaInfoFindings covers mixed link layers and a small RoCE MTU.
+func (a *logAnalyzer) hcaInfoFindings() {
+	var ib, roce []string
+	var smallMTU []string
+	for _, h := range a.rep.HCAs {
+		switch h.LinkLayer {
+		case "IB":
+			ib = append(ib, h.Name)
+		case "RoCE":
+			roce = append(roce, h.Name)
+			if h.MTU > 0 && h.MTU <= 3 {
+				smallMTU = append(smallMTU, h.Name)
+			}
+		}
+	}
+	if len(ib) > 0 && len(roce) > 0 {
+		a.add(SevInfo, "hca-mixed-link-layers",
+			fmt.Sprintf("NCCL uses both InfiniBand (%s) and RoCE (%s) ports; an IB port cannot talk to a RoCE port", strings.Join(ib, ", "), strings.Join(roce, ", ")),
+			"restrict NCCL_IB_HCA to ports of one fabric, e.g. NCCL_IB_HCA="+strings.Join(ib, ","))
+	}
+	if len(smallMTU) > 0 {
+		a.add(SevInfo, "roce-mtu-low", "RoCE QPs on "+strings.Join(smallMTU, ", ")+" use an MTU of 1024 bytes or less (Ethernet MTU 1500)",
+			"enable jumbo frames (MTU 9000 gives RoCE MTU 4096) on the NICs and switches, or set NCCL_IB_MTU if the fabric allows")
+	}
+}
+
+// WriteText prints the report for a person: facts, then findings with their
+// severity, code, message and fix.
+func (rep *NCCLLogReport) WriteText(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	dash := func(s string) string { return logOr(s, "-") }
+	num := func(n int) string {
+		if n == 0 {
+			return "-"
+		}
+		return strconv.Itoa(n)
+	}
+	fmt.Fprintf(tw, "NCCL version:\t%s\n", dash(rep.NCCLVersion))
+	if len(rep.NCCLVersionsSeen) > 1 {
+		fmt.Fprintf(tw, "Versions seen:\t%s\n", strings.Join(rep.NCCLVersionsSeen, ", "))
+	}
+	fmt.Fprintf(tw, "CUDA driver:\t%s\n", dash(rep.CUDADriverVersion))
+	netDesc := dash(rep.Net)
+	if rep.NetPlugin != "" {
+		netDesc += " (plugin " + rep.NetPlugin + ")"
+	} else if rep.Net == "IB" || rep.Net == "Socket" {
+		netDesc += " (internal)"
+	}
+	fmt.Fprintf(tw, "Network:\t%s\n", netDesc)
+	if rep.NetPluginPath != "" {
+		fmt.Fprintf(tw, "Plugin path:\t%s\n", rep.NetPluginPath)
+	}
+	if rep.OFIProvider != "" {
+		fmt.Fprintf(tw, "OFI provider:\t%s\n", rep.OFIProvider)
+	}
+	fmt.Fprintf(tw, "GPUDirect RDMA:\t%s\n", rep.GDRDMA)
+	fmt.Fprintf(tw, "Intra-node:\t%s\n", dash(strings.Join(rep.IntraNode, ", ")))
+	nvls := "available " + rep.NVLS.Available
+	if rep.NVLS.Channels != nil {
+		nvls += fmt.Sprintf(", %d channels", *rep.NVLS.Channels)
+	}
+	if rep.NVLS.DisabledByEnv {
+		nvls += ", disabled by NCCL_NVLS_ENABLE=0"
+	}
+	fmt.Fprintf(tw, "NVLS:\t%s\n", nvls)
+	coll := fmt.Sprintf("requested %t, supported %s", rep.CollNet.Requested, rep.CollNet.Supported)
+	if rep.CollNet.Plugin != "" {
+		coll += ", plugin " + rep.CollNet.Plugin
+	}
+	fmt.Fprintf(tw, "CollNet:\t%s\n", coll)
+	nodes := num(rep.NNodes)
+	if rep.NNodes == 0 && rep.MultiNode {
+		nodes = ">1"
+	}
+	fmt.Fprintf(tw, "Ranks / nodes:\t%s / %s\n", num(rep.NRanks), nodes)
+	if len(rep.Hosts) > 0 {
+		fmt.Fprintf(tw, "Hosts:\t%s\n", strings.Join(rep.Hosts, ", "))
+	}
+	if rep.Channels > 0 || rep.P2PChannels > 0 {
+		fmt.Fprintf(tw, "Channels:\t%s coll, %s p2p\n", num(rep.Channels), num(rep.P2PChannels))
+	}
+	if rep.InitComplete > 0 {
+		fmt.Fprintf(tw, "Init complete:\t%d\n", rep.InitComplete)
+	}
+	if rep.AvgBusBandwidthGBs > 0 {
+		fmt.Fprintf(tw, "Avg bus bandwidth:\t%g GB/s (nccl-tests)\n", rep.AvgBusBandwidthGBs)
+	}
+	for i, it := range rep.Interfaces {
+		label := ""
+		if i == 0 {
+			label = "Interfaces:"
+		}
+		extra := ""
+		if it.Kind != "" {
+			extra = " [" + it.Kind + "]"
+		}
+		if it.Host != "" {
+			extra += " on " + it.Host
+		}
+		fmt.Fprintf(tw, "%s\t%-10s %s %s%s\n", label, it.Role, it.Name, dash(it.Address), extra)
+	}
+	for i, h := range rep.HCAs {
+		label := ""
+		if i == 0 {
+			label = "HCAs:"
+		}
+		desc := fmt.Sprintf("%s port %d %s", h.Name, h.Port, dash(h.LinkLayer))
+		if len(h.Flags) > 0 {
+			desc += " [" + strings.Join(h.Flags, ",") + "]"
+		}
+		if h.GDR != "" {
+			desc += " GDR " + h.GDR
+		}
+		if h.GIDIndex != nil {
+			desc += fmt.Sprintf(" GID %d", *h.GIDIndex)
+		}
+		if h.MTU > 0 {
+			desc += fmt.Sprintf(" mtu %d", 128<<h.MTU)
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", label, desc)
+	}
+	keys := make([]string, 0, len(rep.Env))
+	for k := range rep.Env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for i, k := range keys {
+		label := ""
+		if i == 0 {
+			label = "Environment:"
+		}
+		fmt.Fprintf(tw, "%s\t%s=%s\n", label, k, rep.Env[k])
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(rep.Findings) == 0 {
+		_, err := fmt.Fprintln(w, "\nNo findings.")
+		return err
+	}
+	if _, err := fmt.Fprintf(w, "\nFindings (%d):\n", len(rep.Findings)); err != nil {
+		return err
+	}
+	for _, f := range rep.Findings {
+		if _, err := fmt.Fprintf(w, "  %-5s %s: %s\n", strings.ToUpper(string(f.Severity)), f.Code, f.Message); err != nil {
+			return err
+		}
+		if f.Fix != "" {
+			if _, err := fmt.Fprintf(w, "        fix: %s\n", f.Fix); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// logMatch runs re on p only when p contains gate, a literal every match
+// must contain: most lines match nothing and strings.Contains is far cheaper
+// than a regexp.
+func logMatch(re *regexp.Regexp, p, gate string) []string {
+	if !strings.Contains(p, gate) {
+		return nil
+	}
+	return re.FindStringSubmatch(p)
+}
+
+func logAtoi(s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+func logContains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func logClip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+func logOr(s, dflt string) string {
+	if s == "" {
+		return dflt
+	}
+	return s
+}
+
+func logSortedKeys(sets ...map[string]bool) []string {
+	seen := map[string]bool{}
+	out := []string{}
+	for _, set := range sets {
+		for k := range set {
+			if !seen[k] {
+				seen[k] = true
+				out = append(out, k)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
