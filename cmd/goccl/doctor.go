@@ -83,6 +83,15 @@ var doctorSubs = []doctorSub{
 			return doctorResult{report: rep, text: rep.WriteText, findings: rep.Findings}, nil
 		}
 	}},
+	{name: "nccl-log", input: true, setup: func(fs *flag.FlagSet) doctorRunFunc {
+		return func(_ context.Context, in io.Reader) (doctorResult, error) {
+			rep, err := doctor.AnalyzeNCCLLog(in)
+			if err != nil {
+				return doctorResult{}, err
+			}
+			return doctorResult{report: rep, text: rep.WriteText, findings: rep.Findings}, nil
+		}
+	}},
 	{name: "nccl-tests", input: true, setup: func(fs *flag.FlagSet) doctorRunFunc {
 		expect := fs.Float64("expect-busbw", 0, "expected bus bandwidth in GB/s (1e9 B/s): sizes of 64 MiB and up below 80% of it are flagged")
 		return func(_ context.Context, in io.Reader) (doctorResult, error) {

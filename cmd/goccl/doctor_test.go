@@ -190,3 +190,22 @@ func TestDoctorReaders(t *testing.T) {
 		t.Fatalf("negative --expect-busbw: status %d, %s", st, errb.String())
 	}
 }
+
+// TestDoctorNCCLLog: the analyser through the CLI on a real log (NCCL over
+// loopback in a 2-node job): exit status 1, the JSON fields issue 6 names.
+func TestDoctorNCCLLog(t *testing.T) {
+	var out, errb bytes.Buffer
+	st := cli([]string{"doctor", "nccl-log", "--json", filepath.Join("..", "..", "doctor", "testdata", "real-inputs", "nccl-log-22.txt")}, &out, &errb)
+	var rep map[string]any
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil || st != 1 {
+		t.Fatalf("status %d (want 1), %v: %s\n%s", st, err, errb.String(), out.String())
+	}
+	for _, k := range []string{"nccl_version", "net", "net_plugin", "gdrdma", "intra_node", "nvls", "collnet", "interfaces", "hcas", "nranks", "findings"} {
+		if _, ok := rep[k]; !ok {
+			t.Errorf("JSON lacks %q", k)
+		}
+	}
+	if rep["net"] != "Socket" || !strings.Contains(out.String(), "socket-on-loopback") {
+		t.Errorf("net %v, findings %v", rep["net"], rep["findings"])
+	}
+}
