@@ -106,8 +106,8 @@ func TestLossyUDP(t *testing.T) {
 		t.Errorf("requester memory CRC %08x after the READs, want %08x", got, wantA)
 	}
 	sa, sb := a.qp.Stats(), b.qp.Stats()
-	t.Logf("%d MiB in %v (%.0f MB/s); device A %+v; device B %+v; QP A retransmits %d timeouts %d seq NAKs %d; QP B duplicates %d out of sequence %d",
-		total>>20, elapsed.Round(time.Millisecond), float64(total)/elapsed.Seconds()/1e6, a.d.Stats(), b.d.Stats(), sa.Retransmits, sa.Timeouts, sa.SeqNAKs, sb.Duplicates, sb.OutOfSequence)
+	t.Logf("%d MiB in %v (%.0f MB/s); device A %+v; device B %+v; QP A retransmits %d timeouts %d seq NAKs %d READ re-requests %d; QP B duplicates %d out of sequence %d",
+		total>>20, elapsed.Round(time.Millisecond), float64(total)/elapsed.Seconds()/1e6, a.d.Stats(), b.d.Stats(), sa.Retransmits, sa.Timeouts, sa.SeqNAKs, sa.ReadReRequests, sb.Duplicates, sb.OutOfSequence)
 	if sa.Retransmits == 0 {
 		t.Error("no retransmissions under 1 % loss")
 	}

@@ -107,6 +107,7 @@ type Stats struct {
 	Timeouts, SeqNAKs, RNRNAKs     uint64 // events at the requester
 	Duplicates, OutOfSequence      uint64 // at the responder (OutOfSequence: also READ responses past a gap, at the requester)
 	SeqNAKsSent, RNRNAKsSent, ACKs uint64
+	ReadReRequests                 uint64 // READs re-issued from a missing response (requester)
 }
 
 // isAtomic reports whether wr is an atomic operation.
@@ -153,6 +154,10 @@ type QP struct {
 	sentEnd  uint32 // one past the highest PSN sent so far
 	respDone uint32 // one past the highest PSN the responder has confirmed
 	sentAny  bool
+	// readGap is the first missing READ response already re-requested
+	// (readGapSet): a gap is asked for once.
+	readGap    uint32
+	readGapSet bool
 
 	// Responder.
 	rq      []RecvWR

@@ -38,6 +38,7 @@ type link struct {
 	rng                      *rand.Rand
 	drop, dup, reorder       float64
 	down                     bool
+	dropIf                   func(*wire.Packet) bool // drops the packets it picks
 	inflight                 []flight
 	delivered, dropped, dup2 int
 }
@@ -53,7 +54,7 @@ const hop = 2 * time.Microsecond
 var testTotal = 64 << 20
 
 func (l *link) send(now time.Duration, to int, p wire.Packet) {
-	if l.down || l.rng.Float64() < l.drop {
+	if l.down || l.rng.Float64() < l.drop || l.dropIf != nil && l.dropIf(&p) {
 		l.dropped++
 		return
 	}
@@ -232,6 +233,32 @@ func TestLossyWritesAndReads(t *testing.T) {
 
 // TestPeerGone: with every packet dropped, the first WR completes with
 // IBV_WC_RETRY_EXC_ERR after retry_cnt+1 timeouts and the rest are flushed.
+// TestReadResponseLost: one lost READ response is asked for again at once
+// (the READ re-issued from it), not after the retry timer: the READ
+// completes intact with no timeout, well before one retry timeout.
+func TestReadResponseLost(t *testing.T) {
+	s := newSim(t, 3, 4096, 1<<16, nil)
+	fill(s.mem[1].buf, 9)
+	lost := false
+	s.l.dropIf = func(p *wire.Packet) bool {
+		if p.BTH.Opcode == wire.RCReadResponseMiddle && !lost && wire.PSNDiff(p.BTH.PSN, 0xfffff0) == 5 {
+			lost = true
+			return true
+		}
+		return false
+	}
+	local := make([]byte, 1<<16)
+	s.qp[0].PostSend(SendWR{ID: 1, Opcode: WRRead, Local: local, RemoteVA: testVA, RKey: testRKey})
+	s.run(time.Second, func() bool { return len(s.cqes[0]) == 1 })
+	if c := s.cqes[0][0]; c.Status != StatusSuccess || !bytes.Equal(local, s.mem[1].buf) {
+		t.Fatalf("READ: %v, data equal %v", c.Status, bytes.Equal(local, s.mem[1].buf))
+	}
+	st := s.qp[0].Stats
+	if !lost || st.Timeouts != 0 || st.ReadReRequests != 1 || s.now >= RetryTimeout(8) {
+		t.Errorf("dropped %v; %d timeouts, %d re-requests, done after %v (retry timeout %v)", lost, st.Timeouts, st.ReadReRequests, s.now, RetryTimeout(8))
+	}
+}
+
 func TestPeerGone(t *testing.T) {
 	s := newSim(t, 2, 4096, 1<<16, func(a *Attr) { a.RetryCnt = 3; a.Timeout = 6 })
 	s.l.down = true

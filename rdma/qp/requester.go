@@ -214,11 +214,19 @@ func (q *QP) readResponse(p *wire.Packet) {
 		case d < w.readDone:
 			return // duplicate
 		case d > w.readDone:
-			// A response is missing. Dropped: the retry timer re-requests
-			// from the first missing one. Re-requesting at every gap
-			// would answer each loss with another copy of the rest of
-			// the READ while the first copy is still arriving.
+			// A response is missing (lost, or overtaken). Ask once per
+			// gap for the rest of the READ from the first missing
+			// response (a requester may re-issue a READ from any of its
+			// PSNs, IBTA vol. 1 §9.7.5.1.2): the rest of the first copy,
+			// still arriving, is dropped here without another request,
+			// and if the re-request is lost the retry timer repeats it.
 			q.Stats.OutOfSequence++
+			if missing := wire.PSNAdd(w.firstPSN, w.readDone); !q.readGapSet || q.readGap != missing {
+				q.readGap, q.readGapSet = missing, true
+				q.Stats.ReadReRequests++
+				q.rewind(missing)
+				q.pump()
+			}
 			return
 		}
 		off := d * mtu
