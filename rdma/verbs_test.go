@@ -75,6 +75,43 @@ func connect(t *testing.T, a, b *side, timeout, retry uint8) {
 	}
 }
 
+// writeReadSend is the verbs sequence the device tests share: size bytes of
+// RDMA WRITE from a to b, an RDMA READ of them back into a's buffer after
+// the first size bytes, then a SEND with immediate of msg into a receive b
+// posted; all data compared. a's buffer holds 2*size bytes, b's size.
+func writeReadSend(t *testing.T, a, b *side, size int, msg string) {
+	t.Helper()
+	for i := range a.buf[:size] {
+		a.buf[i] = byte(i*13 + i>>11)
+	}
+	if err := a.qp.PostSend(SendWR{ID: 1, Opcode: qp.WRWrite, MR: a.mr, Length: size, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.qp.PostSend(SendWR{ID: 2, Opcode: qp.WRRead, MR: a.mr, Offset: size, Length: size, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
+		t.Fatal(err)
+	}
+	for _, wc := range waitWC(t, a.cq, 2) {
+		if wc.Status != qp.StatusSuccess {
+			t.Fatalf("WR %d: %v; requester %+v; device A %+v; device B %+v", wc.WRID, wc.Status, a.qp.Stats(), a.d.Stats(), b.d.Stats())
+		}
+	}
+	quiesce(b.d)
+	if !bytes.Equal(b.buf[:size], a.buf[:size]) || !bytes.Equal(a.buf[size:2*size], a.buf[:size]) {
+		t.Fatal("WRITE or READ data differs")
+	}
+	if err := b.qp.PostRecv(RecvWR{ID: 9, MR: b.mr, Length: 100}); err != nil {
+		t.Fatal(err)
+	}
+	copy(a.buf, msg)
+	if err := a.qp.PostSend(SendWR{ID: 3, Opcode: qp.WRSendImm, MR: a.mr, Length: len(msg), Imm: 42}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := waitWC(t, b.cq, 1)[0]; wc.Status != qp.StatusSuccess || wc.ByteLen != len(msg) || wc.Imm != 42 || string(b.buf[:len(msg)]) != msg {
+		t.Fatalf("SEND with immediate: %+v %q", wc, b.buf[:len(msg)])
+	}
+	waitWC(t, a.cq, 1)
+}
+
 // quiesce orders everything d's goroutines wrote so far before the caller's
 // next reads (they write registered memory under the device lock). A real
 // program learns of remote writes from a completion instead: a receive
@@ -110,36 +147,7 @@ func TestWriteReadSendOverUDP(t *testing.T) {
 	if runtime.GOOS == "linux" && !a.d.lk.(*udpLink).gso {
 		t.Error("UDP segmentation offload is off on loopback")
 	}
-	for i := range a.buf[:size] {
-		a.buf[i] = byte(i * 7)
-	}
-	if err := a.qp.PostSend(SendWR{ID: 1, Opcode: qp.WRWrite, MR: a.mr, Length: size, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.qp.PostSend(SendWR{ID: 2, Opcode: qp.WRRead, MR: a.mr, Offset: size, Length: size, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
-		t.Fatal(err)
-	}
-	for _, wc := range waitWC(t, a.cq, 2) {
-		if wc.Status != qp.StatusSuccess {
-			t.Fatalf("WR %d: %v", wc.WRID, wc.Status)
-		}
-	}
-	quiesce(b.d)
-	if !bytes.Equal(b.buf, a.buf[:size]) || !bytes.Equal(a.buf[size:], a.buf[:size]) {
-		t.Fatal("WRITE or READ data differs")
-	}
-	// SEND with immediate into a posted receive buffer.
-	if err := b.qp.PostRecv(RecvWR{ID: 9, MR: b.mr, Length: 100}); err != nil {
-		t.Fatal(err)
-	}
-	copy(a.buf, "hello, soft RoCE")
-	if err := a.qp.PostSend(SendWR{ID: 3, Opcode: qp.WRSendImm, MR: a.mr, Length: 16, Imm: 42}); err != nil {
-		t.Fatal(err)
-	}
-	if wc := waitWC(t, b.cq, 1)[0]; wc.Status != qp.StatusSuccess || wc.ByteLen != 16 || wc.Imm != 42 || string(b.buf[:16]) != "hello, soft RoCE" {
-		t.Fatalf("receive: %+v %q", wc, b.buf[:16])
-	}
-	waitWC(t, a.cq, 1)
+	writeReadSend(t, a, b, size, "hello, soft RoCE")
 	st := a.d.Stats()
 	t.Logf("device A: %+v; QP A: %+v", st, a.qp.Stats())
 	if st.ICRCErrors != 0 || b.d.Stats().ICRCErrors != 0 {
