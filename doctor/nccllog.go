@@ -12,19 +12,56 @@ package doctor
 // tags in front of it (`[1,0]<stdout>:` from Open MPI, `[0]`/`[default0]:`
 // from other launchers), ANSI colour escapes and their remnants (`[0m ` left
 // by Ray's log forwarding), interleaved non-NCCL lines, lines hard-wrapped by
-// a terminal (a continuation line starting with a blank), CRLF line ends and
-// log collectors that repeat the line (the last NCCL prefix on a line wins).
-// Lines longer than logMaxLine are truncated, never rejected.
+// a terminal, CRLF line ends and log collectors that repeat the line (the
+// last NCCL prefix on a line wins). A line starting with a blank is taken as
+// the terminal-wrapped rest of the NCCL line before it only when that
+// physical line was at least logMinWrapWidth bytes long (a terminal wraps at
+// its width) or the continuation is an NCCL list item ("[1]mlx5_1:1/IB");
+// indented text after a short NCCL line (a Python traceback's `  File "…"`,
+// pasted tool output) stays a line of its own. Lines longer than logMaxLine
+// are truncated, never rejected, and no pattern runs over more than
+// logMaxJoined bytes.
 //
 // Each pattern below names the NCCL source that prints it and the versions
 // in which it was seen; none of NCCL's code or text is copied, only the shape
 // of the log lines.
+//
+// Finding codes are stable; every code the analyser emits:
+//
+//	no-nccl-lines                 info: the input holds no NCCL debug line
+//	no-socket-interface           error: NCCL found no usable socket interface
+//	socket-on-loopback            error in a multi-node job, else info: bootstrap/socket on lo / 127.x / ::1
+//	socket-on-virtual-interface   warn/info, error if connections through it failed: docker/veth/bridge/VPN/tunnel
+//	socket-on-link-local-ipv6     warn, error if connections through it failed: an interface whose only address
+//	                              is link-local (IPv6 fe80::/10 or IPv4 169.254.0.0/16; the code keeps its name)
+//	connection-refused            error: "Connection refused" connecting to a peer
+//	connection-timeout            error: a connect timed out
+//	network-unreachable           error: "Network is unreachable" / "No route to host"
+//	connection-reset              error: "Connection reset by peer" / "Software caused connection abort"
+//	ib-completion-error-gdr       error: IB completion error 4 (local protection), usually ACS/IOMMU breaking GDR
+//	ib-completion-error           error: any other IB completion error (12: retry exceeded, RoCE GID hint)
+//	ib-modify-qp-failed           error: ibv_modify_qp failed (unreachable peer, wrong RoCE GID)
+//	ib-disabled-by-env            warn if IB hardware is listed, else info: NCCL_IB_DISABLE set to a non-zero integer
+//	socket-while-ib-listed        warn: Socket transport used although IB devices or IPoIB interfaces are listed
+//	no-libibverbs                 warn if IPoIB exists, else info: libibverbs.so could not be opened
+//	ib-no-device                  info: NET/IB found no usable device and NCCL fell back to sockets
+//	gdr-disabled-for-hca          warn: "GPU Direct RDMA Disabled for … HCA" and no GPU uses GDR with that HCA
+//	gdr-partial                   warn: some NICs use GPUDirect RDMA (in any direction), others in no direction
+//	gdr-not-used                  warn: NET connections without /GDRDMA on every NIC
+//	collnet-unsupported           warn: CollNet requested but no collnet plugin / not supported
+//	p2p-level-forced              info: NCCL_P2P_LEVEL overrides NCCL's P2P choice
+//	p2p-disabled-by-env           warn: NCCL_P2P_DISABLE non-zero or NCCL_P2P_LEVEL=LOC/0
+//	shm-disabled-by-env           warn: NCCL_SHM_DISABLE set to a non-zero integer
+//	nccl-version-mismatch         warn: several NCCL versions in one log
+//	hca-mixed-link-layers         info: both InfiniBand and RoCE ports in use
+//	roce-mtu-low                  info: RoCE QPs with an MTU of 1024 bytes or less
 
 import (
 	"bufio"
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"regexp"
 	"sort"
 	"strconv"
@@ -51,10 +88,18 @@ type NCCLLogReport struct {
 	NetPluginPath string `json:"net_plugin_path,omitempty"`
 	// OFIProvider is the libfabric provider the AWS OFI plugin selected ("efa").
 	OFIProvider string `json:"ofi_provider,omitempty"`
-	// GDRDMA is "on" (every NET connection/HCA uses GPUDirect RDMA), "off"
-	// (none does, or the transport is Socket), "partial" (some NICs only) or
-	// "unknown".
+	// GDRDMA is "on" (every NIC seen in NET connection lines or GPU Direct
+	// RDMA lines uses GPUDirect RDMA), "off" (none does, or the transport is
+	// Socket), "partial" (some NICs do, others not) or "unknown". A NIC counts
+	// as using GDR when any of its connections does, in either direction: on
+	// PCIe-only nodes NCCL disables GDR for sends (GDR read) by default before
+	// Ampere, so "[send] via NET/IB/0" next to "[receive] via
+	// NET/IB/0/GDRDMA" is one NIC with GDR on.
 	GDRDMA string `json:"gdrdma"`
+	// GDRDMASend and GDRDMAReceive are the same verdict over the "[send]" and
+	// "[receive]" channel lines alone (2.4+), "" when none was logged.
+	GDRDMASend    string `json:"gdrdma_send,omitempty"`
+	GDRDMAReceive string `json:"gdrdma_receive,omitempty"`
 	// IntraNode lists the intra-node transports seen in channel lines:
 	// "P2P/IPC", "P2P/CUMEM", "P2P/direct pointer", "SHM", "NET loopback"
 	// (NET connections in a single-node job).
@@ -69,7 +114,10 @@ type NCCLLogReport struct {
 	HCAs []NCCLLogHCA `json:"hcas"`
 	// NRanks is the largest communicator size seen; NNodes the number of
 	// nodes when the log says or shows it (0 unknown); MultiNode is true when
-	// anything points at more than one node.
+	// something points at more than one node: NNodes > 1 ("nNodes N", several
+	// hosts, a launcher's --nnodes), two ranks on one busId, or a failed
+	// connection to an address no listed interface has. A connection error
+	// alone (a peer on the same node may have died) does not.
 	NRanks    int      `json:"nranks"`
 	NNodes    int      `json:"nnodes"`
 	MultiNode bool     `json:"multi_node"`
@@ -84,7 +132,7 @@ type NCCLLogReport struct {
 	// "NCCL_X set to Y" lines (param.cc / misc/utils.cc, all 2.x).
 	Env map[string]string `json:"env"`
 	// AvgBusBandwidthGBs is nccl-tests' "# Avg bus bandwidth : X" when the log
-	// is an nccl-tests run.
+	// is an nccl-tests run, in GB/s with GB = 1e9 bytes (nccl-tests' unit).
 	AvgBusBandwidthGBs float64 `json:"avg_bus_bandwidth_gbs,omitempty"`
 	// Warnings are the distinct NCCL WARN payloads (first logMaxWarnings).
 	Warnings []string `json:"warnings,omitempty"`
@@ -123,7 +171,8 @@ type NCCLLogCollNet struct {
 // (the "; OOB" part of "NET/IB : Using", or "NET/IB : Using interface X for
 // sideband communication" in 2.2-2.3). Index is the position in its list.
 // Kind is "loopback", "virtual" (docker/veth/bridge/VPN/tunnel by name),
-// "link-local-ipv6", "ipoib" or "" (an ordinary NIC).
+// "link-local-ipv6" (fe80::/10), "link-local-ipv4" (169.254.0.0/16), "ipoib"
+// or "" (an ordinary NIC).
 type NCCLLogInterface struct {
 	Name    string `json:"name"`
 	Address string `json:"address"`
@@ -137,8 +186,10 @@ type NCCLLogInterface struct {
 // (transport/net_ib.cc 2.4+; "NET/IB: [0] mlx5_0:1/IB" in 2.2-2.3). Flags are
 // the extra "/SHARP" parts and "RO" for a trailing "[RO]" (relaxed ordering,
 // 2.12+). GDR is "enabled"/"disabled" from "GPU Direct RDMA Enabled|Disabled
-// for HCA N" (net_ib.cc, 2.7+). MTU (IB enum 1..5 = 256..4096 bytes) and
-// GIDIndex come from "NET/IB: Dev N Port P qpn Q mtu M GID G" (2.12+).
+// for [GPU g / ]HCA N" (2.5+); "enabled" wins when one GPU may use the HCA
+// and another may not. MTU is the QP path MTU in bytes (256..4096), converted
+// from the IB enum M (1..5) of "NET/IB: Dev N Port P qpn Q mtu M GID G"
+// (2.12+), which also gives GIDIndex.
 type NCCLLogHCA struct {
 	Name      string   `json:"name"`
 	Port      int      `json:"port"`
@@ -151,9 +202,10 @@ type NCCLLogHCA struct {
 
 // Limits that keep memory bounded whatever the input.
 const (
-	logMaxLine       = 1 << 20 // bytes kept of one physical line
-	logMaxJoined     = 1 << 20 // bytes of a hard-wrapped logical line
-	logMaxItems      = 256     // interfaces, HCAs, env variables, hosts
+	logMaxLine       = 64 << 10 // bytes kept of one physical line
+	logMaxJoined     = 64 << 10 // bytes of a hard-wrapped logical line
+	logMinWrapWidth  = 80       // a terminal wraps lines at least this long
+	logMaxItems      = 256      // interfaces, HCAs, env variables, hosts
 	logMaxWarnings   = 20
 	logMaxAddrs      = 4 // addresses named per connection finding
 	logMaxPrefixHits = 16
@@ -240,12 +292,15 @@ var (
 	logTableRowRe = regexp.MustCompile(`^\d+\s+\d+\s+\w+\s`)
 	// logWrappedListRe is a hard-wrapped continuation of an interface/HCA list.
 	logWrappedListRe = regexp.MustCompile(`^\[\d+\][A-Za-z0-9_.\-]+:`)
+	// logTracebackRe is a Python traceback line, never a wrapped NCCL line.
+	logTracebackRe = regexp.MustCompile(`^(?:File "|Traceback \(most recent call last\))`)
 )
 
 // logAnalyzer accumulates facts line by line.
 type logAnalyzer struct {
 	rep     NCCLLogReport
 	pending *logRecord
+	prevLen int // bytes of the previous physical line (after CR/ANSI handling)
 
 	hosts      map[string]bool
 	tableHosts map[string]bool
@@ -264,8 +319,9 @@ type logAnalyzer struct {
 	noIBVerbs       bool
 	ibNoDevice      bool
 
-	gdrDevYes    map[string]bool // NIC (name or "dev N") with /GDRDMA channel lines
-	gdrDevNo     map[string]bool // NIC without
+	gdrDevYes    map[string]bool        // NIC (HCA name or "dev N") with GDR in a channel or GPU Direct RDMA line
+	gdrDevNo     map[string]bool        // NIC seen without GDR (it may be in gdrDevYes too)
+	gdrDir       map[string]*logGDRSets // the same per "send" / "receive" channel lines
 	netConnCount int
 	intra        map[string]bool
 	hcaByIndex   map[int]int // "[N]" index in the latest NET/IB list -> rep.HCAs position
@@ -279,6 +335,40 @@ type logAnalyzer struct {
 	completion []logCompletion
 	modifyQP   []string
 	socketNone []string
+}
+
+// logGDRSets are the NICs seen with and without GPUDirect RDMA.
+type logGDRSets struct{ yes, no map[string]bool }
+
+// verdict is "on", "off", "partial" or "" (no NIC seen): a NIC seen with GDR
+// at least once counts as using it.
+func (g *logGDRSets) verdict() string {
+	without := 0
+	for k := range g.no {
+		if !g.yes[k] {
+			without++
+		}
+	}
+	switch {
+	case len(g.yes) > 0 && without > 0:
+		return "partial"
+	case len(g.yes) > 0:
+		return "on"
+	case without > 0:
+		return "off"
+	}
+	return ""
+}
+
+// withoutGDR lists the NICs never seen with GDR, sorted.
+func (g *logGDRSets) withoutGDR() []string {
+	out := []string{}
+	for _, k := range logSortedKeys(g.no) {
+		if !g.yes[k] {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 type logConnIssue struct {
@@ -312,6 +402,7 @@ func logNewAnalyzer() *logAnalyzer {
 		netChannelNames: map[string]int{},
 		gdrDevYes:       map[string]bool{},
 		gdrDevNo:        map[string]bool{},
+		gdrDir:          map[string]*logGDRSets{},
 		intra:           map[string]bool{},
 		hcaByIndex:      map[int]int{},
 		conn:            map[string]*logConnIssue{},
@@ -328,6 +419,8 @@ func (a *logAnalyzer) feedPhysical(line string) {
 	if strings.IndexByte(line, 0x1b) >= 0 {
 		line = logANSIRe.ReplaceAllString(line, "")
 	}
+	prevLen := a.prevLen
+	a.prevLen = len(line)
 	rec := logRecord{}
 	var hits [][]int
 	if strings.Contains(line, "NCCL ") { // cheap gate before the regexp
@@ -356,10 +449,8 @@ func (a *logAnalyzer) feedPhysical(line string) {
 			a.flushPending()
 			return
 		}
-		p := a.pending
-		if p != nil && p.prefixed && p.size+len(rec.payload) < logMaxJoined &&
-			((startsBlank && !logTableRowRe.MatchString(rec.payload) && !strings.HasPrefix(rec.payload, "#") && !strings.HasPrefix(rec.payload, "NCCL ")) ||
-				logWrappedListRe.MatchString(rec.payload)) {
+		if a.joinable(rec.payload, startsBlank, prevLen) {
+			p := a.pending
 			p.wrapped = append(p.wrapped, rec.payload)
 			p.size += 1 + len(rec.payload)
 			return
@@ -369,6 +460,25 @@ func (a *logAnalyzer) feedPhysical(line string) {
 	r := rec
 	r.size = len(r.payload)
 	a.pending = &r
+}
+
+// joinable reports whether the unprefixed payload (after a blank when
+// startsBlank) is the terminal-wrapped rest of the pending NCCL line, whose
+// last physical line was prevLen bytes long. A terminal only wraps a line as
+// long as its width, so a blank-led line after a short NCCL line is
+// something else (a Python traceback, pasted tool output); an interface/HCA
+// list item in NCCL's shape is joined whatever the width.
+func (a *logAnalyzer) joinable(payload string, startsBlank bool, prevLen int) bool {
+	p := a.pending
+	if p == nil || !p.prefixed || p.size+1+len(payload) > logMaxJoined {
+		return false
+	}
+	if logWrappedListRe.MatchString(payload) {
+		return true
+	}
+	return startsBlank && prevLen >= logMinWrapWidth &&
+		!logTableRowRe.MatchString(payload) && !strings.HasPrefix(payload, "#") &&
+		!strings.HasPrefix(payload, "NCCL ") && !logTracebackRe.MatchString(payload)
 }
 
 func (a *logAnalyzer) flushPending() {
@@ -409,9 +519,11 @@ var (
 	// "NET/IB: [0] mlx5_0:1/IB").
 	logHCAItemRe = regexp.MustCompile(`\[(\d+)\] ?([A-Za-z0-9_.\-]+):(\d+)/(IB|RoCE|ETH)((?:/[A-Za-z0-9_]+)*)`)
 	logOOBRe     = regexp.MustCompile(`; ?OOB (\S+<\d+>)`)
-	// net_ib.cc "NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'" (2.7+) and
-	// "GPU Direct RDMA Enabled for GPU 1a000 / HCA 0 (distance 4 <= 5)" (2.12+).
-	logGDRHCARe = regexp.MustCompile(`GPU Direct RDMA (Enabled|Disabled) for (?:GPU [0-9a-fA-F]+ / )?HCA (\d+)(?: '([^']+)')?`)
+	// net_ib.cc "NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'" (2.7+),
+	// "GPU Direct RDMA Disabled for GPU 0[0] / HCA 0 (distance 4 > 2)" (2.5-2.6,
+	// cudaDev[nvmlDev]) and "GPU Direct RDMA Enabled for GPU 1a000 / HCA 0
+	// (distance 4 <= 5)" (2.12+, busId).
+	logGDRHCARe = regexp.MustCompile(`GPU Direct RDMA (Enabled|Disabled) for (?:GPU [0-9a-fA-F]+(?:\[\d+\])? / )?HCA (\d+)(?: '([^']+)')?`)
 	// net_ib.cc "NET/IB: Dev 0 Port 1 qpn 58 mtu 3 GID 3 (0/A10B...)" (2.12+;
 	// "LID n" for IB).
 	logQPRe = regexp.MustCompile(`NET/IB ?: ?Dev (\d+) Port (\d+) qpn \d+ mtu (\d+)(?: GID (\d+))?`)
@@ -430,9 +542,13 @@ var (
 	// Channel connection lines: "Ring 00 : 0[0] -> 1[1] via P2P/IPC" (2.2-2.4),
 	// "Ring 00 : 7 -> 8 [send] via NET/AWS Libfabric/0", "Channel 00 : 2[c7000] ->
 	// 0[87000] [receive] via NET/IB/5/GDRDMA" (2.5+), "Channel 00/1 : 0[0] ->
-	// 1[1] via P2P/CUMEM/read" (2.19+).
-	logChanConnRe = regexp.MustCompile(`^(?:Ring|Channel) (\d+)(?:/\d+)? ?: (\d+)(?:\[([0-9a-fA-F]+)\])? -> (\d+)(?:\[([0-9a-fA-F]+)\])?(?: \[(?:send|receive)\])? via (.+)$`)
-	logViaNetRe   = regexp.MustCompile(`^NET/(.+?)/(\d+)((?:/[A-Za-z0-9_]+)*)`)
+	// 1[1] via P2P/CUMEM/read" (2.19+). The NET part is NET/<name>/<dev>, then
+	// "(<proxy rank>)" when the connection goes through another rank's NIC
+	// (PXN, 2.12+), then "/GDRDMA" ("/GDRDMA(PCI)" when GDR is reached
+	// through PCI BAR mappings, 2.2x) and "/Shared" (2.12+) as they apply:
+	// "via NET/IB/0(7)/GDRDMA", "via NET/IB/1/GDRDMA(PCI)/Shared".
+	logChanConnRe = regexp.MustCompile(`^(?:Ring|Channel) (\d+)(?:/\d+)? ?: (\d+)(?:\[([0-9a-fA-F]+)\])? -> (\d+)(?:\[([0-9a-fA-F]+)\])?(?: \[(send|receive)\])? via (.+)$`)
+	logViaNetRe   = regexp.MustCompile(`^NET/(.+?)/(\d+)(?:\(\d+\))?((?:/.*)?)$`)
 	// Ring listing "Ring 00 :    0   1" (2.2-2.6) / "Channel 00/04 :    0   1" (2.7+).
 	logRingListRe = regexp.MustCompile(`^(?:Ring|Channel) (\d+)(?:/(\d+))? ?:((?:\s+-?\d+)+)\s*$`)
 	// init.cc "2 coll channels, [2 collnet channels, ][0 nvls channels, ]2 p2p channels, 2 p2p channels per peer".
@@ -699,8 +815,10 @@ func logInterfaceKind(name, addr string) string {
 		return "loopback"
 	case logVirtualIfRe.MatchString(name):
 		return "virtual"
-	case strings.HasPrefix(la, "fe80:"):
+	case logLinkLocal(addr) == "IPv6":
 		return "link-local-ipv6"
+	case logLinkLocal(addr) == "IPv4":
+		return "link-local-ipv4"
 	case strings.HasPrefix(name, "ib"):
 		return "ipoib"
 	}
@@ -766,12 +884,14 @@ func (a *logAnalyzer) setHCAGDR(enabled bool, index, name string) {
 	} else if p, ok := a.hcaByIndex[logAtoi(index)]; ok {
 		pos = p
 	}
-	if pos >= 0 {
+	// 2.12+ prints one line per GPU/HCA pair: the HCA has GDR when any GPU
+	// may use it with GDR.
+	if pos >= 0 && (enabled || a.rep.HCAs[pos].GDR != "enabled") {
 		a.rep.HCAs[pos].GDR = state
 	}
 	key := name
 	if key == "" {
-		key = "HCA " + index
+		key = a.nicKey(index)
 	}
 	if enabled {
 		a.gdrDevYes[key] = true
@@ -780,12 +900,31 @@ func (a *logAnalyzer) setHCAGDR(enabled bool, index, name string) {
 	}
 }
 
+// nicKey names NET device index (the "[N]" of the latest NET/IB list, the N
+// of "HCA N" and of "via NET/IB/N") by its HCA name when the list is known,
+// so that one NIC gets one key whichever line names it.
+func (a *logAnalyzer) nicKey(index string) string {
+	if pos, ok := a.hcaByIndex[logAtoi(index)]; ok {
+		return a.rep.HCAs[pos].Name
+	}
+	return "dev " + index
+}
+
+// logIBMTUBytes converts the IB MTU enum NCCL logs (1..5) to bytes
+// (256..4096); 0 for anything else.
+func logIBMTUBytes(enum int) int {
+	if enum < 1 || enum > 5 {
+		return 0
+	}
+	return 128 << enum
+}
+
 func (a *logAnalyzer) setHCAQP(m []string) {
 	pos, ok := a.hcaByIndex[logAtoi(m[1])]
 	if !ok {
 		return
 	}
-	a.rep.HCAs[pos].MTU = logAtoi(m[3])
+	a.rep.HCAs[pos].MTU = logIBMTUBytes(logAtoi(m[3]))
 	if m[4] != "" {
 		g := logAtoi(m[4])
 		a.rep.HCAs[pos].GIDIndex = &g
@@ -793,7 +932,7 @@ func (a *logAnalyzer) setHCAQP(m []string) {
 }
 
 func (a *logAnalyzer) addChannelConn(m []string) {
-	from, to, busFrom, busTo, via := m[2], m[4], m[3], m[5], strings.TrimSpace(m[6])
+	from, to, busFrom, busTo, dir, via := m[2], m[4], m[3], m[5], m[6], strings.TrimSpace(m[7])
 	if busFrom != "" && busFrom == busTo && from != to {
 		a.sameBusPeers = true
 	}
@@ -807,17 +946,31 @@ func (a *logAnalyzer) addChannelConn(m []string) {
 			a.netChannelNames[nm[1]]++
 		}
 		a.netConnCount++
-		dev := "dev " + nm[2]
-		if pos, ok := a.hcaByIndex[logAtoi(nm[2])]; ok && nm[1] != "Socket" {
-			dev = a.rep.HCAs[pos].Name
-		}
 		if nm[1] == "Socket" {
 			return
 		}
-		if strings.Contains(nm[3], "/GDRDMA") {
-			a.gdrDevYes[dev] = true
-		} else {
-			a.gdrDevNo[dev] = true
+		dev := a.nicKey(nm[2])
+		gdr := strings.Contains(nm[3], "/GDRDMA")
+		if len(a.gdrDevYes)+len(a.gdrDevNo) < logMaxItems {
+			if gdr {
+				a.gdrDevYes[dev] = true
+			} else {
+				a.gdrDevNo[dev] = true
+			}
+		}
+		if dir != "" {
+			d := a.gdrDir[dir]
+			if d == nil {
+				d = &logGDRSets{yes: map[string]bool{}, no: map[string]bool{}}
+				a.gdrDir[dir] = d
+			}
+			if len(d.yes)+len(d.no) < logMaxItems {
+				if gdr {
+					d.yes[dev] = true
+				} else {
+					d.no[dev] = true
+				}
+			}
 		}
 	case strings.HasPrefix(via, "P2P/"):
 		kind := strings.TrimPrefix(via, "P2P/")
@@ -875,7 +1028,10 @@ func (a *logAnalyzer) finish() *NCCLLogReport {
 	case a.cmdNNodes > 0:
 		rep.NNodes = a.cmdNNodes
 	}
-	rep.MultiNode = rep.NNodes > 1 || a.sameBusPeers || len(a.conn) > 0
+	// A failed connection alone says nothing about the node count (a peer on
+	// the same node may have died); its address does when it belongs to no
+	// interface the log's hosts listed.
+	rep.MultiNode = rep.NNodes > 1 || a.sameBusPeers || a.remotePeerAddr()
 
 	// Network.
 	switch {
@@ -901,15 +1057,18 @@ func (a *logAnalyzer) finish() *NCCLLogReport {
 	}
 
 	// GPUDirect RDMA.
-	switch {
-	case len(a.gdrDevYes) > 0 && len(a.gdrDevNo) > 0:
-		rep.GDRDMA = "partial"
-	case len(a.gdrDevYes) > 0:
-		rep.GDRDMA = "on"
-	case len(a.gdrDevNo) > 0:
-		rep.GDRDMA = "off"
+	all := logGDRSets{yes: a.gdrDevYes, no: a.gdrDevNo}
+	switch v := all.verdict(); {
+	case v != "":
+		rep.GDRDMA = v
 	case rep.Net == "Socket":
 		rep.GDRDMA = "off" // TCP sockets never use GPUDirect RDMA
+	}
+	if d := a.gdrDir["send"]; d != nil {
+		rep.GDRDMASend = d.verdict()
+	}
+	if d := a.gdrDir["receive"]; d != nil {
+		rep.GDRDMAReceive = d.verdict()
 	}
 
 	// Intra-node transports.
@@ -925,10 +1084,10 @@ func (a *logAnalyzer) finish() *NCCLLogReport {
 	rep.IntraNode = append(rep.IntraNode, logSortedKeys(a.intra)...)
 
 	// NVLS / CollNet.
-	if v, ok := rep.Env["NCCL_NVLS_ENABLE"]; ok && v == "0" {
+	if n, ok := logEnvInt(rep.Env, "NCCL_NVLS_ENABLE"); ok && n == 0 {
 		rep.NVLS.DisabledByEnv = true
 	}
-	if v := rep.Env["NCCL_COLLNET_ENABLE"]; v == "1" || strings.Contains(strings.ToLower(rep.Env["NCCL_ALGO"]), "collnet") {
+	if n, ok := logEnvInt(rep.Env, "NCCL_COLLNET_ENABLE"); (ok && n != 0) || strings.Contains(strings.ToLower(rep.Env["NCCL_ALGO"]), "collnet") {
 		rep.CollNet.Requested = true
 	}
 	switch {
@@ -1000,7 +1159,7 @@ func (a *logAnalyzer) findings() {
 	}
 
 	// Intra-node transports forced by environment.
-	p2pOff := env["NCCL_P2P_DISABLE"] == "1"
+	p2pOff := logEnvOn(env, "NCCL_P2P_DISABLE")
 	if lvl, ok := env["NCCL_P2P_LEVEL"]; ok && !p2pOff {
 		if strings.EqualFold(lvl, "LOC") || lvl == "0" {
 			p2pOff = true
@@ -1009,7 +1168,7 @@ func (a *logAnalyzer) findings() {
 				"unset NCCL_P2P_LEVEL unless it works around a known platform problem")
 		}
 	}
-	shmOff := env["NCCL_SHM_DISABLE"] == "1"
+	shmOff := logEnvOn(env, "NCCL_SHM_DISABLE")
 	loop := ""
 	if p2pOff && shmOff {
 		loop = "; with SHM also disabled, GPUs on one node talk through the NIC (NET loopback)"
@@ -1026,7 +1185,7 @@ func (a *logAnalyzer) findings() {
 			"unset NCCL_P2P_DISABLE / NCCL_P2P_LEVEL unless P2P is known broken on this platform (then fix IOMMU/ACS instead)")
 	}
 	if shmOff {
-		a.add(SevWarn, "shm-disabled-by-env", "shared-memory transport disabled by environment (NCCL_SHM_DISABLE=1)"+loop,
+		a.add(SevWarn, "shm-disabled-by-env", "shared-memory transport disabled by environment (NCCL_SHM_DISABLE="+env["NCCL_SHM_DISABLE"]+")"+loop,
 			"unset NCCL_SHM_DISABLE; if /dev/shm is too small in a container, enlarge it (docker --shm-size=1g or --ipc=host)")
 	}
 
@@ -1094,8 +1253,8 @@ func (a *logAnalyzer) interfaceFindings() {
 			}
 			sev := SevWarn
 			extra := ""
-			if strings.HasPrefix(strings.ToLower(it.Address), "fe80:") {
-				extra = " with only a link-local IPv6 address"
+			if v := logLinkLocal(it.Address); v != "" {
+				extra = " with only a link-local " + v + " address"
 			} else if !g.first {
 				sev = SevInfo
 				extra = " (routable address, not first in the list: may be the container's own NIC)"
@@ -1106,17 +1265,55 @@ func (a *logAnalyzer) interfaceFindings() {
 			}
 			a.add(sev, "socket-on-virtual-interface",
 				fmt.Sprintf("%s uses %s, a container/bridge/VPN/tunnel interface (%s)%s", roles, it.Name, it.Address, extra), fix)
-		case "link-local-ipv6":
+		case "link-local-ipv6", "link-local-ipv4":
 			sev := SevWarn
 			extra := ""
 			if failed {
 				sev = SevError
 				extra = "; connections through it failed"
 			}
+			// One code for both families: the code predates IPv4 support and
+			// codes are stable.
 			a.add(sev, "socket-on-link-local-ipv6",
-				fmt.Sprintf("%s uses %s with link-local IPv6 address %s, not routable between nodes%s", roles, it.Name, it.Address, extra), fix)
+				fmt.Sprintf("%s uses %s with link-local %s address %s, not routable between nodes%s", roles, it.Name, logLinkLocal(it.Address), it.Address, extra), fix)
 		}
 	}
+}
+
+// remotePeerAddr reports whether a failed connection went to an address
+// that is neither loopback nor an address of an interface listed in the
+// log: a peer on another node. It needs at least one listed address to
+// compare with.
+func (a *logAnalyzer) remotePeerAddr() bool {
+	local := map[string]bool{}
+	for _, it := range a.rep.Interfaces {
+		if ip, ok := logAddrIP(it.Address); ok {
+			local[ip.String()] = true
+		}
+	}
+	if len(local) == 0 {
+		return false
+	}
+	for _, ci := range a.conn {
+		for _, ad := range ci.addrs {
+			host, _, _ := strings.Cut(ad, "<")
+			ip, ok := logAddrIP(host)
+			if ok && !ip.IsLoopback() && !ip.IsUnspecified() && !local[ip.String()] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// logAddrIP parses an interface or peer address as logged ("10.0.0.1",
+// "fe80::1%eth0", "::ffff:10.0.0.1"), dropping the IPv6 scope.
+func logAddrIP(s string) (netip.Addr, bool) {
+	ip, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return ip.WithZone("").Unmap(), true
 }
 
 // connNames reports whether a connection failure named this interface's
@@ -1141,12 +1338,31 @@ func logGoodInterface(ifs []NCCLLogInterface) string {
 		}
 	}
 	for _, it := range ifs {
-		la := strings.ToLower(it.Address)
-		if it.Kind == "virtual" && it.Address != "" && !strings.HasPrefix(la, "fe80:") {
+		if it.Kind == "virtual" && it.Address != "" && logLinkLocal(it.Address) == "" {
 			return it.Name
 		}
 	}
 	return ""
+}
+
+// logLinkLocal returns "IPv6" for an fe80::/10 address (with or without a
+// "%scope"), "IPv4" for 169.254.0.0/16 (also IPv4-mapped) and "" otherwise.
+func logLinkLocal(addr string) string {
+	ip, err := netip.ParseAddr(addr)
+	if err != nil {
+		if strings.HasPrefix(strings.ToLower(addr), "fe80:") {
+			return "IPv6"
+		}
+		return ""
+	}
+	ip = ip.Unmap()
+	switch {
+	case !ip.IsLinkLocalUnicast():
+		return ""
+	case ip.Is4():
+		return "IPv4"
+	}
+	return "IPv6"
 }
 
 // ibFailureFindings covers verbs completion errors and QP setup failures.
@@ -1216,14 +1432,15 @@ func (a *logAnalyzer) networkChoiceFindings() {
 		}
 	}
 	ibEvidence := strings.Join(append(append([]string{}, hcas...), ipoib...), ", ")
-	ibDisabled := rep.Env["NCCL_IB_DISABLE"] == "1"
+	ibDisabled := logEnvOn(rep.Env, "NCCL_IB_DISABLE")
 	if ibDisabled {
+		set := "NCCL_IB_DISABLE=" + rep.Env["NCCL_IB_DISABLE"]
 		if ibEvidence != "" {
 			a.add(SevWarn, "ib-disabled-by-env",
-				fmt.Sprintf("InfiniBand disabled by environment (NCCL_IB_DISABLE=1): %s transport used although IB hardware is present (%s)", logOr(rep.Net, "Socket"), ibEvidence),
+				fmt.Sprintf("InfiniBand disabled by environment (%s): %s transport used although IB hardware is present (%s)", set, logOr(rep.Net, "Socket"), ibEvidence),
 				"unset NCCL_IB_DISABLE (or set it to 0) so NCCL uses RDMA; TCP over IPoIB is several times slower")
 		} else {
-			a.add(SevInfo, "ib-disabled-by-env", "InfiniBand disabled by environment (NCCL_IB_DISABLE=1); no IB device seen in the log",
+			a.add(SevInfo, "ib-disabled-by-env", "InfiniBand disabled by environment ("+set+"); no IB device seen in the log",
 				"if the nodes have IB/RoCE NICs, unset NCCL_IB_DISABLE")
 		}
 	}
@@ -1269,8 +1486,9 @@ func (a *logAnalyzer) gdrFindings() {
 	}
 	switch rep.GDRDMA {
 	case "partial":
+		all := logGDRSets{yes: a.gdrDevYes, no: a.gdrDevNo}
 		a.add(SevWarn, "gdr-partial",
-			fmt.Sprintf("GPUDirect RDMA used on %s but not on %s", strings.Join(logSortedKeys(a.gdrDevYes), ", "), strings.Join(logSortedKeys(a.gdrDevNo), ", ")),
+			fmt.Sprintf("GPUDirect RDMA used on %s but not on %s", strings.Join(logSortedKeys(a.gdrDevYes), ", "), strings.Join(all.withoutGDR(), ", ")),
 			"check the PCIe distance of the NICs without GDR to their GPUs (nvidia-smi topo -m) and NCCL_NET_GDR_LEVEL; "+gdrFix)
 	case "off":
 		if len(disabled) == 0 && rep.Net != "Socket" && rep.Net != "" && a.netConnCount > 0 {
@@ -1290,7 +1508,7 @@ func (a *logAnalyzer) hcaInfoFindings() {
 			ib = append(ib, h.Name)
 		case "RoCE":
 			roce = append(roce, h.Name)
-			if h.MTU > 0 && h.MTU <= 3 {
+			if h.MTU > 0 && h.MTU <= 1024 {
 				smallMTU = append(smallMTU, h.Name)
 			}
 		}
@@ -1335,7 +1553,11 @@ func (rep *NCCLLogReport) WriteText(w io.Writer) error {
 	if rep.OFIProvider != "" {
 		fmt.Fprintf(tw, "OFI provider:\t%s\n", rep.OFIProvider)
 	}
-	fmt.Fprintf(tw, "GPUDirect RDMA:\t%s\n", rep.GDRDMA)
+	gdr := rep.GDRDMA
+	if rep.GDRDMASend != "" || rep.GDRDMAReceive != "" {
+		gdr += fmt.Sprintf(" (send %s, receive %s)", dash(rep.GDRDMASend), dash(rep.GDRDMAReceive))
+	}
+	fmt.Fprintf(tw, "GPUDirect RDMA:\t%s\n", gdr)
 	fmt.Fprintf(tw, "Intra-node:\t%s\n", dash(strings.Join(rep.IntraNode, ", ")))
 	nvls := "available " + rep.NVLS.Available
 	if rep.NVLS.Channels != nil {
@@ -1397,7 +1619,7 @@ func (rep *NCCLLogReport) WriteText(w io.Writer) error {
 			desc += fmt.Sprintf(" GID %d", *h.GIDIndex)
 		}
 		if h.MTU > 0 {
-			desc += fmt.Sprintf(" mtu %d", 128<<h.MTU)
+			desc += fmt.Sprintf(" mtu %d", h.MTU)
 		}
 		fmt.Fprintf(tw, "%s\t%s\n", label, desc)
 	}
@@ -1444,6 +1666,50 @@ func logMatch(re *regexp.Regexp, p, gate string) []string {
 		return nil
 	}
 	return re.FindStringSubmatch(p)
+}
+
+// logEnvInt reads an integer NCCL parameter the way NCCL does (strtoll,
+// base 0: "2", "0x1", "-1", "1 " and a trailing "." from the log line all
+// parse); ok is false when the variable is unset or has no leading integer.
+func logEnvInt(env map[string]string, name string) (int64, bool) {
+	v, set := env[name]
+	if !set {
+		return 0, false
+	}
+	v = strings.TrimSpace(v)
+	end := 0
+	if end < len(v) && (v[end] == '+' || v[end] == '-') {
+		end++
+	}
+	digits := "0123456789"
+	hex := strings.HasPrefix(v[end:], "0x") || strings.HasPrefix(v[end:], "0X")
+	if hex {
+		end += 2
+		digits = "0123456789abcdefABCDEF"
+	}
+	start := end
+	for end < len(v) && strings.IndexByte(digits, v[end]) >= 0 {
+		end++
+	}
+	if hex && end == start {
+		end = start - 1 // "0x" alone: strtoll reads the "0"
+	}
+	n, err := strconv.ParseInt(v[:end], 0, 64)
+	if err != nil {
+		var ne *strconv.NumError
+		if errors.As(err, &ne) && ne.Err == strconv.ErrRange {
+			return 1, true // out of range: non-zero either way
+		}
+		return 0, false
+	}
+	return n, true
+}
+
+// logEnvOn reports whether an integer NCCL switch (NCCL_IB_DISABLE, ...) is
+// set to a non-zero value.
+func logEnvOn(env map[string]string, name string) bool {
+	n, ok := logEnvInt(env, name)
+	return ok && n != 0
 }
 
 func logAtoi(s string) int {
