@@ -375,6 +375,10 @@ func TestHostNoRDMASmallMTUAndTools(t *testing.T) {
 	if !strings.Contains(rep.Tools["nvidia-smi topo -m"], "CPU Affinity") || len(ran) != 2 {
 		t.Errorf("tools %q ran %v", rep.Tools, ran)
 	}
+	// the one-GPU matrix is read as one
+	if rep.Topo == nil || len(rep.Topo.GPUs) != 1 || hostHasFinding(rep, "topo-no-matrix", SevWarn) {
+		t.Errorf("one-GPU matrix: %+v", rep.Topo)
+	}
 }
 
 func TestHostShmAndHelpers(t *testing.T) {

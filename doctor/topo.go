@@ -107,6 +107,17 @@ func topoIsDevice(s string) bool {
 	return true
 }
 
+// topoIsHeader reports whether the fields of a line are the matrix header.
+func topoIsHeader(f []string) bool {
+	if len(f) < 2 || !topoGPURe.MatchString(f[0]) {
+		return false
+	}
+	if topoIsDevice(f[1]) && topoRank(f[1]) < 0 {
+		return true
+	}
+	return len(f) >= 3 && (f[1] == "CPU" || f[1] == "NUMA") && f[2] == "Affinity"
+}
+
 // ParseTopo parses `nvidia-smi topo -m` output and reports GPU–NIC
 // locality. It fails only when r fails; text without a matrix gives a
 // report with a "topo-no-matrix" finding.
@@ -127,8 +138,9 @@ func ParseTopo(r io.Reader) (*TopoReport, error) {
 			return
 		}
 		// Header: device names then the affinity titles; it starts with a
-		// device (no row name) and the first two tokens are devices.
-		if !inMatrix && len(rep.Devices) == 0 && len(f) >= 2 && topoGPURe.MatchString(f[0]) && topoIsDevice(f[1]) && topoRank(f[1]) < 0 {
+		// GPU (no row name) followed by another device or, on a one-GPU
+		// machine, by the "CPU Affinity" or "NUMA Affinity" title.
+		if !inMatrix && len(rep.Devices) == 0 && topoIsHeader(f) {
 			for _, tok := range f {
 				if !topoIsDevice(tok) {
 					break
