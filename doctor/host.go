@@ -39,6 +39,13 @@ type HostOptions struct {
 	// timeout of 15 s unless ctx has an earlier deadline; the returned
 	// error wraps exec.ErrNotFound when the program is not installed.
 	RunTool func(ctx context.Context, name string, args ...string) ([]byte, error)
+	// Statfs returns the size of the file system holding path and the bytes
+	// available to an unprivileged user; it is for tests and for callers
+	// that know better than statfs(2) (a container whose /dev/shm is
+	// accounted elsewhere). nil means statfs(2). With a Root other than "/"
+	// path is under Root, and statfs(2) there describes whatever file system
+	// holds the tree (a test's temporary directory), not a tmpfs.
+	Statfs func(path string) (size, free uint64, err error)
 }
 
 // Check statuses of a HostCheck.
@@ -188,9 +195,10 @@ var hostTools = []struct {
 
 // hostRun accumulates the report while the checks run.
 type hostRun struct {
-	rep  *HostReport
-	root string
-	env  map[string]string
+	rep    *HostReport
+	root   string
+	env    map[string]string
+	statfs func(path string) (size, free uint64, err error)
 }
 
 // check appends a check and, for warn, error and info statuses with a code,
@@ -271,7 +279,10 @@ func CheckHost(ctx context.Context, opt HostOptions) (*HostReport, error) {
 	if envList == nil {
 		envList = os.Environ()
 	}
-	h := &hostRun{rep: &HostReport{Root: root}, root: root, env: map[string]string{}}
+	h := &hostRun{rep: &HostReport{Root: root}, root: root, env: map[string]string{}, statfs: opt.Statfs}
+	if h.statfs == nil {
+		h.statfs = hostStatfs
+	}
 	for _, kv := range envList {
 		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
 			h.env[k] = v
@@ -666,20 +677,28 @@ func (h *hostRun) checkMTUs() {
 
 // --- /dev/shm, port range, NUMA --------------------------------------------
 
-// checkShm statfs(2)s Root/dev/shm: with a fake Root that is whatever file
-// system holds the tree (a test's temporary directory), not a tmpfs.
+// checkShm statfs(2)s Root/dev/shm (through HostOptions.Statfs when set).
 func (h *hostRun) checkShm() {
 	p := h.path("/dev/shm")
-	var st unix.Statfs_t
-	if err := unix.Statfs(p, &st); err != nil {
+	size, free, err := h.statfs(p)
+	if err != nil {
 		h.check("shm", HostWarn, "shm-missing", fmt.Sprintf("statfs %s: %v", p, err),
 			"mount a tmpfs on /dev/shm (docker: --shm-size=8g or --ipc=host); without it NCCL's SHM transport and goccl's rings are unavailable and local ranks talk over TCP")
 		return
 	}
-	h.rep.ShmBytes = st.Blocks * uint64(st.Bsize)
-	h.rep.ShmFree = st.Bavail * uint64(st.Bsize)
+	h.rep.ShmBytes, h.rep.ShmFree = size, free
 	name, status, code, detail, fix := hostShmCheck(h.rep.ShmBytes, h.rep.ShmFree)
 	h.check(name, status, code, detail, fix)
+}
+
+// hostStatfs is statfs(2): the file system's size and the bytes available
+// to an unprivileged user.
+func hostStatfs(path string) (size, free uint64, err error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return 0, 0, err
+	}
+	return st.Blocks * uint64(st.Bsize), st.Bavail * uint64(st.Bsize), nil
 }
 
 // hostShmCheck judges a /dev/shm of size and free bytes.

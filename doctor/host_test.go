@@ -139,6 +139,15 @@ func hostHasFinding(rep *HostReport, code string, sev Severity) bool {
 	return false
 }
 
+// hostShm8G is a Statfs for which an existing path is an 8 GiB file system
+// with 7 GiB free, so that the tests do not depend on the tester's /tmp.
+func hostShm8G(path string) (size, free uint64, err error) {
+	if _, err := os.Stat(path); err != nil {
+		return 0, 0, err
+	}
+	return 8 << 30, 7 << 30, nil
+}
+
 // hostNoTools is a RunTool for which no program is installed.
 func hostNoTools(ctx context.Context, name string, args ...string) ([]byte, error) {
 	return nil, &exec.Error{Name: name, Err: exec.ErrNotFound}
@@ -160,7 +169,7 @@ func TestHostRoCETree(t *testing.T) {
 		"GOCCL_RANK=0",
 		"PATH=/usr/bin",
 	}
-	rep, err := CheckHost(context.Background(), HostOptions{Root: root, Env: env, RunTool: hostNoTools})
+	rep, err := CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, Env: env, RunTool: hostNoTools})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,9 +201,9 @@ func TestHostRoCETree(t *testing.T) {
 	if rep.PortRange == nil || rep.PortRange.Width != 1001 || !strings.Contains(pr.Detail, "1001 ports") {
 		t.Errorf("port range %+v: %q", rep.PortRange, pr.Detail)
 	}
-	hostWantStatus(t, rep, "shm", HostOK) // statfs of the temporary directory's file system
-	if rep.ShmBytes == 0 {
-		t.Error("shm size not recorded")
+	hostWantStatus(t, rep, "shm", HostOK) // hostShm8G
+	if rep.ShmBytes != 8<<30 || rep.ShmFree != 7<<30 {
+		t.Errorf("shm size %d free %d", rep.ShmBytes, rep.ShmFree)
 	}
 	n := hostWantStatus(t, rep, "numa", HostInfo)
 	if len(rep.NUMANodes) != 2 || rep.NUMANodes[0].CPUs != 32 || rep.NUMANodes[1].CPUList != "16-31,48-63" || !strings.Contains(n.Detail, "mlx5_0 on node1") {
@@ -272,7 +281,7 @@ func TestHostRoCETree(t *testing.T) {
 
 func TestHostCleanEnvAndSingleHost(t *testing.T) {
 	root := hostRoCETree(t, true)
-	rep, err := CheckHost(context.Background(), HostOptions{Root: root, Env: []string{}, RunTool: hostNoTools})
+	rep, err := CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, Env: []string{}, RunTool: hostNoTools})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,27 +289,27 @@ func TestHostCleanEnvAndSingleHost(t *testing.T) {
 
 	// lo on a single-host torchrun job is only a note; without launcher
 	// variables it is a warning.
-	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, RunTool: hostNoTools,
+	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, RunTool: hostNoTools,
 		Env: []string{"NCCL_SOCKET_IFNAME=lo", "WORLD_SIZE=8", "LOCAL_WORLD_SIZE=8"}})
 	hostWantStatus(t, rep, "env NCCL_SOCKET_IFNAME", HostInfo)
-	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, RunTool: hostNoTools,
+	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, RunTool: hostNoTools,
 		Env: []string{"GOCCL_SOCKET_IFNAME=^eth,ens"}})
 	hostWantStatus(t, rep, "env GOCCL_SOCKET_IFNAME", HostWarn)
-	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, RunTool: hostNoTools,
+	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, RunTool: hostNoTools,
 		Env: []string{"NCCL_SOCKET_IFNAME=^docker", "SLURM_NNODES=2"}})
 	if _, ok := hostCheckByName(rep, "env NCCL_SOCKET_IFNAME"); ok {
 		t.Error("^docker flagged although eth0 and ens1 remain")
 	}
-	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, RunTool: hostNoTools,
+	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, RunTool: hostNoTools,
 		Env: []string{"NCCL_SOCKET_IFNAME==ib0"}})
 	hostWantStatus(t, rep, "env NCCL_SOCKET_IFNAME", HostError)
 
 	// An explicit NCCL_IB_GID_INDEX pointing at a v1 GID or an empty slot.
-	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, RunTool: hostNoTools, Env: []string{"NCCL_IB_GID_INDEX=2"}})
+	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, RunTool: hostNoTools, Env: []string{"NCCL_IB_GID_INDEX=2"}})
 	hostWantStatus(t, rep, "env NCCL_IB_GID_INDEX mlx5_0/1", HostWarn)
-	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, RunTool: hostNoTools, Env: []string{"NCCL_IB_GID_INDEX=5"}})
+	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, RunTool: hostNoTools, Env: []string{"NCCL_IB_GID_INDEX=5"}})
 	hostWantStatus(t, rep, "env NCCL_IB_GID_INDEX mlx5_0/1", HostError)
-	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, RunTool: hostNoTools, Env: []string{"NCCL_IB_GID_INDEX=3"}})
+	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, RunTool: hostNoTools, Env: []string{"NCCL_IB_GID_INDEX=3"}})
 	hostWantStatus(t, rep, "env NCCL_IB_GID_INDEX mlx5_0/1", HostOK)
 
 	// The RoCE netdev at 1500 caps the path MTU at 1024; the port goes down.
@@ -313,7 +322,7 @@ func TestHostCleanEnvAndSingleHost(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, RunTool: hostNoTools, Env: []string{}})
+	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, RunTool: hostNoTools, Env: []string{}})
 	c := hostWantStatus(t, rep, "roce mtu mlx5_0/1", HostInfo)
 	if !strings.Contains(c.Detail, "RoCE path MTU 1024") || !strings.Contains(c.Fix, "mtu 4200") {
 		t.Errorf("roce mtu: %+v", c)
@@ -327,7 +336,7 @@ func TestHostCleanEnvAndSingleHost(t *testing.T) {
 
 func TestHostContainerWithoutDevInfiniband(t *testing.T) {
 	root := hostRoCETree(t, false)
-	rep, err := CheckHost(context.Background(), HostOptions{Root: root, Env: []string{}, RunTool: hostNoTools})
+	rep, err := CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, Env: []string{}, RunTool: hostNoTools})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,7 +368,7 @@ func TestHostNoRDMASmallMTUAndTools(t *testing.T) {
 		}
 		return []byte("Failed to get IB devices list\n"), errors.New("exit status 1")
 	}
-	rep, err := CheckHost(context.Background(), HostOptions{Root: root, Env: []string{}, RunTool: run})
+	rep, err := CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, Env: []string{}, RunTool: run})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,6 +391,24 @@ func TestHostNoRDMASmallMTUAndTools(t *testing.T) {
 }
 
 func TestHostShmAndHelpers(t *testing.T) {
+	// Statfs decides the shm check, whatever file system holds the tree.
+	root := hostTree(t, map[string]string{"dev/shm/": ""})
+	var asked string
+	rep, err := CheckHost(context.Background(), HostOptions{Root: root, Env: []string{}, RunTool: hostNoTools,
+		Statfs: func(path string) (uint64, uint64, error) { asked = path; return 64 << 20, 60 << 20, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := hostWantStatus(t, rep, "shm", HostWarn); !strings.Contains(c.Detail, "64.0 MiB") || !hostHasFinding(rep, "shm-small", SevWarn) || asked != filepath.Join(root, "dev/shm") {
+		t.Errorf("shm %+v, statfs asked for %q", c, asked)
+	}
+	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, Env: []string{}, RunTool: hostNoTools,
+		Statfs: func(string) (uint64, uint64, error) { return 0, 0, errors.New("no such file") }})
+	hostWantStatus(t, rep, "shm", HostWarn)
+	if !hostHasFinding(rep, "shm-missing", SevWarn) {
+		t.Errorf("findings %v", rep.Findings)
+	}
+
 	if _, st, code, _, fix := hostShmCheck(64<<20, 64<<20); st != HostWarn || code != "shm-small" || !strings.Contains(fix, "--shm-size") {
 		t.Errorf("64 MiB: %s %s %s", st, code, fix)
 	}
@@ -462,7 +489,7 @@ func TestHostToolsParsed(t *testing.T) {
 		}
 		return nil, &exec.Error{Name: name, Err: exec.ErrNotFound}
 	}
-	rep, err := CheckHost(context.Background(), HostOptions{Root: hostRoCETree(t, true), Env: []string{}, RunTool: run})
+	rep, err := CheckHost(context.Background(), HostOptions{Root: hostRoCETree(t, true), Statfs: hostShm8G, Env: []string{}, RunTool: run})
 	if err != nil {
 		t.Fatal(err)
 	}
