@@ -175,8 +175,9 @@ func TestHostRoCETree(t *testing.T) {
 	}
 	hostWantStatus(t, rep, "rdma devices", HostOK)
 	hostWantStatus(t, rep, "port mlx5_0/1", HostOK)
-	g := hostWantStatus(t, rep, "gids mlx5_0/1", HostInfo)
-	if !strings.Contains(g.Fix, "NCCL_IB_GID_INDEX=3") {
+	// ParseIBV's judgement: the IPv4 RoCE v2 GID next to a link-local one
+	g := hostWantStatus(t, rep, "gids mlx5_0/1", HostWarn)
+	if !strings.Contains(g.Fix, "NCCL_IB_GID_INDEX=3") || !strings.Contains(g.Detail, "GID 1 is link-local") {
 		t.Errorf("gid check does not recommend index 3: %+v", g)
 	}
 	if len(rep.RDMA) != 1 || len(rep.RDMA[0].Ports) != 1 {
@@ -193,7 +194,9 @@ func TestHostRoCETree(t *testing.T) {
 		t.Errorf("GIDs: %+v", p.GIDs)
 	}
 	hostWantStatus(t, rep, "roce mtu mlx5_0/1", HostOK) // eth0 is at 9000
-	m := hostWantStatus(t, rep, "mtu", HostWarn)
+	// ens1 is no RDMA netdev: a 1500-byte interface next to the 9000-byte
+	// RoCE one is only noted
+	m := hostWantStatus(t, rep, "mtu", HostInfo)
 	if !strings.Contains(m.Detail, "eth0=9000") || !strings.Contains(m.Detail, "ens1=1500") {
 		t.Errorf("mtu detail: %q", m.Detail)
 	}
@@ -237,7 +240,7 @@ func TestHostRoCETree(t *testing.T) {
 		code string
 		sev  Severity
 	}{
-		{"roce-gid-index", SevInfo}, {"mtu-mismatch", SevWarn}, {"port-range-narrow", SevWarn},
+		{"roce-gid-index", SevWarn}, {"mtu-mismatch", SevInfo}, {"port-range-narrow", SevWarn}, {"roce-link-layer", SevInfo},
 		{"env-p2p-disabled", SevWarn}, {"env-shm-disabled", SevWarn}, {"env-ib-disabled", SevWarn},
 		{"env-socket-threads", SevWarn}, {"env-debug-on", SevInfo}, {"env-socket-ifname-lo", SevError},
 		{"env-goccl-unknown", SevWarn}, {"env-goccl-timeout", SevError}, {"numa-nodes", SevInfo},
@@ -259,7 +262,7 @@ func TestHostRoCETree(t *testing.T) {
 	if err := rep.WriteText(&txt); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`(?m)^INFO +gids mlx5_0/1 +NCCL_IB_GID_INDEX=3`, `(?m)^WARN +mtu `, `(?m)^ +fix: `, `\n2 errors, 7 warnings, 3 notes\n$`} {
+	for _, want := range []string{`(?m)^WARN +gids mlx5_0/1 +mlx5_0 port 1: RoCE v2 GID 3 is IPv4-mapped`, `(?m)^INFO +mtu `, `(?m)^ +fix: `, `\n2 errors, 7 warnings, 4 notes\n$`} {
 		if !regexp.MustCompile(want).MatchString(txt.String()) {
 			t.Errorf("text lacks %q:\n%s", want, txt.String())
 		}
@@ -329,7 +332,7 @@ func TestHostCleanEnvAndSingleHost(t *testing.T) {
 	}
 	hostWantStatus(t, rep, "mtu", HostOK)
 	c = hostWantStatus(t, rep, "port mlx5_0/1", HostWarn)
-	if !strings.Contains(c.Detail, "DOWN, Disabled") || !hostHasFinding(rep, "ib-port-not-active", SevWarn) {
+	if !strings.Contains(c.Detail, "DOWN, physical state Disabled") || !strings.Contains(c.Fix, "ip link set dev eth0 up") || !hostHasFinding(rep, "ibv-port-not-active", SevWarn) {
 		t.Errorf("down port: %+v", c)
 	}
 }
@@ -503,6 +506,190 @@ func TestHostToolsParsed(t *testing.T) {
 	for _, want := range []string{"gpu-no-local-nic", "roce-gid-index"} {
 		if !codes[want] {
 			t.Errorf("host findings lack %s: %v", want, codes)
+		}
+	}
+}
+
+// hostAddFiles writes more files into a tree made by hostTree.
+func hostAddFiles(t *testing.T, root string, files map[string]string) {
+	t.Helper()
+	for p, c := range files {
+		full := filepath.Join(root, p)
+		if strings.HasSuffix(p, "/") {
+			if err := os.MkdirAll(full, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(c+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestHostMTUAmongRDMANetdevs: different MTUs warn only among the netdevs
+// of RDMA ports (GID netdevs, device/net), not for a management interface.
+func TestHostMTUAmongRDMANetdevs(t *testing.T) {
+	for _, via := range []string{"gid", "device-net"} {
+		root := hostRoCETree(t, true)
+		const ib = "sys/class/infiniband/mlx5_1/"
+		files := map[string]string{
+			ib + "ports/1/state":           "4: ACTIVE",
+			ib + "ports/1/phys_state":      "5: LinkUp",
+			ib + "ports/1/link_layer":      "Ethernet",
+			"sys/class/net/eth1/mtu":       "1500",
+			"sys/class/net/eth1/operstate": "up",
+			"sys/class/net/eth1/type":      "1",
+			"sys/class/net/eth1/device/":   "",
+		}
+		if via == "gid" {
+			files[ib+"ports/1/gids/0"] = hostSysfsGID("v4", [4]byte{10, 0, 1, 1})
+			files[ib+"ports/1/gid_attrs/types/0"] = "RoCE v2"
+			files[ib+"ports/1/gid_attrs/ndevs/0"] = "eth1"
+		} else {
+			files[ib+"device/net/eth1/"] = ""
+		}
+		hostAddFiles(t, root, files)
+		rep, err := CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, Env: []string{}, RunTool: hostNoTools})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := hostWantStatus(t, rep, "mtu", HostWarn)
+		if !strings.Contains(m.Detail, "eth0=9000, eth1=1500") || strings.Contains(m.Detail, "ens1") || !hostHasFinding(rep, "mtu-mismatch", SevWarn) {
+			t.Errorf("%s: mtu %+v", via, m)
+		}
+	}
+}
+
+// TestHostSharesIBVChecks: the sysfs view of a port gets the same codes as
+// ParseIBV on the same port printed by ibstatus and show_gids, and an
+// ibv_devinfo run on the host does not repeat them.
+func TestHostSharesIBVChecks(t *testing.T) {
+	const port = "sys/class/infiniband/mlx5_0/ports/1/"
+	root := hostTree(t, map[string]string{
+		port + "state":             "1: DOWN",
+		port + "phys_state":        "3: Disabled",
+		port + "link_layer":        "Ethernet",
+		port + "gids/0":            hostSysfsGID("fe80", [4]byte{}),
+		port + "gids/1":            hostSysfsGID("v4", [4]byte{10, 0, 0, 1}),
+		port + "gid_attrs/types/0": "IB/RoCE v1",
+		port + "gid_attrs/types/1": "IB/RoCE v1",
+		port + "gid_attrs/ndevs/0": "eth0",
+		port + "gid_attrs/ndevs/1": "eth0",
+		"dev/infiniband/uverbs0":   "",
+	})
+	devinfo := "hca_id:\tmlx5_0\n\tport:\t1\n\t\tstate:\t\t\tPORT_DOWN (1)\n\t\tphys_state:\t\tDISABLED (3)\n\t\tlink_layer:\t\tEthernet\n"
+	run := func(ctx context.Context, name string, args ...string) ([]byte, error) {
+		if name == "ibv_devinfo" {
+			return []byte(devinfo), nil
+		}
+		return nil, &exec.Error{Name: name, Err: exec.ErrNotFound}
+	}
+	rep, err := CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, Env: []string{}, RunTool: run})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ibv := ibvParse(t, "Infiniband device 'mlx5_0' port 1 status:\n\tstate:\t\t 1: DOWN\n\tphys state:\t 3: Disabled\n\tlink_layer:\t Ethernet\n"+
+		"DEV\tPORT\tINDEX\tGID\t\t\t\t\tIPv4 \t\tVER\tDEV\n"+
+		"mlx5_0\t1\t0\tfe80:0000:0000:0000:0202:c9ff:fe00:0001\t\t\tv1\teth0\n"+
+		"mlx5_0\t1\t1\t0000:0000:0000:0000:0000:ffff:0a00:0001\t10.0.0.1  \tv1\teth0\n")
+	want := tablesCodes(ibv.Findings, "")
+	got := tablesCodes(rep.Findings, "")
+	if len(want) != 3 || want["ibv-port-not-active"] != 1 || want["roce-no-v2-gid"] != 1 || want["roce-link-layer"] != 1 {
+		t.Fatalf("ParseIBV: %v", ibv.Findings)
+	}
+	for code := range want {
+		if got[code] != 1 {
+			t.Errorf("host has %d %s, want 1 (ParseIBV's); host findings %v", got[code], code, rep.Findings)
+		}
+	}
+	if got["ib-port-not-active"] != 0 {
+		t.Errorf("old code: %v", rep.Findings)
+	}
+	hostWantStatus(t, rep, "port mlx5_0/1", HostWarn)
+	hostWantStatus(t, rep, "gids mlx5_0/1", HostWarn)
+	hostWantStatus(t, rep, "ibv_devinfo", HostOK)
+
+	// An empty GID table is the sysfs view's own knowledge (listings may
+	// leave GIDs out); the IPv4 GID index differing between ports is the
+	// shared fleet check.
+	root = hostRoCETree(t, true)
+	const p1 = "sys/class/infiniband/mlx5_1/ports/1/"
+	hostAddFiles(t, root, map[string]string{
+		p1 + "state": "4: ACTIVE", p1 + "phys_state": "5: LinkUp", p1 + "link_layer": "Ethernet",
+		"sys/class/infiniband/mlx5_2/ports/1/state":             "4: ACTIVE",
+		"sys/class/infiniband/mlx5_2/ports/1/link_layer":        "Ethernet",
+		"sys/class/infiniband/mlx5_2/ports/1/gids/5":            hostSysfsGID("v4", [4]byte{10, 0, 2, 1}),
+		"sys/class/infiniband/mlx5_2/ports/1/gid_attrs/types/5": "RoCE v2",
+	})
+	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, Env: []string{}, RunTool: hostNoTools})
+	hostWantStatus(t, rep, "gids mlx5_1/1", HostWarn)
+	if !hostHasFinding(rep, "roce-no-gid", SevWarn) {
+		t.Errorf("no roce-no-gid: %v", rep.Findings)
+	}
+	if f, ok := tablesFindingWith(rep.Findings, "roce-gid-index-differs", "3 on mlx5_0 port 1; 5 on mlx5_2 port 1"); !ok || f.Severity != SevWarn {
+		t.Errorf("differs: %v", rep.Findings)
+	}
+}
+
+// TestHostEnvIBHCA: NCCL_IB_HCA against /sys/class/infiniband, with NCCL's
+// syntax: prefixes by default, "=" exact, "^" exclude, ":port".
+func TestHostEnvIBHCA(t *testing.T) {
+	root := hostRoCETree(t, true) // mlx5_0 port 1
+	for _, c := range []struct {
+		spec, status, code string
+	}{
+		{"mlx5", "", ""},
+		{"mlx5_0:1", "", ""},
+		{"=mlx5_0", "", ""},
+		{"mlx5_0,mlx5_1", HostWarn, "env-ib-hca-unknown"},
+		{"mlx5_0:1,mlx5_0:2", HostWarn, "env-ib-hca-unknown"},
+		{"mlx5_1", HostError, "env-ib-hca-none"},
+		{"=mlx5", HostError, "env-ib-hca-none"},
+		{"mlx5_0:2", HostError, "env-ib-hca-none"},
+		{"ibp", HostError, "env-ib-hca-none"},
+		{"^mlx5", HostError, "env-ib-hca-none"},
+		{"^=mlx5_0", HostError, "env-ib-hca-none"},
+		{"^=mlx5", HostInfo, "env-ib-hca-unknown"},
+		{"^mlx5_3", HostInfo, "env-ib-hca-unknown"},
+	} {
+		rep, err := CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, RunTool: hostNoTools, Env: []string{"NCCL_IB_HCA=" + c.spec}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		chk, ok := hostCheckByName(rep, "env NCCL_IB_HCA")
+		if c.status == "" {
+			if ok {
+				t.Errorf("%s: flagged %+v", c.spec, chk)
+			}
+			continue
+		}
+		if !ok || chk.Status != c.status || !hostHasFinding(rep, c.code, map[string]Severity{HostError: SevError, HostWarn: SevWarn, HostInfo: SevInfo}[c.status]) {
+			t.Errorf("%s: %+v, want %s %s", c.spec, chk, c.status, c.code)
+		}
+	}
+}
+
+// TestHostEnvDisableIntegers: NCCL reads the *_DISABLE variables as
+// integers: any value other than 0 disables.
+func TestHostEnvDisableIntegers(t *testing.T) {
+	root := hostRoCETree(t, true)
+	for _, c := range []struct {
+		val  string
+		warn bool
+		bad  bool
+	}{{"1", true, false}, {"2", true, false}, {" 1", true, false}, {"0x1", true, false}, {"-1", true, false},
+		{"0", false, false}, {"00", false, false}, {"0x0", false, false}, {"yes", false, true}} {
+		for _, v := range []struct{ name, code string }{
+			{"NCCL_IB_DISABLE", "env-ib-disabled"}, {"NCCL_P2P_DISABLE", "env-p2p-disabled"}, {"NCCL_SHM_DISABLE", "env-shm-disabled"},
+		} {
+			rep, _ := CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, RunTool: hostNoTools, Env: []string{v.name + "=" + c.val}})
+			if hostHasFinding(rep, v.code, SevWarn) != c.warn || hostHasFinding(rep, "env-not-integer", SevWarn) != c.bad {
+				t.Errorf("%s=%q: %v", v.name, c.val, rep.Findings)
+			}
 		}
 	}
 }
