@@ -109,16 +109,18 @@ type ibvParser struct {
 	dev     int // index into rep.Devices, -1 none
 	port    int // index into the device's ports, -1 none
 	pending string
+	// indexes, so that a line costs no scan of what was read before
+	devs  map[string]int // name -> index into rep.Devices
+	ports map[[2]int]int // device, port number -> index into its Ports
+	gids  map[[3]int]int // device, port index, GID index -> index into its GIDs
 }
 
 func (p *ibvParser) device(name, source string) {
 	p.port = -1
-	for i := range p.rep.Devices {
-		if p.rep.Devices[i].Name == name {
-			p.dev = i
-			p.addSource(source)
-			return
-		}
+	if i, ok := p.devs[name]; ok {
+		p.dev = i
+		p.addSource(source)
+		return
 	}
 	if len(p.rep.Devices) >= 1024 {
 		p.dev = len(p.rep.Devices) - 1
@@ -126,6 +128,7 @@ func (p *ibvParser) device(name, source string) {
 	}
 	p.rep.Devices = append(p.rep.Devices, IBVDevice{Name: name, Ports: []IBVPort{}, Sources: []string{}})
 	p.dev = len(p.rep.Devices) - 1
+	p.devs[name] = p.dev
 	p.addSource(source)
 }
 
@@ -141,11 +144,9 @@ func (p *ibvParser) addSource(s string) {
 
 func (p *ibvParser) portNum(num int) {
 	d := &p.rep.Devices[p.dev]
-	for i := range d.Ports {
-		if d.Ports[i].Port == num {
-			p.port = i
-			return
-		}
+	if i, ok := p.ports[[2]int{p.dev, num}]; ok {
+		p.port = i
+		return
 	}
 	if len(d.Ports) >= 256 {
 		p.port = len(d.Ports) - 1
@@ -153,6 +154,7 @@ func (p *ibvParser) portNum(num int) {
 	}
 	d.Ports = append(d.Ports, IBVPort{Port: num, GIDs: []IBVGID{}})
 	p.port = len(d.Ports) - 1
+	p.ports[[2]int{p.dev, num}] = p.port
 }
 
 // ensure makes sure a device and port exist for a line that needs them.
@@ -174,7 +176,8 @@ func (p *ibvParser) ensure(source string) *IBVPort {
 // (see above) and checks the ports: state, MTU consistency, RoCE GIDs. It
 // fails only when r fails.
 func ParseIBV(r io.Reader) (*IBVReport, error) {
-	p := &ibvParser{rep: &IBVReport{Devices: []IBVDevice{}, Findings: []Finding{}}, dev: -1, port: -1}
+	p := &ibvParser{rep: &IBVReport{Devices: []IBVDevice{}, Findings: []Finding{}}, dev: -1, port: -1,
+		devs: map[string]int{}, ports: map[[2]int]int{}, gids: map[[3]int]int{}}
 	showGids := false
 	_, err := tablesReadLines(r, func(n int, raw string) {
 		line := strings.TrimSpace(tablesClean(raw))
@@ -234,7 +237,7 @@ func ParseIBV(r io.Reader) (*IBVReport, error) {
 				return
 			}
 			g := ibvMakeGID(idx, m[2], strings.Join(strings.Fields(m[3]), " "))
-			ibvPutGID(port, g)
+			p.putGID(port, g)
 			return
 		}
 		if m := ibvKeyValueRe.FindStringSubmatch(line); m != nil {
@@ -258,22 +261,22 @@ func ParseIBV(r io.Reader) (*IBVReport, error) {
 	return p.rep, nil
 }
 
-// ibvPutGID adds g to the port, replacing an entry of the same index and
-// keeping the fields the new one lacks.
-func ibvPutGID(port *IBVPort, g IBVGID) {
-	for i := range port.GIDs {
-		if port.GIDs[i].Index == g.Index {
-			old := port.GIDs[i]
-			if g.Type == "" {
-				g.Type = old.Type
-			}
-			if g.Netdev == "" {
-				g.Netdev = old.Netdev
-			}
-			port.GIDs[i] = g
-			return
+// putGID adds g to the current port, replacing an entry of the same index
+// and keeping the fields the new one lacks.
+func (p *ibvParser) putGID(port *IBVPort, g IBVGID) {
+	key := [3]int{p.dev, p.port, g.Index}
+	if i, ok := p.gids[key]; ok {
+		old := port.GIDs[i]
+		if g.Type == "" {
+			g.Type = old.Type
 		}
+		if g.Netdev == "" {
+			g.Netdev = old.Netdev
+		}
+		port.GIDs[i] = g
+		return
 	}
+	p.gids[key] = len(port.GIDs)
 	port.GIDs = append(port.GIDs, g)
 }
 
@@ -336,7 +339,7 @@ func (p *ibvParser) showGidsRow(line string) bool {
 		pt.LinkLayer = "Ethernet" // only RoCE ports have v1/v2 GIDs
 	}
 	if len(pt.GIDs) < 1024 {
-		ibvPutGID(pt, g)
+		p.putGID(pt, g)
 	}
 	return true
 }
@@ -437,7 +440,7 @@ func (p *ibvParser) keyValue(key, val string) {
 	case "default_gid":
 		// ibstatus: the GID at index 0
 		if len(pt.GIDs) == 0 {
-			pt.GIDs = append(pt.GIDs, ibvMakeGID(0, strings.TrimSpace(val), ""))
+			p.putGID(pt, ibvMakeGID(0, strings.TrimSpace(val), ""))
 		}
 	}
 }
