@@ -23,6 +23,48 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// Live host checks
+//
+// CheckHost reads sysfs, procfs and /dev under HostOptions.Root, the
+// environment, and the output of nvidia-smi topo -m and ibv_devinfo. The
+// RDMA ports it reads from sysfs are judged by ParseIBV's checks (see
+// ibv.go: ibv-port-not-active, roce-no-gid, roce-no-v2-gid, roce-gid-index,
+// roce-only-link-local-gid, roce-no-ipv4-gid, roce-gid-index-differs,
+// roce-link-layer); the tools' outputs add ParseTopo's and ParseIBV's
+// findings, without repeating a code for a port already judged. Its own
+// finding codes (severity):
+//
+//	rdma-none               info         no RDMA device: NCCL and goccl use TCP
+//	rdma-dev-missing        error        sysfs lists devices but /dev/infiniband has no uverbs (container)
+//	rdma-sysfs-missing      warn         /dev/infiniband without /sys/class/infiniband
+//	rdma-no-ports           warn         a device without ports in sysfs
+//	roce-netdev-mtu         info         a RoCE netdev MTU below what a 4096-byte path MTU needs
+//	env-gid-index-bad       error        NCCL_IB_GID_INDEX is not a number
+//	env-gid-index-empty     error        NCCL_IB_GID_INDEX names an empty GID slot
+//	env-gid-index-v1        warn         NCCL_IB_GID_INDEX names a RoCE v1 GID
+//	env-gid-index-not-ipv4  info         NCCL_IB_GID_INDEX names a RoCE v2 GID other than the IPv4 one
+//	mtu-mismatch            warn, info   MTUs differ among RDMA netdevs (warn) or other up interfaces (info)
+//	shm-missing             warn         /dev/shm cannot be statfs'd
+//	shm-small               warn         /dev/shm under 1 GiB
+//	shm-full                warn         under 1 GiB free in /dev/shm
+//	port-range-narrow       warn         ip_local_port_range narrower than 10000 ports
+//	port-range-unparsable   warn         ip_local_port_range unreadable as two numbers
+//	numa-nodes              info         several NUMA nodes (and the RDMA devices' nodes)
+//	env-not-integer         warn         an NCCL_*_DISABLE value that is not an integer (NCCL ignores it)
+//	env-p2p-disabled        warn         NCCL_P2P_DISABLE is a non-zero integer
+//	env-shm-disabled        warn         NCCL_SHM_DISABLE is a non-zero integer
+//	env-ib-disabled         warn, info   NCCL_IB_DISABLE is a non-zero integer (info without RDMA devices)
+//	env-ib-hca-none         error        NCCL_IB_HCA selects no port here: NCCL silently uses NET/Socket
+//	env-ib-hca-unknown      warn, info   NCCL_IB_HCA entries naming no device or port here (info when excluded)
+//	env-socket-threads-bad  warn         NCCL_SOCKET_NTHREADS / NCCL_NSOCKS_PERTHREAD not positive numbers
+//	env-socket-threads      warn         their product above NCCL's 64 sockets (or threads above 16)
+//	env-debug-on            info         NCCL_DEBUG=INFO or TRACE
+//	env-socket-ifname-none  error        NCCL_SOCKET_IFNAME / GOCCL_SOCKET_IFNAME selects no up interface
+//	env-socket-ifname-lo    error, warn, info  it selects only loopback (error across hosts, info on one)
+//	env-goccl-unknown       warn         a GOCCL_* variable goccl does not read
+//	env-goccl-timeout       error        GOCCL_TIMEOUT unparsable
+//	tool-failed             warn         nvidia-smi or ibv_devinfo exited with an error
+
 // HostOptions says where and how CheckHost looks.
 type HostOptions struct {
 	// Root is the file system root under which /sys, /proc and /dev are

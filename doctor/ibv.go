@@ -33,7 +33,25 @@ import (
 // by name. GID lines before any device header (a pasted excerpt) go to the
 // device named by an "ibv_devinfo -d NAME" command line if one precedes
 // them, else to a device named "?"; a GID line before any port goes to
-// port 1. MTUs are bytes, rates Gb/s.
+// port 1. MTUs are bytes, rates Gb/s (1 Gb = 1e9 bits).
+//
+// The checks (ibvPortFindings per port, ibvFleetFindings across ports) are
+// also what CheckHost runs on the ports it reads from sysfs, so a
+// condition has one code whichever way it was seen.
+//
+// Finding codes (severity):
+//
+//	ibv-no-devices            warn        no RDMA device in the input
+//	ibv-port-not-active       warn        a port whose state is not ACTIVE
+//	ibv-mtu-below-max         info        an active port's active MTU below its max MTU
+//	ibv-mtu-mismatch          warn        active ports of one link layer differ in active MTU
+//	roce-no-gid               warn        a RoCE port with an empty GID table (sysfs only)
+//	roce-no-v2-gid            warn        a RoCE port with only RoCE v1 GIDs
+//	roce-gid-index            info, warn  the IPv4-mapped RoCE v2 GID to use (warn when a link-local v2 GID is there too)
+//	roce-only-link-local-gid  warn        the only RoCE v2 GIDs are link-local
+//	roce-no-ipv4-gid          info        RoCE v2 GIDs, global IPv6 only
+//	roce-gid-index-differs    warn        the IPv4 RoCE v2 GID sits at different indices on different ports
+//	roce-link-layer           info        ports with link layer Ethernet (RoCE)
 
 // IBVReport is what ParseIBV found.
 type IBVReport struct {
@@ -66,7 +84,7 @@ type IBVPort struct {
 	ActiveMTU  int      `json:"active_mtu,omitempty"` // bytes
 	MaxMTU     int      `json:"max_mtu,omitempty"`    // bytes
 	Rate       string   `json:"rate,omitempty"`       // as printed
-	RateGbps   float64  `json:"rate_gbps,omitempty"`
+	RateGbps   float64  `json:"rate_gbps,omitempty"`  // Gb/s, 1 Gb = 1e9 bits
 	LID        string   `json:"lid,omitempty"`
 	Netdev     string   `json:"netdev,omitempty"`
 	GIDs       []IBVGID `json:"gids"`

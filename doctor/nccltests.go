@@ -51,16 +51,42 @@ import (
 //
 // The rank count n: the number of "#  Rank N" lines under "# Using devices"
 // (all processes print there through rank 0); else nThread*nGpus of the
-// "# nThread" line times the -np/-n of an mpirun/srun command line; else
-// -t/-g of the program's command line times -np; else size/(count*typesize)
-// where that ratio is the rank count (all_gather, reduce_scatter, alltoall).
-// NCCLTest.RanksFrom says which ("devices", "config", "command",
-// "size-count").
+// "# nThread" line times the process count of a launcher command line;
+// else -t/-g of the program's command line times that count; else
+// size/(count*typesize) where that ratio is the rank count (all_gather,
+// reduce_scatter, alltoall, hypercube). NCCLTest.RanksFrom says which
+// ("devices", "config", "command", "size-count").
+//
+// The process count is read from the launcher's flags before the program
+// name only (after it, -n is nccl-tests' iteration count), including
+// continuation lines ("\" or a quoted "> " block): -n, -np, --np, -c
+// (Open MPI) and srun's -n/--ntasks are the total; srun's -N/--nodes is
+// nodes (times --ntasks-per-node, else one task per node, srun's default
+// without -c); Open MPI's -N, -npernode, --map-by ppr:N:node and Hydra's
+// -ppn are per node, times the hosts of -H/--host. A launcher whose count
+// is not on its command line (a hostfile, an allocation) leaves n unknown;
+// no launcher means one process (or goccl perf's own -np).
 //
 // busbw is recomputed from algbw with nccl-tests' factors: all_reduce
-// 2(n-1)/n; all_gather, reduce_scatter, alltoall, gather, scatter (n-1)/n;
-// broadcast, reduce, sendrecv 1. Both numbers are printed with two decimals,
-// so a row disagrees when |busbw - algbw*f| > 0.005*(f+1) + 1e-9.
+// 2(n-1)/n; all_gather, reduce_scatter, alltoall, gather, scatter,
+// hypercube (n-1)/n; broadcast, reduce, sendrecv 1. Both numbers are
+// printed with two decimals, so a row disagrees when
+// |busbw - algbw*f| > 0.005*(f+1) + 1e-9.
+//
+// Finding codes (severity):
+//
+//	no-results              warn   no result row in the input
+//	collective-unknown      info   a table's collective could not be told; busbw not checked
+//	ranks-unknown           info   the rank count is unknown and the collective's factor needs it
+//	busbw-mismatch          warn   rows whose busbw is not algbw times the collective's factor
+//	wrong-results           error  rows with #wrong > 0 (or an old-format error above tolerance)
+//	out-of-bounds-values    error  "# Out of bounds values" above 0
+//	avg-busbw               info   the "# Avg bus bandwidth" footer and the peak
+//	avg-busbw-mismatch      info   the rows do not average to the footer (trimmed or edited)
+//	peak-busbw              info   the peak busbw of a table without a footer
+//	busbw-below-expected    warn   sizes >= 64 MiB below 80 % of NCCLTestsOptions.ExpectBusBW
+//	expect-busbw-unchecked  info   ExpectBusBW given but no size >= 64 MiB
+//	input-truncated         info   only the first 1<<20 lines were read
 
 // NCCLTestsOptions tunes ReadNCCLTests.
 type NCCLTestsOptions struct {
@@ -98,13 +124,14 @@ type NCCLTest struct {
 	// Line is the input line of the first row (1-based).
 	Line int            `json:"line"`
 	Rows []NCCLTestsRow `json:"rows"`
-	// AvgBusBW is the "# Avg bus bandwidth" footer, GB/s; HasAvg says
-	// whether it was there.
+	// AvgBusBW is the "# Avg bus bandwidth" footer, GB/s (1 GB = 1e9 B);
+	// HasAvg says whether it was there.
 	AvgBusBW float64 `json:"avg_busbw_gbs"`
 	HasAvg   bool    `json:"has_avg"`
 	// OutOfBounds is the "# Out of bounds values" count, -1 when absent.
 	OutOfBounds int64 `json:"out_of_bounds"`
-	// PeakBusBW is the largest busbw of any row (GB/s) and PeakSize its size.
+	// PeakBusBW is the largest busbw of any row, GB/s (1 GB = 1e9 B), and
+	// PeakSize that row's message size in bytes.
 	PeakBusBW float64 `json:"peak_busbw_gbs"`
 	PeakSize  int64   `json:"peak_size"`
 }
@@ -128,9 +155,9 @@ type NCCLTestsRow struct {
 
 // NCCLTestsResult is one half of a row.
 type NCCLTestsResult struct {
-	TimeUS float64 `json:"time_us"`
-	AlgBW  float64 `json:"algbw_gbs"`
-	BusBW  float64 `json:"busbw_gbs"`
+	TimeUS float64 `json:"time_us"`   // microseconds
+	AlgBW  float64 `json:"algbw_gbs"` // GB/s, 1 GB = 1e9 B: size / time
+	BusBW  float64 `json:"busbw_gbs"` // GB/s, 1 GB = 1e9 B: algbw times the collective's factor
 	// Wrong is the #wrong count; -1 for "N/A". In the old format it is
 	// 0 or 1 (error above the type's tolerance) and Error holds the value.
 	Wrong int64   `json:"wrong"`

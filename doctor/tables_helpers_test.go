@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -121,6 +122,29 @@ func TestTablesSortFindings(t *testing.T) {
 	for i := 0; i < n/2; i++ {
 		if big[i].Severity != SevError || big[i].Message != strconv.Itoa(i+n/2) || big[i+n/2].Severity != SevInfo {
 			t.Fatalf("position %d: %+v", i, big[i])
+		}
+	}
+}
+
+// TestFindingCodesDocumented: every finding code a reader's source emits
+// has a row in that file's list of codes ("//\tcode  severity  meaning").
+func TestFindingCodesDocumented(t *testing.T) {
+	emit := regexp.MustCompile(`(?:Code:\s*|add\(\w+,\s*|Host(?:Error|Warn|Info),\s*)"([a-z0-9]+(?:-[a-z0-9]+)+)"`)
+	for _, file := range []string{"nccltests.go", "topo.go", "ibv.go", "host.go"} {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := string(b)
+		n := 0
+		for _, m := range emit.FindAllStringSubmatch(src, -1) {
+			n++
+			if !regexp.MustCompile(`(?m)^//\t` + regexp.QuoteMeta(m[1]) + ` +(error|warn|info)`).MatchString(src) {
+				t.Errorf("%s: code %s is not in the file's list of codes", file, m[1])
+			}
+		}
+		if n < 5 {
+			t.Errorf("%s: only %d codes found: the pattern no longer matches the source", file, n)
 		}
 	}
 }

@@ -34,6 +34,22 @@ import (
 // ranked PIX < PXB < PHB < NODE < SYS (an NV# link to a NIC, as on systems
 // with NVLink-attached NICs, ranks first). The GPU row's cell is used, the
 // NIC row's cell for the same pair when the GPU row is cut short.
+//
+// The header is a line starting with a GPU column followed by another
+// device column or, on a one-GPU machine, by the "CPU Affinity" or "NUMA
+// Affinity" title.
+//
+// Finding codes (severity):
+//
+//	topo-no-matrix           warn   no matrix header in the input
+//	topo-truncated-rows      info   rows with fewer cells than devices
+//	topo-missing-row         info   a GPU column without its row
+//	topo-nic-legend-missing  info   NIC columns without a "NIC Legend" entry
+//	topo-no-nics             info   the matrix lists no NIC
+//	gpu-no-local-nic         warn   a GPU's nearest NIC is NODE or SYS away
+//	gpu-nic-phb              info   a GPU's nearest NIC is PHB (beyond NCCL's default GDR level)
+//	nic-shared               info   a NIC is the nearest of several GPUs
+//	gpu-no-nvlink            info   a GPU without NVLink while others have it
 
 // TopoReport is what ParseTopo found.
 type TopoReport struct {
