@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,6 +22,48 @@ import (
 
 	"golang.org/x/sys/unix"
 )
+
+// Live host checks
+//
+// CheckHost reads sysfs, procfs and /dev under HostOptions.Root, the
+// environment, and the output of nvidia-smi topo -m and ibv_devinfo. The
+// RDMA ports it reads from sysfs are judged by ParseIBV's checks (see
+// ibv.go: ibv-port-not-active, roce-no-gid, roce-no-v2-gid, roce-gid-index,
+// roce-only-link-local-gid, roce-no-ipv4-gid, roce-gid-index-differs,
+// roce-link-layer); the tools' outputs add ParseTopo's and ParseIBV's
+// findings, without repeating a code for a port already judged. Its own
+// finding codes (severity):
+//
+//	rdma-none               info         no RDMA device: NCCL and goccl use TCP
+//	rdma-dev-missing        error        sysfs lists devices but /dev/infiniband has no uverbs (container)
+//	rdma-sysfs-missing      warn         /dev/infiniband without /sys/class/infiniband
+//	rdma-no-ports           warn         a device without ports in sysfs
+//	roce-netdev-mtu         info         a RoCE netdev MTU below what a 4096-byte path MTU needs
+//	env-gid-index-bad       error        NCCL_IB_GID_INDEX is not a number
+//	env-gid-index-empty     error        NCCL_IB_GID_INDEX names an empty GID slot
+//	env-gid-index-v1        warn         NCCL_IB_GID_INDEX names a RoCE v1 GID
+//	env-gid-index-not-ipv4  info         NCCL_IB_GID_INDEX names a RoCE v2 GID other than the IPv4 one
+//	mtu-mismatch            warn, info   MTUs differ among RDMA netdevs (warn) or other up interfaces (info)
+//	shm-missing             warn         /dev/shm cannot be statfs'd
+//	shm-small               warn         /dev/shm under 1 GiB
+//	shm-full                warn         under 1 GiB free in /dev/shm
+//	port-range-narrow       warn         ip_local_port_range narrower than 10000 ports
+//	port-range-unparsable   warn         ip_local_port_range unreadable as two numbers
+//	numa-nodes              info         several NUMA nodes (and the RDMA devices' nodes)
+//	env-not-integer         warn         an NCCL_*_DISABLE value that is not an integer (NCCL ignores it)
+//	env-p2p-disabled        warn         NCCL_P2P_DISABLE is a non-zero integer
+//	env-shm-disabled        warn         NCCL_SHM_DISABLE is a non-zero integer
+//	env-ib-disabled         warn, info   NCCL_IB_DISABLE is a non-zero integer (info without RDMA devices)
+//	env-ib-hca-none         error        NCCL_IB_HCA selects no port here: NCCL silently uses NET/Socket
+//	env-ib-hca-unknown      warn, info   NCCL_IB_HCA entries naming no device or port here (info when excluded)
+//	env-socket-threads-bad  warn         NCCL_SOCKET_NTHREADS / NCCL_NSOCKS_PERTHREAD not positive numbers
+//	env-socket-threads      warn         their product above NCCL's 64 sockets (or threads above 16)
+//	env-debug-on            info         NCCL_DEBUG=INFO or TRACE
+//	env-socket-ifname-none  error        NCCL_SOCKET_IFNAME / GOCCL_SOCKET_IFNAME selects no up interface
+//	env-socket-ifname-lo    error, warn, info  it selects only loopback (error across hosts, info on one)
+//	env-goccl-unknown       warn         a GOCCL_* variable goccl does not read
+//	env-goccl-timeout       error        GOCCL_TIMEOUT unparsable
+//	tool-failed             warn         nvidia-smi or ibv_devinfo exited with an error
 
 // HostOptions says where and how CheckHost looks.
 type HostOptions struct {
@@ -39,6 +82,13 @@ type HostOptions struct {
 	// timeout of 15 s unless ctx has an earlier deadline; the returned
 	// error wraps exec.ErrNotFound when the program is not installed.
 	RunTool func(ctx context.Context, name string, args ...string) ([]byte, error)
+	// Statfs returns the size of the file system holding path and the bytes
+	// available to an unprivileged user; it is for tests and for callers
+	// that know better than statfs(2) (a container whose /dev/shm is
+	// accounted elsewhere). nil means statfs(2). With a Root other than "/"
+	// path is under Root, and statfs(2) there describes whatever file system
+	// holds the tree (a test's temporary directory), not a tmpfs.
+	Statfs func(path string) (size, free uint64, err error)
 }
 
 // Check statuses of a HostCheck.
@@ -188,9 +238,13 @@ var hostTools = []struct {
 
 // hostRun accumulates the report while the checks run.
 type hostRun struct {
-	rep  *HostReport
-	root string
-	env  map[string]string
+	rep    *HostReport
+	root   string
+	env    map[string]string
+	statfs func(path string) (size, free uint64, err error)
+	// rdmaNetdevs are the network interfaces behind RDMA ports: GID netdevs
+	// and /sys/class/infiniband/*/device/net entries.
+	rdmaNetdevs map[string]bool
 }
 
 // check appends a check and, for warn, error and info statuses with a code,
@@ -271,7 +325,10 @@ func CheckHost(ctx context.Context, opt HostOptions) (*HostReport, error) {
 	if envList == nil {
 		envList = os.Environ()
 	}
-	h := &hostRun{rep: &HostReport{Root: root}, root: root, env: map[string]string{}}
+	h := &hostRun{rep: &HostReport{Root: root}, root: root, env: map[string]string{}, statfs: opt.Statfs, rdmaNetdevs: map[string]bool{}}
+	if h.statfs == nil {
+		h.statfs = hostStatfs
+	}
 	for _, kv := range envList {
 		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
 			h.env[k] = v
@@ -365,32 +422,68 @@ func (h *hostRun) checkRDMA() {
 	for _, name := range sysDevs {
 		h.rep.RDMA = append(h.rep.RDMA, h.readRDMADevice(name))
 	}
+	// The port, GID and cross-port checks are ParseIBV's, run on the sysfs
+	// view (one implementation, one code per condition); the container,
+	// netdev MTU and NCCL_IB_GID_INDEX checks are the host's own.
 	gidEnv, gidEnvSet := h.env["NCCL_IB_GID_INDEX"]
-	gidIndexes := map[int][]string{}
+	var ports []ibvNamedPort
 	for _, d := range h.rep.RDMA {
 		if len(d.Ports) == 0 {
 			h.check("rdma "+d.Name, HostWarn, "rdma-no-ports", "no ports under /sys/class/infiniband/"+d.Name+"/ports", "check the driver (dmesg) and the firmware")
 		}
 		for _, p := range d.Ports {
-			h.checkPort(d, p)
-			if p.LinkLayer == "Ethernet" && p.GIDIndex >= 0 {
-				gidIndexes[p.GIDIndex] = append(gidIndexes[p.GIDIndex], fmt.Sprintf("%s/%d", d.Name, p.Port))
-			}
+			ip := hostIBVPort(p)
+			ports = append(ports, ibvNamedPort{ibvPortName(d.Name, p.Port), ip})
+			h.checkPort(d, p, ibvPortFindings(ibvPortName(d.Name, p.Port), ip))
 			if gidEnvSet && p.LinkLayer == "Ethernet" {
 				h.checkGIDEnv(d, p, gidEnv)
 			}
 		}
 	}
-	if len(gidIndexes) > 1 {
-		var parts []string
-		for idx, ports := range gidIndexes {
-			parts = append(parts, fmt.Sprintf("%d on %s", idx, strings.Join(ports, ",")))
-		}
-		sort.Strings(parts)
-		h.check("roce gid index", HostWarn, "roce-gid-index-differs",
-			"the IPv4 RoCE v2 GID sits at different indexes: "+strings.Join(parts, "; ")+"; NCCL_IB_GID_INDEX is one value for all HCAs",
-			"leave NCCL_IB_GID_INDEX unset so NCCL picks per HCA (NCCL_IB_ROCE_VERSION_NUM=2, NCCL_IB_ADDR_FAMILY=AF_INET), or restrict NCCL_IB_HCA to ports that agree")
+	for _, f := range ibvFleetFindings(ports) {
+		h.checkFinding("rdma "+f.Code, f)
 	}
+}
+
+// hostIBVPort is a sysfs port as ParseIBV would have read it.
+func hostIBVPort(p HostRDMAPort) *IBVPort {
+	ip := &IBVPort{Port: p.Port, State: p.State, PhysState: p.PhysState, LinkLayer: p.LinkLayer, Rate: p.Rate,
+		Netdev: p.Netdev, GIDs: []IBVGID{}, gidsComplete: true}
+	if f := strings.Fields(p.Rate); len(f) > 0 {
+		if g, err := strconv.ParseFloat(f[0], 64); err == nil && g >= 0 && g < 1e6 {
+			ip.RateGbps = g
+		}
+	}
+	for _, g := range p.GIDs {
+		// sysfs types: "IB/RoCE v1" (IB on InfiniBand, RoCE v1 on Ethernet), "RoCE v2"
+		typ := ""
+		switch {
+		case hostIsRoCEv2(g.Type):
+			typ = "RoCE v2"
+		case g.Type != "" && p.LinkLayer == "Ethernet":
+			typ = "RoCE v1"
+		case g.Type != "":
+			typ = "IB"
+		}
+		ig := ibvMakeGID(g.Index, g.GID, typ)
+		ig.Netdev = g.Netdev
+		ip.GIDs = append(ip.GIDs, ig)
+	}
+	return ip
+}
+
+// checkFinding records a finding made elsewhere (ParseIBV's checks) as a
+// check line and a finding.
+func (h *hostRun) checkFinding(name string, f Finding) {
+	status := HostInfo
+	switch f.Severity {
+	case SevError:
+		status = HostError
+	case SevWarn:
+		status = HostWarn
+	}
+	h.rep.Checks = append(h.rep.Checks, HostCheck{Name: name, Status: status, Detail: f.Message, Fix: f.Fix})
+	h.rep.Findings = append(h.rep.Findings, f)
 }
 
 func (h *hostRun) readRDMADevice(name string) HostRDMADevice {
@@ -402,6 +495,9 @@ func (h *hostRun) readRDMADevice(name string) HostRDMADevice {
 		if n, err := strconv.Atoi(s); err == nil {
 			d.NUMANode = n
 		}
+	}
+	for _, n := range h.dir(base + "/device/net") {
+		h.rdmaNetdevs[n] = true
 	}
 	ports := h.dir(base + "/ports")
 	sort.Slice(ports, func(i, j int) bool { return hostAtoi(ports[i]) < hostAtoi(ports[j]) })
@@ -436,6 +532,9 @@ func (h *hostRun) readRDMADevice(name string) HostRDMADevice {
 			g := HostGID{Index: i, GID: a.String()}
 			g.Type, _ = h.read(pb + "/gid_attrs/types/" + gn)
 			g.Netdev, _ = h.read(pb + "/gid_attrs/ndevs/" + gn)
+			if g.Netdev != "" {
+				h.rdmaNetdevs[g.Netdev] = true
+			}
 			if p.Netdev == "" {
 				p.Netdev = g.Netdev
 			}
@@ -454,59 +553,34 @@ func (h *hostRun) readRDMADevice(name string) HostRDMADevice {
 	return d
 }
 
-func (h *hostRun) checkPort(d HostRDMADevice, p HostRDMAPort) {
+// checkPort reports a port's state and GID findings (ibvPortFindings on
+// the sysfs view) as the "port" and "gids" check lines, then compares a
+// RoCE port's netdev MTU with what a 4096-byte path MTU needs.
+func (h *hostRun) checkPort(d HostRDMADevice, p HostRDMAPort, fs []Finding) {
 	name := fmt.Sprintf("port %s/%d", d.Name, p.Port)
+	gname := fmt.Sprintf("gids %s/%d", d.Name, p.Port)
 	desc := fmt.Sprintf("%s, %s, %s", p.State, p.PhysState, p.LinkLayer)
 	if p.Rate != "" {
 		desc += ", " + p.Rate
 	}
-	if p.State != "ACTIVE" {
-		fix := "check the cable and the switch port (ibstat, ethtool); on InfiniBand a port stuck in INIT or ARMED has no subnet manager: start opensm or enable the switch's SM"
-		if p.LinkLayer == "Ethernet" {
-			fix = "bring the netdev up (ip link set dev " + hostOr(p.Netdev, "IF") + " up) and check the cable and switch port (ethtool " + hostOr(p.Netdev, "IF") + ")"
+	portDone, gidsDone := false, false
+	for _, f := range fs {
+		if strings.HasPrefix(f.Code, "roce-") {
+			h.checkFinding(gname, f)
+			gidsDone = true
+		} else {
+			h.checkFinding(name, f)
+			portDone = true
 		}
-		h.check(name, HostWarn, "ib-port-not-active", desc+": NCCL skips ports that are not ACTIVE", fix)
-	} else {
+	}
+	if !portDone {
 		h.check(name, HostOK, "", desc, "")
 	}
 	if p.LinkLayer != "Ethernet" {
 		return
 	}
-	// RoCE: GIDs and netdev MTU.
-	gname := fmt.Sprintf("gids %s/%d", d.Name, p.Port)
-	var v2, v2ip []string
-	for _, g := range p.GIDs {
-		if hostIsRoCEv2(g.Type) {
-			v2 = append(v2, strconv.Itoa(g.Index))
-			if a, err := netip.ParseAddr(g.GID); err == nil && !a.IsLinkLocalUnicast() {
-				v2ip = append(v2ip, strconv.Itoa(g.Index))
-			}
-		}
-	}
-	switch {
-	case len(p.GIDs) == 0:
-		h.check(gname, HostWarn, "roce-no-gid", "RoCE port with an empty GID table: its netdev "+hostOr(p.Netdev, "")+" has no address",
-			"give the port's netdev an IPv4 address (ip addr add A.B.C.D/N dev "+hostOr(p.Netdev, "IF")+"); the kernel adds the GIDs")
-	case len(v2) == 0:
-		h.check(gname, HostWarn, "roce-no-v2-gid", fmt.Sprintf("%d GIDs, none RoCE v2: only RoCE v1 (layer 2, no routing, needs PFC on every hop)", len(p.GIDs)),
-			"enable RoCE v2 in the NIC (mlxconfig / cma_roce_mode) or use a kernel whose driver registers v2 GIDs; rdma_rxe registers both")
-	case p.GIDIndex < 0:
-		detail := "RoCE v2 GIDs at " + strings.Join(v2, ",") + " but none IPv4-mapped (::ffff:a.b.c.d)"
-		if len(v2ip) == 0 {
-			detail += "; only link-local ones, which do not route"
-		}
-		h.check(gname, HostInfo, "roce-no-ipv4-gid", detail,
-			"give "+hostOr(p.Netdev, "the netdev")+" an IPv4 address, or set NCCL_IB_ADDR_FAMILY=AF_INET6 to use an IPv6 RoCE v2 GID")
-	default:
-		g := p.GIDs[0]
-		for _, x := range p.GIDs {
-			if x.Index == p.GIDIndex {
-				g = x
-			}
-		}
-		h.check(gname, HostInfo, "roce-gid-index",
-			fmt.Sprintf("NCCL_IB_GID_INDEX=%d: %s, %s on %s", p.GIDIndex, g.GID, g.Type, hostOr(g.Netdev, "?")),
-			fmt.Sprintf("recent NCCL picks this GID by itself (NCCL_IB_ROCE_VERSION_NUM=2, NCCL_IB_ADDR_FAMILY=AF_INET); export NCCL_IB_GID_INDEX=%d for older NCCL or to pin it", p.GIDIndex))
+	if !gidsDone {
+		h.check(gname, HostOK, "", fmt.Sprintf("%d GIDs", len(p.GIDs)), "")
 	}
 	if p.Netdev == "" {
 		return
@@ -643,43 +717,68 @@ func hostIfUp(ifc HostInterface) bool {
 }
 
 // checkMTUs compares the MTUs of the up, physical, non-loopback interfaces.
+// Different MTUs among the netdevs of RDMA ports (the data path) are a
+// warning; elsewhere they are normal (a 1500-byte management interface next
+// to a 9000-byte data one) and only noted.
 func (h *hostRun) checkMTUs() {
-	var parts []string
-	mtus := map[int]bool{}
+	var parts, rdmaParts []string
+	mtus, rdmaMTUs := map[int]bool{}, map[int]bool{}
 	for _, ifc := range h.rep.Interfaces {
 		if ifc.Loopback || !ifc.Physical || !hostIfUp(ifc) {
 			continue
 		}
 		parts = append(parts, fmt.Sprintf("%s=%d", ifc.Name, ifc.MTU))
 		mtus[ifc.MTU] = true
+		if h.rdmaNetdevs[ifc.Name] {
+			rdmaParts = append(rdmaParts, fmt.Sprintf("%s=%d", ifc.Name, ifc.MTU))
+			rdmaMTUs[ifc.MTU] = true
+		}
 	}
 	switch {
 	case len(parts) == 0:
 		h.check("mtu", HostSkip, "", "no up physical interface", "")
-	case len(mtus) > 1:
-		h.check("mtu", HostWarn, "mtu-mismatch", "up physical interfaces differ in MTU: "+strings.Join(parts, ", "),
+	case len(rdmaMTUs) > 1:
+		h.check("mtu", HostWarn, "mtu-mismatch", "the netdevs of RDMA ports differ in MTU: "+strings.Join(rdmaParts, ", "),
 			"use one MTU on every interface of the data path and on the switch ports (ip link set dev IF mtu N); a jumbo sender facing a 1500-byte path loses or fragments large frames, which looks like a hang")
+	case len(mtus) > 1:
+		h.check("mtu", HostInfo, "mtu-mismatch", "up physical interfaces differ in MTU: "+strings.Join(parts, ", ")+hostMTUNote(rdmaParts),
+			"if several of them carry NCCL/goccl traffic (NCCL_SOCKET_IFNAME, GOCCL_SOCKET_IFNAME), give those one MTU, the same on every host and switch port")
 	default:
 		h.check("mtu", HostOK, "", strings.Join(parts, ", "), "")
 	}
 }
 
+func hostMTUNote(rdma []string) string {
+	if len(rdma) == 0 {
+		return "; normal for a management interface next to a data one"
+	}
+	return "; the RDMA netdevs (" + strings.Join(rdma, ", ") + ") agree"
+}
+
 // --- /dev/shm, port range, NUMA --------------------------------------------
 
-// checkShm statfs(2)s Root/dev/shm: with a fake Root that is whatever file
-// system holds the tree (a test's temporary directory), not a tmpfs.
+// checkShm statfs(2)s Root/dev/shm (through HostOptions.Statfs when set).
 func (h *hostRun) checkShm() {
 	p := h.path("/dev/shm")
-	var st unix.Statfs_t
-	if err := unix.Statfs(p, &st); err != nil {
+	size, free, err := h.statfs(p)
+	if err != nil {
 		h.check("shm", HostWarn, "shm-missing", fmt.Sprintf("statfs %s: %v", p, err),
 			"mount a tmpfs on /dev/shm (docker: --shm-size=8g or --ipc=host); without it NCCL's SHM transport and goccl's rings are unavailable and local ranks talk over TCP")
 		return
 	}
-	h.rep.ShmBytes = st.Blocks * uint64(st.Bsize)
-	h.rep.ShmFree = st.Bavail * uint64(st.Bsize)
+	h.rep.ShmBytes, h.rep.ShmFree = size, free
 	name, status, code, detail, fix := hostShmCheck(h.rep.ShmBytes, h.rep.ShmFree)
 	h.check(name, status, code, detail, fix)
+}
+
+// hostStatfs is statfs(2): the file system's size and the bytes available
+// to an unprivileged user.
+func hostStatfs(path string) (size, free uint64, err error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return 0, 0, err
+	}
+	return st.Blocks * uint64(st.Bsize), st.Bavail * uint64(st.Bsize), nil
 }
 
 // hostShmCheck judges a /dev/shm of size and free bytes.
@@ -807,25 +906,29 @@ func hostCountCPUs(s string) int {
 func (h *hostRun) checkEnv() {
 	n := len(h.rep.Checks)
 	env := h.env
-	if env["NCCL_P2P_DISABLE"] == "1" {
+	if h.envFlag("NCCL_P2P_DISABLE") {
 		h.check("env NCCL_P2P_DISABLE", HostWarn, "env-p2p-disabled",
-			"NCCL_P2P_DISABLE=1: GPUs on this host exchange data through host memory instead of NVLink or PCIe peer-to-peer",
+			"NCCL_P2P_DISABLE="+env["NCCL_P2P_DISABLE"]+": GPUs on this host exchange data through host memory instead of NVLink or PCIe peer-to-peer",
 			"unset it; if P2P hangs or corrupts data, disable PCIe ACS / IOMMU translation for the GPUs instead (NCCL troubleshooting guide)")
 	}
-	if env["NCCL_SHM_DISABLE"] == "1" {
+	if h.envFlag("NCCL_SHM_DISABLE") {
 		h.check("env NCCL_SHM_DISABLE", HostWarn, "env-shm-disabled",
-			"NCCL_SHM_DISABLE=1: where P2P is not possible, GPUs on this host talk through the network instead of shared memory",
+			"NCCL_SHM_DISABLE="+env["NCCL_SHM_DISABLE"]+": where P2P is not possible, GPUs on this host talk through the network instead of shared memory",
 			"unset it; if /dev/shm is too small, enlarge it (--shm-size) instead")
 	}
-	if env["NCCL_IB_DISABLE"] == "1" {
+	if h.envFlag("NCCL_IB_DISABLE") {
+		v := env["NCCL_IB_DISABLE"]
 		if len(h.rep.RDMA) > 0 {
 			h.check("env NCCL_IB_DISABLE", HostWarn, "env-ib-disabled",
-				"NCCL_IB_DISABLE=1 while this host has RDMA devices: NCCL uses NET/Socket (TCP) between hosts",
+				"NCCL_IB_DISABLE="+v+" while this host has RDMA devices: NCCL uses NET/Socket (TCP) between hosts",
 				"unset it to use "+h.rdmaNames())
 		} else {
 			h.check("env NCCL_IB_DISABLE", HostInfo, "env-ib-disabled",
-				"NCCL_IB_DISABLE=1; this host has no RDMA device, so it changes nothing here", "unset it on hosts with InfiniBand or RoCE")
+				"NCCL_IB_DISABLE="+v+"; this host has no RDMA device, so it changes nothing here", "unset it on hosts with InfiniBand or RoCE")
 		}
+	}
+	if spec, ok := env["NCCL_IB_HCA"]; ok && strings.TrimSpace(spec) != "" {
+		h.checkIBHCA(spec)
 	}
 	h.checkSocketThreads()
 	switch d := strings.ToUpper(strings.TrimSpace(env["NCCL_DEBUG"])); d {
@@ -844,6 +947,162 @@ func (h *hostRun) checkEnv() {
 	if len(h.rep.Checks) == n {
 		h.check("env", HostOK, "", "no NCCL_*/GOCCL_* setting known to hurt", "")
 	}
+}
+
+// envFlag reads an NCCL integer parameter as NCCL does (strtoll with base
+// 0: "1", "2", "0x1" are set, "0" is not) and reports whether it is set to
+// a value other than 0. A value that is not a number gets a warning: NCCL
+// ignores it and keeps the default.
+func (h *hostRun) envFlag(k string) bool {
+	v, ok := h.env[k]
+	if !ok || strings.TrimSpace(v) == "" {
+		return false
+	}
+	n, ok := hostStrtoll(v)
+	if !ok {
+		h.check("env "+k, HostWarn, "env-not-integer", fmt.Sprintf("%s=%q is not an integer: NCCL ignores it (INFO \"Invalid value\") and keeps its default", k, v),
+			"set "+k+"=1 to disable, or unset it")
+		return false
+	}
+	return n != 0
+}
+
+// hostStrtoll parses the leading integer of s as C's strtoll(s, &end, 0)
+// does (white space, sign, 0x hex, 0 octal, decimal; trailing text
+// ignored) and reports whether there was one.
+func hostStrtoll(s string) (int64, bool) {
+	s = strings.TrimLeft(s, " \t\n\v\f\r")
+	neg := false
+	if s != "" && (s[0] == '+' || s[0] == '-') {
+		neg, s = s[0] == '-', s[1:]
+	}
+	base, digits := 10, s
+	switch {
+	case len(s) > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X') && strings.ContainsRune("0123456789abcdefABCDEF", rune(s[2])):
+		base, digits = 16, s[2:]
+	case len(s) > 0 && s[0] == '0':
+		base = 8
+	}
+	end := 0
+	for end < len(digits) {
+		c := digits[end]
+		var d int
+		switch {
+		case c >= '0' && c <= '9':
+			d = int(c - '0')
+		case c >= 'a' && c <= 'f':
+			d = int(c-'a') + 10
+		case c >= 'A' && c <= 'F':
+			d = int(c-'A') + 10
+		default:
+			d = 99
+		}
+		if d >= base {
+			break
+		}
+		end++
+	}
+	if end == 0 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(digits[:end], base, 64)
+	if err != nil {
+		n = 1 << 62 // out of range: strtoll saturates; only "non-zero" matters here
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
+}
+
+// checkIBHCA compares NCCL_IB_HCA with the devices in /sys/class/infiniband.
+// NCCL's syntax (ncclParseStringList): a comma-separated list of
+// NAME[:PORT]; names are prefixes unless the list starts with "="; a
+// leading "^" excludes instead of selects ("^=mlx5_1" excludes exactly
+// mlx5_1). A list that selects no port makes NCCL fall back to NET/Socket
+// without an error.
+func (h *hostRun) checkIBHCA(spec string) {
+	if len(h.rep.RDMA) == 0 {
+		return // the rdma check already says NCCL uses NET/Socket
+	}
+	s := strings.TrimSpace(spec)
+	exclude := strings.HasPrefix(s, "^")
+	s = strings.TrimPrefix(s, "^")
+	exact := strings.HasPrefix(s, "=")
+	s = strings.TrimPrefix(s, "=")
+	type entry struct {
+		name string
+		port int // -1: any
+		text string
+	}
+	var entries []entry
+	for _, e := range strings.Split(s, ",") {
+		e = strings.TrimSpace(e)
+		if e == "" {
+			continue
+		}
+		n, ps, hasPort := strings.Cut(e, ":")
+		port := -1
+		if hasPort {
+			if v, err := strconv.Atoi(ps); err == nil && v >= 0 {
+				port = v
+			}
+		}
+		entries = append(entries, entry{n, port, e})
+	}
+	matches := func(e entry, dev string, port int) bool {
+		if exact && dev != e.name || !exact && !strings.HasPrefix(dev, e.name) {
+			return false
+		}
+		return e.port < 0 || e.port == port
+	}
+	var unknown, selected []string
+	for _, e := range entries {
+		found := false
+		for _, d := range h.rep.RDMA {
+			for _, p := range d.Ports {
+				found = found || matches(e, d.Name, p.Port)
+			}
+		}
+		if !found {
+			unknown = append(unknown, e.text)
+		}
+	}
+	for _, d := range h.rep.RDMA {
+		for _, p := range d.Ports {
+			hit := false
+			for _, e := range entries {
+				hit = hit || matches(e, d.Name, p.Port)
+			}
+			if hit != exclude {
+				selected = append(selected, fmt.Sprintf("%s:%d", d.Name, p.Port))
+			}
+		}
+	}
+	name := "env NCCL_IB_HCA"
+	have := "this host has " + h.rdmaPorts()
+	switch {
+	case len(selected) == 0:
+		h.check(name, HostError, "env-ib-hca-none", fmt.Sprintf("NCCL_IB_HCA=%s selects no RDMA port (%s): NCCL falls back to NET/Socket (TCP) without an error", spec, have),
+			"name devices that exist (NCCL_IB_HCA="+h.rdmaNames()+"; prefixes match unless the list starts with =), or unset it")
+	case len(unknown) > 0 && !exclude:
+		h.check(name, HostWarn, "env-ib-hca-unknown", fmt.Sprintf("NCCL_IB_HCA=%s: %s name no device or port here (%s); NCCL uses %s", spec, strings.Join(unknown, ", "), have, strings.Join(selected, ", ")),
+			"a different device naming on this host (mlx5_bond_0, ibp*) makes the same setting select less: list the names of this host, or use a prefix (mlx5)")
+	case len(unknown) > 0:
+		h.check(name, HostInfo, "env-ib-hca-unknown", fmt.Sprintf("NCCL_IB_HCA=%s excludes %s, which name no device or port here (%s)", spec, strings.Join(unknown, ", "), have),
+			"check the spelling; NCCL uses "+strings.Join(selected, ", "))
+	}
+}
+
+// rdmaPorts lists the RDMA ports as NCCL_IB_HCA names them (mlx5_0:1).
+func (h *hostRun) rdmaPorts() string {
+	var ns []string
+	for _, d := range h.rep.RDMA {
+		for _, p := range d.Ports {
+			ns = append(ns, fmt.Sprintf("%s:%d", d.Name, p.Port))
+		}
+	}
+	return hostOr(strings.Join(ns, ", "), "no ports")
 }
 
 func (h *hostRun) rdmaNames() string {
@@ -1166,8 +1425,31 @@ func (h *hostRun) parseTool(name string, out []byte) string {
 	default:
 		return "no reader"
 	}
-	h.rep.Findings = append(h.rep.Findings, fs...)
+	// ibv_devinfo describes the ports the sysfs checks already judged:
+	// keep one finding per code and port (or per code and message).
+	seen := map[string]bool{}
+	for _, f := range h.rep.Findings {
+		seen[hostFindingKey(f)] = true
+	}
+	for _, f := range fs {
+		if k := hostFindingKey(f); !seen[k] {
+			seen[k] = true
+			h.rep.Findings = append(h.rep.Findings, f)
+		}
+	}
 	return fmt.Sprintf("read: %s, %d findings", summary, len(fs))
+}
+
+// hostPortRe matches the port a finding of ibvPortFindings is about.
+var hostPortRe = regexp.MustCompile(`^\S+ port \d+\b`)
+
+// hostFindingKey identifies a finding's condition: its code and port, or
+// its code and message when it is about no single port.
+func hostFindingKey(f Finding) string {
+	if m := hostPortRe.FindString(f.Message); m != "" {
+		return f.Code + "|" + m
+	}
+	return f.Code + "|" + f.Message
 }
 
 func (h *hostRun) setTool(k string, out []byte) {

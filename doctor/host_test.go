@@ -139,6 +139,15 @@ func hostHasFinding(rep *HostReport, code string, sev Severity) bool {
 	return false
 }
 
+// hostShm8G is a Statfs for which an existing path is an 8 GiB file system
+// with 7 GiB free, so that the tests do not depend on the tester's /tmp.
+func hostShm8G(path string) (size, free uint64, err error) {
+	if _, err := os.Stat(path); err != nil {
+		return 0, 0, err
+	}
+	return 8 << 30, 7 << 30, nil
+}
+
 // hostNoTools is a RunTool for which no program is installed.
 func hostNoTools(ctx context.Context, name string, args ...string) ([]byte, error) {
 	return nil, &exec.Error{Name: name, Err: exec.ErrNotFound}
@@ -160,14 +169,15 @@ func TestHostRoCETree(t *testing.T) {
 		"GOCCL_RANK=0",
 		"PATH=/usr/bin",
 	}
-	rep, err := CheckHost(context.Background(), HostOptions{Root: root, Env: env, RunTool: hostNoTools})
+	rep, err := CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, Env: env, RunTool: hostNoTools})
 	if err != nil {
 		t.Fatal(err)
 	}
 	hostWantStatus(t, rep, "rdma devices", HostOK)
 	hostWantStatus(t, rep, "port mlx5_0/1", HostOK)
-	g := hostWantStatus(t, rep, "gids mlx5_0/1", HostInfo)
-	if !strings.Contains(g.Fix, "NCCL_IB_GID_INDEX=3") {
+	// ParseIBV's judgement: the IPv4 RoCE v2 GID next to a link-local one
+	g := hostWantStatus(t, rep, "gids mlx5_0/1", HostWarn)
+	if !strings.Contains(g.Fix, "NCCL_IB_GID_INDEX=3") || !strings.Contains(g.Detail, "GID 1 is link-local") {
 		t.Errorf("gid check does not recommend index 3: %+v", g)
 	}
 	if len(rep.RDMA) != 1 || len(rep.RDMA[0].Ports) != 1 {
@@ -184,7 +194,9 @@ func TestHostRoCETree(t *testing.T) {
 		t.Errorf("GIDs: %+v", p.GIDs)
 	}
 	hostWantStatus(t, rep, "roce mtu mlx5_0/1", HostOK) // eth0 is at 9000
-	m := hostWantStatus(t, rep, "mtu", HostWarn)
+	// ens1 is no RDMA netdev: a 1500-byte interface next to the 9000-byte
+	// RoCE one is only noted
+	m := hostWantStatus(t, rep, "mtu", HostInfo)
 	if !strings.Contains(m.Detail, "eth0=9000") || !strings.Contains(m.Detail, "ens1=1500") {
 		t.Errorf("mtu detail: %q", m.Detail)
 	}
@@ -192,9 +204,9 @@ func TestHostRoCETree(t *testing.T) {
 	if rep.PortRange == nil || rep.PortRange.Width != 1001 || !strings.Contains(pr.Detail, "1001 ports") {
 		t.Errorf("port range %+v: %q", rep.PortRange, pr.Detail)
 	}
-	hostWantStatus(t, rep, "shm", HostOK) // statfs of the temporary directory's file system
-	if rep.ShmBytes == 0 {
-		t.Error("shm size not recorded")
+	hostWantStatus(t, rep, "shm", HostOK) // hostShm8G
+	if rep.ShmBytes != 8<<30 || rep.ShmFree != 7<<30 {
+		t.Errorf("shm size %d free %d", rep.ShmBytes, rep.ShmFree)
 	}
 	n := hostWantStatus(t, rep, "numa", HostInfo)
 	if len(rep.NUMANodes) != 2 || rep.NUMANodes[0].CPUs != 32 || rep.NUMANodes[1].CPUList != "16-31,48-63" || !strings.Contains(n.Detail, "mlx5_0 on node1") {
@@ -228,7 +240,7 @@ func TestHostRoCETree(t *testing.T) {
 		code string
 		sev  Severity
 	}{
-		{"roce-gid-index", SevInfo}, {"mtu-mismatch", SevWarn}, {"port-range-narrow", SevWarn},
+		{"roce-gid-index", SevWarn}, {"mtu-mismatch", SevInfo}, {"port-range-narrow", SevWarn}, {"roce-link-layer", SevInfo},
 		{"env-p2p-disabled", SevWarn}, {"env-shm-disabled", SevWarn}, {"env-ib-disabled", SevWarn},
 		{"env-socket-threads", SevWarn}, {"env-debug-on", SevInfo}, {"env-socket-ifname-lo", SevError},
 		{"env-goccl-unknown", SevWarn}, {"env-goccl-timeout", SevError}, {"numa-nodes", SevInfo},
@@ -250,7 +262,7 @@ func TestHostRoCETree(t *testing.T) {
 	if err := rep.WriteText(&txt); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`(?m)^INFO +gids mlx5_0/1 +NCCL_IB_GID_INDEX=3`, `(?m)^WARN +mtu `, `(?m)^ +fix: `, `\n2 errors, 7 warnings, 3 notes\n$`} {
+	for _, want := range []string{`(?m)^WARN +gids mlx5_0/1 +mlx5_0 port 1: RoCE v2 GID 3 is IPv4-mapped`, `(?m)^INFO +mtu `, `(?m)^ +fix: `, `\n2 errors, 7 warnings, 4 notes\n$`} {
 		if !regexp.MustCompile(want).MatchString(txt.String()) {
 			t.Errorf("text lacks %q:\n%s", want, txt.String())
 		}
@@ -272,7 +284,7 @@ func TestHostRoCETree(t *testing.T) {
 
 func TestHostCleanEnvAndSingleHost(t *testing.T) {
 	root := hostRoCETree(t, true)
-	rep, err := CheckHost(context.Background(), HostOptions{Root: root, Env: []string{}, RunTool: hostNoTools})
+	rep, err := CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, Env: []string{}, RunTool: hostNoTools})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,27 +292,27 @@ func TestHostCleanEnvAndSingleHost(t *testing.T) {
 
 	// lo on a single-host torchrun job is only a note; without launcher
 	// variables it is a warning.
-	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, RunTool: hostNoTools,
+	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, RunTool: hostNoTools,
 		Env: []string{"NCCL_SOCKET_IFNAME=lo", "WORLD_SIZE=8", "LOCAL_WORLD_SIZE=8"}})
 	hostWantStatus(t, rep, "env NCCL_SOCKET_IFNAME", HostInfo)
-	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, RunTool: hostNoTools,
+	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, RunTool: hostNoTools,
 		Env: []string{"GOCCL_SOCKET_IFNAME=^eth,ens"}})
 	hostWantStatus(t, rep, "env GOCCL_SOCKET_IFNAME", HostWarn)
-	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, RunTool: hostNoTools,
+	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, RunTool: hostNoTools,
 		Env: []string{"NCCL_SOCKET_IFNAME=^docker", "SLURM_NNODES=2"}})
 	if _, ok := hostCheckByName(rep, "env NCCL_SOCKET_IFNAME"); ok {
 		t.Error("^docker flagged although eth0 and ens1 remain")
 	}
-	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, RunTool: hostNoTools,
+	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, RunTool: hostNoTools,
 		Env: []string{"NCCL_SOCKET_IFNAME==ib0"}})
 	hostWantStatus(t, rep, "env NCCL_SOCKET_IFNAME", HostError)
 
 	// An explicit NCCL_IB_GID_INDEX pointing at a v1 GID or an empty slot.
-	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, RunTool: hostNoTools, Env: []string{"NCCL_IB_GID_INDEX=2"}})
+	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, RunTool: hostNoTools, Env: []string{"NCCL_IB_GID_INDEX=2"}})
 	hostWantStatus(t, rep, "env NCCL_IB_GID_INDEX mlx5_0/1", HostWarn)
-	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, RunTool: hostNoTools, Env: []string{"NCCL_IB_GID_INDEX=5"}})
+	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, RunTool: hostNoTools, Env: []string{"NCCL_IB_GID_INDEX=5"}})
 	hostWantStatus(t, rep, "env NCCL_IB_GID_INDEX mlx5_0/1", HostError)
-	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, RunTool: hostNoTools, Env: []string{"NCCL_IB_GID_INDEX=3"}})
+	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, RunTool: hostNoTools, Env: []string{"NCCL_IB_GID_INDEX=3"}})
 	hostWantStatus(t, rep, "env NCCL_IB_GID_INDEX mlx5_0/1", HostOK)
 
 	// The RoCE netdev at 1500 caps the path MTU at 1024; the port goes down.
@@ -313,21 +325,21 @@ func TestHostCleanEnvAndSingleHost(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, RunTool: hostNoTools, Env: []string{}})
+	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, RunTool: hostNoTools, Env: []string{}})
 	c := hostWantStatus(t, rep, "roce mtu mlx5_0/1", HostInfo)
 	if !strings.Contains(c.Detail, "RoCE path MTU 1024") || !strings.Contains(c.Fix, "mtu 4200") {
 		t.Errorf("roce mtu: %+v", c)
 	}
 	hostWantStatus(t, rep, "mtu", HostOK)
 	c = hostWantStatus(t, rep, "port mlx5_0/1", HostWarn)
-	if !strings.Contains(c.Detail, "DOWN, Disabled") || !hostHasFinding(rep, "ib-port-not-active", SevWarn) {
+	if !strings.Contains(c.Detail, "DOWN, physical state Disabled") || !strings.Contains(c.Fix, "ip link set dev eth0 up") || !hostHasFinding(rep, "ibv-port-not-active", SevWarn) {
 		t.Errorf("down port: %+v", c)
 	}
 }
 
 func TestHostContainerWithoutDevInfiniband(t *testing.T) {
 	root := hostRoCETree(t, false)
-	rep, err := CheckHost(context.Background(), HostOptions{Root: root, Env: []string{}, RunTool: hostNoTools})
+	rep, err := CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, Env: []string{}, RunTool: hostNoTools})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,7 +371,7 @@ func TestHostNoRDMASmallMTUAndTools(t *testing.T) {
 		}
 		return []byte("Failed to get IB devices list\n"), errors.New("exit status 1")
 	}
-	rep, err := CheckHost(context.Background(), HostOptions{Root: root, Env: []string{}, RunTool: run})
+	rep, err := CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, Env: []string{}, RunTool: run})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -375,9 +387,31 @@ func TestHostNoRDMASmallMTUAndTools(t *testing.T) {
 	if !strings.Contains(rep.Tools["nvidia-smi topo -m"], "CPU Affinity") || len(ran) != 2 {
 		t.Errorf("tools %q ran %v", rep.Tools, ran)
 	}
+	// the one-GPU matrix is read as one
+	if rep.Topo == nil || len(rep.Topo.GPUs) != 1 || hostHasFinding(rep, "topo-no-matrix", SevWarn) {
+		t.Errorf("one-GPU matrix: %+v", rep.Topo)
+	}
 }
 
 func TestHostShmAndHelpers(t *testing.T) {
+	// Statfs decides the shm check, whatever file system holds the tree.
+	root := hostTree(t, map[string]string{"dev/shm/": ""})
+	var asked string
+	rep, err := CheckHost(context.Background(), HostOptions{Root: root, Env: []string{}, RunTool: hostNoTools,
+		Statfs: func(path string) (uint64, uint64, error) { asked = path; return 64 << 20, 60 << 20, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := hostWantStatus(t, rep, "shm", HostWarn); !strings.Contains(c.Detail, "64.0 MiB") || !hostHasFinding(rep, "shm-small", SevWarn) || asked != filepath.Join(root, "dev/shm") {
+		t.Errorf("shm %+v, statfs asked for %q", c, asked)
+	}
+	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, Env: []string{}, RunTool: hostNoTools,
+		Statfs: func(string) (uint64, uint64, error) { return 0, 0, errors.New("no such file") }})
+	hostWantStatus(t, rep, "shm", HostWarn)
+	if !hostHasFinding(rep, "shm-missing", SevWarn) {
+		t.Errorf("findings %v", rep.Findings)
+	}
+
 	if _, st, code, _, fix := hostShmCheck(64<<20, 64<<20); st != HostWarn || code != "shm-small" || !strings.Contains(fix, "--shm-size") {
 		t.Errorf("64 MiB: %s %s %s", st, code, fix)
 	}
@@ -458,7 +492,7 @@ func TestHostToolsParsed(t *testing.T) {
 		}
 		return nil, &exec.Error{Name: name, Err: exec.ErrNotFound}
 	}
-	rep, err := CheckHost(context.Background(), HostOptions{Root: hostRoCETree(t, true), Env: []string{}, RunTool: run})
+	rep, err := CheckHost(context.Background(), HostOptions{Root: hostRoCETree(t, true), Statfs: hostShm8G, Env: []string{}, RunTool: run})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -472,6 +506,190 @@ func TestHostToolsParsed(t *testing.T) {
 	for _, want := range []string{"gpu-no-local-nic", "roce-gid-index"} {
 		if !codes[want] {
 			t.Errorf("host findings lack %s: %v", want, codes)
+		}
+	}
+}
+
+// hostAddFiles writes more files into a tree made by hostTree.
+func hostAddFiles(t *testing.T, root string, files map[string]string) {
+	t.Helper()
+	for p, c := range files {
+		full := filepath.Join(root, p)
+		if strings.HasSuffix(p, "/") {
+			if err := os.MkdirAll(full, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(c+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestHostMTUAmongRDMANetdevs: different MTUs warn only among the netdevs
+// of RDMA ports (GID netdevs, device/net), not for a management interface.
+func TestHostMTUAmongRDMANetdevs(t *testing.T) {
+	for _, via := range []string{"gid", "device-net"} {
+		root := hostRoCETree(t, true)
+		const ib = "sys/class/infiniband/mlx5_1/"
+		files := map[string]string{
+			ib + "ports/1/state":           "4: ACTIVE",
+			ib + "ports/1/phys_state":      "5: LinkUp",
+			ib + "ports/1/link_layer":      "Ethernet",
+			"sys/class/net/eth1/mtu":       "1500",
+			"sys/class/net/eth1/operstate": "up",
+			"sys/class/net/eth1/type":      "1",
+			"sys/class/net/eth1/device/":   "",
+		}
+		if via == "gid" {
+			files[ib+"ports/1/gids/0"] = hostSysfsGID("v4", [4]byte{10, 0, 1, 1})
+			files[ib+"ports/1/gid_attrs/types/0"] = "RoCE v2"
+			files[ib+"ports/1/gid_attrs/ndevs/0"] = "eth1"
+		} else {
+			files[ib+"device/net/eth1/"] = ""
+		}
+		hostAddFiles(t, root, files)
+		rep, err := CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, Env: []string{}, RunTool: hostNoTools})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := hostWantStatus(t, rep, "mtu", HostWarn)
+		if !strings.Contains(m.Detail, "eth0=9000, eth1=1500") || strings.Contains(m.Detail, "ens1") || !hostHasFinding(rep, "mtu-mismatch", SevWarn) {
+			t.Errorf("%s: mtu %+v", via, m)
+		}
+	}
+}
+
+// TestHostSharesIBVChecks: the sysfs view of a port gets the same codes as
+// ParseIBV on the same port printed by ibstatus and show_gids, and an
+// ibv_devinfo run on the host does not repeat them.
+func TestHostSharesIBVChecks(t *testing.T) {
+	const port = "sys/class/infiniband/mlx5_0/ports/1/"
+	root := hostTree(t, map[string]string{
+		port + "state":             "1: DOWN",
+		port + "phys_state":        "3: Disabled",
+		port + "link_layer":        "Ethernet",
+		port + "gids/0":            hostSysfsGID("fe80", [4]byte{}),
+		port + "gids/1":            hostSysfsGID("v4", [4]byte{10, 0, 0, 1}),
+		port + "gid_attrs/types/0": "IB/RoCE v1",
+		port + "gid_attrs/types/1": "IB/RoCE v1",
+		port + "gid_attrs/ndevs/0": "eth0",
+		port + "gid_attrs/ndevs/1": "eth0",
+		"dev/infiniband/uverbs0":   "",
+	})
+	devinfo := "hca_id:\tmlx5_0\n\tport:\t1\n\t\tstate:\t\t\tPORT_DOWN (1)\n\t\tphys_state:\t\tDISABLED (3)\n\t\tlink_layer:\t\tEthernet\n"
+	run := func(ctx context.Context, name string, args ...string) ([]byte, error) {
+		if name == "ibv_devinfo" {
+			return []byte(devinfo), nil
+		}
+		return nil, &exec.Error{Name: name, Err: exec.ErrNotFound}
+	}
+	rep, err := CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, Env: []string{}, RunTool: run})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ibv := ibvParse(t, "Infiniband device 'mlx5_0' port 1 status:\n\tstate:\t\t 1: DOWN\n\tphys state:\t 3: Disabled\n\tlink_layer:\t Ethernet\n"+
+		"DEV\tPORT\tINDEX\tGID\t\t\t\t\tIPv4 \t\tVER\tDEV\n"+
+		"mlx5_0\t1\t0\tfe80:0000:0000:0000:0202:c9ff:fe00:0001\t\t\tv1\teth0\n"+
+		"mlx5_0\t1\t1\t0000:0000:0000:0000:0000:ffff:0a00:0001\t10.0.0.1  \tv1\teth0\n")
+	want := tablesCodes(ibv.Findings, "")
+	got := tablesCodes(rep.Findings, "")
+	if len(want) != 3 || want["ibv-port-not-active"] != 1 || want["roce-no-v2-gid"] != 1 || want["roce-link-layer"] != 1 {
+		t.Fatalf("ParseIBV: %v", ibv.Findings)
+	}
+	for code := range want {
+		if got[code] != 1 {
+			t.Errorf("host has %d %s, want 1 (ParseIBV's); host findings %v", got[code], code, rep.Findings)
+		}
+	}
+	if got["ib-port-not-active"] != 0 {
+		t.Errorf("old code: %v", rep.Findings)
+	}
+	hostWantStatus(t, rep, "port mlx5_0/1", HostWarn)
+	hostWantStatus(t, rep, "gids mlx5_0/1", HostWarn)
+	hostWantStatus(t, rep, "ibv_devinfo", HostOK)
+
+	// An empty GID table is the sysfs view's own knowledge (listings may
+	// leave GIDs out); the IPv4 GID index differing between ports is the
+	// shared fleet check.
+	root = hostRoCETree(t, true)
+	const p1 = "sys/class/infiniband/mlx5_1/ports/1/"
+	hostAddFiles(t, root, map[string]string{
+		p1 + "state": "4: ACTIVE", p1 + "phys_state": "5: LinkUp", p1 + "link_layer": "Ethernet",
+		"sys/class/infiniband/mlx5_2/ports/1/state":             "4: ACTIVE",
+		"sys/class/infiniband/mlx5_2/ports/1/link_layer":        "Ethernet",
+		"sys/class/infiniband/mlx5_2/ports/1/gids/5":            hostSysfsGID("v4", [4]byte{10, 0, 2, 1}),
+		"sys/class/infiniband/mlx5_2/ports/1/gid_attrs/types/5": "RoCE v2",
+	})
+	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, Env: []string{}, RunTool: hostNoTools})
+	hostWantStatus(t, rep, "gids mlx5_1/1", HostWarn)
+	if !hostHasFinding(rep, "roce-no-gid", SevWarn) {
+		t.Errorf("no roce-no-gid: %v", rep.Findings)
+	}
+	if f, ok := tablesFindingWith(rep.Findings, "roce-gid-index-differs", "3 on mlx5_0 port 1; 5 on mlx5_2 port 1"); !ok || f.Severity != SevWarn {
+		t.Errorf("differs: %v", rep.Findings)
+	}
+}
+
+// TestHostEnvIBHCA: NCCL_IB_HCA against /sys/class/infiniband, with NCCL's
+// syntax: prefixes by default, "=" exact, "^" exclude, ":port".
+func TestHostEnvIBHCA(t *testing.T) {
+	root := hostRoCETree(t, true) // mlx5_0 port 1
+	for _, c := range []struct {
+		spec, status, code string
+	}{
+		{"mlx5", "", ""},
+		{"mlx5_0:1", "", ""},
+		{"=mlx5_0", "", ""},
+		{"mlx5_0,mlx5_1", HostWarn, "env-ib-hca-unknown"},
+		{"mlx5_0:1,mlx5_0:2", HostWarn, "env-ib-hca-unknown"},
+		{"mlx5_1", HostError, "env-ib-hca-none"},
+		{"=mlx5", HostError, "env-ib-hca-none"},
+		{"mlx5_0:2", HostError, "env-ib-hca-none"},
+		{"ibp", HostError, "env-ib-hca-none"},
+		{"^mlx5", HostError, "env-ib-hca-none"},
+		{"^=mlx5_0", HostError, "env-ib-hca-none"},
+		{"^=mlx5", HostInfo, "env-ib-hca-unknown"},
+		{"^mlx5_3", HostInfo, "env-ib-hca-unknown"},
+	} {
+		rep, err := CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, RunTool: hostNoTools, Env: []string{"NCCL_IB_HCA=" + c.spec}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		chk, ok := hostCheckByName(rep, "env NCCL_IB_HCA")
+		if c.status == "" {
+			if ok {
+				t.Errorf("%s: flagged %+v", c.spec, chk)
+			}
+			continue
+		}
+		if !ok || chk.Status != c.status || !hostHasFinding(rep, c.code, map[string]Severity{HostError: SevError, HostWarn: SevWarn, HostInfo: SevInfo}[c.status]) {
+			t.Errorf("%s: %+v, want %s %s", c.spec, chk, c.status, c.code)
+		}
+	}
+}
+
+// TestHostEnvDisableIntegers: NCCL reads the *_DISABLE variables as
+// integers: any value other than 0 disables.
+func TestHostEnvDisableIntegers(t *testing.T) {
+	root := hostRoCETree(t, true)
+	for _, c := range []struct {
+		val  string
+		warn bool
+		bad  bool
+	}{{"1", true, false}, {"2", true, false}, {" 1", true, false}, {"0x1", true, false}, {"-1", true, false},
+		{"0", false, false}, {"00", false, false}, {"0x0", false, false}, {"yes", false, true}} {
+		for _, v := range []struct{ name, code string }{
+			{"NCCL_IB_DISABLE", "env-ib-disabled"}, {"NCCL_P2P_DISABLE", "env-p2p-disabled"}, {"NCCL_SHM_DISABLE", "env-shm-disabled"},
+		} {
+			rep, _ := CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, RunTool: hostNoTools, Env: []string{v.name + "=" + c.val}})
+			if hostHasFinding(rep, v.code, SevWarn) != c.warn || hostHasFinding(rep, "env-not-integer", SevWarn) != c.bad {
+				t.Errorf("%s=%q: %v", v.name, c.val, rep.Findings)
+			}
 		}
 	}
 }

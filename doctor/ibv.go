@@ -33,7 +33,25 @@ import (
 // by name. GID lines before any device header (a pasted excerpt) go to the
 // device named by an "ibv_devinfo -d NAME" command line if one precedes
 // them, else to a device named "?"; a GID line before any port goes to
-// port 1. MTUs are bytes, rates Gb/s.
+// port 1. MTUs are bytes, rates Gb/s (1 Gb = 1e9 bits).
+//
+// The checks (ibvPortFindings per port, ibvFleetFindings across ports) are
+// also what CheckHost runs on the ports it reads from sysfs, so a
+// condition has one code whichever way it was seen.
+//
+// Finding codes (severity):
+//
+//	ibv-no-devices            warn        no RDMA device in the input
+//	ibv-port-not-active       warn        a port whose state is not ACTIVE
+//	ibv-mtu-below-max         info        an active port's active MTU below its max MTU
+//	ibv-mtu-mismatch          warn        active ports of one link layer differ in active MTU
+//	roce-no-gid               warn        a RoCE port with an empty GID table (sysfs only)
+//	roce-no-v2-gid            warn        a RoCE port with only RoCE v1 GIDs
+//	roce-gid-index            info, warn  the IPv4-mapped RoCE v2 GID to use (warn when a link-local v2 GID is there too)
+//	roce-only-link-local-gid  warn        the only RoCE v2 GIDs are link-local
+//	roce-no-ipv4-gid          info        RoCE v2 GIDs, global IPv6 only
+//	roce-gid-index-differs    warn        the IPv4 RoCE v2 GID sits at different indices on different ports
+//	roce-link-layer           info        ports with link layer Ethernet (RoCE)
 
 // IBVReport is what ParseIBV found.
 type IBVReport struct {
@@ -66,12 +84,15 @@ type IBVPort struct {
 	ActiveMTU  int      `json:"active_mtu,omitempty"` // bytes
 	MaxMTU     int      `json:"max_mtu,omitempty"`    // bytes
 	Rate       string   `json:"rate,omitempty"`       // as printed
-	RateGbps   float64  `json:"rate_gbps,omitempty"`
+	RateGbps   float64  `json:"rate_gbps,omitempty"`  // Gb/s, 1 Gb = 1e9 bits
 	LID        string   `json:"lid,omitempty"`
 	Netdev     string   `json:"netdev,omitempty"`
 	GIDs       []IBVGID `json:"gids"`
 	activeWide float64
 	speedGbps  float64
+	// gidsComplete: GIDs is the whole table (sysfs), so an empty one means
+	// no GID at all rather than a listing that does not print them.
+	gidsComplete bool
 }
 
 // IBVGID is one GID table entry.
@@ -106,16 +127,18 @@ type ibvParser struct {
 	dev     int // index into rep.Devices, -1 none
 	port    int // index into the device's ports, -1 none
 	pending string
+	// indexes, so that a line costs no scan of what was read before
+	devs  map[string]int // name -> index into rep.Devices
+	ports map[[2]int]int // device, port number -> index into its Ports
+	gids  map[[3]int]int // device, port index, GID index -> index into its GIDs
 }
 
 func (p *ibvParser) device(name, source string) {
 	p.port = -1
-	for i := range p.rep.Devices {
-		if p.rep.Devices[i].Name == name {
-			p.dev = i
-			p.addSource(source)
-			return
-		}
+	if i, ok := p.devs[name]; ok {
+		p.dev = i
+		p.addSource(source)
+		return
 	}
 	if len(p.rep.Devices) >= 1024 {
 		p.dev = len(p.rep.Devices) - 1
@@ -123,6 +146,7 @@ func (p *ibvParser) device(name, source string) {
 	}
 	p.rep.Devices = append(p.rep.Devices, IBVDevice{Name: name, Ports: []IBVPort{}, Sources: []string{}})
 	p.dev = len(p.rep.Devices) - 1
+	p.devs[name] = p.dev
 	p.addSource(source)
 }
 
@@ -138,11 +162,9 @@ func (p *ibvParser) addSource(s string) {
 
 func (p *ibvParser) portNum(num int) {
 	d := &p.rep.Devices[p.dev]
-	for i := range d.Ports {
-		if d.Ports[i].Port == num {
-			p.port = i
-			return
-		}
+	if i, ok := p.ports[[2]int{p.dev, num}]; ok {
+		p.port = i
+		return
 	}
 	if len(d.Ports) >= 256 {
 		p.port = len(d.Ports) - 1
@@ -150,6 +172,7 @@ func (p *ibvParser) portNum(num int) {
 	}
 	d.Ports = append(d.Ports, IBVPort{Port: num, GIDs: []IBVGID{}})
 	p.port = len(d.Ports) - 1
+	p.ports[[2]int{p.dev, num}] = p.port
 }
 
 // ensure makes sure a device and port exist for a line that needs them.
@@ -171,7 +194,8 @@ func (p *ibvParser) ensure(source string) *IBVPort {
 // (see above) and checks the ports: state, MTU consistency, RoCE GIDs. It
 // fails only when r fails.
 func ParseIBV(r io.Reader) (*IBVReport, error) {
-	p := &ibvParser{rep: &IBVReport{Devices: []IBVDevice{}, Findings: []Finding{}}, dev: -1, port: -1}
+	p := &ibvParser{rep: &IBVReport{Devices: []IBVDevice{}, Findings: []Finding{}}, dev: -1, port: -1,
+		devs: map[string]int{}, ports: map[[2]int]int{}, gids: map[[3]int]int{}}
 	showGids := false
 	_, err := tablesReadLines(r, func(n int, raw string) {
 		line := strings.TrimSpace(tablesClean(raw))
@@ -231,7 +255,7 @@ func ParseIBV(r io.Reader) (*IBVReport, error) {
 				return
 			}
 			g := ibvMakeGID(idx, m[2], strings.Join(strings.Fields(m[3]), " "))
-			ibvPutGID(port, g)
+			p.putGID(port, g)
 			return
 		}
 		if m := ibvKeyValueRe.FindStringSubmatch(line); m != nil {
@@ -255,22 +279,22 @@ func ParseIBV(r io.Reader) (*IBVReport, error) {
 	return p.rep, nil
 }
 
-// ibvPutGID adds g to the port, replacing an entry of the same index and
-// keeping the fields the new one lacks.
-func ibvPutGID(port *IBVPort, g IBVGID) {
-	for i := range port.GIDs {
-		if port.GIDs[i].Index == g.Index {
-			old := port.GIDs[i]
-			if g.Type == "" {
-				g.Type = old.Type
-			}
-			if g.Netdev == "" {
-				g.Netdev = old.Netdev
-			}
-			port.GIDs[i] = g
-			return
+// putGID adds g to the current port, replacing an entry of the same index
+// and keeping the fields the new one lacks.
+func (p *ibvParser) putGID(port *IBVPort, g IBVGID) {
+	key := [3]int{p.dev, p.port, g.Index}
+	if i, ok := p.gids[key]; ok {
+		old := port.GIDs[i]
+		if g.Type == "" {
+			g.Type = old.Type
 		}
+		if g.Netdev == "" {
+			g.Netdev = old.Netdev
+		}
+		port.GIDs[i] = g
+		return
 	}
+	p.gids[key] = len(port.GIDs)
 	port.GIDs = append(port.GIDs, g)
 }
 
@@ -333,7 +357,7 @@ func (p *ibvParser) showGidsRow(line string) bool {
 		pt.LinkLayer = "Ethernet" // only RoCE ports have v1/v2 GIDs
 	}
 	if len(pt.GIDs) < 1024 {
-		ibvPutGID(pt, g)
+		p.putGID(pt, g)
 	}
 	return true
 }
@@ -434,100 +458,173 @@ func (p *ibvParser) keyValue(key, val string) {
 	case "default_gid":
 		// ibstatus: the GID at index 0
 		if len(pt.GIDs) == 0 {
-			pt.GIDs = append(pt.GIDs, ibvMakeGID(0, strings.TrimSpace(val), ""))
+			p.putGID(pt, ibvMakeGID(0, strings.TrimSpace(val), ""))
 		}
 	}
 }
 
 func ibvCheck(rep *IBVReport) {
-	add := func(sev Severity, code, msg, fix string) {
-		rep.Findings = append(rep.Findings, Finding{Severity: sev, Code: code, Message: msg, Fix: fix})
-	}
 	if len(rep.Devices) == 0 {
-		add(SevWarn, "ibv-no-devices", "no RDMA device found in the input", "paste the output of ibv_devinfo -v, ibstat, ibstatus or show_gids")
+		rep.Findings = append(rep.Findings, Finding{Severity: SevWarn, Code: "ibv-no-devices", Message: "no RDMA device found in the input",
+			Fix: "paste the output of ibv_devinfo -v, ibstat, ibstatus or show_gids"})
 		return
 	}
-	type portRef struct {
-		name string
-		p    *IBVPort
-	}
-	var active []portRef
-	ethernet := []string{}
-	gidIdx := map[int][]string{} // recommended GID index -> ports
+	var ports []ibvNamedPort
 	for i := range rep.Devices {
 		d := &rep.Devices[i]
 		for j := range d.Ports {
-			p := &d.Ports[j]
-			name := fmt.Sprintf("%s port %d", tablesOneLine(d.Name, 64), p.Port)
-			if p.State != "" && p.State != "ACTIVE" {
-				phys := ""
-				if p.PhysState != "" {
-					phys = ", physical state " + tablesOneLine(p.PhysState, 32)
-				}
-				add(SevWarn, "ibv-port-not-active", fmt.Sprintf("%s is %s%s", name, tablesOneLine(p.State, 32), phys),
-					"check the cable and switch port (ibstat; for IB a subnet manager must run for ACTIVE); exclude the HCA from NCCL_IB_HCA if it is unused")
-			} else if p.State == "ACTIVE" {
-				active = append(active, portRef{name, p})
+			np := ibvNamedPort{ibvPortName(d.Name, d.Ports[j].Port), &d.Ports[j]}
+			ports = append(ports, np)
+			rep.Findings = append(rep.Findings, ibvPortFindings(np.name, np.p)...)
+		}
+	}
+	rep.Findings = append(rep.Findings, ibvFleetFindings(ports)...)
+}
+
+// ibvNamedPort is a port with its name in findings ("mlx5_0 port 1").
+type ibvNamedPort struct {
+	name string
+	p    *IBVPort
+}
+
+func ibvPortName(dev string, port int) string {
+	return fmt.Sprintf("%s port %d", tablesOneLine(dev, 64), port)
+}
+
+// ibvIsRoCE reports whether a port is RoCE: link layer Ethernet, or RoCE
+// GIDs where an excerpt lacks the link layer.
+func ibvIsRoCE(p *IBVPort) bool {
+	if p.LinkLayer == "Ethernet" {
+		return true
+	}
+	if p.LinkLayer != "" {
+		return false
+	}
+	for _, g := range p.GIDs {
+		if strings.HasPrefix(g.Type, "RoCE") {
+			return true
+		}
+	}
+	return false
+}
+
+// ibvIPv4GID returns the first RoCE v2 GID holding an IPv4-mapped address:
+// the one to give NCCL_IB_GID_INDEX.
+func ibvIPv4GID(p *IBVPort) (IBVGID, bool) {
+	for _, g := range p.GIDs {
+		if g.Type == "RoCE v2" && g.IPv4 != "" {
+			return g, true
+		}
+	}
+	return IBVGID{}, false
+}
+
+// ibvPortFindings checks one port: its state, its active MTU against its
+// maximum and, on RoCE, its GID table. ParseIBV and CheckHost (on the
+// sysfs view) share it.
+func ibvPortFindings(name string, p *IBVPort) []Finding {
+	var fs []Finding
+	add := func(sev Severity, code, msg, fix string) {
+		fs = append(fs, Finding{Severity: sev, Code: code, Message: msg, Fix: fix})
+	}
+	if p.State != "" && p.State != "ACTIVE" {
+		phys := ""
+		if p.PhysState != "" {
+			phys = ", physical state " + tablesOneLine(p.PhysState, 32)
+		}
+		fix := "check the cable and switch port (ibstat); on InfiniBand a port stuck in INIT or ARMED has no subnet manager: start opensm or enable the switch's SM; exclude the HCA from NCCL_IB_HCA if it is unused"
+		if p.LinkLayer == "Ethernet" {
+			ifn := hostOr(tablesOneLine(p.Netdev, 32), "IF")
+			fix = "bring the netdev up (ip link set dev " + ifn + " up) and check the cable and switch port (ethtool " + ifn + "); exclude the HCA from NCCL_IB_HCA if it is unused"
+		}
+		add(SevWarn, "ibv-port-not-active", fmt.Sprintf("%s is %s%s: NCCL skips ports that are not ACTIVE", name, tablesOneLine(p.State, 32), phys), fix)
+	}
+	if p.ActiveMTU > 0 && p.MaxMTU > 0 && p.ActiveMTU < p.MaxMTU && p.State == "ACTIVE" {
+		add(SevInfo, "ibv-mtu-below-max", fmt.Sprintf("%s: active MTU %d below the port's max %d", name, p.ActiveMTU, p.MaxMTU),
+			"for RoCE raise the netdev MTU (e.g. 9000 gives active_mtu 4096); for IB check the switch/SM MTU")
+	}
+	if !ibvIsRoCE(p) {
+		return fs
+	}
+	netdev := hostOr(tablesOneLine(p.Netdev, 32), "IF")
+	if len(p.GIDs) == 0 {
+		if p.gidsComplete {
+			add(SevWarn, "roce-no-gid", fmt.Sprintf("%s: RoCE port with an empty GID table: its netdev %s has no address", name, hostOr(tablesOneLine(p.Netdev, 32), "?")),
+				"give the port's netdev an IPv4 address (ip addr add A.B.C.D/N dev "+netdev+"); the kernel adds the GIDs")
+		}
+		return fs
+	}
+	var v2, v2ll []IBVGID
+	typed := false
+	for _, g := range p.GIDs {
+		typed = typed || g.Type != ""
+		if g.Type != "RoCE v2" {
+			continue
+		}
+		v2 = append(v2, g)
+		if g.LinkLocal {
+			v2ll = append(v2ll, g)
+		}
+	}
+	v4, hasV4 := ibvIPv4GID(p)
+	switch {
+	case typed && len(v2) == 0:
+		add(SevWarn, "roce-no-v2-gid", fmt.Sprintf("%s (RoCE) has no RoCE v2 GID: only RoCE v1, which does not cross IP routers and needs PFC on every hop", name),
+			"check that the netdev has an IP address and that RoCE v2 is enabled (mlxconfig, cma_roce_mode / rdma link); NCCL_IB_ROCE_VERSION_NUM=1 only for v1-only fabrics")
+	case hasV4:
+		msg := fmt.Sprintf("%s: RoCE v2 GID %d is IPv4-mapped (%s", name, v4.Index, v4.IPv4)
+		if v4.Netdev != "" {
+			msg += " on " + tablesOneLine(v4.Netdev, 32)
+		}
+		msg += ")"
+		sev := SevInfo
+		if len(v2ll) > 0 {
+			sev = SevWarn
+			msg += fmt.Sprintf(", while RoCE v2 GID %d is link-local (%s), which is not routed and makes QP connections time out across subnets", v2ll[0].Index, tablesOneLine(v2ll[0].GID, 64))
+		}
+		add(sev, "roce-gid-index", msg, fmt.Sprintf("export NCCL_IB_GID_INDEX=%d (the IPv4-mapped RoCE v2 GID; cf. NVIDIA/nccl#769); NCCL 2.20+ picks it by itself with NCCL_IB_ROCE_VERSION_NUM=2 and NCCL_IB_ADDR_FAMILY=AF_INET", v4.Index))
+	case len(v2) > 0 && len(v2ll) == len(v2):
+		add(SevWarn, "roce-only-link-local-gid", fmt.Sprintf("%s: the only RoCE v2 GIDs are link-local (GID %d %s): traffic cannot be routed", name, v2ll[0].Index, tablesOneLine(v2ll[0].GID, 64)),
+			"configure an IPv4 (or global IPv6) address on the port's netdev "+netdev+"; a new GID appears for it")
+	case len(v2) > 0:
+		var idx []string
+		for _, g := range v2 {
+			if !g.LinkLocal {
+				idx = append(idx, strconv.Itoa(g.Index))
 			}
-			if p.LinkLayer == "Ethernet" {
-				ethernet = append(ethernet, name)
+		}
+		add(SevInfo, "roce-no-ipv4-gid", fmt.Sprintf("%s: RoCE v2 GIDs at %s but none IPv4-mapped (::ffff:a.b.c.d)", name, strings.Join(idx, ",")),
+			"give "+netdev+" an IPv4 address, or set NCCL_IB_ADDR_FAMILY=AF_INET6 to use an IPv6 RoCE v2 GID")
+	}
+	return fs
+}
+
+// ibvFleetFindings compares the ports: IPv4 RoCE v2 GID indices, active
+// MTUs per link layer, and notes RoCE.
+func ibvFleetFindings(ports []ibvNamedPort) []Finding {
+	var fs []Finding
+	add := func(sev Severity, code, msg, fix string) {
+		fs = append(fs, Finding{Severity: sev, Code: code, Message: msg, Fix: fix})
+	}
+	ethernet := []string{}
+	gidIdx := map[int][]string{} // recommended GID index -> ports
+	byLayer := map[string]map[int][]string{}
+	for _, np := range ports {
+		p := np.p
+		if p.LinkLayer == "Ethernet" {
+			ethernet = append(ethernet, np.name)
+		}
+		if ibvIsRoCE(p) {
+			if g, ok := ibvIPv4GID(p); ok {
+				gidIdx[g.Index] = append(gidIdx[g.Index], np.name)
 			}
-			if p.ActiveMTU > 0 && p.MaxMTU > 0 && p.ActiveMTU < p.MaxMTU && p.State == "ACTIVE" {
-				add(SevInfo, "ibv-mtu-below-max", fmt.Sprintf("%s: active MTU %d below the port's max %d", name, p.ActiveMTU, p.MaxMTU),
-					"for RoCE raise the netdev MTU (e.g. 9000 gives active_mtu 4096); for IB check the switch/SM MTU")
+		}
+		if p.State == "ACTIVE" && p.ActiveMTU > 0 {
+			l := p.LinkLayer
+			if byLayer[l] == nil {
+				byLayer[l] = map[int][]string{}
 			}
-			roceTyped := false
-			for _, g := range p.GIDs {
-				if strings.HasPrefix(g.Type, "RoCE") {
-					roceTyped = true
-				}
-			}
-			// RoCE GIDs say Ethernet where an excerpt lacks the link layer.
-			if p.LinkLayer != "Ethernet" && (p.LinkLayer != "" || !roceTyped) {
-				continue
-			}
-			// RoCE GIDs
-			if len(p.GIDs) == 0 {
-				continue
-			}
-			var v2, v2ll, v2v4 []IBVGID
-			for _, g := range p.GIDs {
-				if g.Type != "RoCE v2" {
-					continue
-				}
-				v2 = append(v2, g)
-				if g.LinkLocal {
-					v2ll = append(v2ll, g)
-				}
-				if g.IPv4 != "" {
-					v2v4 = append(v2v4, g)
-				}
-			}
-			typed := false
-			for _, g := range p.GIDs {
-				if g.Type != "" {
-					typed = true
-				}
-			}
-			if typed && len(v2) == 0 {
-				add(SevWarn, "roce-no-v2-gid", fmt.Sprintf("%s (RoCE) has no RoCE v2 GID: only RoCE v1, which does not cross IP routers", name),
-					"check that the netdev has an IP address and that RoCE v2 is enabled (cma_roce_mode / rdma link); NCCL_IB_ROCE_VERSION_NUM=1 only for v1-only fabrics")
-			}
-			if len(v2v4) > 0 {
-				gidIdx[v2v4[0].Index] = append(gidIdx[v2v4[0].Index], name)
-				msg := fmt.Sprintf("%s: RoCE v2 GID %d is IPv4-mapped (%s)", name, v2v4[0].Index, v2v4[0].IPv4)
-				if len(v2ll) > 0 {
-					msg += fmt.Sprintf(", while RoCE v2 GID %d is link-local (%s), which is not routed and makes QP connections time out across subnets", v2ll[0].Index, tablesOneLine(v2ll[0].GID, 64))
-				}
-				sev := SevInfo
-				if len(v2ll) > 0 {
-					sev = SevWarn
-				}
-				add(sev, "roce-gid-index", msg, fmt.Sprintf("export NCCL_IB_GID_INDEX=%d (the IPv4-mapped RoCE v2 GID; cf. NVIDIA/nccl#769)", v2v4[0].Index))
-			} else if len(v2ll) > 0 {
-				add(SevWarn, "roce-only-link-local-gid", fmt.Sprintf("%s: the only RoCE v2 GIDs are link-local (GID %d %s): traffic cannot be routed", name, v2ll[0].Index, tablesOneLine(v2ll[0].GID, 64)),
-					"configure an IPv4 (or global IPv6) address on the port's netdev; a new GID appears for it")
-			}
+			byLayer[l][p.ActiveMTU] = append(byLayer[l][p.ActiveMTU], np.name)
 		}
 	}
 	if len(gidIdx) > 1 {
@@ -541,20 +638,9 @@ func ibvCheck(rep *IBVReport) {
 			parts = append(parts, fmt.Sprintf("%d on %s", k, strings.Join(gidIdx[k], ", ")))
 		}
 		add(SevWarn, "roce-gid-index-differs", "the IPv4-mapped RoCE v2 GID has different indices: "+strings.Join(parts, "; "),
-			"NCCL_IB_GID_INDEX is one value for all HCAs: make the address configuration the same on every port, or leave it unset so NCCL (2.20+) picks the GID by NCCL_IB_ADDR_FAMILY/NCCL_IB_ROCE_VERSION_NUM")
+			"NCCL_IB_GID_INDEX is one value for all HCAs: make the address configuration the same on every port, or leave it unset so NCCL (2.20+) picks the GID by NCCL_IB_ADDR_FAMILY/NCCL_IB_ROCE_VERSION_NUM, or restrict NCCL_IB_HCA to ports that agree")
 	}
 	// MTU mismatch across active ports of the same link layer
-	byLayer := map[string]map[int][]string{}
-	for _, a := range active {
-		if a.p.ActiveMTU == 0 {
-			continue
-		}
-		l := a.p.LinkLayer
-		if byLayer[l] == nil {
-			byLayer[l] = map[int][]string{}
-		}
-		byLayer[l][a.p.ActiveMTU] = append(byLayer[l][a.p.ActiveMTU], a.name)
-	}
 	layers := make([]string, 0, len(byLayer))
 	for l := range byLayer {
 		layers = append(layers, l)
@@ -585,6 +671,7 @@ func ibvCheck(rep *IBVReport) {
 		add(SevInfo, "roce-link-layer", fmt.Sprintf("link layer Ethernet on %s: this is RoCE, not InfiniBand", strings.Join(ethernet, ", ")),
 			"RoCE needs the right GID (NCCL_IB_GID_INDEX or NCCL 2.20+ auto-selection), a lossless or ECN-configured fabric (PFC/ECN, NCCL_IB_TC) and IP reachability between hosts")
 	}
+	return fs
 }
 
 // WriteText prints one line per port with its GIDs, then the findings.

@@ -1,6 +1,7 @@
 package doctor
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -163,5 +164,45 @@ func TestIBVNothing(t *testing.T) {
 		if len(rep.Devices) != 0 || tablesCodes(rep.Findings, "")["ibv-no-devices"] != 1 {
 			t.Errorf("%q: %+v", in, rep)
 		}
+	}
+}
+
+// TestIBVManyDevicesAndGIDs: with devices, ports and GIDs looked up in
+// maps, 1024 devices and a port of 1024 GIDs, each GID printed twice, still
+// merge by name, port and index.
+func TestIBVManyDevicesAndGIDs(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("DEV\tPORT\tINDEX\tGID\t\t\t\t\tIPv4 \t\tVER\tDEV\n")
+	for d := 0; d < 1024; d++ {
+		for g := 0; g < 1024; g += 64 {
+			fmt.Fprintf(&b, "mlx5_%d\t1\t%d\t0000:0000:0000:0000:0000:ffff:0a00:%04x\t\tv2\teth%d\n", d, g, d, d)
+		}
+	}
+	for g := 0; g < 1024; g++ {
+		fmt.Fprintf(&b, "GID[%4d]:\t\t::ffff:10.0.%d.%d, RoCE v2\n", g, g/256, g%256)
+	}
+	for g := 0; g < 1024; g++ {
+		fmt.Fprintf(&b, "GID[%4d]:\t\t::ffff:10.0.%d.%d\n", g, g/256, g%256)
+	}
+	rep, err := ParseIBV(strings.NewReader(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Devices) != 1024 {
+		t.Fatalf("devices %d", len(rep.Devices))
+	}
+	// The GID lines after the table go to the last device's port 1; the
+	// repeats without a type keep RoCE v2.
+	last := ibvPort(t, rep, "mlx5_1023", 1)
+	if len(last.GIDs) != 1024 || last.GIDs[64].Type != "RoCE v2" || last.GIDs[64].IPv4 != "10.0.0.64" || last.GIDs[64].Netdev != "eth1023" {
+		t.Errorf("last port: %d GIDs, GID 64 %+v", len(last.GIDs), last.GIDs[64])
+	}
+	if p := ibvPort(t, rep, "mlx5_3", 1); len(p.GIDs) != 16 || p.GIDs[1].Index != 64 {
+		t.Errorf("mlx5_3: %+v", p.GIDs)
+	}
+	// ibstatus' default_gid then the same index from ibv_devinfo -v
+	rep = ibvParse(t, "Infiniband device 'mlx5_0' port 1 status:\n\tdefault gid:\t fe80:0000:0000:0000:0202:c9ff:fe00:0001\n\tlink_layer:\t Ethernet\nhca_id:\tmlx5_0\n\tport:\t1\n\t\t\tGID[  0]:\t\tfe80::202:c9ff:fe00:1, RoCE v1\n")
+	if p := ibvPort(t, rep, "mlx5_0", 1); len(p.GIDs) != 1 || p.GIDs[0].Type != "RoCE v1" {
+		t.Errorf("default gid merge: %+v", p.GIDs)
 	}
 }

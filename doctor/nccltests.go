@@ -51,16 +51,42 @@ import (
 //
 // The rank count n: the number of "#  Rank N" lines under "# Using devices"
 // (all processes print there through rank 0); else nThread*nGpus of the
-// "# nThread" line times the -np/-n of an mpirun/srun command line; else
-// -t/-g of the program's command line times -np; else size/(count*typesize)
-// where that ratio is the rank count (all_gather, reduce_scatter, alltoall).
-// NCCLTest.RanksFrom says which ("devices", "config", "command",
-// "size-count").
+// "# nThread" line times the process count of a launcher command line;
+// else -t/-g of the program's command line times that count; else
+// size/(count*typesize) where that ratio is the rank count (all_gather,
+// reduce_scatter, alltoall, hypercube). NCCLTest.RanksFrom says which
+// ("devices", "config", "command", "size-count").
+//
+// The process count is read from the launcher's flags before the program
+// name only (after it, -n is nccl-tests' iteration count), including
+// continuation lines ("\" or a quoted "> " block): -n, -np, --np, -c
+// (Open MPI) and srun's -n/--ntasks are the total; srun's -N/--nodes is
+// nodes (times --ntasks-per-node, else one task per node, srun's default
+// without -c); Open MPI's -N, -npernode, --map-by ppr:N:node and Hydra's
+// -ppn are per node, times the hosts of -H/--host. A launcher whose count
+// is not on its command line (a hostfile, an allocation) leaves n unknown;
+// no launcher means one process (or goccl perf's own -np).
 //
 // busbw is recomputed from algbw with nccl-tests' factors: all_reduce
-// 2(n-1)/n; all_gather, reduce_scatter, alltoall, gather, scatter (n-1)/n;
-// broadcast, reduce, sendrecv 1. Both numbers are printed with two decimals,
-// so a row disagrees when |busbw - algbw*f| > 0.005*(f+1) + 1e-9.
+// 2(n-1)/n; all_gather, reduce_scatter, alltoall, gather, scatter,
+// hypercube (n-1)/n; broadcast, reduce, sendrecv 1. Both numbers are
+// printed with two decimals, so a row disagrees when
+// |busbw - algbw*f| > 0.005*(f+1) + 1e-9.
+//
+// Finding codes (severity):
+//
+//	no-results              warn   no result row in the input
+//	collective-unknown      info   a table's collective could not be told; busbw not checked
+//	ranks-unknown           info   the rank count is unknown and the collective's factor needs it
+//	busbw-mismatch          warn   rows whose busbw is not algbw times the collective's factor
+//	wrong-results           error  rows with #wrong > 0 (or an old-format error above tolerance)
+//	out-of-bounds-values    error  "# Out of bounds values" above 0
+//	avg-busbw               info   the "# Avg bus bandwidth" footer and the peak
+//	avg-busbw-mismatch      info   the rows do not average to the footer (trimmed or edited)
+//	peak-busbw              info   the peak busbw of a table without a footer
+//	busbw-below-expected    warn   sizes >= 64 MiB below 80 % of NCCLTestsOptions.ExpectBusBW
+//	expect-busbw-unchecked  info   ExpectBusBW given but no size >= 64 MiB
+//	input-truncated         info   only the first 1<<20 lines were read
 
 // NCCLTestsOptions tunes ReadNCCLTests.
 type NCCLTestsOptions struct {
@@ -98,13 +124,14 @@ type NCCLTest struct {
 	// Line is the input line of the first row (1-based).
 	Line int            `json:"line"`
 	Rows []NCCLTestsRow `json:"rows"`
-	// AvgBusBW is the "# Avg bus bandwidth" footer, GB/s; HasAvg says
-	// whether it was there.
+	// AvgBusBW is the "# Avg bus bandwidth" footer, GB/s (1 GB = 1e9 B);
+	// HasAvg says whether it was there.
 	AvgBusBW float64 `json:"avg_busbw_gbs"`
 	HasAvg   bool    `json:"has_avg"`
 	// OutOfBounds is the "# Out of bounds values" count, -1 when absent.
 	OutOfBounds int64 `json:"out_of_bounds"`
-	// PeakBusBW is the largest busbw of any row (GB/s) and PeakSize its size.
+	// PeakBusBW is the largest busbw of any row, GB/s (1 GB = 1e9 B), and
+	// PeakSize that row's message size in bytes.
 	PeakBusBW float64 `json:"peak_busbw_gbs"`
 	PeakSize  int64   `json:"peak_size"`
 }
@@ -128,9 +155,9 @@ type NCCLTestsRow struct {
 
 // NCCLTestsResult is one half of a row.
 type NCCLTestsResult struct {
-	TimeUS float64 `json:"time_us"`
-	AlgBW  float64 `json:"algbw_gbs"`
-	BusBW  float64 `json:"busbw_gbs"`
+	TimeUS float64 `json:"time_us"`   // microseconds
+	AlgBW  float64 `json:"algbw_gbs"` // GB/s, 1 GB = 1e9 B: size / time
+	BusBW  float64 `json:"busbw_gbs"` // GB/s, 1 GB = 1e9 B: algbw times the collective's factor
 	// Wrong is the #wrong count; -1 for "N/A". In the old format it is
 	// 0 or 1 (error above the type's tolerance) and Error holds the value.
 	Wrong int64   `json:"wrong"`
@@ -150,7 +177,7 @@ func testsFactor(coll string, n int) (float64, bool) {
 	switch coll {
 	case "all_reduce":
 		return 2 * float64(n-1) / float64(n), true
-	case "all_gather", "reduce_scatter", "alltoall", "gather", "scatter":
+	case "all_gather", "reduce_scatter", "alltoall", "gather", "scatter", "hypercube":
 		return float64(n-1) / float64(n), true
 	}
 	return 0, false
@@ -208,27 +235,24 @@ func testsCollName(s string) string {
 
 var (
 	testsBannerRe  = regexp.MustCompile(`^#\s*Collective test starting:\s*(\S+)`)
-	testsProgRe    = regexp.MustCompile(`(?:^|[\s/])([a-z_]+)_perf(?:_mpi)?(?:\s|$)`)
-	testsGocclRe   = regexp.MustCompile(`\bgoccl\s+perf\s+([A-Za-z_-]+)`)
+	testsProgRe    = regexp.MustCompile(`^([a-z_]+)_perf(?:_mpi)?$`)
 	testsConfigRe  = regexp.MustCompile(`^#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)`)
 	testsRankRe    = regexp.MustCompile(`^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+`)
 	testsAvgRe     = regexp.MustCompile(`^#\s*Avg bus bandwidth\s*:\s*(\S+)`)
 	testsOOBRe     = regexp.MustCompile(`^#\s*Out of bounds values\s*:\s*(\d+)`)
 	testsHeaderRe  = regexp.MustCompile(`^#\s*size\s+count\s+type`)
-	testsLauncher  = regexp.MustCompile(`(?:^|[\s/])(?:mpirun|mpiexec|srun|orterun)\s`)
-	testsNpRe      = regexp.MustCompile(`\s(?:-np|-n|--np|-N|--ntasks)[\s=](\d+)`)
-	testsNperNode  = regexp.MustCompile(`\s(?:-npernode|--npernode|--ntasks-per-node)[\s=](\d+)`)
 	testsGpusRe    = regexp.MustCompile(`\s(?:-g|--ngpus)[\s=]?(\d+)`)
 	testsThreadsRe = regexp.MustCompile(`\s(?:-t|--nthreads)[\s=]?(\d+)`)
+	testsGocclNpRe = regexp.MustCompile(`\s--?np[\s=](\d+)`)
 )
 
 // testsBuilder accumulates one table and its context.
 type testsBuilder struct {
 	t          NCCLTest
 	rankSet    map[int]bool
-	cfgRanks   int // nThread*nGpus
-	cmdRanks   int // -t * -g of the program's command line
-	np         int // processes from a launcher command line
+	cfgRanks   int         // nThread*nGpus
+	cmdRanks   int         // -t * -g of the program's command line
+	launch     testsLaunch // the launcher command line, if any
 	layoutKey  string
 	closed     bool // footer seen: the next row starts a new table
 	haveConfig bool
@@ -253,7 +277,7 @@ func ReadNCCLTests(r io.Reader, opt NCCLTestsOptions) (*NCCLTestsReport, error) 
 	finish := func(keepCtx bool) {
 		next := testsNewBuilder()
 		if keepCtx {
-			next.rankSet, next.cfgRanks, next.cmdRanks, next.np, next.haveConfig = cur.rankSet, cur.cfgRanks, cur.cmdRanks, cur.np, cur.haveConfig
+			next.rankSet, next.cfgRanks, next.cmdRanks, next.launch, next.haveConfig = cur.rankSet, cur.cfgRanks, cur.cmdRanks, cur.launch, cur.haveConfig
 		}
 		if len(cur.t.Rows) > 0 {
 			done = append(done, cur)
@@ -271,6 +295,11 @@ func ReadNCCLTests(r io.Reader, opt NCCLTestsOptions) (*NCCLTestsReport, error) 
 		if line == "" {
 			return
 		}
+		// A launcher line without the program continues on the next lines
+		// (shell "\" or a markdown quote "> "): their flags are the
+		// launcher's until the program's line.
+		wasPending := cur.launch.pending
+		cur.launch.pending = false
 		if m := testsBannerRe.FindStringSubmatch(line); m != nil {
 			context()
 			if c := testsCollName(m[1]); c != "" {
@@ -280,12 +309,12 @@ func ReadNCCLTests(r io.Reader, opt NCCLTestsOptions) (*NCCLTestsReport, error) 
 		}
 		if m := testsConfigRe.FindStringSubmatch(line); m != nil {
 			if len(cur.t.Rows) > 0 || cur.haveConfig {
-				ctxColl, ctxFrom, np := "", "", cur.np
+				ctxColl, ctxFrom, launch := "", "", cur.launch
 				if len(cur.t.Rows) == 0 {
 					ctxColl, ctxFrom = cur.t.Collective, cur.t.CollectiveFrom
 				}
 				finish(false)
-				cur.t.Collective, cur.t.CollectiveFrom, cur.np = ctxColl, ctxFrom, np
+				cur.t.Collective, cur.t.CollectiveFrom, cur.launch = ctxColl, ctxFrom, launch
 			}
 			t, _ := strconv.Atoi(m[1])
 			g, _ := strconv.Atoi(m[2])
@@ -328,41 +357,55 @@ func ReadNCCLTests(r io.Reader, opt NCCLTestsOptions) (*NCCLTestsReport, error) 
 			return
 		}
 		// A command line: a *_perf program or goccl perf, possibly under
-		// mpirun/srun.
-		if coll, ok := testsCommand(line); ok {
+		// mpirun/srun. Only the flags before the program are the
+		// launcher's: after it, -n is nccl-tests' iteration count.
+		if coll, before, after, ok := testsCommand(line); ok {
 			context()
 			if coll != "" {
 				cur.t.Collective, cur.t.CollectiveFrom = coll, "command"
 			}
-			if testsLauncher.MatchString(" "+line) || strings.HasPrefix(line, ">") {
-				if m := testsNpRe.FindStringSubmatch(" " + line); m != nil {
-					cur.np, _ = strconv.Atoi(m[1])
-				}
+			if k := testsLauncherAt(before); k >= 0 {
+				cur.launch = testsNewLaunch(before[k])
+				cur.launch.flags(before[k+1:])
+			} else if wasPending {
+				cur.launch.flags(before)
 			}
+			args := " " + strings.Join(after, " ")
 			g, t := 1, 1
-			if m := testsGpusRe.FindStringSubmatch(" " + line); m != nil {
+			if m := testsGpusRe.FindStringSubmatch(args); m != nil {
 				g, _ = strconv.Atoi(m[1])
 			}
-			if m := testsThreadsRe.FindStringSubmatch(" " + line); m != nil && coll != "" {
+			if m := testsThreadsRe.FindStringSubmatch(args); m != nil && coll != "" {
 				t, _ = strconv.Atoi(m[1])
 			}
 			if coll != "" && g > 0 && t > 0 && g < 1<<16 && t < 1<<16 {
 				cur.cmdRanks = g * t
 			}
+			if len(before) == 0 && !cur.launch.seen && !wasPending {
+				// goccl perf -np N starts N processes itself.
+				if m := testsGocclNpRe.FindStringSubmatch(args); m != nil {
+					if v := testsCount(m[1]); v > 0 {
+						cur.launch = testsLaunch{seen: true, total: v}
+					}
+				}
+			}
 			return
 		}
-		// A launcher line without the program (continued with "\"): keep -np.
-		if testsLauncher.MatchString(" " + strings.TrimLeft(line, "> ")) {
-			if m := testsNpRe.FindStringSubmatch(" " + line); m != nil {
-				cur.np, _ = strconv.Atoi(m[1])
-			}
+		// A launcher line without the program (continued with "\").
+		toks := strings.Fields(strings.TrimLeft(line, "$> "))
+		if k := testsLauncherAt(toks); k >= 0 {
+			cur.launch = testsNewLaunch(toks[k])
+			cur.launch.flags(toks[k+1:])
+			cur.launch.pending = true
+			return
+		}
+		// Its continuation lines.
+		if wasPending && (strings.HasPrefix(line, ">") || strings.HasPrefix(line, "-")) {
+			cur.launch.flags(toks)
+			cur.launch.pending = true
 			return
 		}
 		if strings.HasPrefix(line, ">") {
-			l := " " + strings.TrimLeft(line, "> ")
-			if m := testsNpRe.FindStringSubmatch(l); m != nil {
-				cur.np, _ = strconv.Atoi(m[1])
-			}
 			return
 		}
 		row, key, ok := testsParseRow(line)
@@ -403,21 +446,149 @@ func ReadNCCLTests(r io.Reader, opt NCCLTestsOptions) (*NCCLTestsReport, error) 
 }
 
 // testsCommand recognises a command line running a benchmark and returns
-// the collective it names ("" when the line is a command but names none).
-func testsCommand(line string) (string, bool) {
+// the collective it names ("" when the line is a command but names none),
+// the words before the program (a launcher and its flags) and the program's
+// arguments.
+func testsCommand(line string) (coll string, before, after []string, ok bool) {
 	l := strings.TrimLeft(line, "$># ")
 	if i := strings.Index(l, "$ "); i >= 0 && i < 200 {
 		l = l[i+2:] // shell prompt "user@host:~$ cmd"
 	}
-	if m := testsGocclRe.FindStringSubmatch(l); m != nil {
-		return testsCollName(m[1]), true
-	}
-	if m := testsProgRe.FindStringSubmatch(" " + l); m != nil {
-		if c := testsCollName(m[1]); c != "" {
-			return c, true
+	toks := strings.Fields(l)
+	for i, t := range toks {
+		base := t[strings.LastIndexByte(t, '/')+1:]
+		if base == "goccl" && i+1 < len(toks) && toks[i+1] == "perf" {
+			rest := toks[i+2:]
+			if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
+				coll, rest = testsCollName(rest[0]), rest[1:]
+			}
+			return coll, toks[:i], rest, true
+		}
+		if m := testsProgRe.FindStringSubmatch(base); m != nil {
+			if c := testsCollName(m[1]); c != "" {
+				return c, toks[:i], toks[i+1:], true
+			}
 		}
 	}
-	return "", false
+	return "", nil, nil, false
+}
+
+// testsLaunch is what a launcher command line (mpirun, mpiexec, orterun,
+// prterun, srun) says about the number of processes.
+type testsLaunch struct {
+	seen  bool // a launcher was seen
+	srun  bool // srun: -N is nodes; MPI launchers: -N is processes per node
+	total int  // -n, -np, --np, -c (Open MPI), --ntasks (srun)
+	nodes int  // srun -N/--nodes, or the distinct hosts of -H/--host
+	per   int  // per node: --ntasks-per-node, -N/-npernode/-ppn, --map-by ppr:N:node
+	cpt   bool // srun -c/--cpus-per-task, which changes srun's default task count
+	// pending: the launcher's line has no program yet; the next lines
+	// continue it.
+	pending bool
+}
+
+// testsLauncherAt returns the index of a launcher word in toks, -1 if none.
+func testsLauncherAt(toks []string) int {
+	for i, t := range toks {
+		switch t[strings.LastIndexByte(t, '/')+1:] {
+		case "mpirun", "mpiexec", "mpiexec.hydra", "orterun", "prterun", "srun":
+			return i
+		}
+	}
+	return -1
+}
+
+func testsNewLaunch(word string) testsLaunch {
+	return testsLaunch{seen: true, srun: strings.HasSuffix(word, "srun")}
+}
+
+// testsCount parses a process or node count, 0 when it is not one.
+func testsCount(s string) int {
+	v, err := strconv.Atoi(s)
+	if err != nil || v <= 0 || v >= 1<<20 {
+		return 0
+	}
+	return v
+}
+
+// flags reads the launcher's options among toks (words that are not options
+// are skipped: options this reader does not know and their values).
+func (l *testsLaunch) flags(toks []string) {
+	for i := 0; i < len(toks); i++ {
+		name, val, hasVal := strings.Cut(toks[i], "=")
+		if !strings.HasPrefix(name, "-") {
+			continue
+		}
+		// srun's short options take their value attached too: -n16, -N2.
+		if l.srun && !hasVal && len(name) > 2 && name[1] != '-' && strings.ContainsRune("nNc", rune(name[1])) {
+			if testsCount(name[2:]) > 0 {
+				name, val, hasVal = name[:2], name[2:], true
+			}
+		}
+		value := func() string {
+			if hasVal {
+				return val
+			}
+			if i+1 < len(toks) {
+				i++
+				return toks[i]
+			}
+			return ""
+		}
+		if l.srun {
+			switch name {
+			case "-n", "--ntasks":
+				l.total = testsCount(value())
+			case "-N", "--nodes":
+				v := value()
+				if lo, hi, ok := strings.Cut(v, "-"); ok && lo == hi {
+					v = lo // --nodes=2-2
+				}
+				l.nodes = testsCount(v)
+			case "--ntasks-per-node":
+				l.per = testsCount(value())
+			case "-c", "--cpus-per-task":
+				value()
+				l.cpt = true
+			}
+			continue
+		}
+		switch name {
+		case "-n", "-np", "--np", "--n", "-c":
+			l.total = testsCount(value())
+		case "-N", "-npernode", "--npernode", "-ppn", "--ppn", "-perhost", "--perhost":
+			l.per = testsCount(value())
+		case "--map-by", "-map-by":
+			// ppr:8:node
+			if f := strings.Split(value(), ":"); len(f) >= 3 && f[0] == "ppr" && strings.HasPrefix(f[2], "node") {
+				l.per = testsCount(f[1])
+			}
+		case "-H", "--host", "-host", "--hosts", "-hosts":
+			hosts := map[string]bool{}
+			for _, h := range strings.Split(value(), ",") {
+				if h, _, _ = strings.Cut(h, ":"); h != "" {
+					hosts[h] = true
+				}
+			}
+			l.nodes = len(hosts)
+		}
+	}
+}
+
+// np is the number of processes: 0 when no launcher was seen (one
+// process), -1 when one was but its flags do not tell how many.
+func (l *testsLaunch) np() int {
+	switch {
+	case !l.seen:
+		return 0
+	case l.total > 0:
+		return l.total
+	case l.per > 0 && l.nodes > 0:
+		return l.per * l.nodes
+	case l.srun && l.nodes > 0 && l.per == 0 && !l.cpt:
+		return l.nodes // srun's default: one task per node
+	}
+	return -1
 }
 
 // testsParseRow parses a result row; key names its layout (number of
@@ -528,18 +699,12 @@ func (b *testsBuilder) resolve() {
 	switch {
 	case len(b.rankSet) > 0:
 		t.Ranks, t.RanksFrom = len(b.rankSet), "devices"
+	case b.launch.np() < 0:
+		// a launcher whose process count is not on its command line
 	case b.cfgRanks > 0:
-		np := b.np
-		if np <= 0 {
-			np = 1
-		}
-		t.Ranks, t.RanksFrom = b.cfgRanks*np, "config"
+		t.Ranks, t.RanksFrom = b.cfgRanks*max(b.launch.np(), 1), "config"
 	case b.cmdRanks > 0:
-		np := b.np
-		if np <= 0 {
-			np = 1
-		}
-		t.Ranks, t.RanksFrom = b.cmdRanks*np, "command"
+		t.Ranks, t.RanksFrom = b.cmdRanks*max(b.launch.np(), 1), "command"
 	}
 	ratio := testsSizeRatio(t.Rows) // size/(count*typesize), 0 if unknown
 	if t.Collective == "" {
@@ -547,7 +712,7 @@ func (b *testsBuilder) resolve() {
 	}
 	if t.Ranks == 0 && ratio > 1 {
 		switch t.Collective {
-		case "all_gather", "reduce_scatter", "alltoall", "gather", "scatter":
+		case "all_gather", "reduce_scatter", "alltoall", "gather", "scatter", "hypercube":
 			t.Ranks, t.RanksFrom = ratio, "size-count"
 		}
 	}

@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -328,5 +329,84 @@ func TestNCCLTestsEmptyAndGarbage(t *testing.T) {
 		if len(rep.Tests) != 0 || tablesCodes(rep.Findings, "")["no-results"] != 1 {
 			t.Errorf("%.20q: %+v", in, rep)
 		}
+	}
+}
+
+// testsLaunchTable is an all_reduce table of 16 ranks (busbw = algbw x
+// 2*15/16) under a command line and a "# nThread 1 nGpus G" line.
+func testsLaunchTable(cmd string, gpus int) string {
+	return cmd + "\n" +
+		"# nThread 1 nGpus " + strconv.Itoa(gpus) + " minBytes 8 maxBytes 1073741824 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0\n" +
+		"#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n" +
+		"   536870912     134217728     float     sum      -1   10737.4   50.00   93.75      0   10737.4   50.00   93.75      0\n" +
+		"  1073741824     268435456     float     sum      -1   10737.4  100.00  187.50      0   10737.4  100.00  187.50      0\n"
+}
+
+// TestNCCLTestsLauncherRanks: only the launcher's flags before the program
+// count; -n/-np/--ntasks are total processes, srun's -N is nodes and
+// mpirun's -N processes per node; nccl-tests' own -n (iterations) is not a
+// process count.
+func TestNCCLTestsLauncherRanks(t *testing.T) {
+	for _, c := range []struct {
+		cmd   string
+		gpus  int
+		ranks int // 0: unknown
+	}{
+		{"srun -N 2 -n 16 ./build/all_reduce_perf -b 8 -e 1G -g 1", 1, 16},
+		{"srun --nodes=2 --ntasks-per-node=8 ./build/all_reduce_perf -g 1", 1, 16},
+		{"srun -N2 -n16 ./build/all_reduce_perf -g 1", 1, 16},
+		{"srun --nodes=2 ./build/all_reduce_perf -g 8 -n 100", 8, 16},
+		{"srun -N 2 ./build/all_reduce_perf -b 8 -e 1G -g 8 -n 100", 8, 16},
+		{"mpirun -N 8 -H node1,node2 ./build/all_reduce_perf -g 1", 1, 16},
+		{"mpirun --map-by ppr:8:node --host node1:8,node2:8 ./build/all_reduce_perf -g 1", 1, 16},
+		{"mpirun -np 2 -npernode 1 ./build/all_reduce_perf -g 8", 8, 16},
+		{"$ mpirun -np 16 -N 8 ./build/all_reduce_perf -g 1 -n 50", 1, 16},
+		{"mpirun \\\n  -N 8 \\\n  --host a:8,b:8 \\\n  ./build/all_reduce_perf -g 1 -n 5", 1, 16},
+		{"> mpirun --hostfile h \\\n>   -np 2 \\\n>   ./build/all_reduce_perf -g 8 -n 4", 8, 16},
+		// counts the command line does not give
+		{"srun ./build/all_reduce_perf -g 8 -n 100", 8, 0},
+		{"mpirun -N 8 ./build/all_reduce_perf -g 1", 1, 0},
+		{"mpirun --hostfile h ./build/all_reduce_perf -g 1 -n 16", 1, 0},
+	} {
+		rep := testsRead(t, testsLaunchTable(c.cmd, c.gpus), NCCLTestsOptions{})
+		if len(rep.Tests) != 1 {
+			t.Fatalf("%q: %d tests", c.cmd, len(rep.Tests))
+		}
+		tt := rep.Tests[0]
+		codes := tablesCodes(rep.Findings, "")
+		if tt.Collective != "all_reduce" || tt.Ranks != c.ranks || codes["busbw-mismatch"] != 0 {
+			t.Errorf("%q: %s, %d ranks from %q, want %d; %v", c.cmd, tt.Collective, tt.Ranks, tt.RanksFrom, c.ranks, rep.Findings)
+		}
+		if c.ranks == 0 && codes["ranks-unknown"] != 1 {
+			t.Errorf("%q: no ranks-unknown: %v", c.cmd, rep.Findings)
+		}
+	}
+	// A launcher's -np after the program line does not count.
+	rep := testsRead(t, testsLaunchTable("./build/all_reduce_perf -g 16\n> -np 4", 16), NCCLTestsOptions{})
+	if tt := rep.Tests[0]; tt.Ranks != 16 || tt.RanksFrom != "config" {
+		t.Errorf("quoted line after the program: %d ranks from %s", tt.Ranks, tt.RanksFrom)
+	}
+}
+
+// TestNCCLTestsHypercube: hypercube_perf's busbw is algbw x (n-1)/n.
+func TestNCCLTestsHypercube(t *testing.T) {
+	const table = "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n" +
+		"    16777216       1048576     float    none      -1    419.4   40.00   30.00      0    419.4   40.00   30.00      0\n" +
+		"    33554432       2097152     float    none      -1    838.9   40.00   30.00      0    838.9   40.00   30.00      0\n"
+	for _, c := range []struct{ pre, from string }{
+		{"./build/hypercube_perf -b 16M -e 32M -g 4\n# nThread 1 nGpus 4 minBytes 16777216 maxBytes 33554432 step: 2(factor) warmup iters: 5 iters: 20\n", "config"},
+		{"# Collective test starting: hypercube_perf\n", "size-count"},
+	} {
+		rep := testsRead(t, c.pre+table, NCCLTestsOptions{})
+		tt := rep.Tests[0]
+		codes := tablesCodes(rep.Findings, "")
+		if tt.Collective != "hypercube" || tt.Ranks != 4 || tt.RanksFrom != c.from || codes["ranks-unknown"] != 0 || codes["busbw-mismatch"] != 0 {
+			t.Errorf("%s: %s %d ranks from %s; %v", c.from, tt.Collective, tt.Ranks, tt.RanksFrom, rep.Findings)
+		}
+	}
+	// with 8 ranks the same rows disagree
+	rep := testsRead(t, "./build/hypercube_perf -g 8\n"+table, NCCLTestsOptions{})
+	if tablesCodes(rep.Findings, "")["busbw-mismatch"] != 1 {
+		t.Errorf("8 ranks: %v", rep.Findings)
 	}
 }

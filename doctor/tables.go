@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"regexp"
+	"sort"
 	"strings"
 )
 
@@ -102,13 +103,10 @@ func tablesOneLine(s string, max int) string {
 	return s
 }
 
-// tablesSortFindings orders findings errors first, keeping input order
-// within a severity.
+// tablesSortFindings orders findings errors first, then warnings, then
+// notes, keeping input order within a severity.
 func tablesSortFindings(fs []Finding) {
-	// insertion sort: stable and the lists are short
-	for i := 1; i < len(fs); i++ {
-		for j := i; j > 0 && severityRank(fs[j].Severity) < severityRank(fs[j-1].Severity); j-- {
-			fs[j], fs[j-1] = fs[j-1], fs[j]
-		}
-	}
+	sort.SliceStable(fs, func(i, j int) bool {
+		return severityRank(fs[i].Severity) < severityRank(fs[j].Severity)
+	})
 }

@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // tablesMarker separates the attribution header of a real input from the
@@ -85,4 +88,63 @@ func tablesJSON(t testing.TB, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestTablesSortFindings: errors, then warnings, then notes, input order
+// kept within a severity, in O(n log n): 200000 findings with every error
+// behind every note sort at once (an insertion sort takes ~1e10 swaps).
+func TestTablesSortFindings(t *testing.T) {
+	fs := []Finding{
+		{Severity: SevInfo, Code: "i1"}, {Severity: SevWarn, Code: "w1"}, {Severity: SevError, Code: "e1"},
+		{Severity: SevInfo, Code: "i2"}, {Severity: SevError, Code: "e2"}, {Severity: SevWarn, Code: "w2"},
+	}
+	tablesSortFindings(fs)
+	var got []string
+	for _, f := range fs {
+		got = append(got, f.Code)
+	}
+	if strings.Join(got, ",") != "e1,e2,w1,w2,i1,i2" {
+		t.Errorf("order %v", got)
+	}
+	const n = 200000
+	big := make([]Finding, n)
+	for i := range big {
+		big[i] = Finding{Severity: SevInfo, Code: "i"}
+		if i >= n/2 {
+			big[i] = Finding{Severity: SevError, Code: "e", Message: strconv.Itoa(i)}
+		}
+	}
+	start := time.Now()
+	tablesSortFindings(big)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("sorting %d findings took %v", n, d)
+	}
+	for i := 0; i < n/2; i++ {
+		if big[i].Severity != SevError || big[i].Message != strconv.Itoa(i+n/2) || big[i+n/2].Severity != SevInfo {
+			t.Fatalf("position %d: %+v", i, big[i])
+		}
+	}
+}
+
+// TestFindingCodesDocumented: every finding code a reader's source emits
+// has a row in that file's list of codes ("//\tcode  severity  meaning").
+func TestFindingCodesDocumented(t *testing.T) {
+	emit := regexp.MustCompile(`(?:Code:\s*|add\(\w+,\s*|Host(?:Error|Warn|Info),\s*)"([a-z0-9]+(?:-[a-z0-9]+)+)"`)
+	for _, file := range []string{"nccltests.go", "topo.go", "ibv.go", "host.go"} {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := string(b)
+		n := 0
+		for _, m := range emit.FindAllStringSubmatch(src, -1) {
+			n++
+			if !regexp.MustCompile(`(?m)^//\t` + regexp.QuoteMeta(m[1]) + ` +(error|warn|info)`).MatchString(src) {
+				t.Errorf("%s: code %s is not in the file's list of codes", file, m[1])
+			}
+		}
+		if n < 5 {
+			t.Errorf("%s: only %d codes found: the pattern no longer matches the source", file, n)
+		}
+	}
 }

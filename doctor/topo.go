@@ -34,6 +34,22 @@ import (
 // ranked PIX < PXB < PHB < NODE < SYS (an NV# link to a NIC, as on systems
 // with NVLink-attached NICs, ranks first). The GPU row's cell is used, the
 // NIC row's cell for the same pair when the GPU row is cut short.
+//
+// The header is a line starting with a GPU column followed by another
+// device column or, on a one-GPU machine, by the "CPU Affinity" or "NUMA
+// Affinity" title.
+//
+// Finding codes (severity):
+//
+//	topo-no-matrix           warn   no matrix header in the input
+//	topo-truncated-rows      info   rows with fewer cells than devices
+//	topo-missing-row         info   a GPU column without its row
+//	topo-nic-legend-missing  info   NIC columns without a "NIC Legend" entry
+//	topo-no-nics             info   the matrix lists no NIC
+//	gpu-no-local-nic         warn   a GPU's nearest NIC is NODE or SYS away
+//	gpu-nic-phb              info   a GPU's nearest NIC is PHB (beyond NCCL's default GDR level)
+//	nic-shared               info   a NIC is the nearest of several GPUs
+//	gpu-no-nvlink            info   a GPU without NVLink while others have it
 
 // TopoReport is what ParseTopo found.
 type TopoReport struct {
@@ -107,6 +123,17 @@ func topoIsDevice(s string) bool {
 	return true
 }
 
+// topoIsHeader reports whether the fields of a line are the matrix header.
+func topoIsHeader(f []string) bool {
+	if len(f) < 2 || !topoGPURe.MatchString(f[0]) {
+		return false
+	}
+	if topoIsDevice(f[1]) && topoRank(f[1]) < 0 {
+		return true
+	}
+	return len(f) >= 3 && (f[1] == "CPU" || f[1] == "NUMA") && f[2] == "Affinity"
+}
+
 // ParseTopo parses `nvidia-smi topo -m` output and reports GPU–NIC
 // locality. It fails only when r fails; text without a matrix gives a
 // report with a "topo-no-matrix" finding.
@@ -127,8 +154,9 @@ func ParseTopo(r io.Reader) (*TopoReport, error) {
 			return
 		}
 		// Header: device names then the affinity titles; it starts with a
-		// device (no row name) and the first two tokens are devices.
-		if !inMatrix && len(rep.Devices) == 0 && len(f) >= 2 && topoGPURe.MatchString(f[0]) && topoIsDevice(f[1]) && topoRank(f[1]) < 0 {
+		// GPU (no row name) followed by another device or, on a one-GPU
+		// machine, by the "CPU Affinity" or "NUMA Affinity" title.
+		if !inMatrix && len(rep.Devices) == 0 && topoIsHeader(f) {
 			for _, tok := range f {
 				if !topoIsDevice(tok) {
 					break

@@ -157,14 +157,34 @@ func TestTopoNoLocalNIC(t *testing.T) {
 }
 
 func TestTopoNoMatrix(t *testing.T) {
+	// Text without a header line (a lone "GPU0" is not one) has no matrix.
 	for _, in := range []string{"", "Legend:\n  X = Self\n", "GPU0 X\n", "\tGPU0\nGPU1 X\n"} {
 		rep := topoParse(t, in)
-		if len(rep.Matrix) != 0 && in != "\tGPU0\nGPU1 X\n" {
-			t.Errorf("%q: matrix %v", in, rep.Matrix)
+		if len(rep.Matrix) != 0 || len(rep.Devices) != 0 || tablesCodes(rep.Findings, "")["topo-no-matrix"] != 1 {
+			t.Errorf("%q: devices %v matrix %v findings %v", in, rep.Devices, rep.Matrix, rep.Findings)
 		}
 	}
-	rep := topoParse(t, "")
-	if tablesCodes(rep.Findings, "")["topo-no-matrix"] != 1 {
-		t.Errorf("%v", rep.Findings)
+}
+
+// TestTopoSingleGPU: a one-GPU machine's header has one device before the
+// affinity titles.
+func TestTopoSingleGPU(t *testing.T) {
+	for _, c := range []struct {
+		in, code string
+		nics     int
+	}{
+		{"\x1b[4m\tGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\nGPU0\t X \t0-63\t0\t\tN/A\n\nLegend:\n\n  X    = Self\n", "topo-no-nics", 0},
+		{"        GPU0    NUMA Affinity\nGPU0     X      0\n", "topo-no-nics", 0},
+		{"\tGPU0\tNIC0\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tSYS\t0-31\t0\nNIC0\tSYS\t X \n\nNIC Legend:\n\n  NIC0: mlx5_0\n", "gpu-no-local-nic", 1},
+	} {
+		rep := topoParse(t, c.in)
+		codes := tablesCodes(rep.Findings, "")
+		if len(rep.GPUs) != 1 || rep.GPUs[0] != "GPU0" || len(rep.NICs) != c.nics || rep.Matrix["GPU0"]["GPU0"] != "X" || codes["topo-no-matrix"] != 0 || codes[c.code] != 1 {
+			t.Errorf("%q: gpus %v nics %v matrix %v findings %v", c.in, rep.GPUs, rep.NICs, rep.Matrix, rep.Findings)
+		}
+	}
+	rep := topoParse(t, "\tGPU0\tCPU Affinity\tNUMA Affinity\nGPU0\t X \t0-63\t0\n")
+	if rep.CPUAffinity["GPU0"] != "0-63" || rep.NUMAAffinity["GPU0"] != "0" {
+		t.Errorf("affinity %v %v", rep.CPUAffinity, rep.NUMAAffinity)
 	}
 }

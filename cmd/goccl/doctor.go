@@ -96,7 +96,7 @@ var doctorSubs = []doctorSub{
 		expect := fs.Float64("expect-busbw", 0, "expected bus bandwidth in GB/s (1e9 B/s): sizes of 64 MiB and up below 80% of it are flagged")
 		return func(_ context.Context, in io.Reader) (doctorResult, error) {
 			if *expect < 0 {
-				return doctorResult{}, fmt.Errorf("--expect-busbw %v: must be a positive bandwidth in GB/s", *expect)
+				return doctorResult{}, doctorUsageError{fmt.Errorf("--expect-busbw %v: must be a positive bandwidth in GB/s", *expect)}
 			}
 			rep, err := doctor.ReadNCCLTests(in, doctor.NCCLTestsOptions{ExpectBusBW: *expect})
 			if err != nil {
@@ -123,6 +123,25 @@ var doctorSubs = []doctorSub{
 			return doctorResult{report: rep, text: rep.WriteText, findings: rep.Findings}, nil
 		}
 	}},
+}
+
+// doctorUsageError is a subcommand's complaint about its flags: exit 2.
+type doctorUsageError struct{ error }
+
+// doctorInput wraps the input and keeps the first read error other than
+// io.EOF: the readers fail only when reading fails, which exits 2 like a
+// file that cannot be opened.
+type doctorInput struct {
+	r   io.Reader
+	err error
+}
+
+func (d *doctorInput) Read(p []byte) (int, error) {
+	n, err := d.r.Read(p)
+	if err != nil && err != io.EOF && d.err == nil {
+		d.err = err
+	}
+	return n, err
 }
 
 // doctorStdin is what FILE "-" reads; tests replace it.
@@ -202,6 +221,7 @@ func runDoctor(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	var in io.Reader
+	var input *doctorInput
 	if sub.input {
 		rc, err := doctorReadInput(pos[0], doctorStdin)
 		if err != nil {
@@ -209,12 +229,22 @@ func runDoctor(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		defer rc.Close()
-		in = rc
+		input = &doctorInput{r: rc}
+		in = input
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	res, err := run(ctx, in)
 	if err != nil {
+		var ue doctorUsageError
+		switch {
+		case input != nil && input.err != nil:
+			fmt.Fprintf(stderr, "%s: reading %s: %v\n", name, pos[0], input.err)
+			return 2
+		case errors.As(err, &ue):
+			fmt.Fprintf(stderr, "%s: %v\n", name, err)
+			return 2
+		}
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 1
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"io"
 	"os"
@@ -186,8 +187,34 @@ func TestDoctorReaders(t *testing.T) {
 		t.Fatalf("ibv: status %d\n%s", st, out.String())
 	}
 	errb.Reset()
-	if st := cli([]string{"doctor", "nccl-tests", "--expect-busbw", "-5", filepath.Join(td, "nccltests", "mpirun-reduce_scatter.txt")}, io.Discard, &errb); st == 0 || !strings.Contains(errb.String(), "expect-busbw") {
+	if st := cli([]string{"doctor", "nccl-tests", "--expect-busbw", "-5", filepath.Join(td, "nccltests", "mpirun-reduce_scatter.txt")}, io.Discard, &errb); st != 2 || !strings.Contains(errb.String(), "expect-busbw") {
 		t.Fatalf("negative --expect-busbw: status %d, %s", st, errb.String())
+	}
+}
+
+// doctorFailingReader returns some text, then an I/O error.
+type doctorFailingReader struct{ text string }
+
+func (r *doctorFailingReader) Read(p []byte) (int, error) {
+	if r.text == "" {
+		return 0, errors.New("input/output error")
+	}
+	n := copy(p, r.text)
+	r.text = r.text[n:]
+	return n, nil
+}
+
+// TestDoctorReadError: a reader failing while reading exits 2 (unreadable
+// input, as the usage says), for every FILE|- subcommand.
+func TestDoctorReadError(t *testing.T) {
+	savedStdin := doctorStdin
+	t.Cleanup(func() { doctorStdin = savedStdin })
+	for _, sub := range []string{"nccl-tests", "topo", "ibv", "nccl-log"} {
+		doctorStdin = &doctorFailingReader{text: "# nThread 1 nGpus 1\n\tGPU0\tCPU Affinity\nhca_id:\tmlx5_0\n"}
+		var o, e bytes.Buffer
+		if st := cli([]string{"doctor", sub, "-"}, &o, &e); st != 2 || !strings.Contains(e.String(), "reading -: input/output error") {
+			t.Errorf("%s: exit %d, stderr %q", sub, st, e.String())
+		}
 	}
 }
 
