@@ -352,9 +352,7 @@ func CheckHost(ctx context.Context, opt HostOptions) (*HostReport, error) {
 	if err := h.runTools(ctx, opt.RunTool); err != nil {
 		return nil, err
 	}
-	sort.SliceStable(h.rep.Findings, func(i, j int) bool {
-		return severityRank(h.rep.Findings[i].Severity) < severityRank(h.rep.Findings[j].Severity)
-	})
+	sortFindings(h.rep.Findings)
 	// Empty lists encode as [] rather than null.
 	if h.rep.Findings == nil {
 		h.rep.Findings = []Finding{}
@@ -618,7 +616,7 @@ func (h *hostRun) checkGIDEnv(d HostRDMADevice, p HostRDMAPort, v string) {
 			continue
 		}
 		if !hostIsRoCEv2(g.Type) {
-			h.check(name, HostWarn, "env-gid-index-v1", fmt.Sprintf("NCCL_IB_GID_INDEX=%d is %s (%s): RoCE v1 frames do not cross routers and need lossless L2", idx, g.GID, hostOr(g.Type, "type unknown")), want)
+			h.check(name, HostWarn, "env-gid-index-v1", fmt.Sprintf("NCCL_IB_GID_INDEX=%d is %s (%s): RoCE v1 frames do not cross routers and need lossless L2", idx, g.GID, orDefault(g.Type, "type unknown")), want)
 		} else if p.GIDIndex >= 0 && idx != p.GIDIndex {
 			h.check(name, HostInfo, "env-gid-index-not-ipv4", fmt.Sprintf("NCCL_IB_GID_INDEX=%d is RoCE v2 %s, not the IPv4 one", idx, g.GID), want)
 		} else {
@@ -656,13 +654,6 @@ func hostAtoi(s string) int {
 		return 1 << 30
 	}
 	return n
-}
-
-func hostOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // --- interfaces ----------------------------------------------------------
@@ -707,7 +698,7 @@ func (h *hostRun) checkInterfaces() {
 		ifc.Physical = h.exists(base + "/device")
 		ifc.Addrs = addrs[n]
 		h.rep.Interfaces = append(h.rep.Interfaces, ifc)
-		parts = append(parts, fmt.Sprintf("%s %s mtu %d", n, hostOr(ifc.State, "?"), ifc.MTU))
+		parts = append(parts, fmt.Sprintf("%s %s mtu %d", n, orDefault(ifc.State, "?"), ifc.MTU))
 	}
 	h.check("interfaces", HostOK, "", strings.Join(parts, "; "), "")
 }
@@ -1102,7 +1093,7 @@ func (h *hostRun) rdmaPorts() string {
 			ns = append(ns, fmt.Sprintf("%s:%d", d.Name, p.Port))
 		}
 	}
-	return hostOr(strings.Join(ns, ", "), "no ports")
+	return orDefault(strings.Join(ns, ", "), "no ports")
 }
 
 func (h *hostRun) rdmaNames() string {
@@ -1251,7 +1242,7 @@ func (h *hostRun) checkIfname(v, spec string, multi, known bool, why string) {
 		return
 	}
 	detail := fmt.Sprintf("%s=%s leaves only %s (loopback)", v, spec, strings.Join(sel, ","))
-	fix := fmt.Sprintf("set %s to the interface that reaches the other hosts (=%s), or unset it", v, hostOr(h.firstUpPhysical(), "eth0"))
+	fix := fmt.Sprintf("set %s to the interface that reaches the other hosts (=%s), or unset it", v, orDefault(h.firstUpPhysical(), "eth0"))
 	switch {
 	case multi:
 		h.check(name, HostError, "env-socket-ifname-lo", detail+" but the job spans several hosts ("+why+"): other hosts cannot reach 127.0.0.1 and init hangs or times out", fix)
@@ -1269,7 +1260,7 @@ func (h *hostRun) upNames() string {
 			ns = append(ns, ifc.Name)
 		}
 	}
-	return hostOr(strings.Join(ns, ", "), "none")
+	return orDefault(strings.Join(ns, ", "), "none")
 }
 
 // firstUpPhysical names the interface to suggest for cross-host traffic: the

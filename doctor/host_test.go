@@ -482,7 +482,7 @@ func TestHostLive(t *testing.T) {
 // host's (here the real matrix of topo-02, where GPU0 has no local NIC, and
 // the GID table of ibv-07, whose IPv4 RoCE v2 GID is index 3).
 func TestHostToolsParsed(t *testing.T) {
-	topo, ibv := tablesReal(t, "topo-02.txt"), tablesReal(t, "ibv-07.txt")
+	topo, ibv := realInput(t, "topo-02.txt"), realInput(t, "ibv-07.txt")
 	run := func(ctx context.Context, name string, args ...string) ([]byte, error) {
 		switch name {
 		case "nvidia-smi":

@@ -197,7 +197,7 @@ func ParseIBV(r io.Reader) (*IBVReport, error) {
 	p := &ibvParser{rep: &IBVReport{Devices: []IBVDevice{}, Findings: []Finding{}}, dev: -1, port: -1,
 		devs: map[string]int{}, ports: map[[2]int]int{}, gids: map[[3]int]int{}}
 	showGids := false
-	_, err := tablesReadLines(r, func(n int, raw string) {
+	_, err := readLines(r, tablesMaxLine, tablesMaxLines, func(n int, raw string) {
 		line := strings.TrimSpace(tablesClean(raw))
 		// markdown emphasis around pasted commands: _ibv_devinfo -d x -v_
 		line = strings.TrimSpace(strings.Trim(line, "_`*"))
@@ -275,7 +275,7 @@ func ParseIBV(r io.Reader) (*IBVReport, error) {
 		}
 	}
 	ibvCheck(p.rep)
-	tablesSortFindings(p.rep.Findings)
+	sortFindings(p.rep.Findings)
 	return p.rep, nil
 }
 
@@ -534,7 +534,7 @@ func ibvPortFindings(name string, p *IBVPort) []Finding {
 		}
 		fix := "check the cable and switch port (ibstat); on InfiniBand a port stuck in INIT or ARMED has no subnet manager: start opensm or enable the switch's SM; exclude the HCA from NCCL_IB_HCA if it is unused"
 		if p.LinkLayer == "Ethernet" {
-			ifn := hostOr(tablesOneLine(p.Netdev, 32), "IF")
+			ifn := orDefault(tablesOneLine(p.Netdev, 32), "IF")
 			fix = "bring the netdev up (ip link set dev " + ifn + " up) and check the cable and switch port (ethtool " + ifn + "); exclude the HCA from NCCL_IB_HCA if it is unused"
 		}
 		add(SevWarn, "ibv-port-not-active", fmt.Sprintf("%s is %s%s: NCCL skips ports that are not ACTIVE", name, tablesOneLine(p.State, 32), phys), fix)
@@ -546,10 +546,10 @@ func ibvPortFindings(name string, p *IBVPort) []Finding {
 	if !ibvIsRoCE(p) {
 		return fs
 	}
-	netdev := hostOr(tablesOneLine(p.Netdev, 32), "IF")
+	netdev := orDefault(tablesOneLine(p.Netdev, 32), "IF")
 	if len(p.GIDs) == 0 {
 		if p.gidsComplete {
-			add(SevWarn, "roce-no-gid", fmt.Sprintf("%s: RoCE port with an empty GID table: its netdev %s has no address", name, hostOr(tablesOneLine(p.Netdev, 32), "?")),
+			add(SevWarn, "roce-no-gid", fmt.Sprintf("%s: RoCE port with an empty GID table: its netdev %s has no address", name, orDefault(tablesOneLine(p.Netdev, 32), "?")),
 				"give the port's netdev an IPv4 address (ip addr add A.B.C.D/N dev "+netdev+"); the kernel adds the GIDs")
 		}
 		return fs
@@ -582,7 +582,7 @@ func ibvPortFindings(name string, p *IBVPort) []Finding {
 			sev = SevWarn
 			msg += fmt.Sprintf(", while RoCE v2 GID %d is link-local (%s), which is not routed and makes QP connections time out across subnets", v2ll[0].Index, tablesOneLine(v2ll[0].GID, 64))
 		}
-		add(sev, "roce-gid-index", msg, fmt.Sprintf("export NCCL_IB_GID_INDEX=%d (the IPv4-mapped RoCE v2 GID; cf. NVIDIA/nccl#769); NCCL 2.20+ picks it by itself with NCCL_IB_ROCE_VERSION_NUM=2 and NCCL_IB_ADDR_FAMILY=AF_INET", v4.Index))
+		add(sev, "roce-gid-index", msg, fmt.Sprintf("export NCCL_IB_GID_INDEX=%d (the IPv4-mapped RoCE v2 GID; cf. NVIDIA/nccl#769); NCCL 2.21+ picks it by itself when NCCL_IB_GID_INDEX is unset (defaults NCCL_IB_ROCE_VERSION_NUM=2, IPv4 unless NCCL_SOCKET_FAMILY=AF_INET6)", v4.Index))
 	case len(v2) > 0 && len(v2ll) == len(v2):
 		add(SevWarn, "roce-only-link-local-gid", fmt.Sprintf("%s: the only RoCE v2 GIDs are link-local (GID %d %s): traffic cannot be routed", name, v2ll[0].Index, tablesOneLine(v2ll[0].GID, 64)),
 			"configure an IPv4 (or global IPv6) address on the port's netdev "+netdev+"; a new GID appears for it")
@@ -669,7 +669,7 @@ func ibvFleetFindings(ports []ibvNamedPort) []Finding {
 	}
 	if len(ethernet) > 0 {
 		add(SevInfo, "roce-link-layer", fmt.Sprintf("link layer Ethernet on %s: this is RoCE, not InfiniBand", strings.Join(ethernet, ", ")),
-			"RoCE needs the right GID (NCCL_IB_GID_INDEX or NCCL 2.20+ auto-selection), a lossless or ECN-configured fabric (PFC/ECN, NCCL_IB_TC) and IP reachability between hosts")
+			"RoCE needs the right GID (NCCL_IB_GID_INDEX or NCCL 2.21+ auto-selection), a lossless or ECN-configured fabric (PFC/ECN, NCCL_IB_TC) and IP reachability between hosts")
 	}
 	return fs
 }
@@ -710,7 +710,7 @@ func (rep *IBVReport) WriteText(w io.Writer) error {
 			}
 		}
 	}
-	tablesWriteFindings(&b, rep.Findings)
+	writeFindings(&b, rep.Findings)
 	_, err := io.WriteString(w, b.String())
 	return err
 }

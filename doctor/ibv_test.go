@@ -40,7 +40,7 @@ func ibvPort(t *testing.T, rep *IBVReport, dev string, port int) *IBVPort {
 }
 
 func TestIBVReal01Ibstat(t *testing.T) {
-	rep := ibvParse(t, tablesReal(t, "ibv-01.txt"))
+	rep := ibvParse(t, realInput(t, "ibv-01.txt"))
 	if len(rep.Devices) != 2 || rep.Devices[0].Name != "mlx5_0" || rep.Devices[1].Name != "mlx5_1" {
 		t.Fatalf("devices %+v", rep.Devices)
 	}
@@ -63,7 +63,7 @@ func TestIBVReal01Ibstat(t *testing.T) {
 }
 
 func TestIBVReal07GIDIndex(t *testing.T) {
-	rep := ibvParse(t, tablesReal(t, "ibv-07.txt"))
+	rep := ibvParse(t, realInput(t, "ibv-07.txt"))
 	if len(rep.Devices) != 1 || rep.Devices[0].Name != "mlx5_bond_0" {
 		t.Fatalf("devices %+v", rep.Devices)
 	}

@@ -57,7 +57,6 @@ package doctor
 //	roce-mtu-low                  info: RoCE QPs with an MTU of 1024 bytes or less
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -216,53 +215,13 @@ const (
 // however malformed, gives a report.
 func AnalyzeNCCLLog(r io.Reader) (*NCCLLogReport, error) {
 	a := logNewAnalyzer()
-	err := logReadLines(r, a.feedPhysical)
+	_, err := readLines(r, logMaxLine, 0, func(_ int, line string) { a.feedPhysical(strings.TrimRight(line, "\r")) })
 	a.flushPending()
 	rep := a.finish()
 	if err != nil {
 		return rep, err
 	}
 	return rep, nil
-}
-
-// logReadLines calls fn for every line of r without its line end, keeping at
-// most logMaxLine bytes of each (the rest of a longer line is dropped).
-func logReadLines(r io.Reader, fn func(string)) error {
-	br := bufio.NewReaderSize(r, 64<<10)
-	var long []byte
-	truncated := false
-	for {
-		chunk, err := br.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
-			if !truncated {
-				room := logMaxLine - len(long)
-				if len(chunk) > room {
-					chunk = chunk[:room]
-					truncated = true
-				}
-				long = append(long, chunk...)
-			}
-			continue
-		}
-		if len(chunk) > 0 || len(long) > 0 {
-			if !truncated {
-				room := logMaxLine - len(long)
-				if len(chunk) > room {
-					chunk = chunk[:room]
-				}
-				long = append(long, chunk...)
-			}
-			fn(strings.TrimRight(string(long), "\r\n"))
-			long = long[:0]
-			truncated = false
-		}
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-	}
 }
 
 // logRecord is one logical log line after prefix handling.
@@ -1098,9 +1057,7 @@ func (a *logAnalyzer) finish() *NCCLLogReport {
 	}
 
 	a.findings()
-	sort.SliceStable(rep.Findings, func(i, j int) bool {
-		return severityRank(rep.Findings[i].Severity) < severityRank(rep.Findings[j].Severity)
-	})
+	sortFindings(rep.Findings)
 	return rep
 }
 
@@ -1154,7 +1111,7 @@ func (a *logAnalyzer) findings() {
 			why = "NCCL reported CollNet as not supported"
 		}
 		a.add(SevWarn, "collnet-unsupported",
-			fmt.Sprintf("CollNet requested (NCCL_COLLNET_ENABLE=%s) but %s; collectives fall back to ring/tree", logOr(env["NCCL_COLLNET_ENABLE"], "?"), why),
+			fmt.Sprintf("CollNet requested (NCCL_COLLNET_ENABLE=%s) but %s; collectives fall back to ring/tree", orDefault(env["NCCL_COLLNET_ENABLE"], "?"), why),
 			"install the SHARP collnet plugin (libnccl-net.so from nccl-rdma-sharp-plugins / HPC-X) on every node and make sure sharp_am runs on the subnet manager; otherwise unset NCCL_COLLNET_ENABLE")
 	}
 
@@ -1437,7 +1394,7 @@ func (a *logAnalyzer) networkChoiceFindings() {
 		set := "NCCL_IB_DISABLE=" + rep.Env["NCCL_IB_DISABLE"]
 		if ibEvidence != "" {
 			a.add(SevWarn, "ib-disabled-by-env",
-				fmt.Sprintf("InfiniBand disabled by environment (%s): %s transport used although IB hardware is present (%s)", set, logOr(rep.Net, "Socket"), ibEvidence),
+				fmt.Sprintf("InfiniBand disabled by environment (%s): %s transport used although IB hardware is present (%s)", set, orDefault(rep.Net, "Socket"), ibEvidence),
 				"unset NCCL_IB_DISABLE (or set it to 0) so NCCL uses RDMA; TCP over IPoIB is several times slower")
 		} else {
 			a.add(SevInfo, "ib-disabled-by-env", "InfiniBand disabled by environment ("+set+"); no IB device seen in the log",
@@ -1528,7 +1485,7 @@ func (a *logAnalyzer) hcaInfoFindings() {
 // severity, code, message and fix.
 func (rep *NCCLLogReport) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	dash := func(s string) string { return logOr(s, "-") }
+	dash := func(s string) string { return orDefault(s, "-") }
 	num := func(n int) string {
 		if n == 0 {
 			return "-"
@@ -1638,24 +1595,7 @@ func (rep *NCCLLogReport) WriteText(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if len(rep.Findings) == 0 {
-		_, err := fmt.Fprintln(w, "\nNo findings.")
-		return err
-	}
-	if _, err := fmt.Fprintf(w, "\nFindings (%d):\n", len(rep.Findings)); err != nil {
-		return err
-	}
-	for _, f := range rep.Findings {
-		if _, err := fmt.Fprintf(w, "  %-5s %s: %s\n", strings.ToUpper(string(f.Severity)), f.Code, f.Message); err != nil {
-			return err
-		}
-		if f.Fix != "" {
-			if _, err := fmt.Fprintf(w, "        fix: %s\n", f.Fix); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return writeFindings(w, rep.Findings)
 }
 
 // logMatch runs re on p only when p contains gate, a literal every match
@@ -1734,13 +1674,6 @@ func logClip(s string, n int) string {
 		return s
 	}
 	return s[:n] + "..."
-}
-
-func logOr(s, dflt string) string {
-	if s == "" {
-		return dflt
-	}
-	return s
 }
 
 func logSortedKeys(sets ...map[string]bool) []string {

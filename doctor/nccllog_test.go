@@ -14,24 +14,6 @@ import (
 	"testing"
 )
 
-// logVerbatimMarker separates a real log's attribution header from the log
-// exactly as posted.
-const logVerbatimMarker = "# ===== VERBATIM BELOW =====\n"
-
-// logTestVerbatim returns the verbatim part of testdata/real-inputs/NAME.
-func logTestVerbatim(t testing.TB, name string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", "real-inputs", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, body, ok := strings.Cut(string(b), logVerbatimMarker)
-	if !ok {
-		t.Fatalf("%s: no %q marker", name, strings.TrimSpace(logVerbatimMarker))
-	}
-	return body
-}
-
 func logTestAnalyze(t testing.TB, text string) *NCCLLogReport {
 	t.Helper()
 	rep, err := AnalyzeNCCLLog(strings.NewReader(text))
@@ -366,7 +348,7 @@ func TestNCCLLogRealInputs(t *testing.T) {
 	for _, e := range logRealExpect {
 		covered[e.file] = true
 		t.Run(e.file, func(t *testing.T) {
-			logCheck(t, logTestAnalyze(t, logTestVerbatim(t, e.file)), e)
+			logCheck(t, logTestAnalyze(t, realInput(t, e.file)), e)
 		})
 	}
 	for _, f := range files {
@@ -380,7 +362,7 @@ func TestNCCLLogRealInputs(t *testing.T) {
 // quote (issue title / maintainer reply) but the excerpt lacks.
 func TestNCCLLogRealPlusTitle(t *testing.T) {
 	t.Run("07 + completion error 4 from the title", func(t *testing.T) {
-		body := logTestVerbatim(t, "nccl-log-07.txt") +
+		body := realInput(t, "nccl-log-07.txt") +
 			"node2:14159:14172 [0] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer with error 4, opcode 0, len 0, vendor err 81 (Send) localGid ::ffff:10.10.10.1 remoteGid ::ffff:10.10.10.3\n"
 		rep := logTestAnalyze(t, body)
 		f := rep.Findings[0]
@@ -394,7 +376,7 @@ func TestNCCLLogRealPlusTitle(t *testing.T) {
 		}
 	})
 	t.Run("01 + completion error 4 from the title", func(t *testing.T) {
-		body := logTestVerbatim(t, "nccl-log-01.txt") +
+		body := realInput(t, "nccl-log-01.txt") +
 			"10-90-43-152:120890:121560 [0] transport/net_ib.cc:818 NCCL WARN NET/IB : Got completion with error 4, opcode 8983, len 0, vendor err 81\n"
 		rep := logTestAnalyze(t, body)
 		f := rep.Findings[0]
@@ -414,7 +396,7 @@ func TestNCCLLogRealPlusTitle(t *testing.T) {
 		}
 	})
 	t.Run("05 + maintainer's connect timeout through ip6tnl0", func(t *testing.T) {
-		body := logTestVerbatim(t, "nccl-log-05.txt") +
+		body := realInput(t, "nccl-log-05.txt") +
 			"NvYt-dcf441d17e21-1bdf2bc9-79ce82ee-3fe03e8-c2959af0:98:220 [1] include/socket.h:390 NCCL WARN Connect to fe80::745d:60ff:fef9:e1dd%ip6tnl0<46681> failed : Connection timed out\n"
 		rep := logTestAnalyze(t, body)
 		f := rep.Findings[0]
@@ -426,7 +408,7 @@ func TestNCCLLogRealPlusTitle(t *testing.T) {
 		}
 	})
 	t.Run("33 + channel lines without GDRDMA", func(t *testing.T) {
-		body := logTestVerbatim(t, "nccl-log-33.txt") +
+		body := realInput(t, "nccl-log-33.txt") +
 			"swat1-04:2017630:2017671 [2] NCCL INFO Channel 00/0 : 10[48000] -> 2[48000] [receive] via NET/IB/1\n" +
 			"swat1-04:2017630:2017671 [2] NCCL INFO Channel 01/0 : 2[48000] -> 10[48000] [send] via NET/IB/1\n"
 		rep := logTestAnalyze(t, body)
@@ -651,7 +633,7 @@ func logTestInputs(t testing.TB) map[string]string {
 	out := map[string]string{}
 	real, _ := filepath.Glob(filepath.Join("testdata", "real-inputs", "nccl-log-*.txt"))
 	for _, f := range real {
-		out[f] = logTestVerbatim(t, filepath.Base(f))
+		out[f] = realInput(t, filepath.Base(f))
 	}
 	synth, _ := filepath.Glob(filepath.Join("testdata", "nccllog", "*.txt"))
 	for _, f := range synth {
@@ -981,7 +963,7 @@ func (r *logFailingReader) Read(p []byte) (int, error) {
 }
 
 func TestNCCLLogWriteText(t *testing.T) {
-	rep := logTestAnalyze(t, logTestVerbatim(t, "nccl-log-22.txt"))
+	rep := logTestAnalyze(t, realInput(t, "nccl-log-22.txt"))
 	var buf bytes.Buffer
 	if err := rep.WriteText(&buf); err != nil {
 		t.Fatal(err)

@@ -290,7 +290,7 @@ func ReadNCCLTests(r io.Reader, opt NCCLTestsOptions) (*NCCLTestsReport, error) 
 			finish(false)
 		}
 	}
-	truncated, err := tablesReadLines(r, func(n int, raw string) {
+	truncated, err := readLines(r, tablesMaxLine, tablesMaxLines, func(n int, raw string) {
 		line := strings.TrimSpace(tablesClean(raw))
 		if line == "" {
 			return
@@ -441,7 +441,7 @@ func ReadNCCLTests(r io.Reader, opt NCCLTestsOptions) (*NCCLTestsReport, error) 
 		rep.Findings = append(rep.Findings, Finding{Severity: SevInfo, Code: "input-truncated",
 			Message: fmt.Sprintf("only the first %d lines were read", tablesMaxLines)})
 	}
-	tablesSortFindings(rep.Findings)
+	sortFindings(rep.Findings)
 	return rep, nil
 }
 
@@ -1002,7 +1002,7 @@ func (rep *NCCLTestsReport) WriteText(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, "peak busbw %.2f GB/s at %d B\n", t.PeakBusBW, t.PeakSize)
 	}
-	tablesWriteFindings(&b, rep.Findings)
+	writeFindings(&b, rep.Findings)
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -1015,19 +1015,4 @@ func testsFmtGroup(g *NCCLTestsResult) string {
 		wrong = strconv.FormatFloat(g.Error, 'e', 0, 64)
 	}
 	return fmt.Sprintf("%9.2f %7.2f %7.2f %6s", g.TimeUS, g.AlgBW, g.BusBW, wrong)
-}
-
-// tablesWriteFindings prints findings one per line, with the fix indented.
-func tablesWriteFindings(b *strings.Builder, fs []Finding) {
-	if len(fs) == 0 {
-		b.WriteString("no findings\n")
-		return
-	}
-	b.WriteString("findings:\n")
-	for _, f := range fs {
-		fmt.Fprintf(b, "  %-5s %s: %s\n", f.Severity, f.Code, f.Message)
-		if f.Fix != "" {
-			fmt.Fprintf(b, "        fix: %s\n", f.Fix)
-		}
-	}
 }

@@ -38,7 +38,7 @@ func testsRowAt(t *testing.T, tt NCCLTest, size int64) NCCLTestsRow {
 }
 
 func TestNCCLTestsReal01AllReduce16Ranks(t *testing.T) {
-	rep := testsRead(t, tablesReal(t, "nccl-tests-01.txt"), NCCLTestsOptions{})
+	rep := testsRead(t, realInput(t, "nccl-tests-01.txt"), NCCLTestsOptions{})
 	if len(rep.Tests) != 1 {
 		t.Fatalf("tests = %d, want 1", len(rep.Tests))
 	}
@@ -78,31 +78,31 @@ func TestNCCLTestsReal01AllReduce16Ranks(t *testing.T) {
 		t.Errorf("findings %v", rep.Findings)
 	}
 	// expectation: 400 GB/s -> sizes >= 64 MiB below 320 flagged: all 8 of them
-	rep = testsRead(t, tablesReal(t, "nccl-tests-01.txt"), NCCLTestsOptions{ExpectBusBW: 400})
+	rep = testsRead(t, realInput(t, "nccl-tests-01.txt"), NCCLTestsOptions{ExpectBusBW: 400})
 	// 4 GiB (330.58) and 8 GiB (338.82) reach 320
 	f, ok := tablesFindingWith(rep.Findings, "busbw-below-expected", "6 of 8 sizes")
 	if !ok || f.Severity != SevWarn {
 		t.Errorf("expect 400: %v", rep.Findings)
 	}
 	// 380 GB/s: 80 % = 304 -> 2 GiB (318.40), 4 GiB, 8 GiB pass; 64 MiB .. 1 GiB (5 sizes) fail
-	rep = testsRead(t, tablesReal(t, "nccl-tests-01.txt"), NCCLTestsOptions{ExpectBusBW: 380})
+	rep = testsRead(t, realInput(t, "nccl-tests-01.txt"), NCCLTestsOptions{ExpectBusBW: 380})
 	if _, ok := tablesFindingWith(rep.Findings, "busbw-below-expected", "5 of 8 sizes"); !ok {
 		t.Errorf("expect 380: %v", rep.Findings)
 	}
 	// 300 -> 240: 64, 128 and 256 MiB (213.28) are below
-	rep = testsRead(t, tablesReal(t, "nccl-tests-01.txt"), NCCLTestsOptions{ExpectBusBW: 300})
+	rep = testsRead(t, realInput(t, "nccl-tests-01.txt"), NCCLTestsOptions{ExpectBusBW: 300})
 	if _, ok := tablesFindingWith(rep.Findings, "busbw-below-expected", "3 of 8 sizes"); !ok {
 		t.Errorf("expect 300: %v", rep.Findings)
 	}
 	// 100 -> 80: 64 MiB reaches 99.74, and 32 MiB (59.69) is too small to count
-	rep = testsRead(t, tablesReal(t, "nccl-tests-01.txt"), NCCLTestsOptions{ExpectBusBW: 100})
+	rep = testsRead(t, realInput(t, "nccl-tests-01.txt"), NCCLTestsOptions{ExpectBusBW: 100})
 	if tablesCodes(rep.Findings, "")["busbw-below-expected"] != 0 {
 		t.Errorf("expect 100: %v", rep.Findings)
 	}
 }
 
 func TestNCCLTestsReal03AllGatherSizeZero(t *testing.T) {
-	rep := testsRead(t, tablesReal(t, "nccl-tests-03.txt"), NCCLTestsOptions{})
+	rep := testsRead(t, realInput(t, "nccl-tests-03.txt"), NCCLTestsOptions{})
 	if len(rep.Tests) != 1 {
 		t.Fatalf("tests = %d", len(rep.Tests))
 	}
@@ -125,7 +125,7 @@ func TestNCCLTestsReal03AllGatherSizeZero(t *testing.T) {
 		t.Errorf("findings %v", rep.Findings)
 	}
 	// Without the device block the rank count comes from size/count.
-	text := tablesReal(t, "nccl-tests-03.txt")
+	text := realInput(t, "nccl-tests-03.txt")
 	var kept []string
 	for _, l := range strings.Split(text, "\n") {
 		if !strings.Contains(l, "Rank") && !strings.Contains(l, "nThread") && !strings.Contains(l, "_perf") {
@@ -140,7 +140,7 @@ func TestNCCLTestsReal03AllGatherSizeZero(t *testing.T) {
 }
 
 func TestNCCLTestsReal07SendRecvNA(t *testing.T) {
-	rep := testsRead(t, tablesReal(t, "nccl-tests-07.txt"), NCCLTestsOptions{})
+	rep := testsRead(t, realInput(t, "nccl-tests-07.txt"), NCCLTestsOptions{})
 	if len(rep.Tests) != 1 {
 		t.Fatalf("tests = %d", len(rep.Tests))
 	}
@@ -164,14 +164,14 @@ func TestNCCLTestsReal07SendRecvNA(t *testing.T) {
 		t.Errorf("findings %v", rep.Findings)
 	}
 	// Without the command line the all-N/A in-place column says sendrecv.
-	rep = testsRead(t, strings.SplitN(tablesReal(t, "nccl-tests-07.txt"), "\n", 2)[1], NCCLTestsOptions{})
+	rep = testsRead(t, strings.SplitN(realInput(t, "nccl-tests-07.txt"), "\n", 2)[1], NCCLTestsOptions{})
 	if rep.Tests[0].Collective != "sendrecv" || rep.Tests[0].CollectiveFrom != "layout" {
 		t.Errorf("layout guess %s", rep.Tests[0].Collective)
 	}
 }
 
 func TestNCCLTestsReal11OldFormat(t *testing.T) {
-	rep := testsRead(t, tablesReal(t, "nccl-tests-11.txt"), NCCLTestsOptions{})
+	rep := testsRead(t, realInput(t, "nccl-tests-11.txt"), NCCLTestsOptions{})
 	if len(rep.Tests) != 2 {
 		t.Fatalf("tests = %d, want 2 (13-field and 10-field tables)", len(rep.Tests))
 	}

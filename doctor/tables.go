@@ -1,11 +1,7 @@
 package doctor
 
 import (
-	"bufio"
-	"errors"
-	"io"
 	"regexp"
-	"sort"
 	"strings"
 )
 
@@ -20,47 +16,6 @@ const tablesMaxLine = 4096
 // tablesMaxLines caps how many lines one reader looks at, so that a
 // multi-gigabyte file cannot make a report grow without bound.
 const tablesMaxLines = 1 << 20
-
-// tablesReadLines reads r line by line (any of \n, \r\n), cutting lines
-// longer than tablesMaxLine, and calls fn with each line (1-based number).
-// It stops after tablesMaxLines lines and reports whether it did.
-func tablesReadLines(r io.Reader, fn func(n int, line string)) (truncated bool, err error) {
-	br := bufio.NewReaderSize(r, 64*1024)
-	n := 0
-	for {
-		var buf []byte
-		long := false
-		for {
-			chunk, isPrefix, rerr := br.ReadLine()
-			if rerr != nil {
-				if errors.Is(rerr, io.EOF) {
-					if len(buf) > 0 || long {
-						n++
-						fn(n, string(buf))
-					}
-					return false, nil
-				}
-				return false, rerr
-			}
-			if !long {
-				room := tablesMaxLine - len(buf)
-				if len(chunk) > room {
-					chunk = chunk[:room]
-					long = true
-				}
-				buf = append(buf, chunk...)
-			}
-			if !isPrefix {
-				break
-			}
-		}
-		n++
-		if n > tablesMaxLines {
-			return true, nil
-		}
-		fn(n, string(buf))
-	}
-}
 
 // tablesANSI matches ANSI escape sequences (colour, bold, underline) and the
 // remnants they leave when the ESC byte was lost in a paste ("[1m", "[0m").
@@ -101,12 +56,4 @@ func tablesOneLine(s string, max int) string {
 		s = s[:max] + "..."
 	}
 	return s
-}
-
-// tablesSortFindings orders findings errors first, then warnings, then
-// notes, keeping input order within a severity.
-func tablesSortFindings(fs []Finding) {
-	sort.SliceStable(fs, func(i, j int) bool {
-		return severityRank(fs[i].Severity) < severityRank(fs[j].Severity)
-	})
 }

@@ -18,7 +18,7 @@ func tablesSeed(f *testing.F, prefix, dir string) {
 		if err != nil {
 			f.Fatal(err)
 		}
-		if _, after, ok := strings.Cut(string(b), tablesMarker); ok {
+		if _, after, ok := strings.Cut(string(b), verbatimMarker); ok {
 			f.Add([]byte(after))
 		}
 	}

@@ -143,7 +143,7 @@ func ParseTopo(r io.Reader) (*TopoReport, error) {
 		Locality: []TopoGPULocality{}, Findings: []Finding{}}
 	index := map[string]bool{}
 	inMatrix := false
-	_, err := tablesReadLines(r, func(n int, raw string) {
+	_, err := readLines(r, tablesMaxLine, tablesMaxLines, func(n int, raw string) {
 		line := strings.TrimSpace(tablesClean(raw))
 		f := strings.Fields(line)
 		if len(f) == 0 {
@@ -226,7 +226,7 @@ func ParseTopo(r io.Reader) (*TopoReport, error) {
 		}
 	}
 	topoAnalyse(rep)
-	tablesSortFindings(rep.Findings)
+	sortFindings(rep.Findings)
 	return rep, nil
 }
 
@@ -396,7 +396,7 @@ func (rep *TopoReport) WriteText(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, "  %-6s %-4s %s\n", l.GPU, l.Link, strings.Join(names, ", "))
 	}
-	tablesWriteFindings(&b, rep.Findings)
+	writeFindings(&b, rep.Findings)
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -35,7 +35,7 @@ func topoNearest(t *testing.T, rep *TopoReport, gpu string) TopoGPULocality {
 }
 
 func TestTopoReal02ThreeGPUsTwoNICs(t *testing.T) {
-	rep := topoParse(t, tablesReal(t, "topo-02.txt"))
+	rep := topoParse(t, realInput(t, "topo-02.txt"))
 	if strings.Join(rep.GPUs, ",") != "GPU0,GPU1,GPU2" || strings.Join(rep.NICs, ",") != "NIC0,NIC1" {
 		t.Fatalf("gpus %v nics %v", rep.GPUs, rep.NICs)
 	}
@@ -87,7 +87,7 @@ func TestTopoReal02ThreeGPUsTwoNICs(t *testing.T) {
 }
 
 func TestTopoReal04TabsTruncated(t *testing.T) {
-	rep := topoParse(t, tablesReal(t, "topo-04.txt"))
+	rep := topoParse(t, realInput(t, "topo-04.txt"))
 	if len(rep.GPUs) != 8 || len(rep.NICs) != 9 || len(rep.Devices) != 17 {
 		t.Fatalf("gpus %d nics %d", len(rep.GPUs), len(rep.NICs))
 	}

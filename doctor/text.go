@@ -1,0 +1,94 @@
+package doctor
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+)
+
+// Text helpers every reader shares.
+
+// readLines calls fn with each line of r (1-based number, without its "\n"
+// or "\r\n"), keeping at most maxLine bytes of a line (the rest up to the
+// newline is dropped, so memory stays bounded whatever the input). It stops
+// after maxLines lines (0: no limit) and then reports truncated. The error
+// is r's, never io.EOF.
+func readLines(r io.Reader, maxLine, maxLines int, fn func(n int, line string)) (truncated bool, err error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	n := 0
+	var buf []byte
+	for {
+		buf = buf[:0]
+		long, any := false, false
+		for {
+			chunk, isPrefix, rerr := br.ReadLine()
+			if rerr != nil {
+				if !errors.Is(rerr, io.EOF) {
+					return false, rerr
+				}
+				if any {
+					n++
+					fn(n, string(buf))
+				}
+				return false, nil
+			}
+			any = true
+			if !long {
+				if room := maxLine - len(buf); len(chunk) > room {
+					chunk, long = chunk[:room], true
+				}
+				buf = append(buf, chunk...)
+			}
+			if !isPrefix {
+				break
+			}
+		}
+		n++
+		if maxLines > 0 && n > maxLines {
+			return true, nil
+		}
+		fn(n, string(buf))
+	}
+}
+
+// sortFindings orders findings errors first, then warnings, then notes,
+// keeping input order within a severity.
+func sortFindings(fs []Finding) {
+	sort.SliceStable(fs, func(i, j int) bool {
+		return severityRank(fs[i].Severity) < severityRank(fs[j].Severity)
+	})
+}
+
+// writeFindings prints findings as every text report ends: a count, then
+// one per line (severity, code, message) with the fix indented below.
+func writeFindings(w io.Writer, fs []Finding) error {
+	if len(fs) == 0 {
+		_, err := fmt.Fprintln(w, "\nNo findings.")
+		return err
+	}
+	if _, err := fmt.Fprintf(w, "\nFindings (%d):\n", len(fs)); err != nil {
+		return err
+	}
+	for _, f := range fs {
+		if _, err := fmt.Fprintf(w, "  %-5s %s: %s\n", strings.ToUpper(string(f.Severity)), f.Code, f.Message); err != nil {
+			return err
+		}
+		if f.Fix != "" {
+			if _, err := fmt.Fprintf(w, "        fix: %s\n", f.Fix); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// orDefault is s, or def when s is empty.
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
