@@ -19,21 +19,7 @@ import (
 func hostTree(t *testing.T, files map[string]string) string {
 	t.Helper()
 	root := t.TempDir()
-	for p, c := range files {
-		full := filepath.Join(root, p)
-		if strings.HasSuffix(p, "/") {
-			if err := os.MkdirAll(full, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(c+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	hostAddFiles(t, root, files)
 	return root
 }
 
