@@ -164,9 +164,15 @@ type NCCLTestsResult struct {
 	Error float64 `json:"error,omitempty"`
 }
 
-// testsFactor returns nccl-tests' busbw/algbw factor for a collective and
-// rank count, and whether it is known.
-func testsFactor(coll string, n int) (float64, bool) {
+// BusBWFactor is nccl-tests' busbw/algbw factor (its doc/PERFORMANCE.md)
+// for a collective named as nccl-tests names its programs without "_perf"
+// ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast",
+// "reduce", "sendrecv", "gather", "scatter", "hypercube") and n ranks:
+// 2(n-1)/n for all_reduce; (n-1)/n for all_gather, reduce_scatter,
+// alltoall, gather, scatter and hypercube; 1 for broadcast, reduce and
+// sendrecv. ok is false for an unknown name or, where n matters, n < 1.
+// goccl perf uses it too.
+func BusBWFactor(coll string, n int) (factor float64, ok bool) {
 	switch coll {
 	case "broadcast", "reduce", "sendrecv":
 		return 1, true
@@ -804,7 +810,7 @@ func testsGuess(t *NCCLTest, ratio int) string {
 			}
 			continue
 		}
-		if f, ok := testsFactor(c, cn); ok && math.Abs(f-obs) < 0.02*f+0.01 {
+		if f, ok := BusBWFactor(c, cn); ok && math.Abs(f-obs) < 0.02*f+0.01 {
 			return c
 		}
 		if cn == 0 && (c == "all_gather" || c == "alltoall" || c == "reduce_scatter") && obs >= 0.49 && obs < 1.0 {
@@ -849,7 +855,7 @@ func testsCheck(tests []NCCLTest, opt NCCLTestsOptions) []Finding {
 				Message: fmt.Sprintf("%s: the collective could not be told from the layout; busbw not checked", name),
 				Fix:     "include the command line or the '# Collective test starting' line"})
 		}
-		f, known := testsFactor(t.Collective, t.Ranks)
+		f, known := BusBWFactor(t.Collective, t.Ranks)
 		if !known && t.Collective != "unknown" {
 			fs = append(fs, Finding{Severity: SevInfo, Code: "ranks-unknown",
 				Message: fmt.Sprintf("%s: rank count unknown; busbw of %s depends on it and was not checked", name, t.Collective),

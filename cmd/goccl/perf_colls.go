@@ -1,6 +1,10 @@
 package main
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/goccl/goccl/doctor"
+)
 
 // collKind identifies a benchmarked collective.
 type collKind int
@@ -117,18 +121,15 @@ func (l layout) inplaceRegion(rank int) int {
 	return max(l.sendInplaceOff*rank+l.sendCount, l.recvInplaceOff*rank+l.recvCount)
 }
 
-// busFactor converts algorithm bandwidth to bus bandwidth (nccl-tests
-// doc/PERFORMANCE.md): 2(n-1)/n for all_reduce, (n-1)/n for all_gather,
-// reduce_scatter and alltoall, 1 for broadcast, reduce and sendrecv.
+// busFactor converts algorithm bandwidth to bus bandwidth with nccl-tests'
+// factors (doctor.BusBWFactor, which goccl doctor nccl-tests checks tables
+// against).
 func (c *coll) busFactor(nranks int) float64 {
-	n := float64(nranks)
-	switch c.kind {
-	case collAllReduce:
-		return 2 * (n - 1) / n
-	case collAllGather, collReduceScatter, collAllToAll:
-		return (n - 1) / n
+	f, ok := doctor.BusBWFactor(c.name, nranks)
+	if !ok {
+		return 1
 	}
-	return 1
+	return f
 }
 
 // algBytes is the byte count nccl-tests divides by the time for algbw: the
