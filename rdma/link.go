@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"syscall"
 
 	"golang.org/x/net/ipv4"
 
@@ -56,8 +57,9 @@ type udpLink struct {
 	txBufs   [][]byte
 	txOOB    [][]byte
 	udpAddrs map[netip.AddrPort]*net.UDPAddr
-	gso      bool // send runs with UDP_SEGMENT
-	sent     int  // datagrams sent since the last flush returned
+	gso      bool                    // send runs with UDP_SEGMENT
+	noGSO    map[netip.AddrPort]bool // peers whose path refused a run (EMSGSIZE)
+	sent     int                     // datagrams sent since the last flush returned
 }
 
 // udpRun describes one queued buffer: segs datagrams of segSize bytes (the
@@ -99,7 +101,7 @@ func openUDPLink(addr string) (*udpLink, error) {
 func (l *udpLink) icrc(to netip.AddrPort, ib []byte) (uint32, error) { return icrcV2(l.addr, to, ib) }
 
 func (l *udpLink) queue(b []byte, to netip.AddrPort) {
-	if k := len(l.txq) - 1; l.gso && k >= 0 {
+	if k := len(l.txq) - 1; l.gso && k >= 0 && !l.noGSO[to] {
 		r := &l.txSegs[k]
 		if r.to == to && !r.closed && len(b) <= r.segSize && r.segs < gsoMaxSegs && len(l.txBufs[k])+len(b) <= gsoMaxBytes {
 			l.txBufs[k] = append(l.txBufs[k], b...)
@@ -157,12 +159,20 @@ func (l *udpLink) flushSome() {
 	for q, runs := l.txq, l.txSegs; len(q) > 0; {
 		n, err := l.pc.WriteBatch(q, 0)
 		if err != nil && l.gso && n <= 0 && q[0].OOB != nil {
-			// The kernel refused segmentation (EMSGSIZE when a segment
-			// and its headers exceed the path's MTU, EIO without
-			// checksum offload, EINVAL on old kernels): send datagram by
-			// datagram from now on (the kernel fragments those).
-			l.gso = false
-			l.requeueSingly(q, runs)
+			// The kernel refused segmentation: EMSGSIZE when a segment
+			// and its headers exceed the path's MTU (that peer's runs go
+			// datagram by datagram from now on, which the kernel
+			// fragments), EIO without checksum offload or EINVAL on old
+			// kernels (no runs at all any more).
+			if errors.Is(err, syscall.EMSGSIZE) {
+				if l.noGSO == nil {
+					l.noGSO = map[netip.AddrPort]bool{}
+				}
+				l.noGSO[runs[0].to] = true
+			} else {
+				l.gso = false
+			}
+			l.requeue(q, runs)
 			return
 		}
 		if err != nil {
@@ -179,9 +189,9 @@ func (l *udpLink) flushSome() {
 	l.txq = l.txq[:0]
 }
 
-// requeueSingly re-queues the datagrams of q one by one (l.gso off) and
-// sends them.
-func (l *udpLink) requeueSingly(q []ipv4.Message, runs []udpRun) {
+// requeue queues the datagrams of q again, one by one (so that runs form
+// only where still allowed), and sends them.
+func (l *udpLink) requeue(q []ipv4.Message, runs []udpRun) {
 	var pending [][]byte
 	var to []netip.AddrPort
 	for i, m := range q {
