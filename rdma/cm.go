@@ -13,14 +13,15 @@ import (
 )
 
 // ConnInfo is what two sides exchange to connect their RC QPs (the job
-// rdma_cm or perftest's TCP side channel does): QP number, first PSN, GID and
-// UDP port of the device, and optionally one memory region for the peer's
-// RDMA WRITEs and READs.
+// rdma_cm or perftest's TCP side channel does): QP number, first PSN, GID,
+// UDP port and active MTU of the device, and optionally one memory region
+// for the peer's RDMA WRITEs and READs.
 type ConnInfo struct {
 	QPN  uint32   `json:"qpn"`
 	PSN  uint32   `json:"psn"`
 	GID  [16]byte `json:"gid"`
 	Port uint16   `json:"port"`
+	MTU  int      `json:"mtu,omitempty"` // the device's ActiveMTU; both sides use the smaller
 	RKey uint32   `json:"rkey,omitempty"`
 	Addr uint64   `json:"addr,omitempty"`
 	Len  int      `json:"len,omitempty"`
@@ -28,7 +29,7 @@ type ConnInfo struct {
 
 // LocalInfo describes q (a random first PSN) and, when mr is not nil, mr.
 func (q *QP) LocalInfo(mr *MR) ConnInfo {
-	ci := ConnInfo{QPN: q.QPN(), PSN: rand.Uint32() & 0xffffff, GID: q.d.GID(), Port: q.d.Addr().Port()}
+	ci := ConnInfo{QPN: q.QPN(), PSN: rand.Uint32() & 0xffffff, GID: q.d.GID(), Port: q.d.Addr().Port(), MTU: q.d.ActiveMTU()}
 	if mr != nil {
 		ci.RKey, ci.Addr, ci.Len = mr.RKey(), mr.Addr(), len(mr.buf)
 	}
@@ -61,7 +62,7 @@ func ExchangeConnInfo(ctx context.Context, conn net.Conn, local ConnInfo) (ConnI
 
 // ConnectOptions are the RC attributes Connect uses.
 type ConnectOptions struct {
-	PathMTU  int   // default the device's ActiveMTU
+	PathMTU  int   // default the smaller of the two devices' active MTUs
 	Timeout  uint8 // default 14 (67 ms)
 	RetryCnt uint8 // default 7
 	RNRRetry uint8 // default 7 (infinite)
@@ -74,6 +75,9 @@ type ConnectOptions struct {
 func (q *QP) Connect(local, remote ConnInfo, o ConnectOptions) error {
 	if o.PathMTU == 0 {
 		o.PathMTU = q.d.ActiveMTU()
+		if remote.MTU > 0 && remote.MTU < o.PathMTU {
+			o.PathMTU = remote.MTU
+		}
 	}
 	if o.Timeout == 0 {
 		o.Timeout = 14

@@ -183,19 +183,25 @@ func OpenV1(ifname string, opts ...Option) (*Device, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rdma: open RoCE v1 on %q: %w", ifname, err)
 	}
-	mtu := 0
-	for _, m := range []int{4096, 2048, 1024, 512, 256} {
-		// GRH, BTH, RETH (the largest first-packet header), payload, ICRC.
-		if wire.GRHSize+wire.BTHSize+16+m+wire.ICRCSize <= l.ifMTU {
-			mtu = m
-			break
-		}
-	}
+	mtu := V1ActiveMTU(l.ifMTU)
 	if mtu == 0 {
 		l.close()
 		return nil, fmt.Errorf("rdma: open RoCE v1 on %q: interface MTU %d is below the smallest IB MTU (256) plus headers", ifname, l.ifMTU)
 	}
 	return start(l, 1, netip.AddrPortFrom(netip.AddrFrom16(l.gid), 0), l.gid, mtu, opts), nil
+}
+
+// V1ActiveMTU is the largest IB MTU (4096, 2048, 1024, 512 or 256) whose
+// RoCE v1 frames fit an Ethernet MTU of ifMTU bytes, 0 if none: GRH (40),
+// BTH (12), the largest first-packet headers (RETH 16 and ImmDt 4 of an
+// RDMA WRITE ONLY with immediate), payload and ICRC (4).
+func V1ActiveMTU(ifMTU int) int {
+	for _, m := range []int{4096, 2048, 1024, 512, 256} {
+		if wire.GRHSize+wire.BTHSize+16+4+m+wire.ICRCSize <= ifMTU {
+			return m
+		}
+	}
+	return 0
 }
 
 func start(l link, version int, addr netip.AddrPort, gid [16]byte, mtu int, opts []Option) *Device {

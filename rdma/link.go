@@ -58,8 +58,9 @@ type udpLink struct {
 	txOOB    [][]byte
 	udpAddrs map[netip.AddrPort]*net.UDPAddr
 	gso      bool                    // send runs with UDP_SEGMENT
-	noGSO    map[netip.AddrPort]bool // peers whose path refused a run (EMSGSIZE)
+	noGSO    map[netip.AddrPort]bool // peers whose path refused a run
 	sent     int                     // datagrams sent since the last flush returned
+	runsSent int                     // buffers of more than one datagram sent (for tests)
 }
 
 // udpRun describes one queued buffer: segs datagrams of segSize bytes (the
@@ -158,20 +159,7 @@ func (l *udpLink) flush() int {
 func (l *udpLink) flushSome() {
 	for q, runs := l.txq, l.txSegs; len(q) > 0; {
 		n, err := l.pc.WriteBatch(q, 0)
-		if err != nil && l.gso && n <= 0 && q[0].OOB != nil {
-			// The kernel refused segmentation: EMSGSIZE when a segment
-			// and its headers exceed the path's MTU (that peer's runs go
-			// datagram by datagram from now on, which the kernel
-			// fragments), EIO without checksum offload or EINVAL on old
-			// kernels (no runs at all any more).
-			if errors.Is(err, syscall.EMSGSIZE) {
-				if l.noGSO == nil {
-					l.noGSO = map[netip.AddrPort]bool{}
-				}
-				l.noGSO[runs[0].to] = true
-			} else {
-				l.gso = false
-			}
+		if err != nil && l.gso && n <= 0 && q[0].OOB != nil && l.refused(err, runs[0]) {
 			l.requeue(q, runs)
 			return
 		}
@@ -182,11 +170,38 @@ func (l *udpLink) flushSome() {
 		} else {
 			for _, r := range runs[:n] {
 				l.sent += r.segs
+				if r.segs > 1 {
+					l.runsSent++
+				}
 			}
 		}
 		q, runs = q[n:], runs[n:]
 	}
 	l.txq = l.txq[:0]
+}
+
+// refused decides what a failed send of run r means: the path to r's peer
+// cannot take runs (EMSGSIZE; EINVAL from kernels before 6.14 when a
+// segment and its headers exceed the path MTU, told apart by a segment
+// too large for a 1500-byte Ethernet MTU), so that peer's packets go one
+// datagram each from now on (the kernel fragments those); or the kernel
+// cannot segment at all (EIO without checksum offload, EINVAL for small
+// segments), so runs stop for every peer. It reports whether it was either;
+// other errors (ENOBUFS, EPERM from a firewall, ...) lose the message like
+// a dropped packet, which RC retransmits.
+func (l *udpLink) refused(err error, r udpRun) bool {
+	switch {
+	case errors.Is(err, syscall.EMSGSIZE), errors.Is(err, syscall.EINVAL) && r.segSize > 1500-20-8:
+		if l.noGSO == nil {
+			l.noGSO = map[netip.AddrPort]bool{}
+		}
+		l.noGSO[r.to] = true
+	case errors.Is(err, syscall.EIO), errors.Is(err, syscall.EINVAL):
+		l.gso = false
+	default:
+		return false
+	}
+	return true
 }
 
 // requeue queues the datagrams of q again, one by one (so that runs form

@@ -70,7 +70,9 @@ func openPacketLink(ifname string) (*packetLink, error) {
 	return l, nil
 }
 
-func htons(v uint16) uint16 { return v<<8 | v>>8 }
+// htons is v in network byte order, as sockaddr_ll and socket(2) take the
+// protocol.
+func htons(v uint16) uint16 { return binary.NativeEndian.Uint16(binary.BigEndian.AppendUint16(nil, v)) }
 
 // grh is the GRH of a packet of ib's length from this device to dgid.
 func (l *packetLink) grh(dgid [16]byte, ibLen int) wire.GRH {
@@ -142,8 +144,8 @@ func (l *packetLink) readLoop(d *Device) {
 			continue // another port's frame, or our own looped back
 		}
 		d.mu.Lock()
-		// Ethernet pads short frames to 60 bytes: the GRH's payload
-		// length says where the packet ends.
+		// The GRH's payload length says where the packet ends: bytes
+		// after it (an FCS some drivers leave) are not the packet's.
 		end := hdr + int(g.PayLen)
 		if g.NextHeader != wire.NextHeaderBTH || end > n || int(g.PayLen) < wire.BTHSize+wire.ICRCSize {
 			d.stats.PacketsReceived++

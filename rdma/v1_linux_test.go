@@ -39,19 +39,22 @@ func vethPair(t *testing.T) (string, string) {
 // TestRoCEv1OverVeth: two RoCE v1 devices on the two ends of a veth pair
 // (raw Ethernet frames, Ethertype 0x8915): 4 MiB RDMA WRITE and READ back
 // through a link dropping, duplicating, reordering and corrupting 1 % of
-// frames, a SEND with immediate and a FETCH_ADD; all data checked, the
-// corrupted frames caught by the v1 ICRC; a v2 GID is refused.
+// frames and a SEND with immediate; all data checked, the corrupted frames
+// caught by the v1 ICRC; a v2 GID and a path MTU past the interface's are
+// refused.
 func TestRoCEv1OverVeth(t *testing.T) {
 	ifa, ifb := vethPair(t)
 	da, err := OpenV1(ifa, WithFaults(Faults{Drop: 0.01, Duplicate: 0.01, Reorder: 0.01, Corrupt: 0.01, Seed: 5}))
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { da.Close() })
 	var capture bytes.Buffer
 	db, err := OpenV1(ifb, WithPcap(&capture))
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { db.Close() })
 	if da.Version() != 1 || da.ActiveMTU() != 1024 {
 		t.Fatalf("version %d, active MTU %d on a 1500-byte veth; want 1 and 1024", da.Version(), da.ActiveMTU())
 	}
@@ -100,5 +103,9 @@ func TestRoCEv1OverVeth(t *testing.T) {
 	}
 	if err := c.Modify(&bad, qp.AttrAV); err == nil || !strings.Contains(err.Error(), "not a link-local GID") {
 		t.Fatalf("v2 GID on a v1 device: %v", err)
+	}
+	big := qp.Attr{PathMTU: 2048}
+	if err := c.Modify(&big, qp.AttrPathMTU); err == nil || !strings.Contains(err.Error(), "active MTU 1024") {
+		t.Fatalf("path MTU 2048 on a 1500-byte veth: %v", err)
 	}
 }

@@ -195,6 +195,9 @@ func (q *QP) State() qp.State {
 // (v2: its IPv4 address, IPv4-mapped, and DPort its UDP port; v1: its
 // link-local GID).
 func (q *QP) Modify(a *qp.Attr, mask qp.AttrMask) error {
+	if mask&qp.AttrPathMTU != 0 && q.d.version == 1 && a.PathMTU > q.d.mtu {
+		return fmt.Errorf("rdma: QP %#x: path MTU %d exceeds the RoCE v1 device's active MTU %d (its interface's MTU holds no larger frames)", q.QPN(), a.PathMTU, q.d.mtu)
+	}
 	var peer netip.AddrPort
 	if mask&qp.AttrAV != 0 {
 		var err error

@@ -18,8 +18,10 @@ const roceUsage = `usage: goccl roce check-pcap FILE
        goccl roce devinfo
 
 devinfo lists, in ibv_devinfo's shape, the soft device goccl opens on each
-interface with an IPv4 address (port state from the interface, active MTU
-the largest IB MTU that fits it, GIDs its addresses as RoCE v2 GIDs).
+interface with an Ethernet or IPv4 address (port state from the interface,
+active MTU the largest IB MTU whose RoCE v1 and v2 packets fit it; GID 0 the
+link-local GID of its MAC for RoCE v1, then its IPv4 addresses as RoCE v2
+GIDs).
 
 The bandwidth and latency tools play perftest's ib_write_bw, ib_write_lat,
 ib_read_bw, ib_read_lat, ib_send_bw and ib_send_lat over goccl's soft RoCE

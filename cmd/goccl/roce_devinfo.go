@@ -6,21 +6,21 @@ import (
 	"net"
 	"net/netip"
 
+	"github.com/goccl/goccl/rdma"
 	"github.com/goccl/goccl/rdma/wire"
 )
 
 // ibMTUs are the IB path MTUs with their enum ibv_mtu values.
 var ibMTUs = []struct{ bytes, code int }{{4096, 5}, {2048, 4}, {1024, 3}, {512, 2}, {256, 1}}
 
-// roceV2Overhead is what a RoCE v2 packet adds to its payload beyond the
-// Ethernet MTU: IPv4 20, UDP 8, BTH 12, RETH 16, ICRC 4.
-const roceV2Overhead = 20 + 8 + 12 + 16 + 4
-
-// activeMTU is the largest IB MTU whose packets fit an interface MTU.
+// activeMTU is the largest IB MTU (and its enum ibv_mtu code) whose packets
+// fit an interface MTU for both RoCE versions the port serves: RoCE v1's
+// headers (GRH 40) are the larger, so it is rdma.V1ActiveMTU's value.
 func activeMTU(ifMTU int) (int, int) {
-	for _, m := range ibMTUs {
-		if m.bytes+roceV2Overhead <= ifMTU {
-			return m.bytes, m.code
+	m := rdma.V1ActiveMTU(ifMTU)
+	for _, e := range ibMTUs {
+		if e.bytes == m {
+			return m, e.code
 		}
 	}
 	return 0, 0
@@ -67,7 +67,7 @@ func roceDevinfo(args []string, stdout, stderr io.Writer) int {
 		if ifc.Flags&net.FlagUp != 0 && ifc.Flags&net.FlagRunning != 0 {
 			state = "PORT_ACTIVE (4)"
 		}
-		mtu, code := activeMTU(ifc.MTU) // v2's headers are the larger
+		mtu, code := activeMTU(ifc.MTU)
 		fmt.Fprintf(stdout, "hca_id:\tgoccl_%s\n", ifc.Name)
 		fmt.Fprintf(stdout, "\ttransport:\t\t\tInfiniBand (0)\n")
 		fmt.Fprintf(stdout, "\tfw_ver:\t\t\t\tgoccl soft RoCE (v1: AF_PACKET, v2: UDP)\n")
@@ -79,7 +79,7 @@ func roceDevinfo(args []string, stdout, stderr io.Writer) int {
 		if mtu > 0 {
 			fmt.Fprintf(stdout, "\t\t\tactive_mtu:\t\t%d (%d)\n", mtu, code)
 		} else {
-			fmt.Fprintf(stdout, "\t\t\tactive_mtu:\t\tnone (interface MTU %d is below 256 + %d)\n", ifc.MTU, roceV2Overhead)
+			fmt.Fprintf(stdout, "\t\t\tactive_mtu:\t\tnone (interface MTU %d holds no 256-byte RoCE packet)\n", ifc.MTU)
 		}
 		fmt.Fprintf(stdout, "\t\t\tsm_lid:\t\t\t0\n\t\t\tport_lid:\t\t0\n\t\t\tport_lmc:\t\t0x00\n\t\t\tlink_layer:\t\tEthernet\n")
 		for i, g := range gids {

@@ -73,7 +73,7 @@ func runRocePerf(name string, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&p.txDepth, "t", 128, "send queue depth: WRs outstanding (bandwidth tests)")
 	fs.DurationVar(&p.timeout, "timeout", 60*time.Second, "give up after this long")
 	fs.StringVar(&p.ifname, "d", "", "RoCE v1: send raw Ethernet frames (Ethertype 0x8915) on this interface (AF_PACKET; root); without it RoCE v2 over UDP")
-	fs.StringVar(&p.pcap, "pcap", "", "record every frame sent and received to this pcap file (tshark dissects it as RRoCE)")
+	fs.StringVar(&p.pcap, "pcap", "", "record every frame sent and received to this pcap file (tshark dissects v2 frames as RRoCE, v1 frames as InfiniBand over Ethernet)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: goccl roce %s [-s SIZE | -a] [-n ITERS] [-p PORT] [-d IFNAME] [SERVER]\n\n", name)
 		fmt.Fprintf(stderr, "Without SERVER: wait for a client on TCP port -p. With it: connect, run and print perftest's columns.\n\n")

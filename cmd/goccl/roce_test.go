@@ -173,7 +173,7 @@ func TestRoceDevinfo(t *testing.T) {
 			}
 		}
 	}
-	for ifMTU, want := range map[int]int{1500: 1024, 9000: 4096, 1100: 1024, 1084: 1024, 1083: 512, 65536: 4096, 200: 0} {
+	for ifMTU, want := range map[int]int{1500: 1024, 9000: 4096, 1100: 1024, 1099: 512, 4172: 4096, 4171: 2048, 65536: 4096, 200: 0} {
 		if got, _ := activeMTU(ifMTU); got != want {
 			t.Errorf("activeMTU(%d) = %d, want %d", ifMTU, got, want)
 		}

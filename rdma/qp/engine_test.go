@@ -231,14 +231,15 @@ func TestLossyWritesAndReads(t *testing.T) {
 	}
 }
 
-// TestPeerGone: with every packet dropped, the first WR completes with
-// IBV_WC_RETRY_EXC_ERR after retry_cnt+1 timeouts and the rest are flushed.
 // TestReadResponseLost: one lost READ response is asked for again at once
-// (the READ re-issued from it), not after the retry timer: the READ
-// completes intact with no timeout, well before one retry timeout.
+// with one READ request for the rest of that READ, not after the retry
+// timer and without resending what follows it: a second READ and a WRITE
+// posted behind it go out once. Everything completes intact, with no
+// timeout, well before one retry timeout.
 func TestReadResponseLost(t *testing.T) {
 	s := newSim(t, 3, 4096, 1<<16, nil)
 	fill(s.mem[1].buf, 9)
+	want := append([]byte(nil), s.mem[1].buf...)
 	lost := false
 	s.l.dropIf = func(p *wire.Packet) bool {
 		if p.BTH.Opcode == wire.RCReadResponseMiddle && !lost && wire.PSNDiff(p.BTH.PSN, 0xfffff0) == 5 {
@@ -247,18 +248,30 @@ func TestReadResponseLost(t *testing.T) {
 		}
 		return false
 	}
-	local := make([]byte, 1<<16)
-	s.qp[0].PostSend(SendWR{ID: 1, Opcode: WRRead, Local: local, RemoteVA: testVA, RKey: testRKey})
-	s.run(time.Second, func() bool { return len(s.cqes[0]) == 1 })
-	if c := s.cqes[0][0]; c.Status != StatusSuccess || !bytes.Equal(local, s.mem[1].buf) {
-		t.Fatalf("READ: %v, data equal %v", c.Status, bytes.Equal(local, s.mem[1].buf))
+	readA, readB := make([]byte, 1<<16), make([]byte, 1<<16)
+	s.qp[0].PostSend(SendWR{ID: 1, Opcode: WRRead, Local: readA, RemoteVA: testVA, RKey: testRKey})
+	s.qp[0].PostSend(SendWR{ID: 2, Opcode: WRRead, Local: readB, RemoteVA: testVA, RKey: testRKey})
+	// The WRITE stores what is already there, so that READ A's re-served
+	// rest (read after it) is the same either way.
+	s.qp[0].PostSend(SendWR{ID: 3, Opcode: WRWrite, Local: want[:8192], RemoteVA: testVA, RKey: testRKey})
+	s.run(time.Second, func() bool { return len(s.cqes[0]) == 3 })
+	for i, c := range s.cqes[0] {
+		if c.Status != StatusSuccess || c.WRID != uint64(i+1) {
+			t.Fatalf("completion %d: %+v", i, c)
+		}
+	}
+	if !bytes.Equal(readA, want) || !bytes.Equal(readB, want) {
+		t.Fatalf("READ data equal: A %v B %v", bytes.Equal(readA, want), bytes.Equal(readB, want))
 	}
 	st := s.qp[0].Stats
-	if !lost || st.Timeouts != 0 || st.ReadReRequests != 1 || s.now >= RetryTimeout(8) {
-		t.Errorf("dropped %v; %d timeouts, %d re-requests, done after %v (retry timeout %v)", lost, st.Timeouts, st.ReadReRequests, s.now, RetryTimeout(8))
+	if !lost || st.Timeouts != 0 || st.ReadReRequests != 1 || st.Retransmits != 1 || s.now >= RetryTimeout(8) {
+		t.Errorf("dropped %v; %d timeouts, %d re-requests, %d packets resent (want 0, 1, 1); done after %v (retry timeout %v)",
+			lost, st.Timeouts, st.ReadReRequests, st.Retransmits, s.now, RetryTimeout(8))
 	}
 }
 
+// TestPeerGone: with every packet dropped, the first WR completes with
+// IBV_WC_RETRY_EXC_ERR after retry_cnt+1 timeouts and the rest are flushed.
 func TestPeerGone(t *testing.T) {
 	s := newSim(t, 2, 4096, 1<<16, func(a *Attr) { a.RetryCnt = 3; a.Timeout = 6 })
 	s.l.down = true

@@ -86,6 +86,23 @@ func (q *QP) pump() {
 	}
 }
 
+// reRequestRead asks again for the responses of READ w from its first
+// missing one: the one READ request pump would send for [readDone, npkts),
+// which the responder serves as a duplicate READ. Unlike a rewind, the send
+// position stays where it is, so neither later READs, whose responses may
+// still be on their way, nor later WRITEs and SENDs are sent again.
+func (q *QP) reRequestRead(w *sendWQE) {
+	off := w.readDone * q.attr.PathMTU
+	var p wire.Packet
+	p.BTH.Opcode = wire.RCReadRequest
+	p.BTH.PSN = wire.PSNAdd(w.firstPSN, w.readDone)
+	p.RETH = wire.RETH{VA: w.wr.RemoteVA + uint64(off), RKey: w.wr.RKey, DMALength: uint32(len(w.wr.Local) - off)}
+	q.Stats.ReadReRequests++
+	q.Stats.Retransmits++
+	q.timerOn, q.lastSend = true, q.now
+	q.emit(p)
+}
+
 // segmentOpcode is the opcode of one packet of a SEND or WRITE message.
 func segmentOpcode(op WROpcode, first, last bool) wire.Opcode {
 	var base wire.Opcode
@@ -223,9 +240,7 @@ func (q *QP) readResponse(p *wire.Packet) {
 			q.Stats.OutOfSequence++
 			if missing := wire.PSNAdd(w.firstPSN, w.readDone); !q.readGapSet || q.readGap != missing {
 				q.readGap, q.readGapSet = missing, true
-				q.Stats.ReadReRequests++
-				q.rewind(missing)
-				q.pump()
+				q.reRequestRead(w)
 			}
 			return
 		}
@@ -237,8 +252,18 @@ func (q *QP) readResponse(p *wire.Packet) {
 		}
 		copy(w.wr.Local[off:], p.Payload)
 		w.readDone++
-		// A response acknowledges every earlier PSN, this one included.
-		q.ackThrough(psn)
+		if q.readGapSet && psn == q.readGap {
+			q.readGapSet = false // that gap is filled
+		}
+		// A response acknowledges every earlier PSN, this one included;
+		// so does what the responder confirmed past it while this READ
+		// waited for a missing response (later READs' responses, ACKs of
+		// later WRITEs), which could not complete anything then.
+		ack := psn
+		if done := wire.PSNAdd(q.respDone, -1); wire.PSNBefore(ack, done) {
+			ack = done
+		}
+		q.ackThrough(ack)
 		q.pump()
 		return
 	}
