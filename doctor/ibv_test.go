@@ -12,15 +12,7 @@ func ibvParse(t *testing.T, text string) *IBVReport {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tablesCheckFindings(t, rep.Findings)
-	var b strings.Builder
-	if err := rep.WriteText(&b); err != nil {
-		t.Fatal(err)
-	}
-	tablesJSON(t, rep)
-	if testing.Verbose() {
-		t.Log("\n" + b.String())
-	}
+	tablesCheckReport(t, rep, rep.Findings)
 	return rep
 }
 

@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -142,5 +143,20 @@ func TestFindingCodesDocumented(t *testing.T) {
 		if n < 5 {
 			t.Errorf("%s: only %d codes found: the pattern no longer matches the source", file, n)
 		}
+	}
+}
+
+// tablesCheckReport runs the checks every reader's report must pass (valid
+// findings, WriteText and JSON succeed) and logs the text with -v.
+func tablesCheckReport(t *testing.T, rep interface{ WriteText(io.Writer) error }, findings []Finding) {
+	t.Helper()
+	tablesCheckFindings(t, findings)
+	var b strings.Builder
+	if err := rep.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	tablesJSON(t, rep)
+	if testing.Verbose() {
+		t.Log("\n" + b.String())
 	}
 }

@@ -11,15 +11,7 @@ func topoParse(t *testing.T, text string) *TopoReport {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tablesCheckFindings(t, rep.Findings)
-	var b strings.Builder
-	if err := rep.WriteText(&b); err != nil {
-		t.Fatal(err)
-	}
-	tablesJSON(t, rep)
-	if testing.Verbose() {
-		t.Log("\n" + b.String())
-	}
+	tablesCheckReport(t, rep, rep.Findings)
 	return rep
 }
 
