@@ -9,14 +9,13 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goccl/goccl/internal/config"
 	"github.com/goccl/goccl/transport"
 )
 
@@ -139,13 +138,11 @@ var (
 	testReadFails atomic.Int32  // make that many CMA message reads fail with EFAULT
 )
 
-// cmaEnvEnabled reports whether GOCCL_SHM_CMA leaves CMA on in this process.
+// cmaEnvEnabled reports whether GOCCL_SHM_CMA leaves CMA on in this process
+// (a value config does not parse leaves it on; Init refuses such values).
 func cmaEnvEnabled() bool {
-	switch strings.ToLower(strings.TrimSpace(os.Getenv("GOCCL_SHM_CMA"))) {
-	case "0", "false", "off", "no":
-		return false
-	}
-	return true
+	on, err := config.ShmCMA.Bool()
+	return on || err != nil
 }
 
 // cmaThreshold is the threshold a new ring records (0: CMA off), from the
@@ -154,42 +151,15 @@ func cmaThreshold(cfg int) (uint64, error) {
 	if !cmaEnvEnabled() {
 		return 0, nil
 	}
-	if s := strings.TrimSpace(os.Getenv("GOCCL_SHM_CMA_THRESHOLD")); s != "" {
-		v, err := parseSize(s)
-		if err != nil {
-			return 0, fmt.Errorf("shm: GOCCL_SHM_CMA_THRESHOLD=%q: %w", s, err)
-		}
-		cfg = v
+	if v, ok, err := config.ShmCMAThreshold.Size(); err != nil {
+		return 0, fmt.Errorf("shm: %w", err)
+	} else if ok {
+		cfg = int(min(v, math.MaxInt32))
 	}
 	if cfg <= 0 {
 		return 0, nil
 	}
 	return uint64(cfg), nil
-}
-
-// parseSize parses a byte count with an optional K, M or G (binary) suffix;
-// a negative count means off.
-func parseSize(s string) (int, error) {
-	mul := 1
-	switch strings.ToUpper(s[len(s)-1:]) {
-	case "K":
-		mul = 1 << 10
-	case "M":
-		mul = 1 << 20
-	case "G":
-		mul = 1 << 30
-	}
-	if mul != 1 {
-		s = s[:len(s)-1]
-	}
-	v, err := strconv.Atoi(s)
-	if err != nil {
-		return 0, err
-	}
-	if v > math.MaxInt/mul || v < math.MinInt/mul {
-		return 0, errors.New("out of range")
-	}
-	return v * mul, nil
 }
 
 // initCMA runs the sender's half of the handshake on out and, when the peer

@@ -71,6 +71,7 @@ import (
 	"time"
 
 	"github.com/goccl/goccl/internal/auth"
+	"github.com/goccl/goccl/internal/config"
 	"github.com/goccl/goccl/transport"
 )
 
@@ -132,7 +133,8 @@ func ackReason(s uint16) string {
 // aLongTimeAgo is a deadline in the past: setting it makes blocked I/O return.
 var aLongTimeAgo = time.Unix(1, 0)
 
-var debug = os.Getenv("GOCCL_DEBUG") != ""
+// debug: GOCCL_DEBUG=INFO or TRACE logs connection events.
+var debug = config.DebugInfo()
 
 func logf(format string, args ...any) {
 	if debug {

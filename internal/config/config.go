@@ -1,0 +1,410 @@
+// Package config is the one home of goccl's GOCCL_* environment variables:
+// each is declared here once, with its name, default, parser and a doc line,
+// and read through that declaration by the library, the CLI (`goccl env`)
+// and the doctor (`goccl doctor host`, which checks a job's environment
+// against this list instead of keeping a copy).
+//
+// A variable set to the empty string (or only white space) counts as unset,
+// as in NCCL. Values are parsed the same way everywhere:
+//
+//   - booleans: 1, true, on, yes and 0, false, off, no (any case);
+//   - integers: decimal, within the variable's range;
+//   - sizes: bytes with an optional binary suffix K, M, G or T (KiB, MiB,
+//     GiB, TiB; a trailing B or iB is allowed: 4K = 4KB = 4KiB = 4096), see
+//     ParseSize;
+//   - durations: a Go duration (90s, 5m) or a number of seconds (90, 0.5);
+//   - enums: one of the listed words (any case).
+//
+// Errors name the variable and the value and say what is accepted, for
+// example `GOCCL_NSOCKS_PERPEER="0": want an integer in [1, 64]`.
+package config
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Prefix starts every goccl variable's name; TestPrefix starts the names
+// reserved for goccl's own tests (never read by the library).
+const (
+	Prefix     = "GOCCL_"
+	TestPrefix = "GOCCL_TEST_"
+)
+
+// Kind is how a variable's value is parsed.
+type Kind uint8
+
+// The kinds of values.
+const (
+	String Kind = iota
+	Bool
+	Int
+	Size
+	Duration
+	Enum
+)
+
+func (k Kind) String() string {
+	return [...]string{"string", "bool", "int", "size", "duration", "enum"}[k]
+}
+
+// Var is one GOCCL_* environment variable.
+type Var struct {
+	Name    string
+	Kind    Kind
+	Default string // the value used when unset, as the user would write it ("" for none)
+	Doc     string // one line: what it does
+	Group   string // who sets it: "user" or "launcher" (goccl run and the launchers it mirrors set these)
+	Min     int64  // Int: the smallest value accepted; Size: negative sizes are accepted when Min < 0
+	Max     int64  // Int: the largest value accepted
+	Words   []string
+}
+
+var all []*Var
+
+func define(v Var) *Var {
+	if !strings.HasPrefix(v.Name, Prefix) {
+		panic("config: " + v.Name + " lacks the " + Prefix + " prefix")
+	}
+	if v.Group == "" {
+		v.Group = "user"
+	}
+	p := &v
+	all = append(all, p)
+	return p
+}
+
+// The variables, in the order `goccl env` lists them.
+var (
+	Debug = define(Var{Name: "GOCCL_DEBUG", Kind: Enum, Default: "WARN", Words: []string{"WARN", "INFO", "TRACE"},
+		Doc: "log level (as NCCL_DEBUG): WARN prints warnings; INFO adds the transport per peer, the algorithm per op kind and Init timings; TRACE adds per-connection detail"})
+	DebugCheck = define(Var{Name: "GOCCL_DEBUG_CHECK", Kind: Bool, Default: "0",
+		Doc: "exchange a fingerprint (op, count, type, root) before every collective so a mismatch is named before any data moves"})
+	Timeout = define(Var{Name: "GOCCL_TIMEOUT", Kind: Duration, Default: "5m",
+		Doc: "bound on Init and on every operation whose context has no deadline"})
+	Algo = define(Var{Name: "GOCCL_ALGO", Kind: Enum, Words: []string{"ring", "rhd", "rd", "tree", "direct"},
+		Doc: "force the AllReduce algorithm (default: the tuner chooses)"})
+	DirectMinBytes = define(Var{Name: "GOCCL_DIRECT_MIN_BYTES", Kind: Int, Default: "16384", Min: 0, Max: math.MaxInt32,
+		Doc: "per peer, the smallest buffer in bytes for the single-copy (direct read) schedules"})
+	SocketIfname = define(Var{Name: "GOCCL_SOCKET_IFNAME", Kind: String,
+		Doc: "network interface(s) for TCP links and the store, in NCCL_SOCKET_IFNAME syntax (eth0, ^docker, =eth1)"})
+	NSocksPerPeer = define(Var{Name: "GOCCL_NSOCKS_PERPEER", Kind: Int, Default: "2", Min: 1, Max: 64,
+		Doc: "TCP sockets per peer and direction; messages above 2 MiB are striped over them"})
+	ShmDisable = define(Var{Name: "GOCCL_SHM_DISABLE", Kind: Bool, Default: "0",
+		Doc: "use TCP between ranks on the same host instead of shared memory"})
+	ShmDir = define(Var{Name: "GOCCL_SHM_DIR", Kind: String, Default: "/dev/shm",
+		Doc: "directory of the shared-memory ring files"})
+	ShmCMA = define(Var{Name: "GOCCL_SHM_CMA", Kind: Bool, Default: "1",
+		Doc: "let shared-memory links move large messages by Cross Memory Attach (process_vm_readv) instead of through the ring"})
+	ShmCMAThreshold = define(Var{Name: "GOCCL_SHM_CMA_THRESHOLD", Kind: Size, Min: -1,
+		Doc: "smallest message in bytes moved by Cross Memory Attach (default: the ring's own; 0 or negative: never)"})
+	Checksum = define(Var{Name: "GOCCL_CHECKSUM", Kind: Bool, Default: "0",
+		Doc: "CRC32C on every TCP chunk, checked on receipt (all ranks must agree)"})
+	TLS = define(Var{Name: "GOCCL_TLS", Kind: Bool, Default: "0",
+		Doc: "TLS on TCP links, keyed from the job token or GOCCL_TLS_CERT/KEY/CA (all ranks must agree)"})
+	TLSCert = define(Var{Name: "GOCCL_TLS_CERT", Kind: String, Doc: "PEM certificate file for GOCCL_TLS=1"})
+	TLSKey  = define(Var{Name: "GOCCL_TLS_KEY", Kind: String, Doc: "PEM private key file for GOCCL_TLS=1"})
+	TLSCA   = define(Var{Name: "GOCCL_TLS_CA", Kind: String, Doc: "PEM CA file that signs every rank's certificate, for GOCCL_TLS=1"})
+
+	Rank = define(Var{Name: "GOCCL_RANK", Kind: Int, Min: 0, Max: math.MaxInt32, Group: "launcher",
+		Doc: "this process's rank"})
+	WorldSize = define(Var{Name: "GOCCL_WORLD_SIZE", Kind: Int, Min: 1, Max: math.MaxInt32, Group: "launcher",
+		Doc: "the number of ranks"})
+	LocalRank = define(Var{Name: "GOCCL_LOCAL_RANK", Kind: Int, Min: 0, Max: math.MaxInt32, Group: "launcher",
+		Doc: "the rank among the ranks on this host"})
+	LocalWorldSize = define(Var{Name: "GOCCL_LOCAL_WORLD_SIZE", Kind: Int, Min: 1, Max: math.MaxInt32, Group: "launcher",
+		Doc: "the number of ranks on this host"})
+	StoreAddr = define(Var{Name: "GOCCL_STORE_ADDR", Kind: String, Group: "launcher",
+		Doc: "host:port of the rendezvous store (rank 0 serves it)"})
+	StoreDir = define(Var{Name: "GOCCL_STORE_DIR", Kind: String, Group: "launcher",
+		Doc: "shared directory for a file store (multi-host jobs without a store address)"})
+	JobID = define(Var{Name: "GOCCL_JOB_ID", Kind: String, Group: "launcher",
+		Doc: "identifier common to all ranks of the job"})
+	JobToken = define(Var{Name: "GOCCL_JOB_TOKEN", Kind: String, Group: "launcher",
+		Doc: "the job's shared secret: the store and every TCP link prove it by HMAC challenge-response (goccl run makes one per job)"})
+
+	RoceLossyBytes = define(Var{Name: "GOCCL_ROCE_LOSSY_BYTES", Kind: Size, Group: "test",
+		Doc: "bytes moved by the soft RoCE lossy-link test (rdma package tests only)"})
+)
+
+// All returns every variable, in the order `goccl env` lists them.
+func All() []*Var { return append([]*Var(nil), all...) }
+
+// Names returns every variable's name, sorted.
+func Names() []string {
+	n := make([]string, len(all))
+	for i, v := range all {
+		n[i] = v.Name
+	}
+	sort.Strings(n)
+	return n
+}
+
+// Find returns the variable called name, or nil.
+func Find(name string) *Var {
+	for _, v := range all {
+		if v.Name == name {
+			return v
+		}
+	}
+	return nil
+}
+
+// Lookup returns the variable's value from the environment, trimmed; ok is
+// false when it is unset or blank.
+func (v *Var) Lookup() (string, bool) {
+	s, ok := os.LookupEnv(v.Name)
+	s = strings.TrimSpace(s)
+	return s, ok && s != ""
+}
+
+// Source says where the variable's value comes from: "env" when set, else
+// "default" when it has one, else "unset"; value is what applies.
+func (v *Var) Source() (value, source string) {
+	if s, ok := v.Lookup(); ok {
+		return s, "env"
+	}
+	if v.Default != "" {
+		return v.Default, "default"
+	}
+	return "", "unset"
+}
+
+// Get returns the variable's value, or its default when unset.
+func (v *Var) Get() string {
+	s, _ := v.Source()
+	return s
+}
+
+// Check reports whether s is a valid value of v, with an error naming the
+// variable, the value and what is accepted.
+func (v *Var) Check(s string) error {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return nil
+	}
+	var err error
+	switch v.Kind {
+	case Bool:
+		_, err = parseBool(s)
+	case Int:
+		_, err = v.parseInt(s)
+	case Size:
+		_, err = v.parseSize(s)
+	case Duration:
+		_, err = ParseDuration(s)
+	case Enum:
+		_, err = v.parseEnum(s)
+	}
+	if err != nil {
+		return fmt.Errorf("%s=%q: %w", v.Name, s, err)
+	}
+	return nil
+}
+
+// Bool returns the boolean value (the default when unset).
+func (v *Var) Bool() (bool, error) {
+	s := v.Get()
+	if s == "" {
+		return false, nil
+	}
+	b, err := parseBool(s)
+	if err != nil {
+		return false, fmt.Errorf("%s=%q: %w", v.Name, s, err)
+	}
+	return b, nil
+}
+
+// Int returns the integer value (the default when unset); ok is false when
+// neither is set.
+func (v *Var) Int() (n int, ok bool, err error) {
+	s := v.Get()
+	if s == "" {
+		return 0, false, nil
+	}
+	n64, err := v.parseInt(s)
+	if err != nil {
+		return 0, false, fmt.Errorf("%s=%q: %w", v.Name, s, err)
+	}
+	return int(n64), true, nil
+}
+
+// Size returns the size in bytes (the default when unset); ok is false when
+// neither is set.
+func (v *Var) Size() (n int64, ok bool, err error) {
+	s := v.Get()
+	if s == "" {
+		return 0, false, nil
+	}
+	n, err = v.parseSize(s)
+	if err != nil {
+		return 0, false, fmt.Errorf("%s=%q: %w", v.Name, s, err)
+	}
+	return n, true, nil
+}
+
+// Duration returns the duration (the default when unset); ok is false when
+// neither is set.
+func (v *Var) Duration() (d time.Duration, ok bool, err error) {
+	s := v.Get()
+	if s == "" {
+		return 0, false, nil
+	}
+	d, err = ParseDuration(s)
+	if err != nil {
+		return 0, false, fmt.Errorf("%s=%q: %w", v.Name, s, err)
+	}
+	return d, true, nil
+}
+
+// Word returns an enum's value as its word in the declared spelling (the
+// default when unset, "" when neither is set).
+func (v *Var) Word() (string, error) {
+	s := v.Get()
+	if s == "" {
+		return "", nil
+	}
+	w, err := v.parseEnum(s)
+	if err != nil {
+		return "", fmt.Errorf("%s=%q: %w", v.Name, s, err)
+	}
+	return w, nil
+}
+
+// CheckEnv checks every goccl variable set in the environment and returns
+// the first bad one's error (Init calls it, so a typo in a value fails at
+// once with the variable's name instead of deep inside a transport).
+func CheckEnv() error {
+	for _, v := range all {
+		if s, ok := v.Lookup(); ok {
+			if err := v.Check(s); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func parseBool(s string) (bool, error) {
+	switch strings.ToLower(s) {
+	case "1", "true", "on", "yes":
+		return true, nil
+	case "0", "false", "off", "no":
+		return false, nil
+	}
+	return false, fmt.Errorf("want 1, true, on, yes or 0, false, off, no")
+}
+
+func (v *Var) parseInt(s string) (int64, error) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < v.Min || n > v.Max {
+		if v.Max == math.MaxInt32 {
+			return 0, fmt.Errorf("want an integer >= %d", v.Min)
+		}
+		return 0, fmt.Errorf("want an integer in [%d, %d]", v.Min, v.Max)
+	}
+	return n, nil
+}
+
+func (v *Var) parseSize(s string) (int64, error) {
+	if v.Min < 0 && strings.HasPrefix(s, "-") {
+		n, err := ParseSize(s[1:])
+		return -n, err
+	}
+	return ParseSize(s)
+}
+
+func (v *Var) parseEnum(s string) (string, error) {
+	for _, w := range v.Words {
+		if strings.EqualFold(s, w) {
+			return w, nil
+		}
+	}
+	return "", fmt.Errorf("want %s", orList(v.Words))
+}
+
+func orList(w []string) string {
+	if len(w) == 1 {
+		return w[0]
+	}
+	return strings.Join(w[:len(w)-1], ", ") + " or " + w[len(w)-1]
+}
+
+// SizeSuffixes is what ParseSize accepts after the number, for messages.
+const SizeSuffixes = "K, M, G or T (binary: 1K = 1024; KB, KiB and the like mean the same)"
+
+// ParseSize reads a byte count: a non-negative number, fractions allowed
+// (1.5M), with an optional binary suffix K, M, G or T followed by an
+// optional B or iB ("8", "128K", "1.5MB", "8GiB"); nccl-tests' -b/-e syntax
+// with T added. A bare "B" suffix means bytes. Values above 2^62 are refused.
+func ParseSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	i := 0
+	for i < len(t) && (t[i] >= '0' && t[i] <= '9' || t[i] == '.' || (i == 0 && t[i] == '+')) {
+		i++
+	}
+	num, unit := t[:i], strings.TrimSpace(t[i:])
+	f, err := strconv.ParseFloat(num, 64)
+	if err != nil || num == "" || math.IsInf(f, 0) || math.IsNaN(f) {
+		return 0, fmt.Errorf("invalid size %q: want a number of bytes with an optional suffix %s", s, SizeSuffixes)
+	}
+	mult := 1.0
+	if unit != "" {
+		shift := strings.IndexByte("KMGT", upper(unit[0]))
+		rest := unit[1:]
+		if shift < 0 {
+			shift, rest = -1, unit
+		}
+		if rest != "" && rest != "B" && rest != "b" && rest != "iB" || (shift < 0 && rest == "iB") {
+			return 0, fmt.Errorf("invalid size %q: want a number of bytes with an optional suffix %s", s, SizeSuffixes)
+		}
+		mult = float64(int64(1) << (10 * (shift + 1)))
+	}
+	v := f * mult
+	if v > 1<<62 {
+		return 0, fmt.Errorf("size %q is too large (at most 4 EiB)", s)
+	}
+	return int64(v), nil
+}
+
+func upper(c byte) byte {
+	if c >= 'a' && c <= 'z' {
+		return c - 'a' + 'A'
+	}
+	return c
+}
+
+// ParseDuration reads a Go duration ("90s", "5m") or a number of seconds
+// ("90", "0.5"); negative values are refused.
+func ParseDuration(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if secs, err := strconv.ParseFloat(s, 64); err == nil {
+		if secs < 0 || math.IsNaN(secs) || secs > float64(math.MaxInt64)/float64(time.Second) {
+			return 0, fmt.Errorf("want a duration >= 0 (90s, 5m) or a number of seconds")
+		}
+		return time.Duration(secs * float64(time.Second)), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("want a duration (90s, 5m) or a number of seconds")
+	}
+	return d, nil
+}
+
+// DebugInfo reports whether GOCCL_DEBUG asks for INFO output or more (INFO
+// or TRACE); an unknown level counts as WARN, the default.
+func DebugInfo() bool {
+	w, _ := Debug.Word()
+	return w == "INFO" || w == "TRACE"
+}
+
+// DebugTrace reports whether GOCCL_DEBUG is TRACE.
+func DebugTrace() bool {
+	w, _ := Debug.Word()
+	return w == "TRACE"
+}
