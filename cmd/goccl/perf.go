@@ -56,7 +56,9 @@ exits with status 1.
 Flags (single dash, as nccl-tests; the long names work too):
   -b, -minbytes SIZE     smallest size in bytes, K, M, G or T for 1024-based
                          multiples (default 8); 0 needs -f 1
-  -e, -maxbytes SIZE     largest size (default 32M)
+  -e, -maxbytes SIZE     largest size (default 32M); every rank allocates two
+                         buffers of this size (three for alltoall), which
+                         must fit in the host's available memory
   -f, -stepfactor N      multiply the size by N each step (default 2)
   -i, -stepbytes SIZE    add SIZE each step when -f is 0 or 1 (default 1M)
   -n, -iters N           timed iterations per size (default 20)
@@ -302,6 +304,13 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "goccl perf: %v\n", err)
 			return 2
 		}
+		// Check before starting ranks that would die allocating.
+		if mem, ok := perfMemory(); ok {
+			if err := cfg.checkMemory(cfg.np, mem); err != nil {
+				fmt.Fprintf(stderr, "goccl perf: %v\n", err)
+				return 2
+			}
+		}
 		return perfLaunch(cfg, args, stdout, stderr)
 	}
 	ctx := context.Background()
@@ -346,8 +355,8 @@ func perfLaunch(cfg *perfConfig, args []string, stdout, stderr io.Writer) int {
 }
 
 // perfRank runs the benchmark on this rank. It returns the exit status: 0,
-// or 1 when results were wrong or out of bounds (then on every rank) or an
-// error happened.
+// 1 when results were wrong or out of bounds (then on every rank) or an
+// error happened, 2 when the sizes do not fit (-r, or -e in memory).
 func perfRank(ctx context.Context, cfg *perfConfig, c benchComm, stdout, stderr io.Writer) (int, error) {
 	rank, n := c.Rank(), c.Size()
 	types, _ := cfg.types()
@@ -359,6 +368,9 @@ func perfRank(ctx context.Context, cfg *perfConfig, c benchComm, stdout, stderr 
 	devs, err := gatherDevices(ctx, c)
 	if err != nil {
 		return 1, fmt.Errorf("rank %d: gathering device information: %w", rank, err)
+	}
+	if err := checkMemoryAll(ctx, cfg, c, devs); err != nil {
+		return 2, err
 	}
 	b := newBench(ctx, cfg, c, stdout, stderr)
 	b.printf("%s", formatConfigLine(cfg.minBytes, cfg.maxBytes, cfg.stepFactor, cfg.stepBytes, cfg.warmup, cfg.iters, cfg.check))
