@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The test command (README, .ci/run): formatting, vet, a static CGO_ENABLED=0
 # build, the race detector over the short suite, then the full suite (the
-# multi-process collective matrix with counts up to 1000003).
+# multi-process collective matrix with counts up to 1000003), printed as plain
+# go test prints it (an ok/FAIL line per package, the output of failed tests)
+# and followed by the list of tests that skipped, with their reasons.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
@@ -9,4 +11,8 @@ if [ -n "$unformatted" ]; then echo "gofmt needed:"; echo "$unformatted"; exit 1
 go vet ./...
 CGO_ENABLED=0 go build -o /dev/null ./cmd/goccl
 go test -race -short -timeout 15m ./...
-go test -timeout 20m ./...
+tools=$(mktemp -d)
+trap 'rm -rf "$tools"' EXIT
+go build -o "$tools/testsummary" ./scripts/testsummary
+# pipefail: the script fails when go test does, after the summary.
+go test -json -timeout 20m ./... | "$tools/testsummary"

@@ -54,8 +54,11 @@ the number of elements written out of bounds; when it is not 0, goccl perf
 exits with status 1.
 
 Flags (single dash, as nccl-tests; the long names work too):
-  -b, -minbytes SIZE     smallest size in bytes (K, M, G suffixes: 1024-based) (default 8)
-  -e, -maxbytes SIZE     largest size (default 32M)
+  -b, -minbytes SIZE     smallest size in bytes, K, M, G or T for 1024-based
+                         multiples (default 8); 0 needs -f 1
+  -e, -maxbytes SIZE     largest size (default 32M); every rank allocates two
+                         buffers of this size (three for alltoall), which
+                         must fit in the host's available memory
   -f, -stepfactor N      multiply the size by N each step (default 2)
   -i, -stepbytes SIZE    add SIZE each step when -f is 0 or 1 (default 1M)
   -n, -iters N           timed iterations per size (default 20)
@@ -91,7 +94,7 @@ type perfConfig struct {
 	gpus       int
 }
 
-// sizeValue parses nccl-tests sizes: a number with an optional K, M or G.
+// sizeValue parses nccl-tests sizes: a number with an optional K, M, G or T.
 type sizeValue struct{ v *int64 }
 
 func (s sizeValue) String() string {
@@ -110,8 +113,11 @@ func (s sizeValue) Set(str string) error {
 	return nil
 }
 
-// parseSize reads "8", "128K", "1.5M", "8G" (1024-based; a trailing "B" as
-// in "1KB" is ignored, as nccl-tests ignores it).
+// sizeSyntax is what parseSize accepts, for its error messages.
+const sizeSyntax = "a number of bytes with an optional K, M, G or T suffix (1024-based), e.g. 8, 128K, 1.5M, 4G"
+
+// parseSize reads "8", "128K", "1.5M", "8G", "1T" (1024-based; a trailing
+// "B" as in "1KB" is ignored, as nccl-tests ignores it; nccl-tests has no T).
 func parseSize(s string) (int64, error) {
 	t := strings.TrimSpace(s)
 	i := 0
@@ -121,7 +127,7 @@ func parseSize(s string) (int64, error) {
 	num, unit := t[:i], strings.TrimSpace(t[i:])
 	f, err := strconv.ParseFloat(num, 64)
 	if err != nil || num == "" {
-		return 0, fmt.Errorf("invalid size %q", s)
+		return 0, fmt.Errorf("invalid size %q: want %s", s, sizeSyntax)
 	}
 	mult := 1.0
 	if unit != "" {
@@ -132,16 +138,18 @@ func parseSize(s string) (int64, error) {
 			mult = 1 << 20
 		case 'g', 'G':
 			mult = 1 << 30
+		case 't', 'T':
+			mult = 1 << 40
 		default:
-			return 0, fmt.Errorf("invalid size %q", s)
+			return 0, fmt.Errorf("invalid size %q: want %s", s, sizeSyntax)
 		}
 		if rest := unit[1:]; rest != "" && rest != "B" && rest != "b" && rest != "iB" {
-			return 0, fmt.Errorf("invalid size %q", s)
+			return 0, fmt.Errorf("invalid size %q: want %s", s, sizeSyntax)
 		}
 	}
 	v := f * mult
 	if v > 1<<62 {
-		return 0, fmt.Errorf("size %q too large", s)
+		return 0, fmt.Errorf("size %q too large (the limit is 4194304T)", s)
 	}
 	return int64(v), nil
 }
@@ -197,6 +205,9 @@ func parsePerfArgs(args []string, stderr io.Writer) (*perfConfig, error) {
 	switch {
 	case cfg.minBytes > cfg.maxBytes:
 		return nil, fmt.Errorf("invalid sizes for 'minbytes' and 'maxbytes': %d > %d", cfg.minBytes, cfg.maxBytes)
+	case cfg.minBytes == 0 && cfg.maxBytes > 0 && cfg.stepFactor > 1:
+		// nccl-tests repeats size 0 forever here (0 times the factor is 0).
+		return nil, fmt.Errorf("-b 0 with -f %d never grows past 0 bytes: start at -b 8 (or the size of one element), or step by bytes with -f 1 -i SIZE", cfg.stepFactor)
 	case cfg.stepFactor <= 1 && cfg.stepBytes <= 0:
 		return nil, errors.New("-f must be > 1, or -i > 0 when -f is 0 or 1")
 	case cfg.iters < 1:
@@ -293,6 +304,13 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "goccl perf: %v\n", err)
 			return 2
 		}
+		// Check before starting ranks that would die allocating.
+		if mem, ok := perfMemory(); ok {
+			if err := cfg.checkMemory(cfg.np, mem); err != nil {
+				fmt.Fprintf(stderr, "goccl perf: %v\n", err)
+				return 2
+			}
+		}
 		return perfLaunch(cfg, args, stdout, stderr)
 	}
 	ctx := context.Background()
@@ -337,8 +355,8 @@ func perfLaunch(cfg *perfConfig, args []string, stdout, stderr io.Writer) int {
 }
 
 // perfRank runs the benchmark on this rank. It returns the exit status: 0,
-// or 1 when results were wrong or out of bounds (then on every rank) or an
-// error happened.
+// 1 when results were wrong or out of bounds (then on every rank) or an
+// error happened, 2 when the sizes do not fit (-r, or -e in memory).
 func perfRank(ctx context.Context, cfg *perfConfig, c benchComm, stdout, stderr io.Writer) (int, error) {
 	rank, n := c.Rank(), c.Size()
 	types, _ := cfg.types()
@@ -350,6 +368,9 @@ func perfRank(ctx context.Context, cfg *perfConfig, c benchComm, stdout, stderr 
 	devs, err := gatherDevices(ctx, c)
 	if err != nil {
 		return 1, fmt.Errorf("rank %d: gathering device information: %w", rank, err)
+	}
+	if err := checkMemoryAll(ctx, cfg, c, devs); err != nil {
+		return 2, err
 	}
 	b := newBench(ctx, cfg, c, stdout, stderr)
 	b.printf("%s", formatConfigLine(cfg.minBytes, cfg.maxBytes, cfg.stepFactor, cfg.stepBytes, cfg.warmup, cfg.iters, cfg.check))

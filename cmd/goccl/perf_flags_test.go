@@ -3,22 +3,29 @@ package main
 import (
 	"io"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/goccl/goccl"
 )
 
 func TestParseSize(t *testing.T) {
-	good := map[string]int64{"8": 8, "0": 0, "1K": 1024, "1k": 1024, "128M": 128 << 20, "8G": 8 << 30, "1.5K": 1536, "1KB": 1024, "2 M": 2 << 20, "32M": 32 << 20}
+	good := map[string]int64{"8": 8, "0": 0, "1K": 1024, "1k": 1024, "128M": 128 << 20, "8G": 8 << 30, "1.5K": 1536, "1KB": 1024, "2 M": 2 << 20, "32M": 32 << 20,
+		"1T": 1 << 40, "2tb": 2 << 40, "4194304T": 1 << 62}
 	for s, want := range good {
 		if got, err := parseSize(s); err != nil || got != want {
 			t.Errorf("parseSize(%q) = %d, %v; want %d", s, got, err, want)
 		}
 	}
-	for _, s := range []string{"", "K", "1X", "-1", "abc", "1KX", "1e3"} {
+	for _, s := range []string{"", "K", "1X", "-1", "abc", "1KX", "1e3", "1P"} {
 		if v, err := parseSize(s); err == nil {
 			t.Errorf("parseSize(%q) = %d, want an error", s, v)
+		} else if !strings.Contains(err.Error(), "optional K, M, G or T suffix (1024-based)") {
+			t.Errorf("parseSize(%q): %v: the error does not say what a size is", s, err)
 		}
+	}
+	if v, err := parseSize("4194305T"); err == nil || !strings.Contains(err.Error(), "too large") {
+		t.Errorf("parseSize(4194305T) = %d, %v", v, err)
 	}
 }
 
@@ -65,11 +72,21 @@ func TestParsePerfArgs(t *testing.T) {
 		{"all_reduce", "-f", "1", "-i", "0"}, {"all_reduce", "-n", "0"}, {"all_reduce", "-d", "float8"},
 		{"all_reduce", "-o", "mulsum"}, {"all_reduce", "-o", "avg", "-d", "int32"}, {"all_reduce", "-g", "2"},
 		{"all_reduce", "-a", "4"}, {"all_reduce", "-x"}, {"all_reduce", "-b", "1Q"},
+		{"all_reduce", "-b", "0", "-e", "64"}, // size 0 times 2 stays 0: 8-64 would be skipped
 	}
 	for _, args := range bad {
 		if _, err := parsePerfArgs(args, io.Discard); err == nil {
 			t.Errorf("parsePerfArgs(%q) succeeded", args)
 		}
+	}
+	// From 0, stepping by bytes; and size 0 alone.
+	for _, args := range [][]string{{"all_reduce", "-b", "0", "-e", "64", "-f", "1", "-i", "8"}, {"all_reduce", "-b", "0", "-e", "0"}} {
+		if _, err := parsePerfArgs(args, io.Discard); err != nil {
+			t.Errorf("parsePerfArgs(%q): %v", args, err)
+		}
+	}
+	if _, err := parsePerfArgs([]string{"all_reduce", "-b", "0", "-e", "64"}, io.Discard); err == nil || !strings.Contains(err.Error(), "-b 0 with -f 2 never grows past 0 bytes") {
+		t.Errorf("-b 0 -e 64: %v", err)
 	}
 	// avg with all types is fine: integer types are skipped.
 	if _, err := parsePerfArgs([]string{"all_reduce", "-o", "avg", "-d", "all"}, io.Discard); err != nil {
@@ -86,9 +103,10 @@ func TestSizes(t *testing.T) {
 	if got := cfg.sizes(); len(got) != 3 || got[2] != 8 {
 		t.Errorf("sizes %v", got)
 	}
+	// The flags reject -b 0 with a factor; sizes() still ends (0*2 = 0).
 	cfg = &perfConfig{minBytes: 0, maxBytes: 10, stepFactor: 2, stepBytes: 4}
 	if got := cfg.sizes(); len(got) != 1 || got[0] != 0 {
-		t.Errorf("sizes from 0 by a factor: %v", got) // 0*2 = 0 stops the loop
+		t.Errorf("sizes from 0 by a factor: %v", got)
 	}
 }
 

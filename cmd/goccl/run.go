@@ -33,11 +33,14 @@ free port, where rank 0 serves the rendezvous store) and GOCCL_JOB_ID, then
 the -env settings. Every line a rank prints is prefixed with "[rank] ", on
 stdout or stderr as the rank wrote it.
 
-When a rank exits with a non-zero status or is killed by a signal, the other
-ranks get SIGTERM, then SIGKILL after the grace period, and goccl run exits
-with that rank's status (128+signal when killed). SIGINT and SIGTERM sent to
-goccl run are passed on to the ranks. The exit status is 0 only when every
-rank exits with 0.
+When a rank exits with a non-zero status or is killed by a signal, goccl run
+waits a moment (250ms) for other failures, then the other ranks get SIGTERM,
+then SIGKILL after the grace period, and goccl run names the rank that failed
+and exits with its status (128+signal when killed). Of the failures in that
+moment, a rank killed by a signal (SIGPIPE aside) is named before ranks that
+exited with a status: they usually exited because they saw it die. SIGINT and
+SIGTERM sent to goccl run are passed on to the ranks. The exit status is 0
+only when every rank exits with 0.
 
 Flags:
 `

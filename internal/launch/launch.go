@@ -26,6 +26,10 @@ import (
 // DefaultGrace is how long ranks get between SIGTERM and SIGKILL.
 const DefaultGrace = 3 * time.Second
 
+// DefaultSettle is how long Run keeps collecting exits after the first
+// failure before it picks the rank to report and stops the others.
+const DefaultSettle = 250 * time.Millisecond
+
 // Config describes a local job.
 type Config struct {
 	// NP is the number of ranks to start (at least 1).
@@ -52,6 +56,10 @@ type Config struct {
 	// Grace is the time between SIGTERM and SIGKILL when ranks are stopped;
 	// 0 means DefaultGrace.
 	Grace time.Duration
+	// Settle is how long Run waits, after the first rank fails, for other
+	// ranks' exits before it picks the rank to report (see ExitError) and
+	// stops the rest; 0 means DefaultSettle.
+	Settle time.Duration
 	// ForwardSignals makes Run catch SIGINT and SIGTERM while the ranks run and
 	// pass them on to the ranks (which get SIGKILL if they are still alive
 	// Grace later). Run then returns a *SignalError.
@@ -88,15 +96,20 @@ func RankEnv(rank, np int, storeAddr, jobID string) []string {
 	}
 }
 
-// ExitError reports the first rank that failed: it exited with a non-zero
-// status or was killed by a signal. Ranks that failed after it (usually
-// because of it, or because they were stopped) are not reported.
+// ExitError reports the rank whose failure ended the job: it exited with a
+// non-zero status or was killed by a signal. When several ranks fail within
+// Settle of the first failure, a rank killed by a signal (other than
+// SIGPIPE) is reported before one that exited with a status, since the
+// survivors of a killed rank usually notice its death and exit with an error
+// before the launcher has seen it die; otherwise the first failure is
+// reported. Ranks that failed later (usually because of it, or because they
+// were stopped) are not reported.
 type ExitError struct {
 	Rank    int
 	Pid     int
 	Status  int            // exit status; -1 when Signal is set
 	Signal  syscall.Signal // the signal that killed the rank, or 0
-	Stopped int            // other ranks still running then, which Run stopped
+	Stopped int            // other ranks still running when Run stopped them
 }
 
 func (e *ExitError) Error() string {
@@ -147,7 +160,7 @@ func stoppedPhrase(n int, other bool) string {
 	}
 	switch n {
 	case 0:
-		return "no " + o + "ranks were running"
+		return "no " + o + "ranks were left running"
 	case 1:
 		return "stopped the " + o + "1 rank"
 	}
@@ -195,10 +208,31 @@ type exit struct {
 	err   error
 }
 
+// exitError describes the failed exit e of the rank with process id pid.
+func exitError(e exit, pid int) *ExitError {
+	ee := &ExitError{Rank: e.rank, Pid: pid, Status: -1}
+	if e.state != nil {
+		ee.Pid = e.state.Pid()
+		ee.Status = e.state.ExitCode()
+		if ws, ok := e.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			ee.Signal = ws.Signal()
+		}
+	}
+	return ee
+}
+
+// causes reports whether e, a failure seen after f, is more likely the cause
+// of the job's end than f: e was killed by a signal and f was not. SIGPIPE
+// does not count: it kills a process that writes to a peer that is gone.
+func (e *ExitError) causes(f *ExitError) bool {
+	killed := func(x *ExitError) bool { return x.Signal != 0 && x.Signal != syscall.SIGPIPE }
+	return killed(e) && !killed(f)
+}
+
 // Run starts cfg.NP ranks of cfg.Prog and waits for all of them. It returns
-// nil when every rank exits with status 0, an *ExitError naming the first rank
-// that failed (after stopping the others: SIGTERM, then SIGKILL after
-// cfg.Grace), a *SignalError when ForwardSignals is set and a signal arrived,
+// nil when every rank exits with status 0, an *ExitError naming the rank whose
+// failure ended the job (after stopping the others: SIGTERM cfg.Settle after
+// the first failure, then SIGKILL after cfg.Grace), a *SignalError when ForwardSignals is set and a signal arrived,
 // or another error (bad config, build or start failure, ctx ended: the ranks
 // are then stopped the same way).
 func Run(ctx context.Context, cfg Config) error {
@@ -219,6 +253,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cfg.Grace <= 0 {
 		cfg.Grace = DefaultGrace
+	}
+	if cfg.Settle <= 0 {
+		cfg.Settle = DefaultSettle
 	}
 
 	var sigs chan os.Signal
@@ -314,6 +351,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 	var (
 		first    *ExitError
+		settle   <-chan time.Time // runs while failures are collected
 		sigErr   *SignalError
 		stopping bool
 		kill     <-chan time.Time
@@ -334,6 +372,10 @@ func Run(ctx context.Context, cfg Config) error {
 		if !stopping {
 			stopping = true
 			kill = time.After(cfg.Grace)
+			settle = nil
+			if first != nil {
+				first.Stopped = running
+			}
 		}
 	}
 	if startErr != nil {
@@ -348,17 +390,13 @@ func Run(ctx context.Context, cfg Config) error {
 			if stopping || e.err == nil {
 				continue
 			}
-			ee := &ExitError{Rank: e.rank, Status: -1, Stopped: running}
-			if e.state != nil {
-				ee.Pid = e.state.Pid()
-				ee.Status = e.state.ExitCode()
-				if ws, ok := e.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-					ee.Signal = ws.Signal()
-				}
-			} else {
-				ee.Pid = r.cmd.Process.Pid
+			if ee := exitError(e, r.cmd.Process.Pid); first == nil || ee.causes(first) {
+				first = ee
 			}
-			first = ee
+			if settle == nil {
+				settle = time.After(cfg.Settle)
+			}
+		case <-settle:
 			stop(syscall.SIGTERM)
 		case s := <-sigs:
 			if first == nil && sigErr == nil && ctxErr == nil && startErr == nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"strconv"
@@ -102,10 +103,64 @@ func helper(mode string) int {
 	case "sleep":
 		time.Sleep(time.Minute)
 		return 0
+	case "signal-after-exit", "sigpipe-after-exit":
+		// Rank 0 exits 1. Rank 1 waits until the launcher has reaped rank 0,
+		// then dies of a signal, as a rank killed from outside does when its
+		// peers notice first and exit 1 before the launcher reaps it. The
+		// others wait to be stopped.
+		pidFile := filepath.Join(os.Getenv("LAUNCH_TEST_DIR"), "pid0")
+		switch rank {
+		case 0:
+			tmp := pidFile + ".tmp"
+			os.WriteFile(tmp, []byte(strconv.Itoa(os.Getpid())), 0o600)
+			os.Rename(tmp, pidFile)
+			return 1
+		case 1:
+			if !waitReaped(pidFile, 10*time.Second) {
+				return 98
+			}
+			time.Sleep(10 * time.Millisecond)
+			if mode == "sigpipe-after-exit" {
+				// A write to a closed pipe or socket: a consequence of a
+				// peer's death, not a cause.
+				syscall.Exec("/bin/sh", []string{"sh", "-c", "kill -PIPE $$"}, os.Environ())
+				return 97
+			}
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+		time.Sleep(time.Minute)
+		return 0
+	case "together":
+		// At the same moment rank 1 is killed and ranks 0 and 2 exit 1.
+		at, _ := strconv.ParseInt(os.Getenv("LAUNCH_TEST_AT"), 10, 64)
+		time.Sleep(time.Until(time.Unix(0, at)))
+		switch rank {
+		case 0, 2:
+			return 1
+		case 1:
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+		time.Sleep(time.Minute)
+		return 0
 	case "ok":
 		return 0
 	}
 	return 99
+}
+
+// waitReaped waits for the pid written to file to be gone from /proc (the
+// launcher has waited for it), for at most d.
+func waitReaped(file string, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(file); err == nil {
+			if _, err := os.Stat("/proc/" + string(b)); os.IsNotExist(err) {
+				return true
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return false
 }
 
 func selfExe(t *testing.T) string {
@@ -275,6 +330,47 @@ func TestKilledBySignal(t *testing.T) {
 	}
 	if ee.ExitCode() != 128+9 {
 		t.Errorf("ExitCode = %d", ee.ExitCode())
+	}
+}
+
+// TestSignalBeatsEarlierExit: a rank killed by a signal is the root cause
+// even when another rank's exit with status 1 (its reaction to the death)
+// reached the launcher first.
+func TestSignalBeatsEarlierExit(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("uses /proc")
+	}
+	for _, tc := range []struct {
+		mode   string
+		rank   int
+		status int
+		signal syscall.Signal
+	}{
+		{"signal-after-exit", 1, -1, syscall.SIGKILL},
+		// SIGPIPE follows a peer's death: the exit status stays the cause.
+		{"sigpipe-after-exit", 0, 1, 0},
+		{"together", 1, -1, syscall.SIGKILL},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			cfg, out, errb := helperConfig(t, 4, tc.mode)
+			cfg.Env = append(cfg.Env, "LAUNCH_TEST_DIR="+t.TempDir(),
+				"LAUNCH_TEST_AT="+strconv.FormatInt(time.Now().Add(300*time.Millisecond).UnixNano(), 10))
+			err := Run(context.Background(), cfg)
+			var ee *ExitError
+			if !errors.As(err, &ee) {
+				t.Fatalf("Run = %v, want *ExitError\nstdout:\n%s\nstderr:\n%s", err, out, errb)
+			}
+			stopped := 2
+			if tc.mode == "together" {
+				stopped = 1
+			}
+			if ee.Rank != tc.rank || ee.Status != tc.status || ee.Signal != tc.signal || ee.Stopped != stopped {
+				t.Errorf("Run = %v (%+v), want rank %d status %d signal %d, %d stopped", err, *ee, tc.rank, tc.status, tc.signal, stopped)
+			}
+			if tc.signal == syscall.SIGKILL && ee.ExitCode() != 128+9 {
+				t.Errorf("ExitCode = %d, want 137", ee.ExitCode())
+			}
+		})
 	}
 }
 
