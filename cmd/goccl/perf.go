@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/goccl/goccl"
+	"github.com/goccl/goccl/internal/config"
 	"github.com/goccl/goccl/internal/launch"
 )
 
@@ -113,46 +114,9 @@ func (s sizeValue) Set(str string) error {
 	return nil
 }
 
-// sizeSyntax is what parseSize accepts, for its error messages.
-const sizeSyntax = "a number of bytes with an optional K, M, G or T suffix (1024-based), e.g. 8, 128K, 1.5M, 4G"
-
-// parseSize reads "8", "128K", "1.5M", "8G", "1T" (1024-based; a trailing
-// "B" as in "1KB" is ignored, as nccl-tests ignores it; nccl-tests has no T).
-func parseSize(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	i := 0
-	for i < len(t) && (t[i] >= '0' && t[i] <= '9' || t[i] == '.' || (i == 0 && t[i] == '+')) {
-		i++
-	}
-	num, unit := t[:i], strings.TrimSpace(t[i:])
-	f, err := strconv.ParseFloat(num, 64)
-	if err != nil || num == "" {
-		return 0, fmt.Errorf("invalid size %q: want %s", s, sizeSyntax)
-	}
-	mult := 1.0
-	if unit != "" {
-		switch unit[0] {
-		case 'k', 'K':
-			mult = 1 << 10
-		case 'm', 'M':
-			mult = 1 << 20
-		case 'g', 'G':
-			mult = 1 << 30
-		case 't', 'T':
-			mult = 1 << 40
-		default:
-			return 0, fmt.Errorf("invalid size %q: want %s", s, sizeSyntax)
-		}
-		if rest := unit[1:]; rest != "" && rest != "B" && rest != "b" && rest != "iB" {
-			return 0, fmt.Errorf("invalid size %q: want %s", s, sizeSyntax)
-		}
-	}
-	v := f * mult
-	if v > 1<<62 {
-		return 0, fmt.Errorf("size %q too large (the limit is 4194304T)", s)
-	}
-	return int64(v), nil
-}
+// parseSize reads nccl-tests' size syntax, with T added (config.ParseSize:
+// 1024-based; a trailing "B" as in "1KB" is ignored, as nccl-tests ignores it).
+var parseSize = config.ParseSize
 
 // parsePerfArgs parses "COLL [flags]" (COLL may also come after the flags).
 func parsePerfArgs(args []string, stderr io.Writer) (*perfConfig, error) {

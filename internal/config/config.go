@@ -335,8 +335,8 @@ func orList(w []string) string {
 	return strings.Join(w[:len(w)-1], ", ") + " or " + w[len(w)-1]
 }
 
-// SizeSuffixes is what ParseSize accepts after the number, for messages.
-const SizeSuffixes = "K, M, G or T (binary: 1K = 1024; KB, KiB and the like mean the same)"
+// SizeSyntax is what ParseSize accepts, for messages.
+const SizeSyntax = "a number of bytes with an optional K, M, G or T suffix (1024-based), e.g. 8, 128K, 1.5M, 4G"
 
 // ParseSize reads a byte count: a non-negative number, fractions allowed
 // (1.5M), with an optional binary suffix K, M, G or T followed by an
@@ -351,7 +351,7 @@ func ParseSize(s string) (int64, error) {
 	num, unit := t[:i], strings.TrimSpace(t[i:])
 	f, err := strconv.ParseFloat(num, 64)
 	if err != nil || num == "" || math.IsInf(f, 0) || math.IsNaN(f) {
-		return 0, fmt.Errorf("invalid size %q: want a number of bytes with an optional suffix %s", s, SizeSuffixes)
+		return 0, fmt.Errorf("invalid size %q: want %s", s, SizeSyntax)
 	}
 	mult := 1.0
 	if unit != "" {
@@ -361,13 +361,13 @@ func ParseSize(s string) (int64, error) {
 			shift, rest = -1, unit
 		}
 		if rest != "" && rest != "B" && rest != "b" && rest != "iB" || (shift < 0 && rest == "iB") {
-			return 0, fmt.Errorf("invalid size %q: want a number of bytes with an optional suffix %s", s, SizeSuffixes)
+			return 0, fmt.Errorf("invalid size %q: want %s", s, SizeSyntax)
 		}
 		mult = float64(int64(1) << (10 * (shift + 1)))
 	}
 	v := f * mult
 	if v > 1<<62 {
-		return 0, fmt.Errorf("size %q is too large (at most 4 EiB)", s)
+		return 0, fmt.Errorf("size %q too large (the limit is 4194304T)", s)
 	}
 	return int64(v), nil
 }

@@ -49,7 +49,7 @@ func TestParseSize(t *testing.T) {
 	for _, in := range []string{"", "K", "-1", "1X", "1Kx", "1P", "iB", "1iB", "abc", "1e400", "9999999T"} {
 		if _, err := ParseSize(in); err == nil {
 			t.Errorf("ParseSize(%q): no error", in)
-		} else if in != "9999999T" && !strings.Contains(err.Error(), SizeSuffixes) {
+		} else if in != "9999999T" && !strings.Contains(err.Error(), SizeSyntax) {
 			t.Errorf("ParseSize(%q): %v does not list the suffixes", in, err)
 		}
 	}
