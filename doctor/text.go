@@ -11,12 +11,12 @@ import (
 
 // Text helpers every reader shares.
 
-// readLines calls fn with each line of r (1-based number, without its "\n"
+// ReadLines calls fn with each line of r (1-based number, without its "\n"
 // or "\r\n"), keeping at most maxLine bytes of a line (the rest up to the
 // newline is dropped, so memory stays bounded whatever the input). It stops
 // after maxLines lines (0: no limit) and then reports truncated. The error
 // is r's, never io.EOF.
-func readLines(r io.Reader, maxLine, maxLines int, fn func(n int, line string)) (truncated bool, err error) {
+func ReadLines(r io.Reader, maxLine, maxLines int, fn func(n int, line string)) (truncated bool, err error) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	n := 0
 	var buf []byte
@@ -54,17 +54,17 @@ func readLines(r io.Reader, maxLine, maxLines int, fn func(n int, line string)) 
 	}
 }
 
-// sortFindings orders findings errors first, then warnings, then notes,
+// SortFindings orders findings errors first, then warnings, then notes,
 // keeping input order within a severity.
-func sortFindings(fs []Finding) {
+func SortFindings(fs []Finding) {
 	sort.SliceStable(fs, func(i, j int) bool {
-		return severityRank(fs[i].Severity) < severityRank(fs[j].Severity)
+		return fs[i].Severity.Rank() < fs[j].Severity.Rank()
 	})
 }
 
-// writeFindings prints findings as every text report ends: a count, then
+// WriteFindings prints findings as every text report ends: a count, then
 // one per line (severity, code, message) with the fix indented below.
-func writeFindings(w io.Writer, fs []Finding) error {
+func WriteFindings(w io.Writer, fs []Finding) error {
 	if len(fs) == 0 {
 		_, err := fmt.Fprintln(w, "\nNo findings.")
 		return err
@@ -85,8 +85,8 @@ func writeFindings(w io.Writer, fs []Finding) error {
 	return nil
 }
 
-// orDefault is s, or def when s is empty.
-func orDefault(s, def string) string {
+// OrDefault is s, or def when s is empty.
+func OrDefault(s, def string) string {
 	if s == "" {
 		return def
 	}

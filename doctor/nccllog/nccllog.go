@@ -1,4 +1,4 @@
-package doctor
+package nccllog
 
 // NCCL debug-log analyser (`goccl doctor nccl-log FILE`).
 //
@@ -66,11 +66,13 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/goccl/goccl/doctor"
 )
 
-// NCCLLogReport is what AnalyzeNCCLLog learnt from one log. Empty strings,
+// Report is what Analyze learnt from one log. Empty strings,
 // zero counts and "unknown" mean the log did not say.
-type NCCLLogReport struct {
+type Report struct {
 	// NCCLVersion is the first "NCCL version X" seen (init.cc, all 2.x),
 	// e.g. "2.18.5+cuda12.0"; NCCLVersionsSeen lists every distinct one.
 	NCCLVersion      string   `json:"nccl_version"`
@@ -104,13 +106,13 @@ type NCCLLogReport struct {
 	// (NET connections in a single-node job).
 	IntraNode []string `json:"intra_node"`
 	// NVLS is NVLink SHARP: availability and channel count.
-	NVLS NCCLLogNVLS `json:"nvls"`
+	NVLS NVLS `json:"nvls"`
 	// CollNet is in-network reduction (SHARP via a collnet plugin).
-	CollNet NCCLLogCollNet `json:"collnet"`
+	CollNet CollNet `json:"collnet"`
 	// Interfaces are the socket interfaces NCCL chose, per role.
-	Interfaces []NCCLLogInterface `json:"interfaces"`
+	Interfaces []Interface `json:"interfaces"`
 	// HCAs are the RDMA devices NET/IB (or an IB-style plugin) listed.
-	HCAs []NCCLLogHCA `json:"hcas"`
+	HCAs []HCA `json:"hcas"`
 	// NRanks is the largest communicator size seen; NNodes the number of
 	// nodes when the log says or shows it (0 unknown); MultiNode is true when
 	// something points at more than one node: NNodes > 1 ("nNodes N", several
@@ -140,31 +142,31 @@ type NCCLLogReport struct {
 	Lines     int `json:"lines"`
 	NCCLLines int `json:"nccl_lines"`
 	// Findings are sorted errors first, then warnings, then info.
-	Findings []Finding `json:"findings"`
+	Findings []doctor.Finding `json:"findings"`
 }
 
-// NCCLLogNVLS: Available is "yes" / "no" from "NVLS multicast support is
+// NVLS: Available is "yes" / "no" from "NVLS multicast support is
 // [not] available on dev N" (transport/nvls.cc, 2.17+), "unknown" otherwise;
 // Channels is from "N coll channels, [M collnet channels,] K nvls channels"
 // (init.cc, 2.17+), null when not logged; DisabledByEnv is NCCL_NVLS_ENABLE=0.
-type NCCLLogNVLS struct {
+type NVLS struct {
 	Available     string `json:"available"`
 	Channels      *int   `json:"channels"`
 	DisabledByEnv bool   `json:"disabled_by_env,omitempty"`
 }
 
-// NCCLLogCollNet: Requested is NCCL_COLLNET_ENABLE=1 (or NCCL_ALGO naming
+// CollNet: Requested is NCCL_COLLNET_ENABLE=1 (or NCCL_ALGO naming
 // CollNet) set by environment; Plugin the loaded collnet plugin ("SHARP");
 // Supported "yes" (plugin loaded or COLLNET connections seen), "no"
 // (requested but no collnet plugin / NCCL said it is not supported) or
 // "unknown".
-type NCCLLogCollNet struct {
+type CollNet struct {
 	Requested bool   `json:"requested"`
 	Plugin    string `json:"plugin,omitempty"`
 	Supported string `json:"supported"`
 }
 
-// NCCLLogInterface is one socket interface NCCL chose. Role is "bootstrap"
+// Interface is one socket interface NCCL chose. Role is "bootstrap"
 // ("Bootstrap : Using", bootstrap.cc 2.4+; "NET : Using interface", 2.2-2.3),
 // "net-socket" ("NET/Socket : Using", transport/net_socket.cc) or "ib-oob"
 // (the "; OOB" part of "NET/IB : Using", or "NET/IB : Using interface X for
@@ -172,7 +174,7 @@ type NCCLLogCollNet struct {
 // Kind is "loopback", "virtual" (docker/veth/bridge/VPN/tunnel by name),
 // "link-local-ipv6" (fe80::/10), "link-local-ipv4" (169.254.0.0/16), "ipoib"
 // or "" (an ordinary NIC).
-type NCCLLogInterface struct {
+type Interface struct {
 	Name    string `json:"name"`
 	Address string `json:"address"`
 	Role    string `json:"role"`
@@ -181,7 +183,7 @@ type NCCLLogInterface struct {
 	Kind    string `json:"kind,omitempty"`
 }
 
-// NCCLLogHCA is one RDMA device from "NET/IB : Using [0]mlx5_0:1/IB [1]..."
+// HCA is one RDMA device from "NET/IB : Using [0]mlx5_0:1/IB [1]..."
 // (transport/net_ib.cc 2.4+; "NET/IB: [0] mlx5_0:1/IB" in 2.2-2.3). Flags are
 // the extra "/SHARP" parts and "RO" for a trailing "[RO]" (relaxed ordering,
 // 2.12+). GDR is "enabled"/"disabled" from "GPU Direct RDMA Enabled|Disabled
@@ -189,7 +191,7 @@ type NCCLLogInterface struct {
 // and another may not. MTU is the QP path MTU in bytes (256..4096), converted
 // from the IB enum M (1..5) of "NET/IB: Dev N Port P qpn Q mtu M GID G"
 // (2.12+), which also gives GIDIndex.
-type NCCLLogHCA struct {
+type HCA struct {
 	Name      string   `json:"name"`
 	Port      int      `json:"port"`
 	LinkLayer string   `json:"link_layer"`
@@ -210,12 +212,12 @@ const (
 	logMaxPrefixHits = 16
 )
 
-// AnalyzeNCCLLog reads an NCCL debug log and returns what it shows and what
+// Analyze reads an NCCL debug log and returns what it shows and what
 // is wrong with it. The error is only ever an I/O error from r; any text,
 // however malformed, gives a report.
-func AnalyzeNCCLLog(r io.Reader) (*NCCLLogReport, error) {
+func Analyze(r io.Reader) (*Report, error) {
 	a := logNewAnalyzer()
-	_, err := readLines(r, logMaxLine, 0, func(_ int, line string) { a.feedPhysical(strings.TrimRight(line, "\r")) })
+	_, err := doctor.ReadLines(r, logMaxLine, 0, func(_ int, line string) { a.feedPhysical(strings.TrimRight(line, "\r")) })
 	a.flushPending()
 	rep := a.finish()
 	if err != nil {
@@ -257,7 +259,7 @@ var (
 
 // logAnalyzer accumulates facts line by line.
 type logAnalyzer struct {
-	rep     NCCLLogReport
+	rep     Report
 	pending *logRecord
 	prevLen int // bytes of the previous physical line (after CR/ANSI handling)
 
@@ -343,16 +345,16 @@ type logCompletion struct {
 
 func logNewAnalyzer() *logAnalyzer {
 	return &logAnalyzer{
-		rep: NCCLLogReport{
+		rep: Report{
 			GDRDMA:     "unknown",
 			IntraNode:  []string{},
-			Interfaces: []NCCLLogInterface{},
-			HCAs:       []NCCLLogHCA{},
+			Interfaces: []Interface{},
+			HCAs:       []HCA{},
 			Hosts:      []string{},
 			Env:        map[string]string{},
-			Findings:   []Finding{},
-			NVLS:       NCCLLogNVLS{Available: "unknown"},
-			CollNet:    NCCLLogCollNet{Supported: "unknown"},
+			Findings:   []doctor.Finding{},
+			NVLS:       NVLS{Available: "unknown"},
+			CollNet:    CollNet{Supported: "unknown"},
 		},
 		hosts:           map[string]bool{},
 		tableHosts:      map[string]bool{},
@@ -756,7 +758,7 @@ func (a *logAnalyzer) addInterface(name, addr, role string, idx int, host string
 	if len(a.rep.Interfaces) >= logMaxItems {
 		return
 	}
-	a.rep.Interfaces = append(a.rep.Interfaces, NCCLLogInterface{
+	a.rep.Interfaces = append(a.rep.Interfaces, Interface{
 		Name: name, Address: addr, Role: role, Index: idx, Host: host, Kind: logInterfaceKind(name, addr),
 	})
 }
@@ -811,7 +813,7 @@ func (a *logAnalyzer) addHCAList(p, host string) {
 			if len(a.rep.HCAs) >= logMaxItems {
 				continue
 			}
-			a.rep.HCAs = append(a.rep.HCAs, NCCLLogHCA{Name: m[2], Port: port, LinkLayer: m[4], Flags: flags})
+			a.rep.HCAs = append(a.rep.HCAs, HCA{Name: m[2], Port: port, LinkLayer: m[4], Flags: flags})
 			pos = len(a.rep.HCAs) - 1
 		}
 		a.hcaByIndex[idx] = pos
@@ -837,7 +839,7 @@ func (a *logAnalyzer) setHCAGDR(enabled bool, index, name string) {
 			}
 		}
 		if pos < 0 && len(a.rep.HCAs) < logMaxItems {
-			a.rep.HCAs = append(a.rep.HCAs, NCCLLogHCA{Name: name})
+			a.rep.HCAs = append(a.rep.HCAs, HCA{Name: name})
 			pos = len(a.rep.HCAs) - 1
 		}
 	} else if p, ok := a.hcaByIndex[logAtoi(index)]; ok {
@@ -962,7 +964,7 @@ func (a *logAnalyzer) addRingList(m []string) {
 }
 
 // finish derives the summary fields and the findings.
-func (a *logAnalyzer) finish() *NCCLLogReport {
+func (a *logAnalyzer) finish() *Report {
 	rep := &a.rep
 	rep.Hosts = logSortedKeys(a.hosts, a.tableHosts)
 	if len(a.versions) > 1 {
@@ -1057,12 +1059,12 @@ func (a *logAnalyzer) finish() *NCCLLogReport {
 	}
 
 	a.findings()
-	sortFindings(rep.Findings)
+	doctor.SortFindings(rep.Findings)
 	return rep
 }
 
-func (a *logAnalyzer) add(sev Severity, code, msg, fix string) {
-	a.rep.Findings = append(a.rep.Findings, Finding{Severity: sev, Code: code, Message: msg, Fix: fix})
+func (a *logAnalyzer) add(sev doctor.Severity, code, msg, fix string) {
+	a.rep.Findings = append(a.rep.Findings, doctor.Finding{Severity: sev, Code: code, Message: msg, Fix: fix})
 }
 
 // findings emits root causes before their consequences (the sort keeps this
@@ -1072,11 +1074,11 @@ func (a *logAnalyzer) findings() {
 	env := rep.Env
 
 	if rep.NCCLLines == 0 && rep.NCCLVersion == "" && len(rep.Interfaces) == 0 && len(rep.HCAs) == 0 && rep.Net == "" {
-		a.add(SevInfo, "no-nccl-lines", "no NCCL debug lines found in the input",
+		a.add(doctor.SevInfo, "no-nccl-lines", "no NCCL debug lines found in the input",
 			"rerun with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,NET,GRAPH) and pass the full output")
 	}
 	if len(a.socketNone) > 0 {
-		a.add(SevError, "no-socket-interface", "NCCL found no usable socket interface: "+a.socketNone[0],
+		a.add(doctor.SevError, "no-socket-interface", "NCCL found no usable socket interface: "+a.socketNone[0],
 			"set NCCL_SOCKET_IFNAME to an interface that exists and is up on every node (e.g. =eth0, or =^docker,lo to exclude)")
 	}
 	a.interfaceFindings()
@@ -1098,7 +1100,7 @@ func (a *logAnalyzer) findings() {
 		if code == "connection-reset" {
 			fix = "a peer process died or closed its socket first: look for the first error on the other ranks; also check NCCL_SOCKET_IFNAME selects the same network on every node"
 		}
-		a.add(SevError, code, msg, fix)
+		a.add(doctor.SevError, code, msg, fix)
 	}
 
 	a.ibFailureFindings()
@@ -1110,8 +1112,8 @@ func (a *logAnalyzer) findings() {
 		if a.collExplicitNo {
 			why = "NCCL reported CollNet as not supported"
 		}
-		a.add(SevWarn, "collnet-unsupported",
-			fmt.Sprintf("CollNet requested (NCCL_COLLNET_ENABLE=%s) but %s; collectives fall back to ring/tree", orDefault(env["NCCL_COLLNET_ENABLE"], "?"), why),
+		a.add(doctor.SevWarn, "collnet-unsupported",
+			fmt.Sprintf("CollNet requested (NCCL_COLLNET_ENABLE=%s) but %s; collectives fall back to ring/tree", doctor.OrDefault(env["NCCL_COLLNET_ENABLE"], "?"), why),
 			"install the SHARP collnet plugin (libnccl-net.so from nccl-rdma-sharp-plugins / HPC-X) on every node and make sure sharp_am runs on the subnet manager; otherwise unset NCCL_COLLNET_ENABLE")
 	}
 
@@ -1121,7 +1123,7 @@ func (a *logAnalyzer) findings() {
 		if strings.EqualFold(lvl, "LOC") || lvl == "0" {
 			p2pOff = true
 		} else {
-			a.add(SevInfo, "p2p-level-forced", "NCCL_P2P_LEVEL="+lvl+" set by environment overrides NCCL's P2P topology choice",
+			a.add(doctor.SevInfo, "p2p-level-forced", "NCCL_P2P_LEVEL="+lvl+" set by environment overrides NCCL's P2P topology choice",
 				"unset NCCL_P2P_LEVEL unless it works around a known platform problem")
 		}
 	}
@@ -1138,16 +1140,16 @@ func (a *logAnalyzer) findings() {
 		if v, ok := env["NCCL_P2P_LEVEL"]; ok {
 			set = append(set, "NCCL_P2P_LEVEL="+v)
 		}
-		a.add(SevWarn, "p2p-disabled-by-env", "GPU peer-to-peer (NVLink/PCIe P2P) disabled by environment ("+strings.Join(set, ", ")+")"+loop,
+		a.add(doctor.SevWarn, "p2p-disabled-by-env", "GPU peer-to-peer (NVLink/PCIe P2P) disabled by environment ("+strings.Join(set, ", ")+")"+loop,
 			"unset NCCL_P2P_DISABLE / NCCL_P2P_LEVEL unless P2P is known broken on this platform (then fix IOMMU/ACS instead)")
 	}
 	if shmOff {
-		a.add(SevWarn, "shm-disabled-by-env", "shared-memory transport disabled by environment (NCCL_SHM_DISABLE="+env["NCCL_SHM_DISABLE"]+")"+loop,
+		a.add(doctor.SevWarn, "shm-disabled-by-env", "shared-memory transport disabled by environment (NCCL_SHM_DISABLE="+env["NCCL_SHM_DISABLE"]+")"+loop,
 			"unset NCCL_SHM_DISABLE; if /dev/shm is too small in a container, enlarge it (docker --shm-size=1g or --ipc=host)")
 	}
 
 	if len(a.versions) > 1 {
-		a.add(SevWarn, "nccl-version-mismatch", "several NCCL versions in one log: "+strings.Join(a.versions, ", "),
+		a.add(doctor.SevWarn, "nccl-version-mismatch", "several NCCL versions in one log: "+strings.Join(a.versions, ", "),
 			"run the same NCCL build on every rank (check LD_LIBRARY_PATH and the framework's bundled libnccl)")
 	}
 	a.hcaInfoFindings()
@@ -1157,7 +1159,7 @@ func (a *logAnalyzer) findings() {
 func (a *logAnalyzer) interfaceFindings() {
 	rep := &a.rep
 	type agg struct {
-		it    NCCLLogInterface
+		it    Interface
 		roles []string
 		first bool
 	}
@@ -1197,10 +1199,10 @@ func (a *logAnalyzer) interfaceFindings() {
 		switch it.Kind {
 		case "loopback":
 			if rep.MultiNode {
-				a.add(SevError, "socket-on-loopback",
+				a.add(doctor.SevError, "socket-on-loopback",
 					fmt.Sprintf("%s uses loopback interface %s (%s) in a multi-node job; other nodes cannot reach it", roles, it.Name, it.Address), fix)
 			} else {
-				a.add(SevInfo, "socket-on-loopback",
+				a.add(doctor.SevInfo, "socket-on-loopback",
 					fmt.Sprintf("%s uses loopback interface %s (%s): works on a single node only", roles, it.Name, it.Address), fix)
 			}
 		case "virtual":
@@ -1208,25 +1210,25 @@ func (a *logAnalyzer) interfaceFindings() {
 			if name == good {
 				fix = "nothing to change if " + name + " is this container's own network; otherwise " + fix
 			}
-			sev := SevWarn
+			sev := doctor.SevWarn
 			extra := ""
 			if v := logLinkLocal(it.Address); v != "" {
 				extra = " with only a link-local " + v + " address"
 			} else if !g.first {
-				sev = SevInfo
+				sev = doctor.SevInfo
 				extra = " (routable address, not first in the list: may be the container's own NIC)"
 			}
 			if failed {
-				sev = SevError
+				sev = doctor.SevError
 				extra += "; connections through it failed"
 			}
 			a.add(sev, "socket-on-virtual-interface",
 				fmt.Sprintf("%s uses %s, a container/bridge/VPN/tunnel interface (%s)%s", roles, it.Name, it.Address, extra), fix)
 		case "link-local-ipv6", "link-local-ipv4":
-			sev := SevWarn
+			sev := doctor.SevWarn
 			extra := ""
 			if failed {
-				sev = SevError
+				sev = doctor.SevError
 				extra = "; connections through it failed"
 			}
 			// One code for both families: the code predates IPv4 support and
@@ -1275,7 +1277,7 @@ func logAddrIP(s string) (netip.Addr, bool) {
 
 // connNames reports whether a connection failure named this interface's
 // address or its IPv6 scope ("%ip6tnl0").
-func (a *logAnalyzer) connNames(it NCCLLogInterface) bool {
+func (a *logAnalyzer) connNames(it Interface) bool {
 	for _, ci := range a.conn {
 		for _, ad := range ci.addrs {
 			if strings.Contains(ad, "%"+it.Name+"<") || (it.Address != "" && strings.HasPrefix(ad, it.Address+"<")) {
@@ -1288,7 +1290,7 @@ func (a *logAnalyzer) connNames(it NCCLLogInterface) bool {
 
 // logGoodInterface picks the interface to recommend: the first ordinary or
 // IPoIB NIC, else the first virtual one with a routable address.
-func logGoodInterface(ifs []NCCLLogInterface) string {
+func logGoodInterface(ifs []Interface) string {
 	for _, it := range ifs {
 		if it.Address != "" && (it.Kind == "" || it.Kind == "ipoib") {
 			return it.Name
@@ -1347,7 +1349,7 @@ func (a *logAnalyzer) ibFailureFindings() {
 		}
 		switch c.status {
 		case 4:
-			a.add(SevError, "ib-completion-error-gdr",
+			a.add(doctor.SevError, "ib-completion-error-gdr",
 				fmt.Sprintf("NET/IB completion error 4 (local protection error), vendor err %d%s with GPUDirect RDMA %s: %s", c.vendor, where, rep.GDRDMA, c.text),
 				"this is usually PCIe ACS or the IOMMU breaking GPUDirect RDMA: confirm by rerunning with NCCL_NET_GDR_LEVEL=0 (GDR off); if that passes, disable ACS on the PCIe bridges (bare metal) and set the IOMMU off or to passthrough (iommu=pt), and check nvidia-peermem / DMA-BUF support")
 		case 12:
@@ -1355,10 +1357,10 @@ func (a *logAnalyzer) ibFailureFindings() {
 			if roce {
 				hint = "on RoCE this is usually the wrong GID: set " + gid + " to the RoCE v2 GID of the routable address (see show_gids; often 3), and check PFC/ECN and VLAN on the switches; " + hint
 			}
-			a.add(SevError, "ib-completion-error",
+			a.add(doctor.SevError, "ib-completion-error",
 				fmt.Sprintf("NET/IB completion error 12 (transport retry counter exceeded), vendor err %d%s: %s", c.vendor, where, c.text), hint)
 		default:
-			a.add(SevError, "ib-completion-error",
+			a.add(doctor.SevError, "ib-completion-error",
 				fmt.Sprintf("NET/IB completion error %d, vendor err %d%s: %s", c.status, c.vendor, where, c.text),
 				"look for the first failing rank's error; status 5 (flush) follows another failure; run ib_write_bw between the nodes to check the fabric")
 		}
@@ -1368,7 +1370,7 @@ func (a *logAnalyzer) ibFailureFindings() {
 		if roce || len(rep.HCAs) == 0 {
 			fix = "on RoCE set " + gid + " to a valid RoCE v2 GID present on every node (show_gids; often 3 for IPv4), and check that both ports are Active and routable; " + fix
 		}
-		a.add(SevError, "ib-modify-qp-failed", "ibv_modify_qp failed: "+a.modifyQP[0], fix)
+		a.add(doctor.SevError, "ib-modify-qp-failed", "ibv_modify_qp failed: "+a.modifyQP[0], fix)
 	}
 }
 
@@ -1393,11 +1395,11 @@ func (a *logAnalyzer) networkChoiceFindings() {
 	if ibDisabled {
 		set := "NCCL_IB_DISABLE=" + rep.Env["NCCL_IB_DISABLE"]
 		if ibEvidence != "" {
-			a.add(SevWarn, "ib-disabled-by-env",
-				fmt.Sprintf("InfiniBand disabled by environment (%s): %s transport used although IB hardware is present (%s)", set, orDefault(rep.Net, "Socket"), ibEvidence),
+			a.add(doctor.SevWarn, "ib-disabled-by-env",
+				fmt.Sprintf("InfiniBand disabled by environment (%s): %s transport used although IB hardware is present (%s)", set, doctor.OrDefault(rep.Net, "Socket"), ibEvidence),
 				"unset NCCL_IB_DISABLE (or set it to 0) so NCCL uses RDMA; TCP over IPoIB is several times slower")
 		} else {
-			a.add(SevInfo, "ib-disabled-by-env", "InfiniBand disabled by environment ("+set+"); no IB device seen in the log",
+			a.add(doctor.SevInfo, "ib-disabled-by-env", "InfiniBand disabled by environment ("+set+"); no IB device seen in the log",
 				"if the nodes have IB/RoCE NICs, unset NCCL_IB_DISABLE")
 		}
 	}
@@ -1406,20 +1408,20 @@ func (a *logAnalyzer) networkChoiceFindings() {
 		if a.noIBVerbs {
 			why = " (libibverbs could not be loaded)"
 		}
-		a.add(SevWarn, "socket-while-ib-listed",
+		a.add(doctor.SevWarn, "socket-while-ib-listed",
 			fmt.Sprintf("Socket (TCP) transport used while IB-capable devices are listed (%s)%s", ibEvidence, why),
 			"install rdma-core/libibverbs (libibverbs.so.1) and expose /dev/infiniband in containers; check NCCL_IB_HCA matches an Active port and NCCL_NET is not forcing Socket")
 	}
 	if a.noIBVerbs {
-		sev, extra := SevInfo, "; fine if the nodes have no InfiniBand/RoCE NIC"
+		sev, extra := doctor.SevInfo, "; fine if the nodes have no InfiniBand/RoCE NIC"
 		if ipoib != nil {
-			sev, extra = SevWarn, "; yet IPoIB interface(s) "+strings.Join(ipoib, ", ")+" exist"
+			sev, extra = doctor.SevWarn, "; yet IPoIB interface(s) "+strings.Join(ipoib, ", ")+" exist"
 		}
 		a.add(sev, "no-libibverbs", "libibverbs.so could not be opened, so NET/IB is unavailable and NCCL falls back to sockets"+extra,
 			"if RDMA NICs exist: install rdma-core (libibverbs1 / libibverbs) in the image and mount /dev/infiniband")
 	}
 	if a.ibNoDevice && !ibDisabled && rep.Net == "Socket" && !a.noIBVerbs {
-		a.add(SevInfo, "ib-no-device", "NET/IB found no usable device (no Active port matched NCCL_IB_HCA)",
+		a.add(doctor.SevInfo, "ib-no-device", "NET/IB found no usable device (no Active port matched NCCL_IB_HCA)",
 			"check ibstat for Active ports and that NCCL_IB_HCA names existing devices")
 	}
 }
@@ -1438,18 +1440,18 @@ func (a *logAnalyzer) gdrFindings() {
 		gdrFix += "; currently NCCL_NET_GDR_LEVEL=" + v
 	}
 	if len(disabled) > 0 {
-		a.add(SevWarn, "gdr-disabled-for-hca",
+		a.add(doctor.SevWarn, "gdr-disabled-for-hca",
 			"GPUDirect RDMA disabled for "+strings.Join(disabled, ", ")+": network traffic is staged through host memory", gdrFix)
 	}
 	switch rep.GDRDMA {
 	case "partial":
 		all := logGDRSets{yes: a.gdrDevYes, no: a.gdrDevNo}
-		a.add(SevWarn, "gdr-partial",
+		a.add(doctor.SevWarn, "gdr-partial",
 			fmt.Sprintf("GPUDirect RDMA used on %s but not on %s", strings.Join(logSortedKeys(a.gdrDevYes), ", "), strings.Join(all.withoutGDR(), ", ")),
 			"check the PCIe distance of the NICs without GDR to their GPUs (nvidia-smi topo -m) and NCCL_NET_GDR_LEVEL; "+gdrFix)
 	case "off":
 		if len(disabled) == 0 && rep.Net != "Socket" && rep.Net != "" && a.netConnCount > 0 {
-			a.add(SevWarn, "gdr-not-used",
+			a.add(doctor.SevWarn, "gdr-not-used",
 				fmt.Sprintf("%s connections without /GDRDMA: GPUDirect RDMA is not used", rep.Net), gdrFix)
 		}
 	}
@@ -1471,21 +1473,21 @@ func (a *logAnalyzer) hcaInfoFindings() {
 		}
 	}
 	if len(ib) > 0 && len(roce) > 0 {
-		a.add(SevInfo, "hca-mixed-link-layers",
+		a.add(doctor.SevInfo, "hca-mixed-link-layers",
 			fmt.Sprintf("NCCL uses both InfiniBand (%s) and RoCE (%s) ports; an IB port cannot talk to a RoCE port", strings.Join(ib, ", "), strings.Join(roce, ", ")),
 			"restrict NCCL_IB_HCA to ports of one fabric, e.g. NCCL_IB_HCA="+strings.Join(ib, ","))
 	}
 	if len(smallMTU) > 0 {
-		a.add(SevInfo, "roce-mtu-low", "RoCE QPs on "+strings.Join(smallMTU, ", ")+" use an MTU of 1024 bytes or less (Ethernet MTU 1500)",
+		a.add(doctor.SevInfo, "roce-mtu-low", "RoCE QPs on "+strings.Join(smallMTU, ", ")+" use an MTU of 1024 bytes or less (Ethernet MTU 1500)",
 			"enable jumbo frames (MTU 9000 gives RoCE MTU 4096) on the NICs and switches, or set NCCL_IB_MTU if the fabric allows")
 	}
 }
 
 // WriteText prints the report for a person: facts, then findings with their
 // severity, code, message and fix.
-func (rep *NCCLLogReport) WriteText(w io.Writer) error {
+func (rep *Report) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	dash := func(s string) string { return orDefault(s, "-") }
+	dash := func(s string) string { return doctor.OrDefault(s, "-") }
 	num := func(n int) string {
 		if n == 0 {
 			return "-"
@@ -1595,7 +1597,7 @@ func (rep *NCCLLogReport) WriteText(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	return writeFindings(w, rep.Findings)
+	return doctor.WriteFindings(w, rep.Findings)
 }
 
 // logMatch runs re on p only when p contains gate, a literal every match

@@ -1,0 +1,164 @@
+// Package doctortest holds the test helpers the doctor readers share:
+// reading test inputs, checking findings and reports, seeding fuzz
+// corpora and checking that finding codes are documented.
+package doctortest
+
+import (
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/goccl/goccl/doctor"
+)
+
+// VerbatimMarker separates the attribution header of a real input (source,
+// hardware, the diagnosis stated in the thread) from the text exactly as
+// posted.
+const VerbatimMarker = "# ===== VERBATIM BELOW =====\n"
+
+// Verbatim returns the verbatim part of the real input at path.
+func Verbatim(t testing.TB, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(b), VerbatimMarker)
+	if !ok {
+		t.Fatalf("%s: no verbatim marker", path)
+	}
+	return after
+}
+
+// RealInput returns the verbatim part of testdata/real-inputs/name.
+func RealInput(t testing.TB, name string) string {
+	t.Helper()
+	return Verbatim(t, filepath.Join("testdata", "real-inputs", name))
+}
+
+// File returns testdata/name.
+func File(t testing.TB, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// Codes returns the codes of the findings with the given severity ("" for
+// any) and how often each occurs.
+func Codes(fs []doctor.Finding, sev doctor.Severity) map[string]int {
+	m := map[string]int{}
+	for _, f := range fs {
+		if sev == "" || f.Severity == sev {
+			m[f.Code]++
+		}
+	}
+	return m
+}
+
+// FindingWith returns the first finding with code whose message or fix
+// contains sub.
+func FindingWith(fs []doctor.Finding, code, sub string) (doctor.Finding, bool) {
+	for _, f := range fs {
+		if f.Code == code && strings.Contains(f.Message+" "+f.Fix, sub) {
+			return f, true
+		}
+	}
+	return doctor.Finding{}, false
+}
+
+// CheckFindings checks the invariants every report's findings keep: a
+// known severity, a kebab-case code, a message, errors first.
+func CheckFindings(t testing.TB, fs []doctor.Finding) {
+	t.Helper()
+	for _, f := range fs {
+		if f.Severity != doctor.SevError && f.Severity != doctor.SevWarn && f.Severity != doctor.SevInfo {
+			t.Errorf("bad severity %q in %+v", f.Severity, f)
+		}
+		if f.Code == "" || f.Message == "" || strings.ToLower(f.Code) != f.Code || strings.ContainsAny(f.Code, " _") {
+			t.Errorf("bad code/message in %+v", f)
+		}
+	}
+	for i := 1; i < len(fs); i++ {
+		if fs[i].Severity.Rank() < fs[i-1].Severity.Rank() {
+			t.Errorf("findings not sorted by severity: %v before %v", fs[i-1].Severity, fs[i].Severity)
+		}
+	}
+}
+
+// JSON marshals v and fails the test on error.
+func JSON(t testing.TB, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// CheckReport runs the checks every reader's report must pass (valid
+// findings, WriteText and JSON succeed) and logs the text with -v.
+func CheckReport(t testing.TB, rep interface{ WriteText(io.Writer) error }, findings []doctor.Finding) {
+	t.Helper()
+	CheckFindings(t, findings)
+	var b strings.Builder
+	if err := rep.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	JSON(t, rep)
+	if testing.Verbose() {
+		t.Log("\n" + b.String())
+	}
+}
+
+// emitRe matches a finding code where a reader emits one: a Finding
+// literal's "Code:", a call add(sev, "code", ...) or host's check(name,
+// StatusWarn, "code", ...), or an assignment code = "code".
+var emitRe = regexp.MustCompile(`(?:Code:\s*|add\([\w.]+,\s*|Status(?:Error|Warn|Info),\s*|\bcode = )"([a-z0-9]+(?:-[a-z0-9]+)+)"`)
+
+// CodesDocumented checks that every finding code file emits has a row in
+// the file's list of codes, a comment line "//\tcode  severity  meaning"
+// (severity error, warn or info, possibly followed by others), and that
+// at least min codes were found (else the pattern no longer matches the
+// source). It returns the codes emitted and the codes listed.
+func CodesDocumented(t testing.TB, file string, min int) (emitted, listed map[string]bool) {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := string(b)
+	listed = map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^//\t([a-z0-9]+(?:-[a-z0-9]+)+) +(?:error|warn|info)`).FindAllStringSubmatch(src, -1) {
+		listed[m[1]] = true
+	}
+	emitted = map[string]bool{}
+	for _, m := range emitRe.FindAllStringSubmatch(src, -1) {
+		emitted[m[1]] = true
+		if !listed[m[1]] {
+			t.Errorf("%s: code %s is not in the file's list of codes", file, m[1])
+		}
+	}
+	if len(emitted) < min {
+		t.Errorf("%s: only %d codes found: the pattern no longer matches the source", file, len(emitted))
+	}
+	return emitted, listed
+}
+
+// AllocBytes returns the bytes allocated while fn runs (all goroutines:
+// call it from tests that do not run in parallel).
+func AllocBytes(fn func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	fn()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
