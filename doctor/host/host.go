@@ -1,38 +1,18 @@
-package host
-
-import (
-	"bytes"
-	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
-	"io/fs"
-	"net"
-	"net/netip"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"regexp"
-	"sort"
-	"strconv"
-	"strings"
-	"text/tabwriter"
-	"time"
-
-	"golang.org/x/sys/unix"
-
-	"github.com/goccl/goccl/doctor"
-	"github.com/goccl/goccl/doctor/ibv"
-	"github.com/goccl/goccl/doctor/topo"
-)
-
-// Live host checks
+// Package host checks the live host (`goccl doctor host`): RDMA devices
+// and their device nodes, ports and GIDs, interface MTUs, /dev/shm, the
+// local port range, NUMA nodes, and the NCCL_* and GOCCL_* environment.
 //
-// Run reads sysfs, procfs and /dev under Options.Root, the
-// environment, and the output of nvidia-smi topo -m and ibv_devinfo. The
-// RDMA ports it reads from sysfs are judged by ibv.Parse's checks (see
-// ibv.go: ibv-port-not-active, roce-no-gid, roce-no-v2-gid, roce-gid-index,
+// Input: Run reads sysfs, procfs and /dev under Options.Root, the
+// environment, and the output of nvidia-smi topo -m and ibv_devinfo when
+// they are installed. The files and their formats are the kernel's, as its
+// ABI documents describe them (Documentation/ABI/stable/
+// sysfs-class-infiniband, Documentation/ABI/testing/sysfs-class-net,
+// proc(5) for ip_local_port_range); the environment is read the way NCCL
+// reads it (integers as strtoll parses them, NCCL_IB_HCA's list syntax)
+// and the way goccl reads its GOCCL_* variables.
+//
+// The RDMA ports read from sysfs are judged by package ibv's checks
+// (ibv-port-not-active, roce-no-gid, roce-no-v2-gid, roce-gid-index,
 // roce-only-link-local-gid, roce-no-ipv4-gid, roce-gid-index-differs,
 // roce-link-layer); the tools' outputs add topo.Parse's and ibv.Parse's
 // findings, without repeating a code for a port already judged. Its own
@@ -68,6 +48,34 @@ import (
 //	env-goccl-unknown       warn         a GOCCL_* variable goccl does not read
 //	env-goccl-timeout       error        GOCCL_TIMEOUT unparsable
 //	tool-failed             warn         nvidia-smi or ibv_devinfo exited with an error
+package host
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goccl/goccl/doctor"
+	"github.com/goccl/goccl/doctor/ibv"
+	"github.com/goccl/goccl/doctor/topo"
+)
 
 // Options says where and how Run looks.
 type Options struct {
@@ -95,7 +103,7 @@ type Options struct {
 	Statfs func(path string) (size, free uint64, err error)
 }
 
-// Check statuses of a Check.
+// Statuses of a Check.
 const (
 	StatusOK    = "ok"
 	StatusWarn  = "warn"
@@ -113,7 +121,7 @@ type Check struct {
 	Fix    string `json:"fix,omitempty"`
 }
 
-// HostGID is one non-empty slot of a port's GID table.
+// GID is one non-empty slot of a port's GID table.
 type GID struct {
 	Index int    `json:"index"`
 	GID   string `json:"gid"`            // canonical text: "fe80::1", "::ffff:10.0.0.1"
@@ -122,7 +130,7 @@ type GID struct {
 	Netdev string `json:"netdev,omitempty"`
 }
 
-// HostRDMAPort is one port of an RDMA device, as sysfs shows it.
+// RDMAPort is one port of an RDMA device, as sysfs shows it.
 type RDMAPort struct {
 	Port      int    `json:"port"`
 	State     string `json:"state"`      // "ACTIVE", "DOWN", ... (logical state)
@@ -138,7 +146,7 @@ type RDMAPort struct {
 	GIDIndex int `json:"gid_index"`
 }
 
-// HostRDMADevice is one entry of /sys/class/infiniband.
+// RDMADevice is one entry of /sys/class/infiniband.
 type RDMADevice struct {
 	Name     string     `json:"name"`
 	NodeType string     `json:"node_type,omitempty"` // "1: CA"
@@ -147,7 +155,7 @@ type RDMADevice struct {
 	Ports    []RDMAPort `json:"ports"`
 }
 
-// HostInterface is one entry of /sys/class/net.
+// Interface is one entry of /sys/class/net.
 type Interface struct {
 	Name     string   `json:"name"`
 	MTU      int      `json:"mtu"`   // bytes; 0 when unreadable
@@ -159,7 +167,7 @@ type Interface struct {
 	Addrs    []string `json:"addrs,omitempty"` // CIDR; listed only when Root is "/"
 }
 
-// HostPortRange is net.ipv4.ip_local_port_range: the ports the kernel
+// PortRange is net.ipv4.ip_local_port_range: the ports the kernel
 // hands out to connect() and bind(0).
 type PortRange struct {
 	Low   int `json:"low"`
@@ -167,7 +175,7 @@ type PortRange struct {
 	Width int `json:"width"` // High-Low+1
 }
 
-// HostNUMANode is one NUMA node and its CPUs.
+// NUMANode is one NUMA node and its CPUs.
 type NUMANode struct {
 	Node    int    `json:"node"`
 	CPUList string `json:"cpulist"` // "0-15,32-47"

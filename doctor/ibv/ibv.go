@@ -1,18 +1,5 @@
-package ibv
-
-import (
-	"fmt"
-	"io"
-	"net"
-	"regexp"
-	"sort"
-	"strconv"
-	"strings"
-
-	"github.com/goccl/goccl/doctor"
-)
-
-// RDMA device listings
+// Package ibv reads RDMA device listings (`goccl doctor ibv FILE`): ports,
+// states, MTUs and GID tables, and the NCCL_IB_GID_INDEX to use.
 //
 // Parse reads, in any mix and order, the outputs of:
 //
@@ -54,6 +41,19 @@ import (
 //	roce-no-ipv4-gid          info        RoCE v2 GIDs, global IPv6 only
 //	roce-gid-index-differs    warn        the IPv4 RoCE v2 GID sits at different indices on different ports
 //	roce-link-layer           info        ports with link layer Ethernet (RoCE)
+package ibv
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/goccl/goccl/doctor"
+)
 
 // Report is what Parse found.
 type Report struct {

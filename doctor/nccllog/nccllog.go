@@ -1,6 +1,5 @@
-package nccllog
-
-// NCCL debug-log analyser (`goccl doctor nccl-log FILE`).
+// Package nccllog analyses NCCL debug logs (`goccl doctor nccl-log FILE`):
+// which network, transports and interfaces NCCL chose, and what went wrong.
 //
 // Input: the text NCCL prints with NCCL_DEBUG=INFO (or WARN), as posted in
 // bug reports. A line normally looks like
@@ -55,6 +54,7 @@ package nccllog
 //	nccl-version-mismatch         warn: several NCCL versions in one log
 //	hca-mixed-link-layers         info: both InfiniBand and RoCE ports in use
 //	roce-mtu-low                  info: RoCE QPs with an MTU of 1024 bytes or less
+package nccllog
 
 import (
 	"errors"

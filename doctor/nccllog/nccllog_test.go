@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -897,42 +896,11 @@ func BenchmarkAnalyzeNCCLLogWrapped(b *testing.B) {
 	}
 }
 
-// TestNCCLLogFindingCodesDocumented checks that every finding code the
-// analyser can emit is listed in nccllog.go's package comment.
+// TestNCCLLogFindingCodesDocumented checks that the package doc lists
+// every finding code the analyser can emit, and only those, and that every
+// code a real or synthetic input produces was found by the source scan.
 func TestNCCLLogFindingCodesDocumented(t *testing.T) {
-	src, err := os.ReadFile("nccllog.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	head, _, ok := strings.Cut(string(src), "\nimport (")
-	if !ok {
-		t.Fatal("no import block in nccllog.go")
-	}
-	documented := map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)^//\t([a-z0-9]+(?:-[a-z0-9]+)+) `).FindAllStringSubmatch(head, -1) {
-		documented[m[1]] = true
-	}
-	// Codes are passed to a.add as literals or set in "code = ..." first.
-	emitted := map[string]bool{}
-	for _, re := range []string{`a\.add\([\w.]+, "([a-z0-9-]+)"`, `\bcode = "([a-z0-9-]+)"`} {
-		for _, m := range regexp.MustCompile(re).FindAllStringSubmatch(string(src), -1) {
-			emitted[m[1]] = true
-		}
-	}
-	if len(emitted) < 20 {
-		t.Fatalf("found only %d emitted codes: %v", len(emitted), emitted)
-	}
-	for c := range emitted {
-		if !documented[c] {
-			t.Errorf("finding code %s is emitted but not listed in the package comment", c)
-		}
-	}
-	for c := range documented {
-		if !emitted[c] {
-			t.Errorf("finding code %s is listed in the package comment but never emitted", c)
-		}
-	}
-	// Every code a real or synthetic input produces was found by the scan.
+	emitted := doctortest.CodesDocumented(t, 20)
 	for name, text := range logTestInputs(t) {
 		for _, c := range logCodes(logTestAnalyze(t, text)) {
 			if !emitted[c] {

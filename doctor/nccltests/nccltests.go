@@ -1,18 +1,6 @@
-package nccltests
-
-import (
-	"fmt"
-	"io"
-	"math"
-	"regexp"
-	"sort"
-	"strconv"
-	"strings"
-
-	"github.com/goccl/goccl/doctor"
-)
-
-// nccl-tests output
+// Package nccltests reads the tables of NVIDIA's nccl-tests and of `goccl
+// perf` (`goccl doctor nccl-tests FILE`) and checks them: busbw against
+// algbw, wrong results, the footer, and the bandwidth expected.
 //
 // The *_perf programs of NVIDIA's nccl-tests (the printing lives in
 // src/common.cu; each collective's bandwidth factor in src/<name>.cu) print a
@@ -89,6 +77,19 @@ import (
 //	busbw-below-expected    warn   sizes >= 64 MiB below 80 % of Options.ExpectBusBW
 //	expect-busbw-unchecked  info   ExpectBusBW given but no size >= 64 MiB
 //	input-truncated         info   only the first 1<<20 lines were read
+package nccltests
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/goccl/goccl/doctor"
+)
 
 // Options tunes Read.
 type Options struct {

@@ -1,16 +1,5 @@
-package topo
-
-import (
-	"fmt"
-	"io"
-	"regexp"
-	"sort"
-	"strings"
-
-	"github.com/goccl/goccl/doctor"
-)
-
-// nvidia-smi topo -m
+// Package topo reads the matrix of `nvidia-smi topo -m` (`goccl doctor topo
+// FILE`) and tells, for each GPU, the nearest NICs.
 //
 // `nvidia-smi topo -m` (NVIDIA driver tools) prints a matrix: a header line
 // naming the devices (GPU0.., NIC0.. in current drivers, mlx5_0.. in older
@@ -52,6 +41,17 @@ import (
 //	gpu-nic-phb              info   a GPU's nearest NIC is PHB (beyond NCCL's default GDR level)
 //	nic-shared               info   a NIC is the nearest of several GPUs
 //	gpu-no-nvlink            info   a GPU without NVLink while others have it
+package topo
+
+import (
+	"fmt"
+	"io"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/goccl/goccl/doctor"
+)
 
 // Report is what Parse found.
 type Report struct {

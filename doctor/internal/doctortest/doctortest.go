@@ -5,6 +5,8 @@ package doctortest
 
 import (
 	"encoding/json"
+	"go/parser"
+	"go/token"
 	"io"
 	"os"
 	"path/filepath"
@@ -123,33 +125,59 @@ func CheckReport(t testing.TB, rep interface{ WriteText(io.Writer) error }, find
 // StatusWarn, "code", ...), or an assignment code = "code".
 var emitRe = regexp.MustCompile(`(?:Code:\s*|add\([\w.]+,\s*|Status(?:Error|Warn|Info),\s*|\bcode = )"([a-z0-9]+(?:-[a-z0-9]+)+)"`)
 
-// CodesDocumented checks that every finding code file emits has a row in
-// the file's list of codes, a comment line "//\tcode  severity  meaning"
-// (severity error, warn or info, possibly followed by others), and that
-// at least min codes were found (else the pattern no longer matches the
-// source). It returns the codes emitted and the codes listed.
-func CodesDocumented(t testing.TB, file string, min int) (emitted, listed map[string]bool) {
+// listedRe matches a row of a package doc's list of finding codes, as
+// ast.CommentGroup.Text gives it: "\tcode  severity  meaning" (severity
+// error, warn or info, possibly followed by others).
+var listedRe = regexp.MustCompile(`(?m)^\t([a-z0-9]+(?:-[a-z0-9]+)+) +(?:error|warn|info)`)
+
+// CodesDocumented checks the package in the current directory (a test's
+// own): every finding code its source files emit has a row in its package
+// doc's list of codes, every row names a code the source emits, and at
+// least min codes were found (else the pattern no longer matches the
+// source). It returns the codes emitted.
+func CodesDocumented(t testing.TB, min int) map[string]bool {
 	t.Helper()
-	b, err := os.ReadFile(file)
+	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := string(b)
-	listed = map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)^//\t([a-z0-9]+(?:-[a-z0-9]+)+) +(?:error|warn|info)`).FindAllStringSubmatch(src, -1) {
-		listed[m[1]] = true
+	listed := map[string]bool{}
+	emitted := map[string]bool{}
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), name, src, parser.PackageClauseOnly|parser.ParseComments)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Doc != nil {
+			for _, m := range listedRe.FindAllStringSubmatch(f.Doc.Text(), -1) {
+				listed[m[1]] = true
+			}
+		}
+		for _, m := range emitRe.FindAllStringSubmatch(string(src), -1) {
+			emitted[m[1]] = true
+		}
 	}
-	emitted = map[string]bool{}
-	for _, m := range emitRe.FindAllStringSubmatch(src, -1) {
-		emitted[m[1]] = true
-		if !listed[m[1]] {
-			t.Errorf("%s: code %s is not in the file's list of codes", file, m[1])
+	for c := range emitted {
+		if !listed[c] {
+			t.Errorf("code %s is emitted but not in the package doc's list of codes", c)
+		}
+	}
+	for c := range listed {
+		if !emitted[c] {
+			t.Errorf("code %s is in the package doc's list of codes but never emitted", c)
 		}
 	}
 	if len(emitted) < min {
-		t.Errorf("%s: only %d codes found: the pattern no longer matches the source", file, len(emitted))
+		t.Errorf("only %d codes found: the pattern no longer matches the source", len(emitted))
 	}
-	return emitted, listed
+	return emitted
 }
 
 // AllocBytes returns the bytes allocated while fn runs (all goroutines:
