@@ -42,6 +42,14 @@ type Finding struct {
 	Code     string   `json:"code"`
 	Message  string   `json:"message"`
 	Fix      string   `json:"fix,omitempty"`
+	// Count is how many findings a Folder folded into this one, the first
+	// of them (same severity, code and message but for its numbers), and
+	// FirstLine and LastLine are the input lines of the first and the last
+	// (0 when the reader gave none). All three are 0 for a finding that
+	// was not repeated.
+	Count     int `json:"count,omitempty"`
+	FirstLine int `json:"first_line,omitempty"`
+	LastLine  int `json:"last_line,omitempty"`
 }
 
 // Rank orders severities for sorting: 0 for errors, 1 for warnings, 2

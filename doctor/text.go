@@ -63,7 +63,9 @@ func SortFindings(fs []Finding) {
 }
 
 // WriteFindings prints findings as every text report ends: a count, then
-// one per line (severity, code, message) with the fix indented below.
+// one per line (severity, code, message) with the fix indented below. A
+// folded finding ends with how many it stands for and their first and last
+// lines: "... (×12, lines 10–950)".
 func WriteFindings(w io.Writer, fs []Finding) error {
 	if len(fs) == 0 {
 		_, err := fmt.Fprintln(w, "\nNo findings.")
@@ -73,7 +75,7 @@ func WriteFindings(w io.Writer, fs []Finding) error {
 		return err
 	}
 	for _, f := range fs {
-		if _, err := fmt.Fprintf(w, "  %-5s %s: %s\n", strings.ToUpper(string(f.Severity)), f.Code, f.Message); err != nil {
+		if _, err := fmt.Fprintf(w, "  %-5s %s: %s%s\n", strings.ToUpper(string(f.Severity)), f.Code, f.Message, folded(f)); err != nil {
 			return err
 		}
 		if f.Fix != "" {
@@ -83,6 +85,17 @@ func WriteFindings(w io.Writer, fs []Finding) error {
 		}
 	}
 	return nil
+}
+
+// folded is the suffix of a folded finding's line, "" for one seen once.
+func folded(f Finding) string {
+	switch {
+	case f.Count < 2:
+		return ""
+	case f.FirstLine > 0:
+		return fmt.Sprintf(" (×%d, lines %d–%d)", f.Count, f.FirstLine, f.LastLine)
+	}
+	return fmt.Sprintf(" (×%d)", f.Count)
 }
 
 // OrDefault is s, or def when s is empty.
