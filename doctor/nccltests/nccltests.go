@@ -63,6 +63,15 @@
 // printed with two decimals, so a row disagrees when
 // |busbw - algbw*f| > 0.005*(f+1) + 1e-9.
 //
+// The input is read as a stream, whatever its length, in memory that does
+// not grow with it: each table is checked when it ends, and only the first
+// 128 tables (fewer when they hold more than 16384 rows; the first table
+// whatever its size) stay in the report; rows of one table after its
+// 65536th are not read. Findings that repeat from table to table with
+// other numbers (a burn-in loop's log holds the same run thousands of
+// times) are folded into one with a count and the first and last line
+// (doctor.Folder).
+//
 // Finding codes (severity):
 //
 //	no-results              warn   no result row in the input
@@ -76,7 +85,7 @@
 //	peak-busbw              info   the peak busbw of a table without a footer
 //	busbw-below-expected    warn   sizes >= 64 MiB below 80 % of Options.ExpectBusBW
 //	expect-busbw-unchecked  info   ExpectBusBW given but no size >= 64 MiB
-//	input-truncated         info   only the first 1<<20 lines were read
+//	tables-not-listed       info   tables checked but left out of the report to keep it small
 package nccltests
 
 import (
@@ -109,12 +118,23 @@ const ExpectMinSize = 64 << 20
 // flagged.
 const testsExpectFraction = 0.8
 
-// Report is what Read found: one Test per table and
-// the findings over all of them.
+// Report is what Read found: one Test per table (the first 128, see
+// above) and the findings over all of them.
 type Report struct {
-	Tests    []Test           `json:"tests"`
-	Findings []doctor.Finding `json:"findings"`
+	Tests []Test `json:"tests"`
+	// TablesNotListed counts the tables after those in Tests: checked
+	// (their findings are in Findings) but not kept, so that the report
+	// stays small whatever the input.
+	TablesNotListed int              `json:"tables_not_listed,omitempty"`
+	Findings        []doctor.Finding `json:"findings"`
 }
+
+// Limits that keep memory and the report bounded whatever the input.
+const (
+	maxTableRows    = 1 << 16 // rows read of one table
+	maxListedTables = 128     // tables kept in Report.Tests
+	maxListedRows   = 1 << 14 // rows of the tables kept (the first table is kept whatever its size)
+)
 
 // Test is one table: one run of one collective.
 type Test struct {
@@ -278,8 +298,7 @@ func testsNewBuilder() *testsBuilder {
 // opt.ExpectBusBW, large sizes against the expected bandwidth. It fails only
 // when r fails.
 func Read(r io.Reader, opt Options) (*Report, error) {
-	rep := &Report{Tests: []Test{}, Findings: []doctor.Finding{}}
-	var done []*testsBuilder
+	tr := &testsReader{rep: &Report{Tests: []Test{}}, opt: opt}
 	cur := testsNewBuilder()
 	// finish ends the current table and starts a fresh one; when keepCtx,
 	// the new one inherits the rank context (same launch, another table).
@@ -289,7 +308,7 @@ func Read(r io.Reader, opt Options) (*Report, error) {
 			next.rankSet, next.cfgRanks, next.cmdRanks, next.launch, next.haveConfig = cur.rankSet, cur.cfgRanks, cur.cmdRanks, cur.launch, cur.haveConfig
 		}
 		if len(cur.t.Rows) > 0 {
-			done = append(done, cur)
+			tr.table(cur)
 		}
 		cur = next
 	}
@@ -299,7 +318,7 @@ func Read(r io.Reader, opt Options) (*Report, error) {
 			finish(false)
 		}
 	}
-	truncated, err := doctor.ReadLines(r, doctor.TableMaxLine, doctor.TableMaxLines, func(n int, raw string) {
+	_, err := doctor.ReadLines(r, doctor.TableMaxLine, 0, func(n int, raw string) {
 		line := strings.TrimSpace(doctor.CleanLine(raw))
 		if line == "" {
 			return
@@ -433,7 +452,7 @@ func Read(r io.Reader, opt Options) (*Report, error) {
 				cur.t.Format = "old"
 			}
 		}
-		if len(cur.t.Rows) < 1<<16 {
+		if len(cur.t.Rows) < maxTableRows {
 			cur.t.Rows = append(cur.t.Rows, row)
 		}
 	})
@@ -441,17 +460,58 @@ func Read(r io.Reader, opt Options) (*Report, error) {
 		return nil, err
 	}
 	finish(false)
-	for _, b := range done {
-		b.resolve()
-		rep.Tests = append(rep.Tests, b.t)
+	return tr.done(), nil
+}
+
+// testsReader checks the tables as they end and keeps the first ones.
+type testsReader struct {
+	rep  *Report
+	opt  Options
+	fold doctor.Folder
+	n    int // tables read
+	rows int // rows of the tables in rep.Tests
+	// full: a table was left out; so are all after it. first and last are
+	// the lines of the first and the last table left out.
+	full        bool
+	first, last int
+}
+
+// table resolves, checks and, while there is room, keeps a finished table.
+func (tr *testsReader) table(b *testsBuilder) {
+	tr.n++
+	b.resolve()
+	t := &b.t
+	testsCheck(tr.n, t, tr.opt, func(f doctor.Finding) { tr.fold.Add(f, t.Line) })
+	kept := len(tr.rep.Tests)
+	if !tr.full && (kept == 0 || kept < maxListedTables && tr.rows+len(t.Rows) <= maxListedRows) {
+		tr.rep.Tests = append(tr.rep.Tests, *t)
+		tr.rows += len(t.Rows)
+		return
 	}
-	rep.Findings = testsCheck(rep.Tests, opt)
-	if truncated {
-		rep.Findings = append(rep.Findings, doctor.Finding{Severity: doctor.SevInfo, Code: "input-truncated",
-			Message: fmt.Sprintf("only the first %d lines were read", doctor.TableMaxLines)})
+	if !tr.full {
+		tr.full, tr.first = true, t.Line
 	}
+	tr.last = t.Line
+	tr.rep.TablesNotListed++
+}
+
+// done adds the findings about the input as a whole and returns the report.
+func (tr *testsReader) done() *Report {
+	rep := tr.rep
+	if tr.n == 0 {
+		tr.fold.Add(doctor.Finding{Severity: doctor.SevWarn, Code: "no-results",
+			Message: "no nccl-tests result rows found",
+			Fix:     "paste the whole output of the *_perf program, from the '# nThread' line to '# Avg bus bandwidth'"}, 0)
+	}
+	if rep.TablesNotListed > 0 {
+		tr.fold.Add(doctor.Finding{Severity: doctor.SevInfo, Code: "tables-not-listed",
+			Message: fmt.Sprintf("tables %d to %d (lines %d to %d) were checked but are not listed: the report keeps the first %d tables (%d rows)",
+				len(rep.Tests)+1, tr.n, tr.first, tr.last, len(rep.Tests), tr.rows),
+			Fix: "their findings are above, folded with those of the listed tables; to see their rows, split the input"}, 0)
+	}
+	rep.Findings = tr.fold.Findings()
 	doctor.SortFindings(rep.Findings)
-	return rep, nil
+	return rep
 }
 
 // testsCommand recognises a command line running a benchmark and returns
@@ -616,11 +676,12 @@ func testsParseRow(line string) (Row, string, bool) {
 	if !testsIsWord(f[2]) {
 		return row, "", false
 	}
-	row.Size, row.Count, row.Type, row.Root = size, count, f[2], -1
+	// Copies, so that a row kept does not keep its whole line.
+	row.Size, row.Count, row.Type, row.Root = size, count, strings.Clone(f[2]), -1
 	rest := f[3:]
 	params := 3
 	if len(rest) > 0 && testsIsWord(rest[0]) && rest[0] != "N/A" {
-		row.Redop = rest[0]
+		row.Redop = strings.Clone(rest[0])
 		rest = rest[1:]
 		params++
 	}
@@ -841,134 +902,124 @@ func testsObservedFactor(rows []Row) (float64, bool) {
 	return rs[len(rs)/2], true
 }
 
-// testsCheck produces the findings.
-func testsCheck(tests []Test, opt Options) []doctor.Finding {
-	fs := []doctor.Finding{}
-	if len(tests) == 0 {
-		fs = append(fs, doctor.Finding{Severity: doctor.SevWarn, Code: "no-results",
-			Message: "no nccl-tests result rows found",
-			Fix:     "paste the whole output of the *_perf program, from the '# nThread' line to '# Avg bus bandwidth'"})
-		return fs
+// testsCheck checks table t, the i-th of the input, and passes each
+// finding to add.
+func testsCheck(i int, t *Test, opt Options, add func(doctor.Finding)) {
+	name := fmt.Sprintf("table %d (%s, line %d)", i, t.Collective, t.Line)
+	if t.Collective == "unknown" {
+		add(doctor.Finding{Severity: doctor.SevInfo, Code: "collective-unknown",
+			Message: fmt.Sprintf("%s: the collective could not be told from the layout; busbw not checked", name),
+			Fix:     "include the command line or the '# Collective test starting' line"})
 	}
-	for i := range tests {
-		t := &tests[i]
-		name := fmt.Sprintf("table %d (%s, line %d)", i+1, t.Collective, t.Line)
-		if t.Collective == "unknown" {
-			fs = append(fs, doctor.Finding{Severity: doctor.SevInfo, Code: "collective-unknown",
-				Message: fmt.Sprintf("%s: the collective could not be told from the layout; busbw not checked", name),
-				Fix:     "include the command line or the '# Collective test starting' line"})
-		}
-		f, known := BusBWFactor(t.Collective, t.Ranks)
-		if !known && t.Collective != "unknown" {
-			fs = append(fs, doctor.Finding{Severity: doctor.SevInfo, Code: "ranks-unknown",
-				Message: fmt.Sprintf("%s: rank count unknown; busbw of %s depends on it and was not checked", name, t.Collective),
-				Fix:     "include the '# Using devices' block"})
-		}
-		// busbw vs algbw
-		if known {
-			bad := 0
-			first := ""
-			for j := range t.Rows {
-				r := &t.Rows[j]
-				for _, g := range []*Result{&r.OutOfPlace, r.InPlace} {
-					if g == nil {
-						continue
-					}
-					want := g.AlgBW * f
-					if math.Abs(g.BusBW-want) > 0.005*(f+1)+1e-9 {
-						if !r.BusBWMismatch {
-							bad++
-						}
-						r.BusBWMismatch = true
-						if first == "" {
-							first = fmt.Sprintf("size %d: busbw %.2f, algbw %.2f x %.4g = %.2f", r.Size, g.BusBW, g.AlgBW, f, want)
-						}
-					}
-				}
-			}
-			if bad > 0 {
-				fs = append(fs, doctor.Finding{Severity: doctor.SevWarn, Code: "busbw-mismatch",
-					Message: fmt.Sprintf("%s: %d row(s) whose busbw is not algbw x %.4g (%s, %d ranks), first %s", name, bad, f, t.Collective, t.Ranks, first),
-					Fix:     "check the rank count and the collective; a tool that recomputes busbw differently is not comparable with nccl-tests"})
-			}
-		}
-		// #wrong
-		wrongRows, firstWrong := 0, int64(-1)
-		for _, r := range t.Rows {
-			w := r.OutOfPlace.Wrong > 0 || (r.InPlace != nil && r.InPlace.Wrong > 0)
-			if w {
-				wrongRows++
-				if firstWrong < 0 {
-					firstWrong = r.Size
-				}
-			}
-		}
-		if wrongRows > 0 {
-			fs = append(fs, doctor.Finding{Severity: doctor.SevError, Code: "wrong-results",
-				Message: fmt.Sprintf("%s: %d row(s) with wrong elements, first at size %d", name, wrongRows, firstWrong),
-				Fix:     "results are corrupted: rerun with NCCL_DEBUG=WARN, check GPU/NIC errors (dmesg, Xid), and try NCCL_P2P_DISABLE=1 / NCCL_PROTO=Simple to isolate the path"})
-		}
-		if t.OutOfBounds > 0 {
-			fs = append(fs, doctor.Finding{Severity: doctor.SevError, Code: "out-of-bounds-values",
-				Message: fmt.Sprintf("%s: '# Out of bounds values : %d'", name, t.OutOfBounds),
-				Fix:     "the test saw wrong data; see the rows with #wrong > 0"})
-		}
-		// footer average
-		if t.HasAvg {
-			sum, cnt := 0.0, 0
-			for _, r := range t.Rows {
-				sum += r.OutOfPlace.BusBW
-				cnt++
-				if r.InPlace != nil {
-					sum += r.InPlace.BusBW
-					cnt++
-				}
-			}
-			avg := sum / float64(cnt)
-			msg := fmt.Sprintf("%s: avg bus bandwidth %g GB/s (footer); peak %.2f GB/s at %d B", name, t.AvgBusBW, t.PeakBusBW, t.PeakSize)
-			fs = append(fs, doctor.Finding{Severity: doctor.SevInfo, Code: "avg-busbw", Message: msg,
-				Fix: "the average includes small, latency-bound sizes: compare the busbw of the largest sizes instead"})
-			if math.Abs(avg-t.AvgBusBW) > 0.01*t.AvgBusBW+0.01 {
-				fs = append(fs, doctor.Finding{Severity: doctor.SevInfo, Code: "avg-busbw-mismatch",
-					Message: fmt.Sprintf("%s: rows average %.4g GB/s but the footer says %g: rows are missing (trimmed paste?) or were edited", name, avg, t.AvgBusBW)})
-			}
-		} else {
-			fs = append(fs, doctor.Finding{Severity: doctor.SevInfo, Code: "peak-busbw",
-				Message: fmt.Sprintf("%s: peak busbw %.2f GB/s at %d B (no avg bus bandwidth footer)", name, t.PeakBusBW, t.PeakSize)})
-		}
-		// expectation
-		if opt.ExpectBusBW > 0 && !math.IsNaN(opt.ExpectBusBW) && !math.IsInf(opt.ExpectBusBW, 0) {
-			var low []string
-			checked := 0
-			for _, r := range t.Rows {
-				if r.Size < ExpectMinSize {
+	f, known := BusBWFactor(t.Collective, t.Ranks)
+	if !known && t.Collective != "unknown" {
+		add(doctor.Finding{Severity: doctor.SevInfo, Code: "ranks-unknown",
+			Message: fmt.Sprintf("%s: rank count unknown; busbw of %s depends on it and was not checked", name, t.Collective),
+			Fix:     "include the '# Using devices' block"})
+	}
+	// busbw vs algbw
+	if known {
+		bad := 0
+		first := ""
+		for j := range t.Rows {
+			r := &t.Rows[j]
+			for _, g := range []*Result{&r.OutOfPlace, r.InPlace} {
+				if g == nil {
 					continue
 				}
-				checked++
-				best := r.OutOfPlace.BusBW
-				if r.InPlace != nil && r.InPlace.BusBW > best {
-					best = r.InPlace.BusBW
-				}
-				if best < testsExpectFraction*opt.ExpectBusBW {
-					low = append(low, fmt.Sprintf("%d B: %.2f", r.Size, best))
+				want := g.AlgBW * f
+				if math.Abs(g.BusBW-want) > 0.005*(f+1)+1e-9 {
+					if !r.BusBWMismatch {
+						bad++
+					}
+					r.BusBWMismatch = true
+					if first == "" {
+						first = fmt.Sprintf("size %d: busbw %.2f, algbw %.2f x %.4g = %.2f", r.Size, g.BusBW, g.AlgBW, f, want)
+					}
 				}
 			}
-			switch {
-			case checked == 0:
-				fs = append(fs, doctor.Finding{Severity: doctor.SevInfo, Code: "expect-busbw-unchecked",
-					Message: fmt.Sprintf("%s: no size >= %d B, the expected busbw %g GB/s was not checked", name, ExpectMinSize, opt.ExpectBusBW),
-					Fix:     "run with -e 1G or more"})
-			case len(low) > 0:
-				if len(low) > 8 {
-					low = append(low[:8], "...")
-				}
-				fs = append(fs, doctor.Finding{Severity: doctor.SevWarn, Code: "busbw-below-expected",
-					Message: fmt.Sprintf("%s: %d of %d sizes >= 64 MiB below 80%% of the expected %g GB/s (%s)", name, len(low), checked, opt.ExpectBusBW, strings.Join(low, ", ")),
-					Fix:     "check with `goccl doctor nccl-log` which transport was used (NET/Socket instead of IB, no GDR, few channels) and `goccl doctor topo` for GPU-NIC locality"})
+		}
+		if bad > 0 {
+			add(doctor.Finding{Severity: doctor.SevWarn, Code: "busbw-mismatch",
+				Message: fmt.Sprintf("%s: %d row(s) whose busbw is not algbw x %.4g (%s, %d ranks), first %s", name, bad, f, t.Collective, t.Ranks, first),
+				Fix:     "check the rank count and the collective; a tool that recomputes busbw differently is not comparable with nccl-tests"})
+		}
+	}
+	// #wrong
+	wrongRows, firstWrong := 0, int64(-1)
+	for _, r := range t.Rows {
+		w := r.OutOfPlace.Wrong > 0 || (r.InPlace != nil && r.InPlace.Wrong > 0)
+		if w {
+			wrongRows++
+			if firstWrong < 0 {
+				firstWrong = r.Size
 			}
 		}
 	}
-	return fs
+	if wrongRows > 0 {
+		add(doctor.Finding{Severity: doctor.SevError, Code: "wrong-results",
+			Message: fmt.Sprintf("%s: %d row(s) with wrong elements, first at size %d", name, wrongRows, firstWrong),
+			Fix:     "results are corrupted: rerun with NCCL_DEBUG=WARN, check GPU/NIC errors (dmesg, Xid), and try NCCL_P2P_DISABLE=1 / NCCL_PROTO=Simple to isolate the path"})
+	}
+	if t.OutOfBounds > 0 {
+		add(doctor.Finding{Severity: doctor.SevError, Code: "out-of-bounds-values",
+			Message: fmt.Sprintf("%s: '# Out of bounds values : %d'", name, t.OutOfBounds),
+			Fix:     "the test saw wrong data; see the rows with #wrong > 0"})
+	}
+	// footer average
+	if t.HasAvg {
+		sum, cnt := 0.0, 0
+		for _, r := range t.Rows {
+			sum += r.OutOfPlace.BusBW
+			cnt++
+			if r.InPlace != nil {
+				sum += r.InPlace.BusBW
+				cnt++
+			}
+		}
+		avg := sum / float64(cnt)
+		msg := fmt.Sprintf("%s: avg bus bandwidth %g GB/s (footer); peak %.2f GB/s at %d B", name, t.AvgBusBW, t.PeakBusBW, t.PeakSize)
+		add(doctor.Finding{Severity: doctor.SevInfo, Code: "avg-busbw", Message: msg,
+			Fix: "the average includes small, latency-bound sizes: compare the busbw of the largest sizes instead"})
+		if math.Abs(avg-t.AvgBusBW) > 0.01*t.AvgBusBW+0.01 {
+			add(doctor.Finding{Severity: doctor.SevInfo, Code: "avg-busbw-mismatch",
+				Message: fmt.Sprintf("%s: rows average %.4g GB/s but the footer says %g: rows are missing (trimmed paste?) or were edited", name, avg, t.AvgBusBW)})
+		}
+	} else {
+		add(doctor.Finding{Severity: doctor.SevInfo, Code: "peak-busbw",
+			Message: fmt.Sprintf("%s: peak busbw %.2f GB/s at %d B (no avg bus bandwidth footer)", name, t.PeakBusBW, t.PeakSize)})
+	}
+	// expectation
+	if opt.ExpectBusBW > 0 && !math.IsNaN(opt.ExpectBusBW) && !math.IsInf(opt.ExpectBusBW, 0) {
+		var low []string
+		checked := 0
+		for _, r := range t.Rows {
+			if r.Size < ExpectMinSize {
+				continue
+			}
+			checked++
+			best := r.OutOfPlace.BusBW
+			if r.InPlace != nil && r.InPlace.BusBW > best {
+				best = r.InPlace.BusBW
+			}
+			if best < testsExpectFraction*opt.ExpectBusBW {
+				low = append(low, fmt.Sprintf("%d B: %.2f", r.Size, best))
+			}
+		}
+		switch {
+		case checked == 0:
+			add(doctor.Finding{Severity: doctor.SevInfo, Code: "expect-busbw-unchecked",
+				Message: fmt.Sprintf("%s: no size >= %d B, the expected busbw %g GB/s was not checked", name, ExpectMinSize, opt.ExpectBusBW),
+				Fix:     "run with -e 1G or more"})
+		case len(low) > 0:
+			if len(low) > 8 {
+				low = append(low[:8], "...")
+			}
+			add(doctor.Finding{Severity: doctor.SevWarn, Code: "busbw-below-expected",
+				Message: fmt.Sprintf("%s: %d of %d sizes >= 64 MiB below 80%% of the expected %g GB/s (%s)", name, len(low), checked, opt.ExpectBusBW, strings.Join(low, ", ")),
+				Fix:     "check with `goccl doctor nccl-log` which transport was used (NET/Socket instead of IB, no GDR, few channels) and `goccl doctor topo` for GPU-NIC locality"})
+		}
+	}
 }
 
 // WriteText prints the report: per table its collective, ranks and rows,
@@ -1010,6 +1061,9 @@ func (rep *Report) WriteText(w io.Writer) error {
 			b.WriteString("  ")
 		}
 		fmt.Fprintf(&b, "peak busbw %.2f GB/s at %d B\n", t.PeakBusBW, t.PeakSize)
+	}
+	if rep.TablesNotListed > 0 {
+		fmt.Fprintf(&b, "%d more tables checked, not listed\n", rep.TablesNotListed)
 	}
 	doctor.WriteFindings(&b, rep.Findings)
 	_, err := io.WriteString(w, b.String())
