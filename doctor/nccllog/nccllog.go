@@ -17,13 +17,15 @@
 // physical line was at least logMinWrapWidth bytes long (a terminal wraps at
 // its width) or the continuation is an NCCL list item ("[1]mlx5_1:1/IB");
 // indented text after a short NCCL line (a Python traceback's `  File "…"`,
-// pasted tool output) stays a line of its own. Lines longer than logMaxLine
-// are truncated, never rejected, and no pattern runs over more than
-// logMaxJoined bytes.
+// pasted tool output) stays a line of its own. Lines longer than 64 KiB
+// are truncated, never rejected, and no pattern runs over more than 64 KiB
+// of a joined line.
 //
-// Each pattern below names the NCCL source that prints it and the versions
-// in which it was seen; none of NCCL's code or text is copied, only the shape
-// of the log lines.
+// Each logical line goes through a table of line rules (rules.go): a cheap
+// literal gate, then a regexp, then a handler that records what the line
+// says. Each rule names the NCCL source that prints its lines and the
+// versions in which they were seen; none of NCCL's code or text is copied,
+// only the shape of the log lines.
 //
 // Finding codes are stable; every code the analyser emits:
 //
@@ -455,273 +457,22 @@ func (a *logAnalyzer) flushPending() {
 	a.process(r)
 }
 
-// Payload patterns. Each comment: source file and NCCL versions.
+// Patterns the rules' helpers use.
 var (
-	// init.cc "NCCL version 2.18.5+cuda12.0" (all 2.x; printed by rank 0).
-	logVersionRe = regexp.MustCompile(`NCCL version (\d+\.\d+\.\d+[\w.+\-]*)`)
-	// init.cc "cudaDriverVersion 12020" (2.11+).
-	logCudaDriverRe = regexp.MustCompile(`cudaDriverVersion (\d+)`)
-	// param.cc / utils: "NCCL_X set by environment to Y." (all 2.x; ints get
-	// a trailing dot) and "NCCL_X set to Y" (older string params).
-	logEnvRe = regexp.MustCompile(`\b(NCCL_[A-Z0-9_]+) set (?:by environment )?to (.*)$`)
-	// bootstrap.cc "Bootstrap : Using [0]eth0:10.0.0.1<0> [1]..." (2.4-2.11),
-	// "Bootstrap : Using eth0:10.0.0.1<0>" (2.12+), "Bootstrap: Using" (2.23+).
-	logBootstrapRe = regexp.MustCompile(`^Bootstrap ?: ?Using (.*)$`)
-	// 2.2-2.3 "NET : Using interface eth0:10.0.0.1<0>".
-	logOldNetIfRe = regexp.MustCompile(`^NET ?: ?Using interface (.*)$`)
-	// transport/net_socket.cc "NET/Socket : Using [0]eth0:10.0.0.1<0> ...".
-	logNetSocketRe = regexp.MustCompile(`^NET/Socket ?: ?Using (.*)$`)
-	// 2.2-2.3 "NET/IB : Using interface ib0 for sideband communication".
-	logIBSidebandRe = regexp.MustCompile(`^NET/IB ?: ?Using interface (\S+) for sideband`)
 	// an interface item "[0]name:addr<port>" or "name:addr<port>".
 	logIfItemRe = regexp.MustCompile(`(?:\[(\d+)\])?([A-Za-z0-9_.@\-]+):([^\s<>]+)<\d+>`)
-	// transport/net_ib.cc "NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE [RO]; OOB ib0:10.0.0.1<0>"
-	// (2.4+; "/SHARP" and other flags from the rdma-sharp plugin; 2.2-2.3
-	// "NET/IB: [0] mlx5_0:1/IB").
+	// an HCA item of "NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE [RO]; OOB
+	// ib0:10.0.0.1<0>" (2.4+; "/SHARP" and other flags from the rdma-sharp
+	// plugin; 2.2-2.3 "NET/IB: [0] mlx5_0:1/IB"), and the OOB interface.
 	logHCAItemRe = regexp.MustCompile(`\[(\d+)\] ?([A-Za-z0-9_.\-]+):(\d+)/(IB|RoCE|ETH)((?:/[A-Za-z0-9_]+)*)`)
 	logOOBRe     = regexp.MustCompile(`; ?OOB (\S+<\d+>)`)
-	// net_ib.cc "NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'" (2.7+),
-	// "GPU Direct RDMA Disabled for GPU 0[0] / HCA 0 (distance 4 > 2)" (2.5-2.6,
-	// cudaDev[nvmlDev]) and "GPU Direct RDMA Enabled for GPU 1a000 / HCA 0
-	// (distance 4 <= 5)" (2.12+, busId).
-	logGDRHCARe = regexp.MustCompile(`GPU Direct RDMA (Enabled|Disabled) for (?:GPU [0-9a-fA-F]+(?:\[\d+\])? / )?HCA (\d+)(?: '([^']+)')?`)
-	// net_ib.cc "NET/IB: Dev 0 Port 1 qpn 58 mtu 3 GID 3 (0/A10B...)" (2.12+;
-	// "LID n" for IB).
-	logQPRe = regexp.MustCompile(`NET/IB ?: ?Dev (\d+) Port (\d+) qpn \d+ mtu (\d+)(?: GID (\d+))?`)
-	// init.cc "Using network IB" (2.5+), "Using internal Network Socket" (2.2-2.4).
-	logUsingNetRe = regexp.MustCompile(`^Using (?:network|internal Network) (.+?)\s*$`)
-	// net.cc / plugin loader: "NET/Plugin: Loaded net plugin NCCL RDMA Plugin v8 (v8)"
-	// and "Loaded collnet plugin SHARP (v8)" (2.19+), "Loaded coll plugin" (older).
-	logLoadedNetRe  = regexp.MustCompile(`Loaded net plugin (.+?)(?: \(v\d+\))?\s*$`)
-	logLoadedCollRe = regexp.MustCompile(`Loaded coll(?:net)? plugin (.+?)(?: \(v\d+\))?\s*$`)
-	logPluginPathRe = regexp.MustCompile(`^Plugin Path ?: ?(\S+)`)
-	// rdma-sharp plugin "P2P plugin IBext_v8"; aws-ofi-nccl "NET/OFI Using aws-ofi-nccl 1.7.4-aws"
-	// and "NET/OFI Selected Provider is efa".
-	logP2PPluginRe   = regexp.MustCompile(`^P2P plugin (\S+)`)
-	logOFIVersionRe  = regexp.MustCompile(`NET/OFI Using (aws-ofi-nccl \S+)`)
-	logOFIProviderRe = regexp.MustCompile(`NET/OFI Selected Provider is (\S+)`)
-	// Channel connection lines: "Ring 00 : 0[0] -> 1[1] via P2P/IPC" (2.2-2.4),
-	// "Ring 00 : 7 -> 8 [send] via NET/AWS Libfabric/0", "Channel 00 : 2[c7000] ->
-	// 0[87000] [receive] via NET/IB/5/GDRDMA" (2.5+), "Channel 00/1 : 0[0] ->
-	// 1[1] via P2P/CUMEM/read" (2.19+). The NET part is NET/<name>/<dev>, then
-	// "(<proxy rank>)" when the connection goes through another rank's NIC
-	// (PXN, 2.12+), then "/GDRDMA" ("/GDRDMA(PCI)" when GDR is reached
-	// through PCI BAR mappings, 2.2x) and "/Shared" (2.12+) as they apply:
-	// "via NET/IB/0(7)/GDRDMA", "via NET/IB/1/GDRDMA(PCI)/Shared".
-	logChanConnRe = regexp.MustCompile(`^(?:Ring|Channel) (\d+)(?:/\d+)? ?: (\d+)(?:\[([0-9a-fA-F]+)\])? -> (\d+)(?:\[([0-9a-fA-F]+)\])?(?: \[(send|receive)\])? via (.+)$`)
-	logViaNetRe   = regexp.MustCompile(`^NET/(.+?)/(\d+)(?:\(\d+\))?((?:/.*)?)$`)
-	// Ring listing "Ring 00 :    0   1" (2.2-2.6) / "Channel 00/04 :    0   1" (2.7+).
-	logRingListRe = regexp.MustCompile(`^(?:Ring|Channel) (\d+)(?:/(\d+))? ?:((?:\s+-?\d+)+)\s*$`)
-	// init.cc "2 coll channels, [2 collnet channels, ][0 nvls channels, ]2 p2p channels, 2 p2p channels per peer".
-	logChanSummaryRe = regexp.MustCompile(`(\d+) coll channels, (?:(\d+) collnet channels, )?(?:(\d+) nvls channels, )?(\d+) p2p channels`)
-	// transport/nvls.cc "NVLS multicast support is [not ]available on dev 0" (2.17+).
-	logNVLSRe = regexp.MustCompile(`NVLS multicast support is (not )?available`)
-	// init.cc "comm 0x.. rank 0 nranks 2 ..." (2.3+), "Init timings: rank 2 nranks 16" (2.22+).
-	logRankRe = regexp.MustCompile(`\brank (\d+) nranks (\d+)\b`)
-	// init.cc "nRanks 2 nNodes 1 localRanks 2 localRank 0" (2.19+).
-	logNNodesRe = regexp.MustCompile(`nRanks (\d+) nNodes (\d+)`)
-	// nccl-tests "#  Rank  1 Group  0 Pid 565139 on node4 device  0 [0x4c] NVIDIA H800".
-	logTestsRankRe  = regexp.MustCompile(`^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device`)
-	logTestsBusBWRe = regexp.MustCompile(`^#\s*Avg bus bandwidth\s*:\s*([0-9.]+)`)
-	// A launcher command line in the log: "--nnode=2", "--nnodes 2".
-	logCmdNNodesRe = regexp.MustCompile(`--nnodes?[= ](\d+)\b`)
-	// net_ib.cc "NET/IB : Got completion [from peer ]with error 4, opcode 0, len 0, vendor err 81" (2.x).
-	logCompletionRe = regexp.MustCompile(`Got completion (?:from peer )?with error (\d+), opcode \d+, len \d+, vendor err (\d+)`)
-	logAddrRe       = regexp.MustCompile(`([^\s<>]+<\d+>)`)
+	// The NET part of a channel line is NET/<name>/<dev>, then "(<proxy
+	// rank>)" when the connection goes through another rank's NIC (PXN,
+	// 2.12+), then "/GDRDMA" ("/GDRDMA(PCI)" when GDR is reached through
+	// PCI BAR mappings, 2.2x) and "/Shared" (2.12+) as they apply: "via
+	// NET/IB/0(7)/GDRDMA", "via NET/IB/1/GDRDMA(PCI)/Shared".
+	logViaNetRe = regexp.MustCompile(`^NET/(.+?)/(\d+)(?:\(\d+\))?((?:/.*)?)$`)
 )
-
-// process applies every pattern to one logical line.
-func (a *logAnalyzer) process(r logRecord) {
-	p := r.payload
-	if r.prefixed {
-		a.rep.NCCLLines++
-		if r.host != "" {
-			a.addHost(a.hosts, r.host)
-		}
-	}
-	if p == "" {
-		return
-	}
-	if r.level == "WARN" && len(a.rep.Warnings) < logMaxWarnings && !logContains(a.rep.Warnings, p) {
-		a.rep.Warnings = append(a.rep.Warnings, logClip(p, 300))
-	}
-
-	if m := logMatch(logVersionRe, p, "NCCL version"); m != nil {
-		if a.rep.NCCLVersion == "" {
-			a.rep.NCCLVersion = m[1]
-		}
-		if !logContains(a.versions, m[1]) && len(a.versions) < logMaxItems {
-			a.versions = append(a.versions, m[1])
-		}
-	}
-	if m := logMatch(logCudaDriverRe, p, "cudaDriverVersion"); m != nil && a.rep.CUDADriverVersion == "" {
-		a.rep.CUDADriverVersion = m[1]
-	}
-	if m := logMatch(logEnvRe, p, "NCCL_"); m != nil {
-		a.setEnv(m[1], m[2])
-	}
-
-	switch {
-	case !strings.HasPrefix(p, "Bootstrap") && !strings.HasPrefix(p, "NET"):
-	case logBootstrapRe.MatchString(p):
-		a.addInterfaces(logBootstrapRe.FindStringSubmatch(p)[1], "bootstrap", r.host)
-	case logOldNetIfRe.MatchString(p):
-		a.addInterfaces(logOldNetIfRe.FindStringSubmatch(p)[1], "bootstrap", r.host)
-	case logNetSocketRe.MatchString(p):
-		a.netSocketListed = true
-		a.addInterfaces(logNetSocketRe.FindStringSubmatch(p)[1], "net-socket", r.host)
-	case logIBSidebandRe.MatchString(p):
-		a.addInterface(logIBSidebandRe.FindStringSubmatch(p)[1], "", "ib-oob", 0, r.host)
-	case strings.HasPrefix(p, "NET/IB") && logHCAItemRe.MatchString(p):
-		a.addHCAList(p, r.host)
-	}
-
-	if m := logMatch(logGDRHCARe, p, "GPU Direct RDMA"); m != nil {
-		a.setHCAGDR(m[1] == "Enabled", m[2], m[3])
-	}
-	if m := logMatch(logQPRe, p, "qpn"); m != nil {
-		a.setHCAQP(m)
-	}
-	if m := logMatch(logUsingNetRe, p, "Using"); m != nil {
-		a.netUsing = m[1]
-	}
-	if m := logMatch(logLoadedNetRe, p, "Loaded net"); m != nil {
-		a.rep.NetPlugin = m[1]
-	}
-	if m := logMatch(logLoadedCollRe, p, "Loaded coll"); m != nil {
-		a.rep.CollNet.Plugin = m[1]
-	}
-	if m := logMatch(logPluginPathRe, p, "Plugin Path"); m != nil {
-		a.rep.NetPluginPath = m[1]
-	}
-	if m := logMatch(logP2PPluginRe, p, "P2P plugin"); m != nil && a.rep.NetPlugin == "" {
-		a.rep.NetPlugin = m[1]
-	}
-	if m := logMatch(logOFIVersionRe, p, "NET/OFI"); m != nil && a.rep.NetPlugin == "" {
-		a.rep.NetPlugin = m[1]
-	}
-	if m := logMatch(logOFIProviderRe, p, "NET/OFI"); m != nil {
-		a.rep.OFIProvider = m[1]
-	}
-	// net.cc "NET/Plugin : No plugin found (libnccl-net.so), using internal implementation".
-	if strings.Contains(p, "No plugin found") {
-		a.noPluginFound = true
-	}
-	lower := strings.ToLower(p)
-	if strings.Contains(lower, "collnet") {
-		switch {
-		case strings.Contains(p, "ncclCollNetPlugin symbol (>=") || strings.Contains(p, "ncclCollNetPlugin symbols v"):
-			a.collSymMissing = true // the loader gave up on every version
-		case strings.Contains(p, "ncclCollNetPlugin_v"):
-			// one version probe failing is normal
-		case strings.Contains(lower, "not supported") || strings.Contains(lower, "unsupported") ||
-			strings.Contains(lower, "not available") || strings.Contains(lower, "could not") ||
-			strings.Contains(lower, "disabled"):
-			a.collExplicitNo = true
-		}
-	}
-	// misc/ibvwrap.cc "Failed to open libibverbs.so[.1]" (2.x); net_ib.cc "NET/IB : No device found."
-	if strings.Contains(p, "Failed to open libibverbs") {
-		a.noIBVerbs = true
-	}
-	if strings.HasPrefix(p, "NET/IB") && strings.Contains(p, "No device found") {
-		a.ibNoDevice = true
-	}
-
-	if m := logMatch(logChanConnRe, p, " via "); m != nil {
-		a.addChannelConn(m)
-	} else if m := logMatch(logRingListRe, p, ":"); m != nil {
-		a.addRingList(m)
-	}
-	if m := logMatch(logChanSummaryRe, p, "coll channels"); m != nil {
-		a.rep.Channels = logAtoi(m[1])
-		if m[3] != "" {
-			n := logAtoi(m[3])
-			a.rep.NVLS.Channels = &n
-		}
-		a.rep.P2PChannels = logAtoi(m[4])
-	}
-	if m := logMatch(logNVLSRe, p, "NVLS"); m != nil {
-		if m[1] == "" {
-			a.rep.NVLS.Available = "yes"
-		} else if a.rep.NVLS.Available != "yes" {
-			a.rep.NVLS.Available = "no"
-		}
-	}
-	if m := logMatch(logRankRe, p, "nranks"); m != nil {
-		if n := logAtoi(m[2]); n > a.rep.NRanks {
-			a.rep.NRanks = n
-		}
-	}
-	if m := logMatch(logNNodesRe, p, "nNodes"); m != nil {
-		if n := logAtoi(m[2]); n > a.nNodesLogged {
-			a.nNodesLogged = n
-		}
-	}
-	if strings.Contains(p, "Init COMPLETE") || strings.HasSuffix(p, "- COMPLETE") {
-		a.rep.InitComplete++
-	}
-	if m := logMatch(logTestsRankRe, p, "Rank"); m != nil {
-		if len(a.tableRanks) < 1<<16 {
-			a.tableRanks[logAtoi(m[1])] = true
-		}
-		a.addHost(a.tableHosts, m[2])
-	}
-	if m := logMatch(logTestsBusBWRe, p, "Avg bus"); m != nil {
-		a.rep.AvgBusBandwidthGBs, _ = strconv.ParseFloat(m[1], 64)
-	}
-	if !r.prefixed {
-		if m := logMatch(logCmdNNodesRe, p, "--nnode"); m != nil {
-			a.cmdNNodes = logAtoi(m[1])
-		}
-	}
-
-	// Failures.
-	if m := logMatch(logCompletionRe, p, "Got completion"); m != nil {
-		if len(a.completion) < logMaxItems {
-			a.completion = append(a.completion, logCompletion{status: logAtoi(m[1]), vendor: logAtoi(m[2]), host: r.host, text: logClip(p, 300)})
-		}
-		return
-	}
-	if strings.Contains(p, "ibv_modify_qp") {
-		if len(a.modifyQP) < logMaxAddrs {
-			a.modifyQP = append(a.modifyQP, logClip(p, 300))
-		}
-		return
-	}
-	// bootstrap.cc / net_socket.cc "no socket interface found" / "No usable listening interface found".
-	if strings.Contains(lower, "no socket interface found") || strings.Contains(lower, "no usable listening interface") {
-		if len(a.socketNone) < logMaxAddrs {
-			a.socketNone = append(a.socketNone, logClip(p, 300))
-		}
-	}
-	// misc/socket.cc: "Connect to 10.0.0.1<43235> failed : Connection refused",
-	// "Call to connect returned Connection refused, retrying" (2.7-2.9),
-	// "socketProgressOpt: Call to recv from a<p> failed : Connection reset by peer".
-	code := ""
-	switch {
-	case strings.Contains(lower, "connection refused"):
-		code = "connection-refused"
-	case strings.Contains(lower, "timed out") && (strings.Contains(lower, "connect") || r.level == "WARN"):
-		code = "connection-timeout"
-	case strings.Contains(lower, "network is unreachable") || strings.Contains(lower, "no route to host"):
-		code = "network-unreachable"
-	case strings.Contains(lower, "connection reset by peer") || strings.Contains(lower, "software caused connection abort"):
-		code = "connection-reset"
-	}
-	if code != "" {
-		ci := a.conn[code]
-		if ci == nil {
-			ci = &logConnIssue{text: logClip(p, 300)}
-			a.conn[code] = ci
-			a.connOrder = append(a.connOrder, code)
-		}
-		ci.count++
-		if m := logAddrRe.FindStringSubmatch(p); m != nil && len(ci.addrs) < logMaxAddrs && !logContains(ci.addrs, m[1]) {
-			ci.addrs = append(ci.addrs, m[1])
-		}
-	}
-}
 
 func (a *logAnalyzer) addHost(set map[string]bool, h string) {
 	if len(set) < logMaxItems {
@@ -1598,16 +1349,6 @@ func (rep *Report) WriteText(w io.Writer) error {
 		return err
 	}
 	return doctor.WriteFindings(w, rep.Findings)
-}
-
-// logMatch runs re on p only when p contains gate, a literal every match
-// must contain: most lines match nothing and strings.Contains is far cheaper
-// than a regexp.
-func logMatch(re *regexp.Regexp, p, gate string) []string {
-	if !strings.Contains(p, gate) {
-		return nil
-	}
-	return re.FindStringSubmatch(p)
 }
 
 // logEnvInt reads an integer NCCL parameter the way NCCL does (strtoll,

@@ -900,7 +900,7 @@ func BenchmarkAnalyzeNCCLLogWrapped(b *testing.B) {
 // every finding code the analyser can emit, and only those, and that every
 // code a real or synthetic input produces was found by the source scan.
 func TestNCCLLogFindingCodesDocumented(t *testing.T) {
-	emitted := doctortest.CodesDocumented(t, 20)
+	emitted := doctortest.CodesDocumented(t, 20, `\bconnFailure\("([a-z0-9-]+)"`)
 	for name, text := range logTestInputs(t) {
 		for _, c := range logCodes(logTestAnalyze(t, text)) {
 			if !emitted[c] {
@@ -953,3 +953,25 @@ func TestNCCLLogWriteText(t *testing.T) {
 type logFailingWriter struct{}
 
 func (logFailingWriter) Write([]byte) (int, error) { return 0, errors.New("closed") }
+
+// TestNCCLLogRules: every rule has a gate and a handler, and the rules of a
+// group are consecutive (process ends a group's turn at its first match).
+func TestNCCLLogRules(t *testing.T) {
+	seen := map[string]bool{}
+	prev := ""
+	for i, r := range logRules {
+		if r.gate == nil || r.do == nil {
+			t.Errorf("rule %d: gate or handler missing", i)
+		}
+		if r.group != prev && r.group != "" {
+			if seen[r.group] {
+				t.Errorf("rule %d: group %q is split", i, r.group)
+			}
+			seen[r.group] = true
+		}
+		prev = r.group
+	}
+	if len(logRules) < 30 {
+		t.Errorf("%d rules", len(logRules))
+	}
+}

@@ -121,9 +121,9 @@ func CheckReport(t testing.TB, rep interface{ WriteText(io.Writer) error }, find
 }
 
 // emitRe matches a finding code where a reader emits one: a Finding
-// literal's "Code:", a call add(sev, "code", ...) or host's check(name,
-// StatusWarn, "code", ...), or an assignment code = "code".
-var emitRe = regexp.MustCompile(`(?:Code:\s*|add\([\w.]+,\s*|Status(?:Error|Warn|Info),\s*|\bcode = )"([a-z0-9]+(?:-[a-z0-9]+)+)"`)
+// literal's "Code:", a call add(sev, "code", ...), or host's check(name,
+// StatusWarn, "code", ...).
+var emitRe = regexp.MustCompile(`(?:Code:\s*|add\([\w.]+,\s*|Status(?:Error|Warn|Info),\s*)"([a-z0-9]+(?:-[a-z0-9]+)+)"`)
 
 // listedRe matches a row of a package doc's list of finding codes, as
 // ast.CommentGroup.Text gives it: "\tcode  severity  meaning" (severity
@@ -134,12 +134,18 @@ var listedRe = regexp.MustCompile(`(?m)^\t([a-z0-9]+(?:-[a-z0-9]+)+) +(?:error|w
 // own): every finding code its source files emit has a row in its package
 // doc's list of codes, every row names a code the source emits, and at
 // least min codes were found (else the pattern no longer matches the
-// source). It returns the codes emitted.
-func CodesDocumented(t testing.TB, min int) map[string]bool {
+// source). Codes are found where emitRe says, and where the patterns also
+// (one submatch: the code) match for a package with its own way. It
+// returns the codes emitted.
+func CodesDocumented(t testing.TB, min int, also ...string) map[string]bool {
 	t.Helper()
 	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
+	}
+	emits := []*regexp.Regexp{emitRe}
+	for _, p := range also {
+		emits = append(emits, regexp.MustCompile(p))
 	}
 	listed := map[string]bool{}
 	emitted := map[string]bool{}
@@ -160,8 +166,10 @@ func CodesDocumented(t testing.TB, min int) map[string]bool {
 				listed[m[1]] = true
 			}
 		}
-		for _, m := range emitRe.FindAllStringSubmatch(string(src), -1) {
-			emitted[m[1]] = true
+		for _, re := range emits {
+			for _, m := range re.FindAllStringSubmatch(string(src), -1) {
+				emitted[m[1]] = true
+			}
 		}
 	}
 	for c := range emitted {
