@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -96,6 +97,56 @@ func folded(f Finding) string {
 		return fmt.Sprintf(" (×%d, lines %d–%d)", f.Count, f.FirstLine, f.LastLine)
 	}
 	return fmt.Sprintf(" (×%d)", f.Count)
+}
+
+// ParseNCCLInt reads an integer NCCL parameter the way NCCL does, as C's
+// strtoll(s, &end, 0) parses the leading integer of s (white space, sign,
+// 0x hex, 0 octal, decimal; trailing text, such as the "." NCCL's log puts
+// after a value, ignored), and reports whether there was one. A value out
+// of range saturates far from 0: callers only tell zero from non-zero.
+func ParseNCCLInt(s string) (int64, bool) {
+	s = strings.TrimLeft(s, " \t\n\v\f\r")
+	neg := false
+	if s != "" && (s[0] == '+' || s[0] == '-') {
+		neg, s = s[0] == '-', s[1:]
+	}
+	base, digits := 10, s
+	switch {
+	case len(s) > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X') && strings.ContainsRune("0123456789abcdefABCDEF", rune(s[2])):
+		base, digits = 16, s[2:]
+	case len(s) > 0 && s[0] == '0':
+		base = 8
+	}
+	end := 0
+	for end < len(digits) {
+		c := digits[end]
+		var d int
+		switch {
+		case c >= '0' && c <= '9':
+			d = int(c - '0')
+		case c >= 'a' && c <= 'f':
+			d = int(c-'a') + 10
+		case c >= 'A' && c <= 'F':
+			d = int(c-'A') + 10
+		default:
+			d = 99
+		}
+		if d >= base {
+			break
+		}
+		end++
+	}
+	if end == 0 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(digits[:end], base, 64)
+	if err != nil {
+		n = 1 << 62 // out of range: strtoll saturates; only "non-zero" matters here
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
 }
 
 // OrDefault is s, or def when s is empty.

@@ -87,3 +87,22 @@ func TestFolder(t *testing.T) {
 		t.Errorf("%d findings for %d distinct messages, want %d", n, 2*foldMaxShapes, foldMaxShapes+1)
 	}
 }
+
+// TestParseNCCLInt: integers as strtoll(s, &end, 0) reads them, the
+// trailing "." of NCCL's log lines and other text ignored.
+func TestParseNCCLInt(t *testing.T) {
+	for _, c := range []struct {
+		in string
+		n  int64
+		ok bool
+	}{
+		{"1", 1, true}, {"1.", 1, true}, {"2.", 2, true}, {"-1.", -1, true}, {" 1", 1, true}, {"1 ", 1, true},
+		{"0x1", 1, true}, {"0X1f", 31, true}, {"0x", 0, true}, {"0x0", 0, true}, {"010", 8, true}, {"09", 0, true},
+		{"0.", 0, true}, {"00", 0, true}, {"+7", 7, true}, {"99999999999999999999", 1 << 62, true},
+		{"", 0, false}, {"no", 0, false}, {"yes", 0, false}, {"-", 0, false}, {".5", 0, false},
+	} {
+		if n, ok := ParseNCCLInt(c.in); n != c.n || ok != c.ok {
+			t.Errorf("ParseNCCLInt(%q) = %d, %t; want %d, %t", c.in, n, ok, c.n, c.ok)
+		}
+	}
+}

@@ -961,61 +961,13 @@ func (h *hostRun) envFlag(k string) bool {
 	if !ok || strings.TrimSpace(v) == "" {
 		return false
 	}
-	n, ok := hostStrtoll(v)
+	n, ok := doctor.ParseNCCLInt(v)
 	if !ok {
 		h.check("env "+k, StatusWarn, "env-not-integer", fmt.Sprintf("%s=%q is not an integer: NCCL ignores it (INFO \"Invalid value\") and keeps its default", k, v),
 			"set "+k+"=1 to disable, or unset it")
 		return false
 	}
 	return n != 0
-}
-
-// hostStrtoll parses the leading integer of s as C's strtoll(s, &end, 0)
-// does (white space, sign, 0x hex, 0 octal, decimal; trailing text
-// ignored) and reports whether there was one.
-func hostStrtoll(s string) (int64, bool) {
-	s = strings.TrimLeft(s, " \t\n\v\f\r")
-	neg := false
-	if s != "" && (s[0] == '+' || s[0] == '-') {
-		neg, s = s[0] == '-', s[1:]
-	}
-	base, digits := 10, s
-	switch {
-	case len(s) > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X') && strings.ContainsRune("0123456789abcdefABCDEF", rune(s[2])):
-		base, digits = 16, s[2:]
-	case len(s) > 0 && s[0] == '0':
-		base = 8
-	}
-	end := 0
-	for end < len(digits) {
-		c := digits[end]
-		var d int
-		switch {
-		case c >= '0' && c <= '9':
-			d = int(c - '0')
-		case c >= 'a' && c <= 'f':
-			d = int(c-'a') + 10
-		case c >= 'A' && c <= 'F':
-			d = int(c-'A') + 10
-		default:
-			d = 99
-		}
-		if d >= base {
-			break
-		}
-		end++
-	}
-	if end == 0 {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(digits[:end], base, 64)
-	if err != nil {
-		n = 1 << 62 // out of range: strtoll saturates; only "non-zero" matters here
-	}
-	if neg {
-		n = -n
-	}
-	return n, true
 }
 
 // checkIBHCA compares NCCL_IB_HCA with the devices in /sys/class/infiniband.

@@ -59,7 +59,6 @@
 package nccllog
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -1351,41 +1350,15 @@ func (rep *Report) WriteText(w io.Writer) error {
 	return doctor.WriteFindings(w, rep.Findings)
 }
 
-// logEnvInt reads an integer NCCL parameter the way NCCL does (strtoll,
-// base 0: "2", "0x1", "-1", "1 " and a trailing "." from the log line all
-// parse); ok is false when the variable is unset or has no leading integer.
+// logEnvInt reads an integer NCCL parameter from env the way NCCL does
+// (doctor.ParseNCCLInt); ok is false when the variable is unset or has no
+// leading integer.
 func logEnvInt(env map[string]string, name string) (int64, bool) {
 	v, set := env[name]
 	if !set {
 		return 0, false
 	}
-	v = strings.TrimSpace(v)
-	end := 0
-	if end < len(v) && (v[end] == '+' || v[end] == '-') {
-		end++
-	}
-	digits := "0123456789"
-	hex := strings.HasPrefix(v[end:], "0x") || strings.HasPrefix(v[end:], "0X")
-	if hex {
-		end += 2
-		digits = "0123456789abcdefABCDEF"
-	}
-	start := end
-	for end < len(v) && strings.IndexByte(digits, v[end]) >= 0 {
-		end++
-	}
-	if hex && end == start {
-		end = start - 1 // "0x" alone: strtoll reads the "0"
-	}
-	n, err := strconv.ParseInt(v[:end], 0, 64)
-	if err != nil {
-		var ne *strconv.NumError
-		if errors.As(err, &ne) && ne.Err == strconv.ErrRange {
-			return 1, true // out of range: non-zero either way
-		}
-		return 0, false
-	}
-	return n, true
+	return doctor.ParseNCCLInt(v)
 }
 
 // logEnvOn reports whether an integer NCCL switch (NCCL_IB_DISABLE, ...) is
