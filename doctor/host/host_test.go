@@ -583,14 +583,10 @@ func TestHostSharesIBVChecks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ibvRep, err := ibv.Parse(strings.NewReader("Infiniband device 'mlx5_0' port 1 status:\n\tstate:\t\t 1: DOWN\n\tphys state:\t 3: Disabled\n\tlink_layer:\t Ethernet\n" +
-		"DEV\tPORT\tINDEX\tGID\t\t\t\t\tIPv4 \t\tVER\tDEV\n" +
-		"mlx5_0\t1\t0\tfe80:0000:0000:0000:0202:c9ff:fe00:0001\t\t\tv1\teth0\n" +
-		"mlx5_0\t1\t1\t0000:0000:0000:0000:0000:ffff:0a00:0001\t10.0.0.1  \tv1\teth0\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	doctortest.CheckReport(t, ibvRep, ibvRep.Findings)
+	ibvRep := doctortest.Read(t, ibv.Parse, "Infiniband device 'mlx5_0' port 1 status:\n\tstate:\t\t 1: DOWN\n\tphys state:\t 3: Disabled\n\tlink_layer:\t Ethernet\n"+
+		"DEV\tPORT\tINDEX\tGID\t\t\t\t\tIPv4 \t\tVER\tDEV\n"+
+		"mlx5_0\t1\t0\tfe80:0000:0000:0000:0202:c9ff:fe00:0001\t\t\tv1\teth0\n"+
+		"mlx5_0\t1\t1\t0000:0000:0000:0000:0000:ffff:0a00:0001\t10.0.0.1  \tv1\teth0\n")
 	want := doctortest.Codes(ibvRep.Findings, "")
 	got := doctortest.Codes(rep.Findings, "")
 	if len(want) != 3 || want["ibv-port-not-active"] != 1 || want["roce-no-v2-gid"] != 1 || want["roce-link-layer"] != 1 {

@@ -1,20 +1,13 @@
 package ibv
 
 import (
-	"bytes"
 	"testing"
 
 	"github.com/goccl/goccl/doctor/internal/doctortest"
 )
 
 func FuzzParseIBV(f *testing.F) {
-	doctortest.Seed(f, "ibv-")
-	f.Fuzz(func(t *testing.T, data []byte) {
-		rep, err := Parse(bytes.NewReader(data))
-		if err != nil {
-			t.Fatal(err)
-		}
-		doctortest.FuzzInvariants(t, rep, func(b *bytes.Buffer) error { return rep.WriteText(b) }, rep.Findings)
+	doctortest.Fuzz(f, "ibv-", Parse, func(t *testing.T, rep *Report) {
 		for _, d := range rep.Devices {
 			for _, p := range d.Ports {
 				if p.GIDs == nil {

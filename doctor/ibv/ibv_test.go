@@ -11,12 +11,7 @@ import (
 
 func ibvParse(t *testing.T, text string) *Report {
 	t.Helper()
-	rep, err := Parse(strings.NewReader(text))
-	if err != nil {
-		t.Fatal(err)
-	}
-	doctortest.CheckReport(t, rep, rep.Findings)
-	return rep
+	return doctortest.Read(t, Parse, text)
 }
 
 func ibvPort(t *testing.T, rep *Report, dev string, port int) *Port {

@@ -1,20 +1,15 @@
 package nccltests
 
 import (
-	"bytes"
+	"io"
 	"testing"
 
 	"github.com/goccl/goccl/doctor/internal/doctortest"
 )
 
 func FuzzReadNCCLTests(f *testing.F) {
-	doctortest.Seed(f, "nccl-tests-")
-	f.Fuzz(func(t *testing.T, data []byte) {
-		rep, err := Read(bytes.NewReader(data), Options{ExpectBusBW: 50})
-		if err != nil {
-			t.Fatal(err)
-		}
-		doctortest.FuzzInvariants(t, rep, func(b *bytes.Buffer) error { return rep.WriteText(b) }, rep.Findings)
+	read := func(r io.Reader) (*Report, error) { return Read(r, Options{ExpectBusBW: 50}) }
+	doctortest.Fuzz(f, "nccl-tests-", read, func(t *testing.T, rep *Report) {
 		for _, tt := range rep.Tests {
 			if len(tt.Rows) == 0 {
 				t.Fatal("table without rows")

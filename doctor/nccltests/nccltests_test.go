@@ -1,6 +1,7 @@
 package nccltests
 
 import (
+	"io"
 	"math"
 	"strconv"
 	"strings"
@@ -12,12 +13,7 @@ import (
 
 func testsRead(t *testing.T, text string, opt Options) *Report {
 	t.Helper()
-	rep, err := Read(strings.NewReader(text), opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	doctortest.CheckReport(t, rep, rep.Findings)
-	return rep
+	return doctortest.Read(t, func(r io.Reader) (*Report, error) { return Read(r, opt) }, text)
 }
 
 // testsRowAt returns the row of size in test tt.

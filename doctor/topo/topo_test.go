@@ -10,12 +10,7 @@ import (
 
 func topoParse(t *testing.T, text string) *Report {
 	t.Helper()
-	rep, err := Parse(strings.NewReader(text))
-	if err != nil {
-		t.Fatal(err)
-	}
-	doctortest.CheckReport(t, rep, rep.Findings)
-	return rep
+	return doctortest.Read(t, Parse, text)
 }
 
 func topoNearest(t *testing.T, rep *Report, gpu string) GPULocality {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"runtime"
 	"strings"
@@ -105,9 +106,40 @@ func JSON(t testing.TB, v any) string {
 	return string(b)
 }
 
+// Report is what every reader's report has; its findings are its
+// Findings field.
+type Report interface{ WriteText(io.Writer) error }
+
+// Read runs read on text, fails the test on an error, checks the report
+// with CheckReport and returns it.
+func Read[R Report](t testing.TB, read func(io.Reader) (R, error), text string) R {
+	t.Helper()
+	rep, err := read(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	CheckReport(t, rep, findingsOf(t, rep))
+	return rep
+}
+
+// findingsOf returns the Findings field of the report rep points to.
+func findingsOf(t testing.TB, rep any) []doctor.Finding {
+	t.Helper()
+	v := reflect.Indirect(reflect.ValueOf(rep))
+	if v.Kind() == reflect.Struct {
+		if f := v.FieldByName("Findings"); f.IsValid() {
+			if fs, ok := f.Interface().([]doctor.Finding); ok {
+				return fs
+			}
+		}
+	}
+	t.Fatalf("%T has no Findings field", rep)
+	return nil
+}
+
 // CheckReport runs the checks every reader's report must pass (valid
 // findings, WriteText and JSON succeed) and logs the text with -v.
-func CheckReport(t testing.TB, rep interface{ WriteText(io.Writer) error }, findings []doctor.Finding) {
+func CheckReport(t testing.TB, rep Report, findings []doctor.Finding) {
 	t.Helper()
 	CheckFindings(t, findings)
 	var b strings.Builder

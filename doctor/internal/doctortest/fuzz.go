@@ -3,12 +3,11 @@ package doctortest
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/goccl/goccl/doctor"
 )
 
 // Seed adds to f's corpus the verbatim parts of the real inputs whose
@@ -34,20 +33,30 @@ func Seed(f *testing.F, prefix string) {
 	}
 }
 
-// FuzzInvariants checks that a report prints and marshals and that its
-// findings are complete.
-func FuzzInvariants(t *testing.T, rep any, write func(*bytes.Buffer) error, fs []doctor.Finding) {
-	t.Helper()
-	var b bytes.Buffer
-	if err := write(&b); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := json.Marshal(rep); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range fs {
-		if f.Severity == "" || f.Code == "" || f.Message == "" {
-			t.Fatalf("incomplete finding %+v", f)
+// Fuzz is a reader's fuzz target: it seeds f (Seed with prefix) and
+// checks, for any input, that read returns a report without error, that
+// the report prints and marshals, that its findings are complete, and
+// check (nil for none).
+func Fuzz[R Report](f *testing.F, prefix string, read func(io.Reader) (R, error), check func(t *testing.T, rep R)) {
+	Seed(f, prefix)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		rep, err := read(bytes.NewReader(data))
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
+		if err := rep.WriteText(io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := json.Marshal(rep); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range findingsOf(t, rep) {
+			if f.Severity == "" || f.Code == "" || f.Message == "" {
+				t.Fatalf("incomplete finding %+v", f)
+			}
+		}
+		if check != nil {
+			check(t, rep)
+		}
+	})
 }
