@@ -1,7 +1,8 @@
 // Package doctor holds what the goccl doctor readers share: the Finding
 // each of them reports (severity, stable code, message, fix), the line
 // reader that keeps memory bounded whatever the input, the cleaning of
-// pasted table lines, and the sorting and printing of findings.
+// pasted table lines, the reading of NCCL's integer variables, and the
+// folding, sorting and printing of findings.
 //
 // The readers are subpackages, one per input:
 //

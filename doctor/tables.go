@@ -12,8 +12,9 @@ import (
 // understand has lines anywhere near this long.
 const TableMaxLine = 4096
 
-// TableMaxLines caps how many lines one reader looks at, so that a
-// multi-gigabyte file cannot make a report grow without bound.
+// TableMaxLines caps how many lines the topo and ibv readers look at, so
+// that a multi-gigabyte file cannot make their reports grow without bound
+// (nccltests reads any length in bounded memory).
 const TableMaxLines = 1 << 20
 
 // ansiRe matches ANSI escape sequences (colour, bold, underline) and the
