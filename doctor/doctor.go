@@ -1,10 +1,23 @@
-// Package doctor diagnoses communication setups: it reads NCCL debug logs
-// (NCCL_DEBUG=INFO), nccl-tests and goccl perf tables, `nvidia-smi topo -m`
-// matrices and ibv_devinfo/ibstat/ibstatus/show_gids outputs, and checks the
-// live host (InfiniBand devices, GIDs, MTUs, /dev/shm, port range, NCCL_* and
-// GOCCL_* environment). Every reader takes the text as posted (launcher
-// prefixes, ANSI remnants, interleaved lines) and never panics; each returns
-// a report whose findings carry a severity, a stable code and a fix.
+// Package doctor holds what the goccl doctor readers share: the Finding
+// each of them reports (severity, stable code, message, fix), the line
+// reader that keeps memory bounded whatever the input, the cleaning of
+// pasted table lines, the reading of NCCL's integer variables, and the
+// folding, sorting and printing of findings.
+//
+// The readers are subpackages, one per input:
+//
+//	nccllog    NCCL debug logs (NCCL_DEBUG=INFO)
+//	nccltests  nccl-tests and goccl perf tables
+//	topo       nvidia-smi topo -m matrices
+//	ibv        ibv_devinfo, ibstat, ibstatus and show_gids outputs
+//	host       the live host: sysfs, /dev, the environment, the tools above
+//
+// Every reader takes the text as posted (launcher prefixes, ANSI remnants,
+// interleaved lines) and never panics; each returns a report whose
+// findings carry a severity, a stable code and a fix, and each package's
+// doc lists the codes it emits. The subpackages import this package and
+// it imports none of them, so the shared types live here rather than in a
+// separate report package: there is no import cycle to break.
 //
 // The CLI is `goccl doctor nccl-log|nccl-tests|topo|ibv|host`, each with
 // --json printing the report as JSON.
@@ -30,10 +43,19 @@ type Finding struct {
 	Code     string   `json:"code"`
 	Message  string   `json:"message"`
 	Fix      string   `json:"fix,omitempty"`
+	// Count is how many findings a Folder folded into this one, the first
+	// of them (same severity, code and message but for its numbers), and
+	// FirstLine and LastLine are the input lines of the first and the last
+	// (0 when the reader gave none). All three are 0 for a finding that
+	// was not repeated.
+	Count     int `json:"count,omitempty"`
+	FirstLine int `json:"first_line,omitempty"`
+	LastLine  int `json:"last_line,omitempty"`
 }
 
-// severityRank orders severities for sorting (errors first).
-func severityRank(s Severity) int {
+// Rank orders severities for sorting: 0 for errors, 1 for warnings, 2
+// for the rest.
+func (s Severity) Rank() int {
 	switch s {
 	case SevError:
 		return 0

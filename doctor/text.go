@@ -6,17 +6,18 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 )
 
 // Text helpers every reader shares.
 
-// readLines calls fn with each line of r (1-based number, without its "\n"
+// ReadLines calls fn with each line of r (1-based number, without its "\n"
 // or "\r\n"), keeping at most maxLine bytes of a line (the rest up to the
 // newline is dropped, so memory stays bounded whatever the input). It stops
 // after maxLines lines (0: no limit) and then reports truncated. The error
 // is r's, never io.EOF.
-func readLines(r io.Reader, maxLine, maxLines int, fn func(n int, line string)) (truncated bool, err error) {
+func ReadLines(r io.Reader, maxLine, maxLines int, fn func(n int, line string)) (truncated bool, err error) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	n := 0
 	var buf []byte
@@ -54,17 +55,19 @@ func readLines(r io.Reader, maxLine, maxLines int, fn func(n int, line string)) 
 	}
 }
 
-// sortFindings orders findings errors first, then warnings, then notes,
+// SortFindings orders findings errors first, then warnings, then notes,
 // keeping input order within a severity.
-func sortFindings(fs []Finding) {
+func SortFindings(fs []Finding) {
 	sort.SliceStable(fs, func(i, j int) bool {
-		return severityRank(fs[i].Severity) < severityRank(fs[j].Severity)
+		return fs[i].Severity.Rank() < fs[j].Severity.Rank()
 	})
 }
 
-// writeFindings prints findings as every text report ends: a count, then
-// one per line (severity, code, message) with the fix indented below.
-func writeFindings(w io.Writer, fs []Finding) error {
+// WriteFindings prints findings as every text report ends: a count, then
+// one per line (severity, code, message) with the fix indented below. A
+// folded finding ends with how many it stands for and their first and last
+// lines: "... (×12, lines 10–950)".
+func WriteFindings(w io.Writer, fs []Finding) error {
 	if len(fs) == 0 {
 		_, err := fmt.Fprintln(w, "\nNo findings.")
 		return err
@@ -73,7 +76,7 @@ func writeFindings(w io.Writer, fs []Finding) error {
 		return err
 	}
 	for _, f := range fs {
-		if _, err := fmt.Fprintf(w, "  %-5s %s: %s\n", strings.ToUpper(string(f.Severity)), f.Code, f.Message); err != nil {
+		if _, err := fmt.Fprintf(w, "  %-5s %s: %s%s\n", strings.ToUpper(string(f.Severity)), f.Code, f.Message, folded(f)); err != nil {
 			return err
 		}
 		if f.Fix != "" {
@@ -85,8 +88,69 @@ func writeFindings(w io.Writer, fs []Finding) error {
 	return nil
 }
 
-// orDefault is s, or def when s is empty.
-func orDefault(s, def string) string {
+// folded is the suffix of a folded finding's line, "" for one seen once.
+func folded(f Finding) string {
+	switch {
+	case f.Count < 2:
+		return ""
+	case f.FirstLine > 0:
+		return fmt.Sprintf(" (×%d, lines %d–%d)", f.Count, f.FirstLine, f.LastLine)
+	}
+	return fmt.Sprintf(" (×%d)", f.Count)
+}
+
+// ParseNCCLInt reads an integer NCCL parameter the way NCCL does, as C's
+// strtoll(s, &end, 0) parses the leading integer of s (white space, sign,
+// 0x hex, 0 octal, decimal; trailing text, such as the "." NCCL's log puts
+// after a value, ignored), and reports whether there was one. A value out
+// of range saturates far from 0: callers only tell zero from non-zero.
+func ParseNCCLInt(s string) (int64, bool) {
+	s = strings.TrimLeft(s, " \t\n\v\f\r")
+	neg := false
+	if s != "" && (s[0] == '+' || s[0] == '-') {
+		neg, s = s[0] == '-', s[1:]
+	}
+	base, digits := 10, s
+	switch {
+	case len(s) > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X') && strings.ContainsRune("0123456789abcdefABCDEF", rune(s[2])):
+		base, digits = 16, s[2:]
+	case len(s) > 0 && s[0] == '0':
+		base = 8
+	}
+	end := 0
+	for end < len(digits) {
+		c := digits[end]
+		var d int
+		switch {
+		case c >= '0' && c <= '9':
+			d = int(c - '0')
+		case c >= 'a' && c <= 'f':
+			d = int(c-'a') + 10
+		case c >= 'A' && c <= 'F':
+			d = int(c-'A') + 10
+		default:
+			d = 99
+		}
+		if d >= base {
+			break
+		}
+		end++
+	}
+	if end == 0 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(digits[:end], base, 64)
+	if err != nil {
+		n = 1 << 62 // out of range: strtoll saturates; only "non-zero" matters here
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
+}
+
+// OrDefault is s, or def when s is empty.
+func OrDefault(s, def string) string {
 	if s == "" {
 		return def
 	}

@@ -13,6 +13,11 @@ import (
 	"strings"
 
 	"github.com/goccl/goccl/doctor"
+	"github.com/goccl/goccl/doctor/host"
+	"github.com/goccl/goccl/doctor/ibv"
+	"github.com/goccl/goccl/doctor/nccllog"
+	"github.com/goccl/goccl/doctor/nccltests"
+	"github.com/goccl/goccl/doctor/topo"
 )
 
 const doctorUsage = `usage: goccl doctor host [--json]
@@ -76,7 +81,7 @@ type doctorSub struct {
 var doctorSubs = []doctorSub{
 	{name: "host", setup: func(fs *flag.FlagSet) doctorRunFunc {
 		return func(ctx context.Context, _ io.Reader) (doctorResult, error) {
-			rep, err := doctor.CheckHost(ctx, doctor.HostOptions{})
+			rep, err := host.Run(ctx, host.Options{})
 			if err != nil {
 				return doctorResult{}, err
 			}
@@ -85,7 +90,7 @@ var doctorSubs = []doctorSub{
 	}},
 	{name: "nccl-log", input: true, setup: func(fs *flag.FlagSet) doctorRunFunc {
 		return func(_ context.Context, in io.Reader) (doctorResult, error) {
-			rep, err := doctor.AnalyzeNCCLLog(in)
+			rep, err := nccllog.Analyze(in)
 			if err != nil {
 				return doctorResult{}, err
 			}
@@ -98,7 +103,7 @@ var doctorSubs = []doctorSub{
 			if *expect < 0 {
 				return doctorResult{}, doctorUsageError{fmt.Errorf("--expect-busbw %v: must be a positive bandwidth in GB/s", *expect)}
 			}
-			rep, err := doctor.ReadNCCLTests(in, doctor.NCCLTestsOptions{ExpectBusBW: *expect})
+			rep, err := nccltests.Read(in, nccltests.Options{ExpectBusBW: *expect})
 			if err != nil {
 				return doctorResult{}, err
 			}
@@ -107,7 +112,7 @@ var doctorSubs = []doctorSub{
 	}},
 	{name: "topo", input: true, setup: func(fs *flag.FlagSet) doctorRunFunc {
 		return func(_ context.Context, in io.Reader) (doctorResult, error) {
-			rep, err := doctor.ParseTopo(in)
+			rep, err := topo.Parse(in)
 			if err != nil {
 				return doctorResult{}, err
 			}
@@ -116,7 +121,7 @@ var doctorSubs = []doctorSub{
 	}},
 	{name: "ibv", input: true, setup: func(fs *flag.FlagSet) doctorRunFunc {
 		return func(_ context.Context, in io.Reader) (doctorResult, error) {
-			rep, err := doctor.ParseIBV(in)
+			rep, err := ibv.Parse(in)
 			if err != nil {
 				return doctorResult{}, err
 			}

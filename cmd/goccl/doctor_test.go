@@ -14,13 +14,15 @@ import (
 	"testing"
 
 	"github.com/goccl/goccl/doctor"
+	"github.com/goccl/goccl/doctor/host"
+	"github.com/goccl/goccl/doctor/nccltests"
 )
 
 func TestDoctorHostJSON(t *testing.T) {
 	for _, flagName := range []string{"--json", "-json"} {
 		var o, e bytes.Buffer
 		code := cli([]string{"doctor", "host", flagName}, &o, &e)
-		var rep doctor.HostReport
+		var rep host.Report
 		if err := json.Unmarshal(o.Bytes(), &rep); err != nil {
 			t.Fatalf("%s: not JSON (%v):\n%s\nstderr: %s", flagName, err, o.String(), e.String())
 		}
@@ -166,14 +168,14 @@ func TestDoctorParse(t *testing.T) {
 func TestDoctorReaders(t *testing.T) {
 	savedStdin := doctorStdin
 	t.Cleanup(func() { doctorStdin = savedStdin })
-	td := filepath.Join("..", "..", "doctor", "testdata")
+	td := filepath.Join("..", "..", "doctor")
 	var out, errb bytes.Buffer
-	st := cli([]string{"doctor", "nccl-tests", filepath.Join(td, "nccltests", "mpirun-reduce_scatter.txt"), "--json"}, &out, &errb)
-	var rep doctor.NCCLTestsReport
+	st := cli([]string{"doctor", "nccl-tests", filepath.Join(td, "nccltests", "testdata", "mpirun-reduce_scatter.txt"), "--json"}, &out, &errb)
+	var rep nccltests.Report
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil || st != 1 || len(rep.Tests) == 0 || rep.Tests[0].Collective != "reduce_scatter" {
 		t.Fatalf("nccl-tests: status %d (want 1: #wrong > 0), err %v, %s\n%s", st, err, errb.String(), out.String())
 	}
-	topo, err := os.ReadFile(filepath.Join(td, "topo", "no-local-nic.txt"))
+	topo, err := os.ReadFile(filepath.Join(td, "topo", "testdata", "no-local-nic.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,11 +185,11 @@ func TestDoctorReaders(t *testing.T) {
 		t.Fatalf("topo from stdin: status %d\n%s", st, out.String())
 	}
 	out.Reset()
-	if st := cli([]string{"doctor", "ibv", filepath.Join(td, "ibv", "devinfo-v-down-mtu.txt")}, &out, &errb); st > 1 || !strings.Contains(out.String(), "ibv-port-not-active") {
+	if st := cli([]string{"doctor", "ibv", filepath.Join(td, "ibv", "testdata", "devinfo-v-down-mtu.txt")}, &out, &errb); st > 1 || !strings.Contains(out.String(), "ibv-port-not-active") {
 		t.Fatalf("ibv: status %d\n%s", st, out.String())
 	}
 	errb.Reset()
-	if st := cli([]string{"doctor", "nccl-tests", "--expect-busbw", "-5", filepath.Join(td, "nccltests", "mpirun-reduce_scatter.txt")}, io.Discard, &errb); st != 2 || !strings.Contains(errb.String(), "expect-busbw") {
+	if st := cli([]string{"doctor", "nccl-tests", "--expect-busbw", "-5", filepath.Join(td, "nccltests", "testdata", "mpirun-reduce_scatter.txt")}, io.Discard, &errb); st != 2 || !strings.Contains(errb.String(), "expect-busbw") {
 		t.Fatalf("negative --expect-busbw: status %d, %s", st, errb.String())
 	}
 }
@@ -222,7 +224,7 @@ func TestDoctorReadError(t *testing.T) {
 // loopback in a 2-node job): exit status 1, the JSON fields issue 6 names.
 func TestDoctorNCCLLog(t *testing.T) {
 	var out, errb bytes.Buffer
-	st := cli([]string{"doctor", "nccl-log", "--json", filepath.Join("..", "..", "doctor", "testdata", "real-inputs", "nccl-log-22.txt")}, &out, &errb)
+	st := cli([]string{"doctor", "nccl-log", "--json", filepath.Join("..", "..", "doctor", "nccllog", "testdata", "real-inputs", "nccl-log-22.txt")}, &out, &errb)
 	var rep map[string]any
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil || st != 1 {
 		t.Fatalf("status %d (want 1), %v: %s\n%s", st, err, errb.String(), out.String())

@@ -3,7 +3,7 @@ package main
 import (
 	"fmt"
 
-	"github.com/goccl/goccl/doctor"
+	"github.com/goccl/goccl/doctor/nccltests"
 )
 
 // collKind identifies a benchmarked collective.
@@ -122,10 +122,10 @@ func (l layout) inplaceRegion(rank int) int {
 }
 
 // busFactor converts algorithm bandwidth to bus bandwidth with nccl-tests'
-// factors (doctor.BusBWFactor, which goccl doctor nccl-tests checks tables
+// factors (nccltests.BusBWFactor, which goccl doctor nccl-tests checks tables
 // against).
 func (c *coll) busFactor(nranks int) float64 {
-	f, ok := doctor.BusBWFactor(c.name, nranks)
+	f, ok := nccltests.BusBWFactor(c.name, nranks)
 	if !ok {
 		return 1
 	}

@@ -1,36 +1,20 @@
-package doctor
-
-import (
-	"bytes"
-	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
-	"io/fs"
-	"net"
-	"net/netip"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"regexp"
-	"sort"
-	"strconv"
-	"strings"
-	"text/tabwriter"
-	"time"
-
-	"golang.org/x/sys/unix"
-)
-
-// Live host checks
+// Package host checks the live host (`goccl doctor host`): RDMA devices
+// and their device nodes, ports and GIDs, interface MTUs, /dev/shm, the
+// local port range, NUMA nodes, and the NCCL_* and GOCCL_* environment.
 //
-// CheckHost reads sysfs, procfs and /dev under HostOptions.Root, the
-// environment, and the output of nvidia-smi topo -m and ibv_devinfo. The
-// RDMA ports it reads from sysfs are judged by ParseIBV's checks (see
-// ibv.go: ibv-port-not-active, roce-no-gid, roce-no-v2-gid, roce-gid-index,
+// Input: Run reads sysfs, procfs and /dev under Options.Root, the
+// environment, and the output of nvidia-smi topo -m and ibv_devinfo when
+// they are installed. The files and their formats are the kernel's, as its
+// ABI documents describe them (Documentation/ABI/stable/
+// sysfs-class-infiniband, Documentation/ABI/testing/sysfs-class-net,
+// proc(5) for ip_local_port_range); the environment is read the way NCCL
+// reads it (integers as strtoll parses them, NCCL_IB_HCA's list syntax)
+// and the way goccl reads its GOCCL_* variables.
+//
+// The RDMA ports read from sysfs are judged by package ibv's checks
+// (ibv-port-not-active, roce-no-gid, roce-no-v2-gid, roce-gid-index,
 // roce-only-link-local-gid, roce-no-ipv4-gid, roce-gid-index-differs,
-// roce-link-layer); the tools' outputs add ParseTopo's and ParseIBV's
+// roce-link-layer); the tools' outputs add topo.Parse's and ibv.Parse's
 // findings, without repeating a code for a port already judged. Its own
 // finding codes (severity):
 //
@@ -64,9 +48,37 @@ import (
 //	env-goccl-unknown       warn         a GOCCL_* variable goccl does not read
 //	env-goccl-timeout       error        GOCCL_TIMEOUT unparsable
 //	tool-failed             warn         nvidia-smi or ibv_devinfo exited with an error
+package host
 
-// HostOptions says where and how CheckHost looks.
-type HostOptions struct {
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goccl/goccl/doctor"
+	"github.com/goccl/goccl/doctor/ibv"
+	"github.com/goccl/goccl/doctor/topo"
+)
+
+// Options says where and how Run looks.
+type Options struct {
 	// Root is the file system root under which /sys, /proc and /dev are
 	// read; "" means "/". Tests point it at a fake tree. With a Root other
 	// than "/" interface addresses are not listed (they come from the
@@ -91,26 +103,26 @@ type HostOptions struct {
 	Statfs func(path string) (size, free uint64, err error)
 }
 
-// Check statuses of a HostCheck.
+// Statuses of a Check.
 const (
-	HostOK    = "ok"
-	HostWarn  = "warn"
-	HostError = "error"
-	HostInfo  = "info"
-	HostSkip  = "skip"
+	StatusOK    = "ok"
+	StatusWarn  = "warn"
+	StatusError = "error"
+	StatusInfo  = "info"
+	StatusSkip  = "skip"
 )
 
-// HostCheck is one line of the host report: what was checked, how it went
+// Check is one line of the host report: what was checked, how it went
 // (ok, warn, error, info or skip), what was seen, and what to do.
-type HostCheck struct {
+type Check struct {
 	Name   string `json:"name"`
 	Status string `json:"status"`
 	Detail string `json:"detail,omitempty"`
 	Fix    string `json:"fix,omitempty"`
 }
 
-// HostGID is one non-empty slot of a port's GID table.
-type HostGID struct {
+// GID is one non-empty slot of a port's GID table.
+type GID struct {
 	Index int    `json:"index"`
 	GID   string `json:"gid"`            // canonical text: "fe80::1", "::ffff:10.0.0.1"
 	Type  string `json:"type,omitempty"` // "RoCE v2" or "IB/RoCE v1"; "" where sysfs gives none
@@ -118,14 +130,14 @@ type HostGID struct {
 	Netdev string `json:"netdev,omitempty"`
 }
 
-// HostRDMAPort is one port of an RDMA device, as sysfs shows it.
-type HostRDMAPort struct {
-	Port      int       `json:"port"`
-	State     string    `json:"state"`      // "ACTIVE", "DOWN", ... (logical state)
-	PhysState string    `json:"phys_state"` // "LinkUp", "Disabled", "Polling", ...
-	LinkLayer string    `json:"link_layer"` // "InfiniBand" or "Ethernet"
-	Rate      string    `json:"rate,omitempty"`
-	GIDs      []HostGID `json:"gids,omitempty"`
+// RDMAPort is one port of an RDMA device, as sysfs shows it.
+type RDMAPort struct {
+	Port      int    `json:"port"`
+	State     string `json:"state"`      // "ACTIVE", "DOWN", ... (logical state)
+	PhysState string `json:"phys_state"` // "LinkUp", "Disabled", "Polling", ...
+	LinkLayer string `json:"link_layer"` // "InfiniBand" or "Ethernet"
+	Rate      string `json:"rate,omitempty"`
+	GIDs      []GID  `json:"gids,omitempty"`
 	// Netdev is the network interface behind a RoCE port (from its GIDs).
 	Netdev string `json:"netdev,omitempty"`
 	// GIDIndex is the GID index to give NCCL_IB_GID_INDEX on a RoCE port:
@@ -134,17 +146,17 @@ type HostRDMAPort struct {
 	GIDIndex int `json:"gid_index"`
 }
 
-// HostRDMADevice is one entry of /sys/class/infiniband.
-type HostRDMADevice struct {
-	Name     string         `json:"name"`
-	NodeType string         `json:"node_type,omitempty"` // "1: CA"
-	FWVer    string         `json:"fw_ver,omitempty"`
-	NUMANode int            `json:"numa_node"` // -1 when unknown
-	Ports    []HostRDMAPort `json:"ports"`
+// RDMADevice is one entry of /sys/class/infiniband.
+type RDMADevice struct {
+	Name     string     `json:"name"`
+	NodeType string     `json:"node_type,omitempty"` // "1: CA"
+	FWVer    string     `json:"fw_ver,omitempty"`
+	NUMANode int        `json:"numa_node"` // -1 when unknown
+	Ports    []RDMAPort `json:"ports"`
 }
 
-// HostInterface is one entry of /sys/class/net.
-type HostInterface struct {
+// Interface is one entry of /sys/class/net.
+type Interface struct {
 	Name     string   `json:"name"`
 	MTU      int      `json:"mtu"`   // bytes; 0 when unreadable
 	State    string   `json:"state"` // operstate: "up", "down", "unknown", ...
@@ -155,52 +167,52 @@ type HostInterface struct {
 	Addrs    []string `json:"addrs,omitempty"` // CIDR; listed only when Root is "/"
 }
 
-// HostPortRange is net.ipv4.ip_local_port_range: the ports the kernel
+// PortRange is net.ipv4.ip_local_port_range: the ports the kernel
 // hands out to connect() and bind(0).
-type HostPortRange struct {
+type PortRange struct {
 	Low   int `json:"low"`
 	High  int `json:"high"`
 	Width int `json:"width"` // High-Low+1
 }
 
-// HostNUMANode is one NUMA node and its CPUs.
-type HostNUMANode struct {
+// NUMANode is one NUMA node and its CPUs.
+type NUMANode struct {
 	Node    int    `json:"node"`
 	CPUList string `json:"cpulist"` // "0-15,32-47"
 	CPUs    int    `json:"cpus"`
 }
 
-// HostReport is what CheckHost found.
-type HostReport struct {
+// Report is what Run found.
+type Report struct {
 	Root string `json:"root"`
 	// Checks lists every check in the order run.
-	Checks []HostCheck `json:"checks"`
+	Checks []Check `json:"checks"`
 	// RDMA lists the devices under /sys/class/infiniband.
-	RDMA       []HostRDMADevice `json:"rdma_devices"`
-	Interfaces []HostInterface  `json:"interfaces"`
+	RDMA       []RDMADevice `json:"rdma_devices"`
+	Interfaces []Interface  `json:"interfaces"`
 	// ShmBytes and ShmFree are the size and the space available to an
 	// unprivileged user of /dev/shm, in bytes (0 when it is missing).
-	ShmBytes  uint64         `json:"shm_bytes"`
-	ShmFree   uint64         `json:"shm_free"`
-	PortRange *HostPortRange `json:"port_range,omitempty"`
-	NUMANodes []HostNUMANode `json:"numa_nodes,omitempty"`
+	ShmBytes  uint64     `json:"shm_bytes"`
+	ShmFree   uint64     `json:"shm_free"`
+	PortRange *PortRange `json:"port_range,omitempty"`
+	NUMANodes []NUMANode `json:"numa_nodes,omitempty"`
 	// Tools holds the raw standard output of each external tool that ran,
 	// keyed by its command line ("nvidia-smi topo -m", "ibv_devinfo").
 	Tools map[string]string `json:"tools,omitempty"`
-	// Topo and IBV are ParseTopo's and ParseIBV's reports on the tools'
+	// Topo and IBV are topo.Parse's and ibv.Parse's reports on the tools'
 	// output (their findings are merged into Findings).
-	Topo *TopoReport `json:"topo,omitempty"`
-	IBV  *IBVReport  `json:"ibv,omitempty"`
+	Topo *topo.Report `json:"topo,omitempty"`
+	IBV  *ibv.Report  `json:"ibv,omitempty"`
 	// Findings are the problems and notes, errors first.
-	Findings []Finding `json:"findings"`
+	Findings []doctor.Finding `json:"findings"`
 }
 
-// hostShmMin is the /dev/shm size under which CheckHost warns: NCCL's SHM
+// hostShmMin is the /dev/shm size under which Run warns: NCCL's SHM
 // transport and goccl's rings need a few MiB per pair of ranks and channel;
 // Docker's default of 64 MiB is not enough for 8 GPUs.
 const hostShmMin = 1 << 30
 
-// hostPortRangeMin is the ip_local_port_range width under which CheckHost
+// hostPortRangeMin is the ip_local_port_range width under which Run
 // warns: every rank opens sockets to every peer (several per peer with
 // NCCL_NSOCKS_PERTHREAD or GOCCL_NSOCKS_PERPEER), plus bootstrap ones.
 const hostPortRangeMin = 10000
@@ -211,7 +223,7 @@ const hostPortRangeMin = 10000
 // a netdev MTU of at least 4192; 4200 is the usual setting.
 const hostRoCEHeaders = 40 + 8 + 12 + 4 + 28 + 4
 
-// hostRoCEMTU is the netdev MTU CheckHost recommends for RoCE.
+// hostRoCEMTU is the netdev MTU Run recommends for RoCE.
 const hostRoCEMTU = 4200
 
 // hostKnownGOCCL lists the GOCCL_* variables goccl reads (README.md,
@@ -227,7 +239,7 @@ var hostKnownGOCCL = []string{
 	"GOCCL_TLS_KEY", "GOCCL_WORLD_SIZE",
 }
 
-// hostTools are the external programs CheckHost runs when installed.
+// hostTools are the external programs Run runs when installed.
 var hostTools = []struct {
 	name string
 	args []string
@@ -238,7 +250,7 @@ var hostTools = []struct {
 
 // hostRun accumulates the report while the checks run.
 type hostRun struct {
-	rep    *HostReport
+	rep    *Report
 	root   string
 	env    map[string]string
 	statfs func(path string) (size, free uint64, err error)
@@ -250,22 +262,22 @@ type hostRun struct {
 // check appends a check and, for warn, error and info statuses with a code,
 // the matching finding.
 func (h *hostRun) check(name, status, code, detail, fix string) {
-	h.rep.Checks = append(h.rep.Checks, HostCheck{Name: name, Status: status, Detail: detail, Fix: fix})
+	h.rep.Checks = append(h.rep.Checks, Check{Name: name, Status: status, Detail: detail, Fix: fix})
 	if code == "" {
 		return
 	}
-	var sev Severity
+	var sev doctor.Severity
 	switch status {
-	case HostError:
-		sev = SevError
-	case HostWarn:
-		sev = SevWarn
-	case HostInfo:
-		sev = SevInfo
+	case StatusError:
+		sev = doctor.SevError
+	case StatusWarn:
+		sev = doctor.SevWarn
+	case StatusInfo:
+		sev = doctor.SevInfo
 	default:
 		return
 	}
-	h.rep.Findings = append(h.rep.Findings, Finding{Severity: sev, Code: code, Message: name + ": " + detail, Fix: fix})
+	h.rep.Findings = append(h.rep.Findings, doctor.Finding{Severity: sev, Code: code, Message: name + ": " + detail, Fix: fix})
 }
 
 // path maps an absolute path of the live system to the same path under Root.
@@ -304,13 +316,13 @@ func (h *hostRun) dir(p string) []string {
 	return names
 }
 
-// CheckHost inspects the machine (or the tree under opt.Root): RDMA devices
+// Run inspects the machine (or the tree under opt.Root): RDMA devices
 // and their device nodes, port states and GID tables, interface MTUs,
 // /dev/shm, the local port range, NUMA nodes, NCCL_* and GOCCL_* variables,
 // and the output of nvidia-smi topo -m and ibv_devinfo when installed. A
-// check that cannot read its files says so in its status; CheckHost returns
+// check that cannot read its files says so in its status; Run returns
 // an error only when Root is not a directory or ctx ends.
-func CheckHost(ctx context.Context, opt HostOptions) (*HostReport, error) {
+func Run(ctx context.Context, opt Options) (*Report, error) {
 	root := opt.Root
 	if root == "" {
 		root = "/"
@@ -325,7 +337,7 @@ func CheckHost(ctx context.Context, opt HostOptions) (*HostReport, error) {
 	if envList == nil {
 		envList = os.Environ()
 	}
-	h := &hostRun{rep: &HostReport{Root: root}, root: root, env: map[string]string{}, statfs: opt.Statfs, rdmaNetdevs: map[string]bool{}}
+	h := &hostRun{rep: &Report{Root: root}, root: root, env: map[string]string{}, statfs: opt.Statfs, rdmaNetdevs: map[string]bool{}}
 	if h.statfs == nil {
 		h.statfs = hostStatfs
 	}
@@ -352,16 +364,16 @@ func CheckHost(ctx context.Context, opt HostOptions) (*HostReport, error) {
 	if err := h.runTools(ctx, opt.RunTool); err != nil {
 		return nil, err
 	}
-	sortFindings(h.rep.Findings)
+	doctor.SortFindings(h.rep.Findings)
 	// Empty lists encode as [] rather than null.
 	if h.rep.Findings == nil {
-		h.rep.Findings = []Finding{}
+		h.rep.Findings = []doctor.Finding{}
 	}
 	if h.rep.RDMA == nil {
-		h.rep.RDMA = []HostRDMADevice{}
+		h.rep.RDMA = []RDMADevice{}
 	}
 	if h.rep.Interfaces == nil {
-		h.rep.Interfaces = []HostInterface{}
+		h.rep.Interfaces = []Interface{}
 	}
 	return h.rep, nil
 }
@@ -398,55 +410,55 @@ func (h *hostRun) checkRDMA() {
 	}
 	switch {
 	case len(sysDevs) == 0 && len(uverbs) == 0:
-		h.check("rdma devices", HostInfo, "rdma-none",
+		h.check("rdma devices", StatusInfo, "rdma-none",
 			"no RDMA devices: /sys/class/infiniband and /dev/infiniband are absent or empty; NCCL will use NET/Socket (TCP) between hosts, and goccl uses TCP",
 			"nothing to fix for TCP; to exercise RDMA code paths without hardware use goccl's soft RoCE (goccl roce devinfo, goccl roce write-bw)")
 		return
 	case len(sysDevs) > 0 && len(uverbs) == 0:
-		h.check("rdma devices", HostError, "rdma-dev-missing",
+		h.check("rdma devices", StatusError, "rdma-dev-missing",
 			fmt.Sprintf("sysfs lists %s but /dev/infiniband has no uverbs device: the verbs library cannot open them (typical of a container), NCCL falls back to NET/Socket",
 				strings.Join(sysDevs, ", ")),
 			"run the container with --device=/dev/infiniband (or --privileged, or the Kubernetes RDMA device plugin's rdma/… resource); on a bare host load ib_uverbs (modprobe ib_uverbs)")
 	case len(sysDevs) == 0:
-		h.check("rdma devices", HostWarn, "rdma-sysfs-missing",
+		h.check("rdma devices", StatusWarn, "rdma-sysfs-missing",
 			fmt.Sprintf("/dev/infiniband has %s but /sys/class/infiniband is empty: libibverbs finds devices through sysfs and will see none",
 				strings.Join(uverbs, ", ")),
 			"mount the host's /sys (read-only is enough) into the container")
 		return
 	default:
-		h.check("rdma devices", HostOK, "",
+		h.check("rdma devices", StatusOK, "",
 			fmt.Sprintf("%s; /dev/infiniband: %s", strings.Join(sysDevs, ", "), strings.Join(devNodes, " ")), "")
 	}
 	for _, name := range sysDevs {
 		h.rep.RDMA = append(h.rep.RDMA, h.readRDMADevice(name))
 	}
-	// The port, GID and cross-port checks are ParseIBV's, run on the sysfs
+	// The port, GID and cross-port checks are ibv.Parse's, run on the sysfs
 	// view (one implementation, one code per condition); the container,
 	// netdev MTU and NCCL_IB_GID_INDEX checks are the host's own.
 	gidEnv, gidEnvSet := h.env["NCCL_IB_GID_INDEX"]
-	var ports []ibvNamedPort
+	var ports []ibv.NamedPort
 	for _, d := range h.rep.RDMA {
 		if len(d.Ports) == 0 {
-			h.check("rdma "+d.Name, HostWarn, "rdma-no-ports", "no ports under /sys/class/infiniband/"+d.Name+"/ports", "check the driver (dmesg) and the firmware")
+			h.check("rdma "+d.Name, StatusWarn, "rdma-no-ports", "no ports under /sys/class/infiniband/"+d.Name+"/ports", "check the driver (dmesg) and the firmware")
 		}
 		for _, p := range d.Ports {
 			ip := hostIBVPort(p)
-			ports = append(ports, ibvNamedPort{ibvPortName(d.Name, p.Port), ip})
-			h.checkPort(d, p, ibvPortFindings(ibvPortName(d.Name, p.Port), ip))
+			ports = append(ports, ibv.NamedPort{Name: ibv.PortName(d.Name, p.Port), Port: ip})
+			h.checkPort(d, p, ibv.PortFindings(ibv.PortName(d.Name, p.Port), ip))
 			if gidEnvSet && p.LinkLayer == "Ethernet" {
 				h.checkGIDEnv(d, p, gidEnv)
 			}
 		}
 	}
-	for _, f := range ibvFleetFindings(ports) {
+	for _, f := range ibv.FleetFindings(ports) {
 		h.checkFinding("rdma "+f.Code, f)
 	}
 }
 
-// hostIBVPort is a sysfs port as ParseIBV would have read it.
-func hostIBVPort(p HostRDMAPort) *IBVPort {
-	ip := &IBVPort{Port: p.Port, State: p.State, PhysState: p.PhysState, LinkLayer: p.LinkLayer, Rate: p.Rate,
-		Netdev: p.Netdev, GIDs: []IBVGID{}, gidsComplete: true}
+// hostIBVPort is a sysfs port as ibv.Parse would have read it.
+func hostIBVPort(p RDMAPort) *ibv.Port {
+	ip := &ibv.Port{Port: p.Port, State: p.State, PhysState: p.PhysState, LinkLayer: p.LinkLayer, Rate: p.Rate,
+		Netdev: p.Netdev, GIDs: []ibv.GID{}, GIDsComplete: true}
 	if f := strings.Fields(p.Rate); len(f) > 0 {
 		if g, err := strconv.ParseFloat(f[0], 64); err == nil && g >= 0 && g < 1e6 {
 			ip.RateGbps = g
@@ -463,30 +475,30 @@ func hostIBVPort(p HostRDMAPort) *IBVPort {
 		case g.Type != "":
 			typ = "IB"
 		}
-		ig := ibvMakeGID(g.Index, g.GID, typ)
+		ig := ibv.MakeGID(g.Index, g.GID, typ)
 		ig.Netdev = g.Netdev
 		ip.GIDs = append(ip.GIDs, ig)
 	}
 	return ip
 }
 
-// checkFinding records a finding made elsewhere (ParseIBV's checks) as a
+// checkFinding records a finding made elsewhere (ibv.Parse's checks) as a
 // check line and a finding.
-func (h *hostRun) checkFinding(name string, f Finding) {
-	status := HostInfo
+func (h *hostRun) checkFinding(name string, f doctor.Finding) {
+	status := StatusInfo
 	switch f.Severity {
-	case SevError:
-		status = HostError
-	case SevWarn:
-		status = HostWarn
+	case doctor.SevError:
+		status = StatusError
+	case doctor.SevWarn:
+		status = StatusWarn
 	}
-	h.rep.Checks = append(h.rep.Checks, HostCheck{Name: name, Status: status, Detail: f.Message, Fix: f.Fix})
+	h.rep.Checks = append(h.rep.Checks, Check{Name: name, Status: status, Detail: f.Message, Fix: f.Fix})
 	h.rep.Findings = append(h.rep.Findings, f)
 }
 
-func (h *hostRun) readRDMADevice(name string) HostRDMADevice {
+func (h *hostRun) readRDMADevice(name string) RDMADevice {
 	base := "/sys/class/infiniband/" + name
-	d := HostRDMADevice{Name: name, NUMANode: -1}
+	d := RDMADevice{Name: name, NUMANode: -1}
 	d.NodeType, _ = h.read(base + "/node_type")
 	d.FWVer, _ = h.read(base + "/fw_ver")
 	if s, ok := h.read(base + "/device/numa_node"); ok {
@@ -505,7 +517,7 @@ func (h *hostRun) readRDMADevice(name string) HostRDMADevice {
 			continue
 		}
 		pb := base + "/ports/" + pn
-		p := HostRDMAPort{Port: n, GIDIndex: -1}
+		p := RDMAPort{Port: n, GIDIndex: -1}
 		st, _ := h.read(pb + "/state")
 		p.State = hostEnumName(st)
 		ps, _ := h.read(pb + "/phys_state")
@@ -527,7 +539,7 @@ func (h *hostRun) readRDMADevice(name string) HostRDMADevice {
 			if err != nil || a.IsUnspecified() {
 				continue // empty slot
 			}
-			g := HostGID{Index: i, GID: a.String()}
+			g := GID{Index: i, GID: a.String()}
 			g.Type, _ = h.read(pb + "/gid_attrs/types/" + gn)
 			g.Netdev, _ = h.read(pb + "/gid_attrs/ndevs/" + gn)
 			if g.Netdev != "" {
@@ -551,10 +563,10 @@ func (h *hostRun) readRDMADevice(name string) HostRDMADevice {
 	return d
 }
 
-// checkPort reports a port's state and GID findings (ibvPortFindings on
+// checkPort reports a port's state and GID findings (ibv.PortFindings on
 // the sysfs view) as the "port" and "gids" check lines, then compares a
 // RoCE port's netdev MTU with what a 4096-byte path MTU needs.
-func (h *hostRun) checkPort(d HostRDMADevice, p HostRDMAPort, fs []Finding) {
+func (h *hostRun) checkPort(d RDMADevice, p RDMAPort, fs []doctor.Finding) {
 	name := fmt.Sprintf("port %s/%d", d.Name, p.Port)
 	gname := fmt.Sprintf("gids %s/%d", d.Name, p.Port)
 	desc := fmt.Sprintf("%s, %s, %s", p.State, p.PhysState, p.LinkLayer)
@@ -572,13 +584,13 @@ func (h *hostRun) checkPort(d HostRDMADevice, p HostRDMAPort, fs []Finding) {
 		}
 	}
 	if !portDone {
-		h.check(name, HostOK, "", desc, "")
+		h.check(name, StatusOK, "", desc, "")
 	}
 	if p.LinkLayer != "Ethernet" {
 		return
 	}
 	if !gidsDone {
-		h.check(gname, HostOK, "", fmt.Sprintf("%d GIDs", len(p.GIDs)), "")
+		h.check(gname, StatusOK, "", fmt.Sprintf("%d GIDs", len(p.GIDs)), "")
 	}
 	if p.Netdev == "" {
 		return
@@ -589,22 +601,22 @@ func (h *hostRun) checkPort(d HostRDMADevice, p HostRDMAPort, fs []Finding) {
 		}
 		mname := fmt.Sprintf("roce mtu %s/%d", d.Name, p.Port)
 		if ifc.MTU < hostRoCEMTU {
-			h.check(mname, HostInfo, "roce-netdev-mtu",
+			h.check(mname, StatusInfo, "roce-netdev-mtu",
 				fmt.Sprintf("%s has MTU %d: RoCE path MTU %d (the kernel subtracts %d bytes of headers; the IB maximum 4096 needs a netdev MTU of %d or more)",
 					ifc.Name, ifc.MTU, hostPathMTU(ifc.MTU), hostRoCEHeaders, 4096+hostRoCEHeaders),
 				fmt.Sprintf("for 4096-byte RoCE packets set ip link set dev %s mtu %d (and the switch ports to match); 1024 or 2048 work, with more packets per message", ifc.Name, hostRoCEMTU))
 		} else {
-			h.check(mname, HostOK, "", fmt.Sprintf("%s MTU %d: RoCE path MTU 4096", ifc.Name, ifc.MTU), "")
+			h.check(mname, StatusOK, "", fmt.Sprintf("%s MTU %d: RoCE path MTU 4096", ifc.Name, ifc.MTU), "")
 		}
 	}
 }
 
 // checkGIDEnv checks an explicit NCCL_IB_GID_INDEX against a RoCE port.
-func (h *hostRun) checkGIDEnv(d HostRDMADevice, p HostRDMAPort, v string) {
+func (h *hostRun) checkGIDEnv(d RDMADevice, p RDMAPort, v string) {
 	name := fmt.Sprintf("env NCCL_IB_GID_INDEX %s/%d", d.Name, p.Port)
 	idx, err := strconv.Atoi(strings.TrimSpace(v))
 	if err != nil {
-		h.check(name, HostError, "env-gid-index-bad", fmt.Sprintf("NCCL_IB_GID_INDEX=%q is not a number", v), "unset it or set an index from this report")
+		h.check(name, StatusError, "env-gid-index-bad", fmt.Sprintf("NCCL_IB_GID_INDEX=%q is not a number", v), "unset it or set an index from this report")
 		return
 	}
 	want := "unset NCCL_IB_GID_INDEX"
@@ -616,15 +628,15 @@ func (h *hostRun) checkGIDEnv(d HostRDMADevice, p HostRDMAPort, v string) {
 			continue
 		}
 		if !hostIsRoCEv2(g.Type) {
-			h.check(name, HostWarn, "env-gid-index-v1", fmt.Sprintf("NCCL_IB_GID_INDEX=%d is %s (%s): RoCE v1 frames do not cross routers and need lossless L2", idx, g.GID, orDefault(g.Type, "type unknown")), want)
+			h.check(name, StatusWarn, "env-gid-index-v1", fmt.Sprintf("NCCL_IB_GID_INDEX=%d is %s (%s): RoCE v1 frames do not cross routers and need lossless L2", idx, g.GID, doctor.OrDefault(g.Type, "type unknown")), want)
 		} else if p.GIDIndex >= 0 && idx != p.GIDIndex {
-			h.check(name, HostInfo, "env-gid-index-not-ipv4", fmt.Sprintf("NCCL_IB_GID_INDEX=%d is RoCE v2 %s, not the IPv4 one", idx, g.GID), want)
+			h.check(name, StatusInfo, "env-gid-index-not-ipv4", fmt.Sprintf("NCCL_IB_GID_INDEX=%d is RoCE v2 %s, not the IPv4 one", idx, g.GID), want)
 		} else {
-			h.check(name, HostOK, "", fmt.Sprintf("NCCL_IB_GID_INDEX=%d is RoCE v2 %s", idx, g.GID), "")
+			h.check(name, StatusOK, "", fmt.Sprintf("NCCL_IB_GID_INDEX=%d is RoCE v2 %s", idx, g.GID), "")
 		}
 		return
 	}
-	h.check(name, HostError, "env-gid-index-empty", fmt.Sprintf("NCCL_IB_GID_INDEX=%d names an empty GID slot: queue pairs fail to reach RTR", idx), want)
+	h.check(name, StatusError, "env-gid-index-empty", fmt.Sprintf("NCCL_IB_GID_INDEX=%d names an empty GID slot: queue pairs fail to reach RTR", idx), want)
 }
 
 // hostPathMTU is the RoCE path MTU the kernel derives from a netdev MTU.
@@ -667,7 +679,7 @@ func hostAtoi(s string) int {
 func (h *hostRun) checkInterfaces() {
 	names := h.dir("/sys/class/net")
 	if len(names) == 0 {
-		h.check("interfaces", HostSkip, "", "/sys/class/net is absent or empty", "")
+		h.check("interfaces", StatusSkip, "", "/sys/class/net is absent or empty", "")
 		return
 	}
 	var addrs map[string][]string
@@ -685,7 +697,7 @@ func (h *hostRun) checkInterfaces() {
 	var parts []string
 	for _, n := range names {
 		base := "/sys/class/net/" + n
-		ifc := HostInterface{Name: n}
+		ifc := Interface{Name: n}
 		if s, ok := h.read(base + "/mtu"); ok {
 			ifc.MTU, _ = strconv.Atoi(s)
 		}
@@ -698,12 +710,12 @@ func (h *hostRun) checkInterfaces() {
 		ifc.Physical = h.exists(base + "/device")
 		ifc.Addrs = addrs[n]
 		h.rep.Interfaces = append(h.rep.Interfaces, ifc)
-		parts = append(parts, fmt.Sprintf("%s %s mtu %d", n, orDefault(ifc.State, "?"), ifc.MTU))
+		parts = append(parts, fmt.Sprintf("%s %s mtu %d", n, doctor.OrDefault(ifc.State, "?"), ifc.MTU))
 	}
-	h.check("interfaces", HostOK, "", strings.Join(parts, "; "), "")
+	h.check("interfaces", StatusOK, "", strings.Join(parts, "; "), "")
 }
 
-func hostIfUp(ifc HostInterface) bool {
+func hostIfUp(ifc Interface) bool {
 	return ifc.State == "up" || ifc.Loopback && ifc.State == "unknown"
 }
 
@@ -727,15 +739,15 @@ func (h *hostRun) checkMTUs() {
 	}
 	switch {
 	case len(parts) == 0:
-		h.check("mtu", HostSkip, "", "no up physical interface", "")
+		h.check("mtu", StatusSkip, "", "no up physical interface", "")
 	case len(rdmaMTUs) > 1:
-		h.check("mtu", HostWarn, "mtu-mismatch", "the netdevs of RDMA ports differ in MTU: "+strings.Join(rdmaParts, ", "),
+		h.check("mtu", StatusWarn, "mtu-mismatch", "the netdevs of RDMA ports differ in MTU: "+strings.Join(rdmaParts, ", "),
 			"use one MTU on every interface of the data path and on the switch ports (ip link set dev IF mtu N); a jumbo sender facing a 1500-byte path loses or fragments large frames, which looks like a hang")
 	case len(mtus) > 1:
-		h.check("mtu", HostInfo, "mtu-mismatch", "up physical interfaces differ in MTU: "+strings.Join(parts, ", ")+hostMTUNote(rdmaParts),
+		h.check("mtu", StatusInfo, "mtu-mismatch", "up physical interfaces differ in MTU: "+strings.Join(parts, ", ")+hostMTUNote(rdmaParts),
 			"if several of them carry NCCL/goccl traffic (NCCL_SOCKET_IFNAME, GOCCL_SOCKET_IFNAME), give those one MTU, the same on every host and switch port")
 	default:
-		h.check("mtu", HostOK, "", strings.Join(parts, ", "), "")
+		h.check("mtu", StatusOK, "", strings.Join(parts, ", "), "")
 	}
 }
 
@@ -748,12 +760,12 @@ func hostMTUNote(rdma []string) string {
 
 // --- /dev/shm, port range, NUMA --------------------------------------------
 
-// checkShm statfs(2)s Root/dev/shm (through HostOptions.Statfs when set).
+// checkShm statfs(2)s Root/dev/shm (through Options.Statfs when set).
 func (h *hostRun) checkShm() {
 	p := h.path("/dev/shm")
 	size, free, err := h.statfs(p)
 	if err != nil {
-		h.check("shm", HostWarn, "shm-missing", fmt.Sprintf("statfs %s: %v", p, err),
+		h.check("shm", StatusWarn, "shm-missing", fmt.Sprintf("statfs %s: %v", p, err),
 			"mount a tmpfs on /dev/shm (docker: --shm-size=8g or --ipc=host); without it NCCL's SHM transport and goccl's rings are unavailable and local ranks talk over TCP")
 		return
 	}
@@ -778,11 +790,11 @@ func hostShmCheck(size, free uint64) (name, status, code, detail, fix string) {
 	fix = "give the container more: docker run --shm-size=8g (or --ipc=host); Kubernetes: mount an emptyDir with medium: Memory at /dev/shm"
 	switch {
 	case size < hostShmMin:
-		return "shm", HostWarn, "shm-small", detail + " (under 1 GiB; Docker's default is 64 MiB): NCCL's SHM transport fails or falls back and goccl pairs without rings use TCP", fix
+		return "shm", StatusWarn, "shm-small", detail + " (under 1 GiB; Docker's default is 64 MiB): NCCL's SHM transport fails or falls back and goccl pairs without rings use TCP", fix
 	case free < hostShmMin:
-		return "shm", HostWarn, "shm-full", detail + ": under 1 GiB free; stale segments of crashed jobs may hold it (ls -la /dev/shm)", "remove stale nccl-*/goccl-* files in /dev/shm, or " + fix
+		return "shm", StatusWarn, "shm-full", detail + ": under 1 GiB free; stale segments of crashed jobs may hold it (ls -la /dev/shm)", "remove stale nccl-*/goccl-* files in /dev/shm, or " + fix
 	}
-	return "shm", HostOK, "", detail, ""
+	return "shm", StatusOK, "", detail, ""
 }
 
 func hostBytes(n uint64) string {
@@ -803,7 +815,7 @@ func hostBytes(n uint64) string {
 func (h *hostRun) checkPortRange() {
 	s, ok := h.read("/proc/sys/net/ipv4/ip_local_port_range")
 	if !ok {
-		h.check("port range", HostSkip, "", "/proc/sys/net/ipv4/ip_local_port_range unreadable", "")
+		h.check("port range", StatusSkip, "", "/proc/sys/net/ipv4/ip_local_port_range unreadable", "")
 		return
 	}
 	f := strings.Fields(s)
@@ -814,24 +826,24 @@ func (h *hostRun) checkPortRange() {
 		hi, err2 = strconv.Atoi(f[1])
 	}
 	if len(f) != 2 || err1 != nil || err2 != nil || hi < lo {
-		h.check("port range", HostWarn, "port-range-unparsable", fmt.Sprintf("ip_local_port_range is %q", s), "")
+		h.check("port range", StatusWarn, "port-range-unparsable", fmt.Sprintf("ip_local_port_range is %q", s), "")
 		return
 	}
-	pr := &HostPortRange{Low: lo, High: hi, Width: hi - lo + 1}
+	pr := &PortRange{Low: lo, High: hi, Width: hi - lo + 1}
 	h.rep.PortRange = pr
 	detail := fmt.Sprintf("%d-%d (%d ports)", lo, hi, pr.Width)
 	if pr.Width < hostPortRangeMin {
-		h.check("port range", HostWarn, "port-range-narrow", detail+": large jobs open sockets to every peer and can run out (EADDRINUSE / EADDRNOTAVAIL at init)",
+		h.check("port range", StatusWarn, "port-range-narrow", detail+": large jobs open sockets to every peer and can run out (EADDRINUSE / EADDRNOTAVAIL at init)",
 			"sysctl -w net.ipv4.ip_local_port_range=\"32768 60999\" (or wider)")
 		return
 	}
-	h.check("port range", HostOK, "", detail, "")
+	h.check("port range", StatusOK, "", detail, "")
 }
 
 // checkNUMA reads /sys/devices/system/node/node<N>/cpulist: CPU ranges such
 // as "0-15,32-47" (Documentation/ABI/stable/sysfs-devices-node).
 func (h *hostRun) checkNUMA() {
-	var nodes []HostNUMANode
+	var nodes []NUMANode
 	for _, n := range h.dir("/sys/devices/system/node") {
 		id, err := strconv.Atoi(strings.TrimPrefix(n, "node"))
 		if !strings.HasPrefix(n, "node") || err != nil {
@@ -841,7 +853,7 @@ func (h *hostRun) checkNUMA() {
 		if !ok {
 			continue
 		}
-		nodes = append(nodes, HostNUMANode{Node: id, CPUList: cl, CPUs: hostCountCPUs(cl)})
+		nodes = append(nodes, NUMANode{Node: id, CPUList: cl, CPUs: hostCountCPUs(cl)})
 	}
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Node < nodes[j].Node })
 	h.rep.NUMANodes = nodes
@@ -851,9 +863,9 @@ func (h *hostRun) checkNUMA() {
 	}
 	switch len(nodes) {
 	case 0:
-		h.check("numa", HostSkip, "", "no /sys/devices/system/node/node*/cpulist", "")
+		h.check("numa", StatusSkip, "", "no /sys/devices/system/node/node*/cpulist", "")
 	case 1:
-		h.check("numa", HostOK, "", parts[0], "")
+		h.check("numa", StatusOK, "", parts[0], "")
 	default:
 		var near []string
 		for _, d := range h.rep.RDMA {
@@ -865,7 +877,7 @@ func (h *hostRun) checkNUMA() {
 		if len(near) > 0 {
 			detail += "; " + strings.Join(near, ", ")
 		}
-		h.check("numa", HostInfo, "numa-nodes", detail,
+		h.check("numa", StatusInfo, "numa-nodes", detail,
 			"pin each rank to the node of its GPU and NIC (numactl --cpunodebind=N --membind=N, or the launcher's binding); nvidia-smi topo -m shows the affinity")
 	}
 }
@@ -898,23 +910,23 @@ func (h *hostRun) checkEnv() {
 	n := len(h.rep.Checks)
 	env := h.env
 	if h.envFlag("NCCL_P2P_DISABLE") {
-		h.check("env NCCL_P2P_DISABLE", HostWarn, "env-p2p-disabled",
+		h.check("env NCCL_P2P_DISABLE", StatusWarn, "env-p2p-disabled",
 			"NCCL_P2P_DISABLE="+env["NCCL_P2P_DISABLE"]+": GPUs on this host exchange data through host memory instead of NVLink or PCIe peer-to-peer",
 			"unset it; if P2P hangs or corrupts data, disable PCIe ACS / IOMMU translation for the GPUs instead (NCCL troubleshooting guide)")
 	}
 	if h.envFlag("NCCL_SHM_DISABLE") {
-		h.check("env NCCL_SHM_DISABLE", HostWarn, "env-shm-disabled",
+		h.check("env NCCL_SHM_DISABLE", StatusWarn, "env-shm-disabled",
 			"NCCL_SHM_DISABLE="+env["NCCL_SHM_DISABLE"]+": where P2P is not possible, GPUs on this host talk through the network instead of shared memory",
 			"unset it; if /dev/shm is too small, enlarge it (--shm-size) instead")
 	}
 	if h.envFlag("NCCL_IB_DISABLE") {
 		v := env["NCCL_IB_DISABLE"]
 		if len(h.rep.RDMA) > 0 {
-			h.check("env NCCL_IB_DISABLE", HostWarn, "env-ib-disabled",
+			h.check("env NCCL_IB_DISABLE", StatusWarn, "env-ib-disabled",
 				"NCCL_IB_DISABLE="+v+" while this host has RDMA devices: NCCL uses NET/Socket (TCP) between hosts",
 				"unset it to use "+h.rdmaNames())
 		} else {
-			h.check("env NCCL_IB_DISABLE", HostInfo, "env-ib-disabled",
+			h.check("env NCCL_IB_DISABLE", StatusInfo, "env-ib-disabled",
 				"NCCL_IB_DISABLE="+v+"; this host has no RDMA device, so it changes nothing here", "unset it on hosts with InfiniBand or RoCE")
 		}
 	}
@@ -924,7 +936,7 @@ func (h *hostRun) checkEnv() {
 	h.checkSocketThreads()
 	switch d := strings.ToUpper(strings.TrimSpace(env["NCCL_DEBUG"])); d {
 	case "INFO", "TRACE":
-		h.check("env NCCL_DEBUG", HostInfo, "env-debug-on",
+		h.check("env NCCL_DEBUG", StatusInfo, "env-debug-on",
 			"NCCL_DEBUG="+d+" is on: every rank logs its setup (and, with TRACE, every operation); noisy and, with TRACE, slow",
 			"keep it for diagnosis (goccl doctor nccl-log reads the log), unset it or use WARN in production")
 	}
@@ -936,7 +948,7 @@ func (h *hostRun) checkEnv() {
 	}
 	h.checkGOCCLVars()
 	if len(h.rep.Checks) == n {
-		h.check("env", HostOK, "", "no NCCL_*/GOCCL_* setting known to hurt", "")
+		h.check("env", StatusOK, "", "no NCCL_*/GOCCL_* setting known to hurt", "")
 	}
 }
 
@@ -949,61 +961,13 @@ func (h *hostRun) envFlag(k string) bool {
 	if !ok || strings.TrimSpace(v) == "" {
 		return false
 	}
-	n, ok := hostStrtoll(v)
+	n, ok := doctor.ParseNCCLInt(v)
 	if !ok {
-		h.check("env "+k, HostWarn, "env-not-integer", fmt.Sprintf("%s=%q is not an integer: NCCL ignores it (INFO \"Invalid value\") and keeps its default", k, v),
+		h.check("env "+k, StatusWarn, "env-not-integer", fmt.Sprintf("%s=%q is not an integer: NCCL ignores it (INFO \"Invalid value\") and keeps its default", k, v),
 			"set "+k+"=1 to disable, or unset it")
 		return false
 	}
 	return n != 0
-}
-
-// hostStrtoll parses the leading integer of s as C's strtoll(s, &end, 0)
-// does (white space, sign, 0x hex, 0 octal, decimal; trailing text
-// ignored) and reports whether there was one.
-func hostStrtoll(s string) (int64, bool) {
-	s = strings.TrimLeft(s, " \t\n\v\f\r")
-	neg := false
-	if s != "" && (s[0] == '+' || s[0] == '-') {
-		neg, s = s[0] == '-', s[1:]
-	}
-	base, digits := 10, s
-	switch {
-	case len(s) > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X') && strings.ContainsRune("0123456789abcdefABCDEF", rune(s[2])):
-		base, digits = 16, s[2:]
-	case len(s) > 0 && s[0] == '0':
-		base = 8
-	}
-	end := 0
-	for end < len(digits) {
-		c := digits[end]
-		var d int
-		switch {
-		case c >= '0' && c <= '9':
-			d = int(c - '0')
-		case c >= 'a' && c <= 'f':
-			d = int(c-'a') + 10
-		case c >= 'A' && c <= 'F':
-			d = int(c-'A') + 10
-		default:
-			d = 99
-		}
-		if d >= base {
-			break
-		}
-		end++
-	}
-	if end == 0 {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(digits[:end], base, 64)
-	if err != nil {
-		n = 1 << 62 // out of range: strtoll saturates; only "non-zero" matters here
-	}
-	if neg {
-		n = -n
-	}
-	return n, true
 }
 
 // checkIBHCA compares NCCL_IB_HCA with the devices in /sys/class/infiniband.
@@ -1074,13 +1038,13 @@ func (h *hostRun) checkIBHCA(spec string) {
 	have := "this host has " + h.rdmaPorts()
 	switch {
 	case len(selected) == 0:
-		h.check(name, HostError, "env-ib-hca-none", fmt.Sprintf("NCCL_IB_HCA=%s selects no RDMA port (%s): NCCL falls back to NET/Socket (TCP) without an error", spec, have),
+		h.check(name, StatusError, "env-ib-hca-none", fmt.Sprintf("NCCL_IB_HCA=%s selects no RDMA port (%s): NCCL falls back to NET/Socket (TCP) without an error", spec, have),
 			"name devices that exist (NCCL_IB_HCA="+h.rdmaNames()+"; prefixes match unless the list starts with =), or unset it")
 	case len(unknown) > 0 && !exclude:
-		h.check(name, HostWarn, "env-ib-hca-unknown", fmt.Sprintf("NCCL_IB_HCA=%s: %s name no device or port here (%s); NCCL uses %s", spec, strings.Join(unknown, ", "), have, strings.Join(selected, ", ")),
+		h.check(name, StatusWarn, "env-ib-hca-unknown", fmt.Sprintf("NCCL_IB_HCA=%s: %s name no device or port here (%s); NCCL uses %s", spec, strings.Join(unknown, ", "), have, strings.Join(selected, ", ")),
 			"a different device naming on this host (mlx5_bond_0, ibp*) makes the same setting select less: list the names of this host, or use a prefix (mlx5)")
 	case len(unknown) > 0:
-		h.check(name, HostInfo, "env-ib-hca-unknown", fmt.Sprintf("NCCL_IB_HCA=%s excludes %s, which name no device or port here (%s)", spec, strings.Join(unknown, ", "), have),
+		h.check(name, StatusInfo, "env-ib-hca-unknown", fmt.Sprintf("NCCL_IB_HCA=%s excludes %s, which name no device or port here (%s)", spec, strings.Join(unknown, ", "), have),
 			"check the spelling; NCCL uses "+strings.Join(selected, ", "))
 	}
 }
@@ -1093,7 +1057,7 @@ func (h *hostRun) rdmaPorts() string {
 			ns = append(ns, fmt.Sprintf("%s:%d", d.Name, p.Port))
 		}
 	}
-	return orDefault(strings.Join(ns, ", "), "no ports")
+	return doctor.OrDefault(strings.Join(ns, ", "), "no ports")
 }
 
 func (h *hostRun) rdmaNames() string {
@@ -1137,7 +1101,7 @@ func (h *hostRun) checkSocketThreads() {
 	}
 	name := "env NCCL_SOCKET_NTHREADS"
 	if len(bad) > 0 {
-		h.check(name, HostWarn, "env-socket-threads-bad", strings.Join(bad, ", ")+" is not a positive number", "set positive integers, or unset for NCCL's defaults")
+		h.check(name, StatusWarn, "env-socket-threads-bad", strings.Join(bad, ", ")+" is not a positive number", "set positive integers, or unset for NCCL's defaults")
 		return
 	}
 	var probs []string
@@ -1150,7 +1114,7 @@ func (h *hostRun) checkSocketThreads() {
 			t, s, t*s, hostMaxSockets, hostMaxSockets/t))
 	}
 	if len(probs) > 0 {
-		h.check(name, HostWarn, "env-socket-threads", strings.Join(probs, "; "),
+		h.check(name, StatusWarn, "env-socket-threads", strings.Join(probs, "; "),
 			"keep the product at or below 64 (e.g. NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=4); more sockets rarely help past the NIC's bandwidth")
 	}
 }
@@ -1234,7 +1198,7 @@ func (h *hostRun) checkIfname(v, spec string, multi, known bool, why string) {
 		tool = "goccl"
 	}
 	if len(sel) == 0 {
-		h.check(name, HostError, "env-socket-ifname-none", fmt.Sprintf("%s=%s selects no up interface on this host: %s's bootstrap fails (no interface found)", v, spec, tool),
+		h.check(name, StatusError, "env-socket-ifname-none", fmt.Sprintf("%s=%s selects no up interface on this host: %s's bootstrap fails (no interface found)", v, spec, tool),
 			"set it to a prefix or =name of an up interface ("+h.upNames()+")")
 		return
 	}
@@ -1242,14 +1206,14 @@ func (h *hostRun) checkIfname(v, spec string, multi, known bool, why string) {
 		return
 	}
 	detail := fmt.Sprintf("%s=%s leaves only %s (loopback)", v, spec, strings.Join(sel, ","))
-	fix := fmt.Sprintf("set %s to the interface that reaches the other hosts (=%s), or unset it", v, orDefault(h.firstUpPhysical(), "eth0"))
+	fix := fmt.Sprintf("set %s to the interface that reaches the other hosts (=%s), or unset it", v, doctor.OrDefault(h.firstUpPhysical(), "eth0"))
 	switch {
 	case multi:
-		h.check(name, HostError, "env-socket-ifname-lo", detail+" but the job spans several hosts ("+why+"): other hosts cannot reach 127.0.0.1 and init hangs or times out", fix)
+		h.check(name, StatusError, "env-socket-ifname-lo", detail+" but the job spans several hosts ("+why+"): other hosts cannot reach 127.0.0.1 and init hangs or times out", fix)
 	case known:
-		h.check(name, HostInfo, "env-socket-ifname-lo", detail+"; fine for this single-host job ("+why+")", fix+" before running across hosts")
+		h.check(name, StatusInfo, "env-socket-ifname-lo", detail+"; fine for this single-host job ("+why+")", fix+" before running across hosts")
 	default:
-		h.check(name, HostWarn, "env-socket-ifname-lo", detail+": works only when every rank runs on this host (no launcher variable says how many hosts)", fix+" before running across hosts")
+		h.check(name, StatusWarn, "env-socket-ifname-lo", detail+": works only when every rank runs on this host (no launcher variable says how many hosts)", fix+" before running across hosts")
 	}
 }
 
@@ -1260,7 +1224,7 @@ func (h *hostRun) upNames() string {
 			ns = append(ns, ifc.Name)
 		}
 	}
-	return orDefault(strings.Join(ns, ", "), "none")
+	return doctor.OrDefault(strings.Join(ns, ", "), "none")
 }
 
 // firstUpPhysical names the interface to suggest for cross-host traffic: the
@@ -1303,11 +1267,11 @@ func (h *hostRun) checkGOCCLVars() {
 		if near := hostNearest(k, hostKnownGOCCL); near != "" {
 			fix = "did you mean " + near + "? goccl ignores " + k
 		}
-		h.check("env "+k, HostWarn, "env-goccl-unknown", k+" is not a variable goccl reads", fix)
+		h.check("env "+k, StatusWarn, "env-goccl-unknown", k+" is not a variable goccl reads", fix)
 	}
 	if v, ok := h.env["GOCCL_TIMEOUT"]; ok && strings.TrimSpace(v) != "" {
 		if _, err := hostParseTimeout(v); err != nil {
-			h.check("env GOCCL_TIMEOUT", HostError, "env-goccl-timeout", fmt.Sprintf("GOCCL_TIMEOUT=%q is neither a duration (90s, 5m) nor a number of seconds: Init fails", v),
+			h.check("env GOCCL_TIMEOUT", StatusError, "env-goccl-timeout", fmt.Sprintf("GOCCL_TIMEOUT=%q is neither a duration (90s, 5m) nor a number of seconds: Init fails", v),
 				"export GOCCL_TIMEOUT=90s (a Go duration) or GOCCL_TIMEOUT=90 (seconds)")
 		}
 	}
@@ -1356,13 +1320,13 @@ func hostEditDistance(a, b string) int {
 // --- external tools ----------------------------------------------------------
 
 // runTools runs nvidia-smi topo -m and ibv_devinfo, keeps their raw
-// output in Tools and feeds it to ParseTopo and ParseIBV, whose findings
+// output in Tools and feeds it to topo.Parse and ibv.Parse, whose findings
 // join the host's.
 func (h *hostRun) runTools(ctx context.Context, run func(context.Context, string, ...string) ([]byte, error)) error {
 	for _, t := range hostTools {
 		cmdline := strings.TrimSpace(t.name + " " + strings.Join(t.args, " "))
 		if run == nil && h.root != "/" {
-			h.check(cmdline, HostSkip, "", "Root is not /: the tool would describe this machine, not the tree", "")
+			h.check(cmdline, StatusSkip, "", "Root is not /: the tool would describe this machine, not the tree", "")
 			continue
 		}
 		r := run
@@ -1375,19 +1339,19 @@ func (h *hostRun) runTools(ctx context.Context, run func(context.Context, string
 		}
 		switch {
 		case errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist):
-			h.check(cmdline, HostSkip, "", "not installed", "")
+			h.check(cmdline, StatusSkip, "", "not installed", "")
 		case err != nil:
 			msg := err.Error()
 			if o := strings.TrimSpace(string(out)); o != "" {
 				msg += ": " + hostFirstLine(o)
 			}
-			h.check(cmdline, HostWarn, "tool-failed", msg, "run "+cmdline+" by hand; for nvidia-smi check the driver (dmesg | grep -i nvrm), for ibv_devinfo the rdma-core packages and /dev/infiniband")
+			h.check(cmdline, StatusWarn, "tool-failed", msg, "run "+cmdline+" by hand; for nvidia-smi check the driver (dmesg | grep -i nvrm), for ibv_devinfo the rdma-core packages and /dev/infiniband")
 			if len(out) > 0 {
 				h.setTool(cmdline, out)
 			}
 		default:
 			h.setTool(cmdline, out)
-			h.check(cmdline, HostOK, "", fmt.Sprintf("%d lines kept in the report (tools), %s", strings.Count(string(out), "\n"), h.parseTool(t.name, out)), "")
+			h.check(cmdline, StatusOK, "", fmt.Sprintf("%d lines kept in the report (tools), %s", strings.Count(string(out), "\n"), h.parseTool(t.name, out)), "")
 		}
 	}
 	return nil
@@ -1396,18 +1360,18 @@ func (h *hostRun) runTools(ctx context.Context, run func(context.Context, string
 // parseTool reads a tool's output with this package's reader for it and
 // says what it found.
 func (h *hostRun) parseTool(name string, out []byte) string {
-	var fs []Finding
+	var fs []doctor.Finding
 	var summary string
 	switch name {
 	case "nvidia-smi":
-		rep, err := ParseTopo(bytes.NewReader(out))
+		rep, err := topo.Parse(bytes.NewReader(out))
 		if err != nil {
 			return "not read: " + err.Error()
 		}
 		h.rep.Topo, fs = rep, rep.Findings
 		summary = fmt.Sprintf("%d GPUs, %d NICs", len(rep.GPUs), len(rep.NICs))
 	case "ibv_devinfo":
-		rep, err := ParseIBV(bytes.NewReader(out))
+		rep, err := ibv.Parse(bytes.NewReader(out))
 		if err != nil {
 			return "not read: " + err.Error()
 		}
@@ -1431,12 +1395,12 @@ func (h *hostRun) parseTool(name string, out []byte) string {
 	return fmt.Sprintf("read: %s, %d findings", summary, len(fs))
 }
 
-// hostPortRe matches the port a finding of ibvPortFindings is about.
+// hostPortRe matches the port a finding of ibv.PortFindings is about.
 var hostPortRe = regexp.MustCompile(`^\S+ port \d+\b`)
 
 // hostFindingKey identifies a finding's condition: its code and port, or
 // its code and message when it is about no single port.
-func hostFindingKey(f Finding) string {
+func hostFindingKey(f doctor.Finding) string {
 	if m := hostPortRe.FindString(f.Message); m != "" {
 		return f.Code + "|" + m
 	}
@@ -1482,12 +1446,12 @@ func hostExec(ctx context.Context, name string, args ...string) ([]byte, error) 
 
 // WriteText prints the report for a person: one line per check with its fix
 // indented below, then the findings count. Tool outputs are left to --json.
-func (rep *HostReport) WriteText(w io.Writer) error {
+func (rep *Report) WriteText(w io.Writer) error {
 	ew := &hostErrWriter{w: w}
 	tw := tabwriter.NewWriter(ew, 0, 8, 2, ' ', 0)
 	for _, c := range rep.Checks {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", strings.ToUpper(c.Status), c.Name, c.Detail)
-		if c.Fix != "" && c.Status != HostOK {
+		if c.Fix != "" && c.Status != StatusOK {
 			fmt.Fprintf(tw, "\t\t  fix: %s\n", c.Fix)
 		}
 	}
@@ -1495,9 +1459,9 @@ func (rep *HostReport) WriteText(w io.Writer) error {
 	var ne, nw, ni int
 	for _, f := range rep.Findings {
 		switch f.Severity {
-		case SevError:
+		case doctor.SevError:
 			ne++
-		case SevWarn:
+		case doctor.SevWarn:
 			nw++
 		default:
 			ni++
@@ -1508,7 +1472,7 @@ func (rep *HostReport) WriteText(w io.Writer) error {
 }
 
 // WriteJSON prints the report as indented JSON.
-func (rep *HostReport) WriteJSON(w io.Writer) error {
+func (rep *Report) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(rep)

@@ -1,6 +1,5 @@
-package doctor
-
-// NCCL debug-log analyser (`goccl doctor nccl-log FILE`).
+// Package nccllog analyses NCCL debug logs (`goccl doctor nccl-log FILE`):
+// which network, transports and interfaces NCCL chose, and what went wrong.
 //
 // Input: the text NCCL prints with NCCL_DEBUG=INFO (or WARN), as posted in
 // bug reports. A line normally looks like
@@ -18,13 +17,15 @@ package doctor
 // physical line was at least logMinWrapWidth bytes long (a terminal wraps at
 // its width) or the continuation is an NCCL list item ("[1]mlx5_1:1/IB");
 // indented text after a short NCCL line (a Python traceback's `  File "…"`,
-// pasted tool output) stays a line of its own. Lines longer than logMaxLine
-// are truncated, never rejected, and no pattern runs over more than
-// logMaxJoined bytes.
+// pasted tool output) stays a line of its own. Lines longer than 64 KiB
+// are truncated, never rejected, and no pattern runs over more than 64 KiB
+// of a joined line.
 //
-// Each pattern below names the NCCL source that prints it and the versions
-// in which it was seen; none of NCCL's code or text is copied, only the shape
-// of the log lines.
+// Each logical line goes through a table of line rules (rules.go): a cheap
+// literal gate, then a regexp, then a handler that records what the line
+// says. Each rule names the NCCL source that prints its lines and the
+// versions in which they were seen; none of NCCL's code or text is copied,
+// only the shape of the log lines.
 //
 // Finding codes are stable; every code the analyser emits:
 //
@@ -55,9 +56,9 @@ package doctor
 //	nccl-version-mismatch         warn: several NCCL versions in one log
 //	hca-mixed-link-layers         info: both InfiniBand and RoCE ports in use
 //	roce-mtu-low                  info: RoCE QPs with an MTU of 1024 bytes or less
+package nccllog
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -66,11 +67,13 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/goccl/goccl/doctor"
 )
 
-// NCCLLogReport is what AnalyzeNCCLLog learnt from one log. Empty strings,
+// Report is what Analyze learnt from one log. Empty strings,
 // zero counts and "unknown" mean the log did not say.
-type NCCLLogReport struct {
+type Report struct {
 	// NCCLVersion is the first "NCCL version X" seen (init.cc, all 2.x),
 	// e.g. "2.18.5+cuda12.0"; NCCLVersionsSeen lists every distinct one.
 	NCCLVersion      string   `json:"nccl_version"`
@@ -104,13 +107,13 @@ type NCCLLogReport struct {
 	// (NET connections in a single-node job).
 	IntraNode []string `json:"intra_node"`
 	// NVLS is NVLink SHARP: availability and channel count.
-	NVLS NCCLLogNVLS `json:"nvls"`
+	NVLS NVLS `json:"nvls"`
 	// CollNet is in-network reduction (SHARP via a collnet plugin).
-	CollNet NCCLLogCollNet `json:"collnet"`
+	CollNet CollNet `json:"collnet"`
 	// Interfaces are the socket interfaces NCCL chose, per role.
-	Interfaces []NCCLLogInterface `json:"interfaces"`
+	Interfaces []Interface `json:"interfaces"`
 	// HCAs are the RDMA devices NET/IB (or an IB-style plugin) listed.
-	HCAs []NCCLLogHCA `json:"hcas"`
+	HCAs []HCA `json:"hcas"`
 	// NRanks is the largest communicator size seen; NNodes the number of
 	// nodes when the log says or shows it (0 unknown); MultiNode is true when
 	// something points at more than one node: NNodes > 1 ("nNodes N", several
@@ -140,31 +143,31 @@ type NCCLLogReport struct {
 	Lines     int `json:"lines"`
 	NCCLLines int `json:"nccl_lines"`
 	// Findings are sorted errors first, then warnings, then info.
-	Findings []Finding `json:"findings"`
+	Findings []doctor.Finding `json:"findings"`
 }
 
-// NCCLLogNVLS: Available is "yes" / "no" from "NVLS multicast support is
+// NVLS: Available is "yes" / "no" from "NVLS multicast support is
 // [not] available on dev N" (transport/nvls.cc, 2.17+), "unknown" otherwise;
 // Channels is from "N coll channels, [M collnet channels,] K nvls channels"
 // (init.cc, 2.17+), null when not logged; DisabledByEnv is NCCL_NVLS_ENABLE=0.
-type NCCLLogNVLS struct {
+type NVLS struct {
 	Available     string `json:"available"`
 	Channels      *int   `json:"channels"`
 	DisabledByEnv bool   `json:"disabled_by_env,omitempty"`
 }
 
-// NCCLLogCollNet: Requested is NCCL_COLLNET_ENABLE=1 (or NCCL_ALGO naming
+// CollNet: Requested is NCCL_COLLNET_ENABLE=1 (or NCCL_ALGO naming
 // CollNet) set by environment; Plugin the loaded collnet plugin ("SHARP");
 // Supported "yes" (plugin loaded or COLLNET connections seen), "no"
 // (requested but no collnet plugin / NCCL said it is not supported) or
 // "unknown".
-type NCCLLogCollNet struct {
+type CollNet struct {
 	Requested bool   `json:"requested"`
 	Plugin    string `json:"plugin,omitempty"`
 	Supported string `json:"supported"`
 }
 
-// NCCLLogInterface is one socket interface NCCL chose. Role is "bootstrap"
+// Interface is one socket interface NCCL chose. Role is "bootstrap"
 // ("Bootstrap : Using", bootstrap.cc 2.4+; "NET : Using interface", 2.2-2.3),
 // "net-socket" ("NET/Socket : Using", transport/net_socket.cc) or "ib-oob"
 // (the "; OOB" part of "NET/IB : Using", or "NET/IB : Using interface X for
@@ -172,7 +175,7 @@ type NCCLLogCollNet struct {
 // Kind is "loopback", "virtual" (docker/veth/bridge/VPN/tunnel by name),
 // "link-local-ipv6" (fe80::/10), "link-local-ipv4" (169.254.0.0/16), "ipoib"
 // or "" (an ordinary NIC).
-type NCCLLogInterface struct {
+type Interface struct {
 	Name    string `json:"name"`
 	Address string `json:"address"`
 	Role    string `json:"role"`
@@ -181,7 +184,7 @@ type NCCLLogInterface struct {
 	Kind    string `json:"kind,omitempty"`
 }
 
-// NCCLLogHCA is one RDMA device from "NET/IB : Using [0]mlx5_0:1/IB [1]..."
+// HCA is one RDMA device from "NET/IB : Using [0]mlx5_0:1/IB [1]..."
 // (transport/net_ib.cc 2.4+; "NET/IB: [0] mlx5_0:1/IB" in 2.2-2.3). Flags are
 // the extra "/SHARP" parts and "RO" for a trailing "[RO]" (relaxed ordering,
 // 2.12+). GDR is "enabled"/"disabled" from "GPU Direct RDMA Enabled|Disabled
@@ -189,7 +192,7 @@ type NCCLLogInterface struct {
 // and another may not. MTU is the QP path MTU in bytes (256..4096), converted
 // from the IB enum M (1..5) of "NET/IB: Dev N Port P qpn Q mtu M GID G"
 // (2.12+), which also gives GIDIndex.
-type NCCLLogHCA struct {
+type HCA struct {
 	Name      string   `json:"name"`
 	Port      int      `json:"port"`
 	LinkLayer string   `json:"link_layer"`
@@ -210,12 +213,12 @@ const (
 	logMaxPrefixHits = 16
 )
 
-// AnalyzeNCCLLog reads an NCCL debug log and returns what it shows and what
+// Analyze reads an NCCL debug log and returns what it shows and what
 // is wrong with it. The error is only ever an I/O error from r; any text,
 // however malformed, gives a report.
-func AnalyzeNCCLLog(r io.Reader) (*NCCLLogReport, error) {
+func Analyze(r io.Reader) (*Report, error) {
 	a := logNewAnalyzer()
-	_, err := readLines(r, logMaxLine, 0, func(_ int, line string) { a.feedPhysical(strings.TrimRight(line, "\r")) })
+	_, err := doctor.ReadLines(r, logMaxLine, 0, func(_ int, line string) { a.feedPhysical(strings.TrimRight(line, "\r")) })
 	a.flushPending()
 	rep := a.finish()
 	if err != nil {
@@ -257,7 +260,7 @@ var (
 
 // logAnalyzer accumulates facts line by line.
 type logAnalyzer struct {
-	rep     NCCLLogReport
+	rep     Report
 	pending *logRecord
 	prevLen int // bytes of the previous physical line (after CR/ANSI handling)
 
@@ -343,16 +346,16 @@ type logCompletion struct {
 
 func logNewAnalyzer() *logAnalyzer {
 	return &logAnalyzer{
-		rep: NCCLLogReport{
+		rep: Report{
 			GDRDMA:     "unknown",
 			IntraNode:  []string{},
-			Interfaces: []NCCLLogInterface{},
-			HCAs:       []NCCLLogHCA{},
+			Interfaces: []Interface{},
+			HCAs:       []HCA{},
 			Hosts:      []string{},
 			Env:        map[string]string{},
-			Findings:   []Finding{},
-			NVLS:       NCCLLogNVLS{Available: "unknown"},
-			CollNet:    NCCLLogCollNet{Supported: "unknown"},
+			Findings:   []doctor.Finding{},
+			NVLS:       NVLS{Available: "unknown"},
+			CollNet:    CollNet{Supported: "unknown"},
 		},
 		hosts:           map[string]bool{},
 		tableHosts:      map[string]bool{},
@@ -453,273 +456,22 @@ func (a *logAnalyzer) flushPending() {
 	a.process(r)
 }
 
-// Payload patterns. Each comment: source file and NCCL versions.
+// Patterns the rules' helpers use.
 var (
-	// init.cc "NCCL version 2.18.5+cuda12.0" (all 2.x; printed by rank 0).
-	logVersionRe = regexp.MustCompile(`NCCL version (\d+\.\d+\.\d+[\w.+\-]*)`)
-	// init.cc "cudaDriverVersion 12020" (2.11+).
-	logCudaDriverRe = regexp.MustCompile(`cudaDriverVersion (\d+)`)
-	// param.cc / utils: "NCCL_X set by environment to Y." (all 2.x; ints get
-	// a trailing dot) and "NCCL_X set to Y" (older string params).
-	logEnvRe = regexp.MustCompile(`\b(NCCL_[A-Z0-9_]+) set (?:by environment )?to (.*)$`)
-	// bootstrap.cc "Bootstrap : Using [0]eth0:10.0.0.1<0> [1]..." (2.4-2.11),
-	// "Bootstrap : Using eth0:10.0.0.1<0>" (2.12+), "Bootstrap: Using" (2.23+).
-	logBootstrapRe = regexp.MustCompile(`^Bootstrap ?: ?Using (.*)$`)
-	// 2.2-2.3 "NET : Using interface eth0:10.0.0.1<0>".
-	logOldNetIfRe = regexp.MustCompile(`^NET ?: ?Using interface (.*)$`)
-	// transport/net_socket.cc "NET/Socket : Using [0]eth0:10.0.0.1<0> ...".
-	logNetSocketRe = regexp.MustCompile(`^NET/Socket ?: ?Using (.*)$`)
-	// 2.2-2.3 "NET/IB : Using interface ib0 for sideband communication".
-	logIBSidebandRe = regexp.MustCompile(`^NET/IB ?: ?Using interface (\S+) for sideband`)
 	// an interface item "[0]name:addr<port>" or "name:addr<port>".
 	logIfItemRe = regexp.MustCompile(`(?:\[(\d+)\])?([A-Za-z0-9_.@\-]+):([^\s<>]+)<\d+>`)
-	// transport/net_ib.cc "NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE [RO]; OOB ib0:10.0.0.1<0>"
-	// (2.4+; "/SHARP" and other flags from the rdma-sharp plugin; 2.2-2.3
-	// "NET/IB: [0] mlx5_0:1/IB").
+	// an HCA item of "NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE [RO]; OOB
+	// ib0:10.0.0.1<0>" (2.4+; "/SHARP" and other flags from the rdma-sharp
+	// plugin; 2.2-2.3 "NET/IB: [0] mlx5_0:1/IB"), and the OOB interface.
 	logHCAItemRe = regexp.MustCompile(`\[(\d+)\] ?([A-Za-z0-9_.\-]+):(\d+)/(IB|RoCE|ETH)((?:/[A-Za-z0-9_]+)*)`)
 	logOOBRe     = regexp.MustCompile(`; ?OOB (\S+<\d+>)`)
-	// net_ib.cc "NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'" (2.7+),
-	// "GPU Direct RDMA Disabled for GPU 0[0] / HCA 0 (distance 4 > 2)" (2.5-2.6,
-	// cudaDev[nvmlDev]) and "GPU Direct RDMA Enabled for GPU 1a000 / HCA 0
-	// (distance 4 <= 5)" (2.12+, busId).
-	logGDRHCARe = regexp.MustCompile(`GPU Direct RDMA (Enabled|Disabled) for (?:GPU [0-9a-fA-F]+(?:\[\d+\])? / )?HCA (\d+)(?: '([^']+)')?`)
-	// net_ib.cc "NET/IB: Dev 0 Port 1 qpn 58 mtu 3 GID 3 (0/A10B...)" (2.12+;
-	// "LID n" for IB).
-	logQPRe = regexp.MustCompile(`NET/IB ?: ?Dev (\d+) Port (\d+) qpn \d+ mtu (\d+)(?: GID (\d+))?`)
-	// init.cc "Using network IB" (2.5+), "Using internal Network Socket" (2.2-2.4).
-	logUsingNetRe = regexp.MustCompile(`^Using (?:network|internal Network) (.+?)\s*$`)
-	// net.cc / plugin loader: "NET/Plugin: Loaded net plugin NCCL RDMA Plugin v8 (v8)"
-	// and "Loaded collnet plugin SHARP (v8)" (2.19+), "Loaded coll plugin" (older).
-	logLoadedNetRe  = regexp.MustCompile(`Loaded net plugin (.+?)(?: \(v\d+\))?\s*$`)
-	logLoadedCollRe = regexp.MustCompile(`Loaded coll(?:net)? plugin (.+?)(?: \(v\d+\))?\s*$`)
-	logPluginPathRe = regexp.MustCompile(`^Plugin Path ?: ?(\S+)`)
-	// rdma-sharp plugin "P2P plugin IBext_v8"; aws-ofi-nccl "NET/OFI Using aws-ofi-nccl 1.7.4-aws"
-	// and "NET/OFI Selected Provider is efa".
-	logP2PPluginRe   = regexp.MustCompile(`^P2P plugin (\S+)`)
-	logOFIVersionRe  = regexp.MustCompile(`NET/OFI Using (aws-ofi-nccl \S+)`)
-	logOFIProviderRe = regexp.MustCompile(`NET/OFI Selected Provider is (\S+)`)
-	// Channel connection lines: "Ring 00 : 0[0] -> 1[1] via P2P/IPC" (2.2-2.4),
-	// "Ring 00 : 7 -> 8 [send] via NET/AWS Libfabric/0", "Channel 00 : 2[c7000] ->
-	// 0[87000] [receive] via NET/IB/5/GDRDMA" (2.5+), "Channel 00/1 : 0[0] ->
-	// 1[1] via P2P/CUMEM/read" (2.19+). The NET part is NET/<name>/<dev>, then
-	// "(<proxy rank>)" when the connection goes through another rank's NIC
-	// (PXN, 2.12+), then "/GDRDMA" ("/GDRDMA(PCI)" when GDR is reached
-	// through PCI BAR mappings, 2.2x) and "/Shared" (2.12+) as they apply:
-	// "via NET/IB/0(7)/GDRDMA", "via NET/IB/1/GDRDMA(PCI)/Shared".
-	logChanConnRe = regexp.MustCompile(`^(?:Ring|Channel) (\d+)(?:/\d+)? ?: (\d+)(?:\[([0-9a-fA-F]+)\])? -> (\d+)(?:\[([0-9a-fA-F]+)\])?(?: \[(send|receive)\])? via (.+)$`)
-	logViaNetRe   = regexp.MustCompile(`^NET/(.+?)/(\d+)(?:\(\d+\))?((?:/.*)?)$`)
-	// Ring listing "Ring 00 :    0   1" (2.2-2.6) / "Channel 00/04 :    0   1" (2.7+).
-	logRingListRe = regexp.MustCompile(`^(?:Ring|Channel) (\d+)(?:/(\d+))? ?:((?:\s+-?\d+)+)\s*$`)
-	// init.cc "2 coll channels, [2 collnet channels, ][0 nvls channels, ]2 p2p channels, 2 p2p channels per peer".
-	logChanSummaryRe = regexp.MustCompile(`(\d+) coll channels, (?:(\d+) collnet channels, )?(?:(\d+) nvls channels, )?(\d+) p2p channels`)
-	// transport/nvls.cc "NVLS multicast support is [not ]available on dev 0" (2.17+).
-	logNVLSRe = regexp.MustCompile(`NVLS multicast support is (not )?available`)
-	// init.cc "comm 0x.. rank 0 nranks 2 ..." (2.3+), "Init timings: rank 2 nranks 16" (2.22+).
-	logRankRe = regexp.MustCompile(`\brank (\d+) nranks (\d+)\b`)
-	// init.cc "nRanks 2 nNodes 1 localRanks 2 localRank 0" (2.19+).
-	logNNodesRe = regexp.MustCompile(`nRanks (\d+) nNodes (\d+)`)
-	// nccl-tests "#  Rank  1 Group  0 Pid 565139 on node4 device  0 [0x4c] NVIDIA H800".
-	logTestsRankRe  = regexp.MustCompile(`^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device`)
-	logTestsBusBWRe = regexp.MustCompile(`^#\s*Avg bus bandwidth\s*:\s*([0-9.]+)`)
-	// A launcher command line in the log: "--nnode=2", "--nnodes 2".
-	logCmdNNodesRe = regexp.MustCompile(`--nnodes?[= ](\d+)\b`)
-	// net_ib.cc "NET/IB : Got completion [from peer ]with error 4, opcode 0, len 0, vendor err 81" (2.x).
-	logCompletionRe = regexp.MustCompile(`Got completion (?:from peer )?with error (\d+), opcode \d+, len \d+, vendor err (\d+)`)
-	logAddrRe       = regexp.MustCompile(`([^\s<>]+<\d+>)`)
+	// The NET part of a channel line is NET/<name>/<dev>, then "(<proxy
+	// rank>)" when the connection goes through another rank's NIC (PXN,
+	// 2.12+), then "/GDRDMA" ("/GDRDMA(PCI)" when GDR is reached through
+	// PCI BAR mappings, 2.2x) and "/Shared" (2.12+) as they apply: "via
+	// NET/IB/0(7)/GDRDMA", "via NET/IB/1/GDRDMA(PCI)/Shared".
+	logViaNetRe = regexp.MustCompile(`^NET/(.+?)/(\d+)(?:\(\d+\))?((?:/.*)?)$`)
 )
-
-// process applies every pattern to one logical line.
-func (a *logAnalyzer) process(r logRecord) {
-	p := r.payload
-	if r.prefixed {
-		a.rep.NCCLLines++
-		if r.host != "" {
-			a.addHost(a.hosts, r.host)
-		}
-	}
-	if p == "" {
-		return
-	}
-	if r.level == "WARN" && len(a.rep.Warnings) < logMaxWarnings && !logContains(a.rep.Warnings, p) {
-		a.rep.Warnings = append(a.rep.Warnings, logClip(p, 300))
-	}
-
-	if m := logMatch(logVersionRe, p, "NCCL version"); m != nil {
-		if a.rep.NCCLVersion == "" {
-			a.rep.NCCLVersion = m[1]
-		}
-		if !logContains(a.versions, m[1]) && len(a.versions) < logMaxItems {
-			a.versions = append(a.versions, m[1])
-		}
-	}
-	if m := logMatch(logCudaDriverRe, p, "cudaDriverVersion"); m != nil && a.rep.CUDADriverVersion == "" {
-		a.rep.CUDADriverVersion = m[1]
-	}
-	if m := logMatch(logEnvRe, p, "NCCL_"); m != nil {
-		a.setEnv(m[1], m[2])
-	}
-
-	switch {
-	case !strings.HasPrefix(p, "Bootstrap") && !strings.HasPrefix(p, "NET"):
-	case logBootstrapRe.MatchString(p):
-		a.addInterfaces(logBootstrapRe.FindStringSubmatch(p)[1], "bootstrap", r.host)
-	case logOldNetIfRe.MatchString(p):
-		a.addInterfaces(logOldNetIfRe.FindStringSubmatch(p)[1], "bootstrap", r.host)
-	case logNetSocketRe.MatchString(p):
-		a.netSocketListed = true
-		a.addInterfaces(logNetSocketRe.FindStringSubmatch(p)[1], "net-socket", r.host)
-	case logIBSidebandRe.MatchString(p):
-		a.addInterface(logIBSidebandRe.FindStringSubmatch(p)[1], "", "ib-oob", 0, r.host)
-	case strings.HasPrefix(p, "NET/IB") && logHCAItemRe.MatchString(p):
-		a.addHCAList(p, r.host)
-	}
-
-	if m := logMatch(logGDRHCARe, p, "GPU Direct RDMA"); m != nil {
-		a.setHCAGDR(m[1] == "Enabled", m[2], m[3])
-	}
-	if m := logMatch(logQPRe, p, "qpn"); m != nil {
-		a.setHCAQP(m)
-	}
-	if m := logMatch(logUsingNetRe, p, "Using"); m != nil {
-		a.netUsing = m[1]
-	}
-	if m := logMatch(logLoadedNetRe, p, "Loaded net"); m != nil {
-		a.rep.NetPlugin = m[1]
-	}
-	if m := logMatch(logLoadedCollRe, p, "Loaded coll"); m != nil {
-		a.rep.CollNet.Plugin = m[1]
-	}
-	if m := logMatch(logPluginPathRe, p, "Plugin Path"); m != nil {
-		a.rep.NetPluginPath = m[1]
-	}
-	if m := logMatch(logP2PPluginRe, p, "P2P plugin"); m != nil && a.rep.NetPlugin == "" {
-		a.rep.NetPlugin = m[1]
-	}
-	if m := logMatch(logOFIVersionRe, p, "NET/OFI"); m != nil && a.rep.NetPlugin == "" {
-		a.rep.NetPlugin = m[1]
-	}
-	if m := logMatch(logOFIProviderRe, p, "NET/OFI"); m != nil {
-		a.rep.OFIProvider = m[1]
-	}
-	// net.cc "NET/Plugin : No plugin found (libnccl-net.so), using internal implementation".
-	if strings.Contains(p, "No plugin found") {
-		a.noPluginFound = true
-	}
-	lower := strings.ToLower(p)
-	if strings.Contains(lower, "collnet") {
-		switch {
-		case strings.Contains(p, "ncclCollNetPlugin symbol (>=") || strings.Contains(p, "ncclCollNetPlugin symbols v"):
-			a.collSymMissing = true // the loader gave up on every version
-		case strings.Contains(p, "ncclCollNetPlugin_v"):
-			// one version probe failing is normal
-		case strings.Contains(lower, "not supported") || strings.Contains(lower, "unsupported") ||
-			strings.Contains(lower, "not available") || strings.Contains(lower, "could not") ||
-			strings.Contains(lower, "disabled"):
-			a.collExplicitNo = true
-		}
-	}
-	// misc/ibvwrap.cc "Failed to open libibverbs.so[.1]" (2.x); net_ib.cc "NET/IB : No device found."
-	if strings.Contains(p, "Failed to open libibverbs") {
-		a.noIBVerbs = true
-	}
-	if strings.HasPrefix(p, "NET/IB") && strings.Contains(p, "No device found") {
-		a.ibNoDevice = true
-	}
-
-	if m := logMatch(logChanConnRe, p, " via "); m != nil {
-		a.addChannelConn(m)
-	} else if m := logMatch(logRingListRe, p, ":"); m != nil {
-		a.addRingList(m)
-	}
-	if m := logMatch(logChanSummaryRe, p, "coll channels"); m != nil {
-		a.rep.Channels = logAtoi(m[1])
-		if m[3] != "" {
-			n := logAtoi(m[3])
-			a.rep.NVLS.Channels = &n
-		}
-		a.rep.P2PChannels = logAtoi(m[4])
-	}
-	if m := logMatch(logNVLSRe, p, "NVLS"); m != nil {
-		if m[1] == "" {
-			a.rep.NVLS.Available = "yes"
-		} else if a.rep.NVLS.Available != "yes" {
-			a.rep.NVLS.Available = "no"
-		}
-	}
-	if m := logMatch(logRankRe, p, "nranks"); m != nil {
-		if n := logAtoi(m[2]); n > a.rep.NRanks {
-			a.rep.NRanks = n
-		}
-	}
-	if m := logMatch(logNNodesRe, p, "nNodes"); m != nil {
-		if n := logAtoi(m[2]); n > a.nNodesLogged {
-			a.nNodesLogged = n
-		}
-	}
-	if strings.Contains(p, "Init COMPLETE") || strings.HasSuffix(p, "- COMPLETE") {
-		a.rep.InitComplete++
-	}
-	if m := logMatch(logTestsRankRe, p, "Rank"); m != nil {
-		if len(a.tableRanks) < 1<<16 {
-			a.tableRanks[logAtoi(m[1])] = true
-		}
-		a.addHost(a.tableHosts, m[2])
-	}
-	if m := logMatch(logTestsBusBWRe, p, "Avg bus"); m != nil {
-		a.rep.AvgBusBandwidthGBs, _ = strconv.ParseFloat(m[1], 64)
-	}
-	if !r.prefixed {
-		if m := logMatch(logCmdNNodesRe, p, "--nnode"); m != nil {
-			a.cmdNNodes = logAtoi(m[1])
-		}
-	}
-
-	// Failures.
-	if m := logMatch(logCompletionRe, p, "Got completion"); m != nil {
-		if len(a.completion) < logMaxItems {
-			a.completion = append(a.completion, logCompletion{status: logAtoi(m[1]), vendor: logAtoi(m[2]), host: r.host, text: logClip(p, 300)})
-		}
-		return
-	}
-	if strings.Contains(p, "ibv_modify_qp") {
-		if len(a.modifyQP) < logMaxAddrs {
-			a.modifyQP = append(a.modifyQP, logClip(p, 300))
-		}
-		return
-	}
-	// bootstrap.cc / net_socket.cc "no socket interface found" / "No usable listening interface found".
-	if strings.Contains(lower, "no socket interface found") || strings.Contains(lower, "no usable listening interface") {
-		if len(a.socketNone) < logMaxAddrs {
-			a.socketNone = append(a.socketNone, logClip(p, 300))
-		}
-	}
-	// misc/socket.cc: "Connect to 10.0.0.1<43235> failed : Connection refused",
-	// "Call to connect returned Connection refused, retrying" (2.7-2.9),
-	// "socketProgressOpt: Call to recv from a<p> failed : Connection reset by peer".
-	code := ""
-	switch {
-	case strings.Contains(lower, "connection refused"):
-		code = "connection-refused"
-	case strings.Contains(lower, "timed out") && (strings.Contains(lower, "connect") || r.level == "WARN"):
-		code = "connection-timeout"
-	case strings.Contains(lower, "network is unreachable") || strings.Contains(lower, "no route to host"):
-		code = "network-unreachable"
-	case strings.Contains(lower, "connection reset by peer") || strings.Contains(lower, "software caused connection abort"):
-		code = "connection-reset"
-	}
-	if code != "" {
-		ci := a.conn[code]
-		if ci == nil {
-			ci = &logConnIssue{text: logClip(p, 300)}
-			a.conn[code] = ci
-			a.connOrder = append(a.connOrder, code)
-		}
-		ci.count++
-		if m := logAddrRe.FindStringSubmatch(p); m != nil && len(ci.addrs) < logMaxAddrs && !logContains(ci.addrs, m[1]) {
-			ci.addrs = append(ci.addrs, m[1])
-		}
-	}
-}
 
 func (a *logAnalyzer) addHost(set map[string]bool, h string) {
 	if len(set) < logMaxItems {
@@ -756,7 +508,7 @@ func (a *logAnalyzer) addInterface(name, addr, role string, idx int, host string
 	if len(a.rep.Interfaces) >= logMaxItems {
 		return
 	}
-	a.rep.Interfaces = append(a.rep.Interfaces, NCCLLogInterface{
+	a.rep.Interfaces = append(a.rep.Interfaces, Interface{
 		Name: name, Address: addr, Role: role, Index: idx, Host: host, Kind: logInterfaceKind(name, addr),
 	})
 }
@@ -811,7 +563,7 @@ func (a *logAnalyzer) addHCAList(p, host string) {
 			if len(a.rep.HCAs) >= logMaxItems {
 				continue
 			}
-			a.rep.HCAs = append(a.rep.HCAs, NCCLLogHCA{Name: m[2], Port: port, LinkLayer: m[4], Flags: flags})
+			a.rep.HCAs = append(a.rep.HCAs, HCA{Name: m[2], Port: port, LinkLayer: m[4], Flags: flags})
 			pos = len(a.rep.HCAs) - 1
 		}
 		a.hcaByIndex[idx] = pos
@@ -837,7 +589,7 @@ func (a *logAnalyzer) setHCAGDR(enabled bool, index, name string) {
 			}
 		}
 		if pos < 0 && len(a.rep.HCAs) < logMaxItems {
-			a.rep.HCAs = append(a.rep.HCAs, NCCLLogHCA{Name: name})
+			a.rep.HCAs = append(a.rep.HCAs, HCA{Name: name})
 			pos = len(a.rep.HCAs) - 1
 		}
 	} else if p, ok := a.hcaByIndex[logAtoi(index)]; ok {
@@ -962,7 +714,7 @@ func (a *logAnalyzer) addRingList(m []string) {
 }
 
 // finish derives the summary fields and the findings.
-func (a *logAnalyzer) finish() *NCCLLogReport {
+func (a *logAnalyzer) finish() *Report {
 	rep := &a.rep
 	rep.Hosts = logSortedKeys(a.hosts, a.tableHosts)
 	if len(a.versions) > 1 {
@@ -1057,12 +809,12 @@ func (a *logAnalyzer) finish() *NCCLLogReport {
 	}
 
 	a.findings()
-	sortFindings(rep.Findings)
+	doctor.SortFindings(rep.Findings)
 	return rep
 }
 
-func (a *logAnalyzer) add(sev Severity, code, msg, fix string) {
-	a.rep.Findings = append(a.rep.Findings, Finding{Severity: sev, Code: code, Message: msg, Fix: fix})
+func (a *logAnalyzer) add(sev doctor.Severity, code, msg, fix string) {
+	a.rep.Findings = append(a.rep.Findings, doctor.Finding{Severity: sev, Code: code, Message: msg, Fix: fix})
 }
 
 // findings emits root causes before their consequences (the sort keeps this
@@ -1072,11 +824,11 @@ func (a *logAnalyzer) findings() {
 	env := rep.Env
 
 	if rep.NCCLLines == 0 && rep.NCCLVersion == "" && len(rep.Interfaces) == 0 && len(rep.HCAs) == 0 && rep.Net == "" {
-		a.add(SevInfo, "no-nccl-lines", "no NCCL debug lines found in the input",
+		a.add(doctor.SevInfo, "no-nccl-lines", "no NCCL debug lines found in the input",
 			"rerun with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,NET,GRAPH) and pass the full output")
 	}
 	if len(a.socketNone) > 0 {
-		a.add(SevError, "no-socket-interface", "NCCL found no usable socket interface: "+a.socketNone[0],
+		a.add(doctor.SevError, "no-socket-interface", "NCCL found no usable socket interface: "+a.socketNone[0],
 			"set NCCL_SOCKET_IFNAME to an interface that exists and is up on every node (e.g. =eth0, or =^docker,lo to exclude)")
 	}
 	a.interfaceFindings()
@@ -1098,7 +850,7 @@ func (a *logAnalyzer) findings() {
 		if code == "connection-reset" {
 			fix = "a peer process died or closed its socket first: look for the first error on the other ranks; also check NCCL_SOCKET_IFNAME selects the same network on every node"
 		}
-		a.add(SevError, code, msg, fix)
+		a.add(doctor.SevError, code, msg, fix)
 	}
 
 	a.ibFailureFindings()
@@ -1110,8 +862,8 @@ func (a *logAnalyzer) findings() {
 		if a.collExplicitNo {
 			why = "NCCL reported CollNet as not supported"
 		}
-		a.add(SevWarn, "collnet-unsupported",
-			fmt.Sprintf("CollNet requested (NCCL_COLLNET_ENABLE=%s) but %s; collectives fall back to ring/tree", orDefault(env["NCCL_COLLNET_ENABLE"], "?"), why),
+		a.add(doctor.SevWarn, "collnet-unsupported",
+			fmt.Sprintf("CollNet requested (NCCL_COLLNET_ENABLE=%s) but %s; collectives fall back to ring/tree", doctor.OrDefault(env["NCCL_COLLNET_ENABLE"], "?"), why),
 			"install the SHARP collnet plugin (libnccl-net.so from nccl-rdma-sharp-plugins / HPC-X) on every node and make sure sharp_am runs on the subnet manager; otherwise unset NCCL_COLLNET_ENABLE")
 	}
 
@@ -1121,7 +873,7 @@ func (a *logAnalyzer) findings() {
 		if strings.EqualFold(lvl, "LOC") || lvl == "0" {
 			p2pOff = true
 		} else {
-			a.add(SevInfo, "p2p-level-forced", "NCCL_P2P_LEVEL="+lvl+" set by environment overrides NCCL's P2P topology choice",
+			a.add(doctor.SevInfo, "p2p-level-forced", "NCCL_P2P_LEVEL="+lvl+" set by environment overrides NCCL's P2P topology choice",
 				"unset NCCL_P2P_LEVEL unless it works around a known platform problem")
 		}
 	}
@@ -1138,16 +890,16 @@ func (a *logAnalyzer) findings() {
 		if v, ok := env["NCCL_P2P_LEVEL"]; ok {
 			set = append(set, "NCCL_P2P_LEVEL="+v)
 		}
-		a.add(SevWarn, "p2p-disabled-by-env", "GPU peer-to-peer (NVLink/PCIe P2P) disabled by environment ("+strings.Join(set, ", ")+")"+loop,
+		a.add(doctor.SevWarn, "p2p-disabled-by-env", "GPU peer-to-peer (NVLink/PCIe P2P) disabled by environment ("+strings.Join(set, ", ")+")"+loop,
 			"unset NCCL_P2P_DISABLE / NCCL_P2P_LEVEL unless P2P is known broken on this platform (then fix IOMMU/ACS instead)")
 	}
 	if shmOff {
-		a.add(SevWarn, "shm-disabled-by-env", "shared-memory transport disabled by environment (NCCL_SHM_DISABLE="+env["NCCL_SHM_DISABLE"]+")"+loop,
+		a.add(doctor.SevWarn, "shm-disabled-by-env", "shared-memory transport disabled by environment (NCCL_SHM_DISABLE="+env["NCCL_SHM_DISABLE"]+")"+loop,
 			"unset NCCL_SHM_DISABLE; if /dev/shm is too small in a container, enlarge it (docker --shm-size=1g or --ipc=host)")
 	}
 
 	if len(a.versions) > 1 {
-		a.add(SevWarn, "nccl-version-mismatch", "several NCCL versions in one log: "+strings.Join(a.versions, ", "),
+		a.add(doctor.SevWarn, "nccl-version-mismatch", "several NCCL versions in one log: "+strings.Join(a.versions, ", "),
 			"run the same NCCL build on every rank (check LD_LIBRARY_PATH and the framework's bundled libnccl)")
 	}
 	a.hcaInfoFindings()
@@ -1157,7 +909,7 @@ func (a *logAnalyzer) findings() {
 func (a *logAnalyzer) interfaceFindings() {
 	rep := &a.rep
 	type agg struct {
-		it    NCCLLogInterface
+		it    Interface
 		roles []string
 		first bool
 	}
@@ -1197,10 +949,10 @@ func (a *logAnalyzer) interfaceFindings() {
 		switch it.Kind {
 		case "loopback":
 			if rep.MultiNode {
-				a.add(SevError, "socket-on-loopback",
+				a.add(doctor.SevError, "socket-on-loopback",
 					fmt.Sprintf("%s uses loopback interface %s (%s) in a multi-node job; other nodes cannot reach it", roles, it.Name, it.Address), fix)
 			} else {
-				a.add(SevInfo, "socket-on-loopback",
+				a.add(doctor.SevInfo, "socket-on-loopback",
 					fmt.Sprintf("%s uses loopback interface %s (%s): works on a single node only", roles, it.Name, it.Address), fix)
 			}
 		case "virtual":
@@ -1208,25 +960,25 @@ func (a *logAnalyzer) interfaceFindings() {
 			if name == good {
 				fix = "nothing to change if " + name + " is this container's own network; otherwise " + fix
 			}
-			sev := SevWarn
+			sev := doctor.SevWarn
 			extra := ""
 			if v := logLinkLocal(it.Address); v != "" {
 				extra = " with only a link-local " + v + " address"
 			} else if !g.first {
-				sev = SevInfo
+				sev = doctor.SevInfo
 				extra = " (routable address, not first in the list: may be the container's own NIC)"
 			}
 			if failed {
-				sev = SevError
+				sev = doctor.SevError
 				extra += "; connections through it failed"
 			}
 			a.add(sev, "socket-on-virtual-interface",
 				fmt.Sprintf("%s uses %s, a container/bridge/VPN/tunnel interface (%s)%s", roles, it.Name, it.Address, extra), fix)
 		case "link-local-ipv6", "link-local-ipv4":
-			sev := SevWarn
+			sev := doctor.SevWarn
 			extra := ""
 			if failed {
-				sev = SevError
+				sev = doctor.SevError
 				extra = "; connections through it failed"
 			}
 			// One code for both families: the code predates IPv4 support and
@@ -1275,7 +1027,7 @@ func logAddrIP(s string) (netip.Addr, bool) {
 
 // connNames reports whether a connection failure named this interface's
 // address or its IPv6 scope ("%ip6tnl0").
-func (a *logAnalyzer) connNames(it NCCLLogInterface) bool {
+func (a *logAnalyzer) connNames(it Interface) bool {
 	for _, ci := range a.conn {
 		for _, ad := range ci.addrs {
 			if strings.Contains(ad, "%"+it.Name+"<") || (it.Address != "" && strings.HasPrefix(ad, it.Address+"<")) {
@@ -1288,7 +1040,7 @@ func (a *logAnalyzer) connNames(it NCCLLogInterface) bool {
 
 // logGoodInterface picks the interface to recommend: the first ordinary or
 // IPoIB NIC, else the first virtual one with a routable address.
-func logGoodInterface(ifs []NCCLLogInterface) string {
+func logGoodInterface(ifs []Interface) string {
 	for _, it := range ifs {
 		if it.Address != "" && (it.Kind == "" || it.Kind == "ipoib") {
 			return it.Name
@@ -1347,7 +1099,7 @@ func (a *logAnalyzer) ibFailureFindings() {
 		}
 		switch c.status {
 		case 4:
-			a.add(SevError, "ib-completion-error-gdr",
+			a.add(doctor.SevError, "ib-completion-error-gdr",
 				fmt.Sprintf("NET/IB completion error 4 (local protection error), vendor err %d%s with GPUDirect RDMA %s: %s", c.vendor, where, rep.GDRDMA, c.text),
 				"this is usually PCIe ACS or the IOMMU breaking GPUDirect RDMA: confirm by rerunning with NCCL_NET_GDR_LEVEL=0 (GDR off); if that passes, disable ACS on the PCIe bridges (bare metal) and set the IOMMU off or to passthrough (iommu=pt), and check nvidia-peermem / DMA-BUF support")
 		case 12:
@@ -1355,10 +1107,10 @@ func (a *logAnalyzer) ibFailureFindings() {
 			if roce {
 				hint = "on RoCE this is usually the wrong GID: set " + gid + " to the RoCE v2 GID of the routable address (see show_gids; often 3), and check PFC/ECN and VLAN on the switches; " + hint
 			}
-			a.add(SevError, "ib-completion-error",
+			a.add(doctor.SevError, "ib-completion-error",
 				fmt.Sprintf("NET/IB completion error 12 (transport retry counter exceeded), vendor err %d%s: %s", c.vendor, where, c.text), hint)
 		default:
-			a.add(SevError, "ib-completion-error",
+			a.add(doctor.SevError, "ib-completion-error",
 				fmt.Sprintf("NET/IB completion error %d, vendor err %d%s: %s", c.status, c.vendor, where, c.text),
 				"look for the first failing rank's error; status 5 (flush) follows another failure; run ib_write_bw between the nodes to check the fabric")
 		}
@@ -1368,7 +1120,7 @@ func (a *logAnalyzer) ibFailureFindings() {
 		if roce || len(rep.HCAs) == 0 {
 			fix = "on RoCE set " + gid + " to a valid RoCE v2 GID present on every node (show_gids; often 3 for IPv4), and check that both ports are Active and routable; " + fix
 		}
-		a.add(SevError, "ib-modify-qp-failed", "ibv_modify_qp failed: "+a.modifyQP[0], fix)
+		a.add(doctor.SevError, "ib-modify-qp-failed", "ibv_modify_qp failed: "+a.modifyQP[0], fix)
 	}
 }
 
@@ -1393,11 +1145,11 @@ func (a *logAnalyzer) networkChoiceFindings() {
 	if ibDisabled {
 		set := "NCCL_IB_DISABLE=" + rep.Env["NCCL_IB_DISABLE"]
 		if ibEvidence != "" {
-			a.add(SevWarn, "ib-disabled-by-env",
-				fmt.Sprintf("InfiniBand disabled by environment (%s): %s transport used although IB hardware is present (%s)", set, orDefault(rep.Net, "Socket"), ibEvidence),
+			a.add(doctor.SevWarn, "ib-disabled-by-env",
+				fmt.Sprintf("InfiniBand disabled by environment (%s): %s transport used although IB hardware is present (%s)", set, doctor.OrDefault(rep.Net, "Socket"), ibEvidence),
 				"unset NCCL_IB_DISABLE (or set it to 0) so NCCL uses RDMA; TCP over IPoIB is several times slower")
 		} else {
-			a.add(SevInfo, "ib-disabled-by-env", "InfiniBand disabled by environment ("+set+"); no IB device seen in the log",
+			a.add(doctor.SevInfo, "ib-disabled-by-env", "InfiniBand disabled by environment ("+set+"); no IB device seen in the log",
 				"if the nodes have IB/RoCE NICs, unset NCCL_IB_DISABLE")
 		}
 	}
@@ -1406,20 +1158,20 @@ func (a *logAnalyzer) networkChoiceFindings() {
 		if a.noIBVerbs {
 			why = " (libibverbs could not be loaded)"
 		}
-		a.add(SevWarn, "socket-while-ib-listed",
+		a.add(doctor.SevWarn, "socket-while-ib-listed",
 			fmt.Sprintf("Socket (TCP) transport used while IB-capable devices are listed (%s)%s", ibEvidence, why),
 			"install rdma-core/libibverbs (libibverbs.so.1) and expose /dev/infiniband in containers; check NCCL_IB_HCA matches an Active port and NCCL_NET is not forcing Socket")
 	}
 	if a.noIBVerbs {
-		sev, extra := SevInfo, "; fine if the nodes have no InfiniBand/RoCE NIC"
+		sev, extra := doctor.SevInfo, "; fine if the nodes have no InfiniBand/RoCE NIC"
 		if ipoib != nil {
-			sev, extra = SevWarn, "; yet IPoIB interface(s) "+strings.Join(ipoib, ", ")+" exist"
+			sev, extra = doctor.SevWarn, "; yet IPoIB interface(s) "+strings.Join(ipoib, ", ")+" exist"
 		}
 		a.add(sev, "no-libibverbs", "libibverbs.so could not be opened, so NET/IB is unavailable and NCCL falls back to sockets"+extra,
 			"if RDMA NICs exist: install rdma-core (libibverbs1 / libibverbs) in the image and mount /dev/infiniband")
 	}
 	if a.ibNoDevice && !ibDisabled && rep.Net == "Socket" && !a.noIBVerbs {
-		a.add(SevInfo, "ib-no-device", "NET/IB found no usable device (no Active port matched NCCL_IB_HCA)",
+		a.add(doctor.SevInfo, "ib-no-device", "NET/IB found no usable device (no Active port matched NCCL_IB_HCA)",
 			"check ibstat for Active ports and that NCCL_IB_HCA names existing devices")
 	}
 }
@@ -1438,18 +1190,18 @@ func (a *logAnalyzer) gdrFindings() {
 		gdrFix += "; currently NCCL_NET_GDR_LEVEL=" + v
 	}
 	if len(disabled) > 0 {
-		a.add(SevWarn, "gdr-disabled-for-hca",
+		a.add(doctor.SevWarn, "gdr-disabled-for-hca",
 			"GPUDirect RDMA disabled for "+strings.Join(disabled, ", ")+": network traffic is staged through host memory", gdrFix)
 	}
 	switch rep.GDRDMA {
 	case "partial":
 		all := logGDRSets{yes: a.gdrDevYes, no: a.gdrDevNo}
-		a.add(SevWarn, "gdr-partial",
+		a.add(doctor.SevWarn, "gdr-partial",
 			fmt.Sprintf("GPUDirect RDMA used on %s but not on %s", strings.Join(logSortedKeys(a.gdrDevYes), ", "), strings.Join(all.withoutGDR(), ", ")),
 			"check the PCIe distance of the NICs without GDR to their GPUs (nvidia-smi topo -m) and NCCL_NET_GDR_LEVEL; "+gdrFix)
 	case "off":
 		if len(disabled) == 0 && rep.Net != "Socket" && rep.Net != "" && a.netConnCount > 0 {
-			a.add(SevWarn, "gdr-not-used",
+			a.add(doctor.SevWarn, "gdr-not-used",
 				fmt.Sprintf("%s connections without /GDRDMA: GPUDirect RDMA is not used", rep.Net), gdrFix)
 		}
 	}
@@ -1471,21 +1223,21 @@ func (a *logAnalyzer) hcaInfoFindings() {
 		}
 	}
 	if len(ib) > 0 && len(roce) > 0 {
-		a.add(SevInfo, "hca-mixed-link-layers",
+		a.add(doctor.SevInfo, "hca-mixed-link-layers",
 			fmt.Sprintf("NCCL uses both InfiniBand (%s) and RoCE (%s) ports; an IB port cannot talk to a RoCE port", strings.Join(ib, ", "), strings.Join(roce, ", ")),
 			"restrict NCCL_IB_HCA to ports of one fabric, e.g. NCCL_IB_HCA="+strings.Join(ib, ","))
 	}
 	if len(smallMTU) > 0 {
-		a.add(SevInfo, "roce-mtu-low", "RoCE QPs on "+strings.Join(smallMTU, ", ")+" use an MTU of 1024 bytes or less (Ethernet MTU 1500)",
+		a.add(doctor.SevInfo, "roce-mtu-low", "RoCE QPs on "+strings.Join(smallMTU, ", ")+" use an MTU of 1024 bytes or less (Ethernet MTU 1500)",
 			"enable jumbo frames (MTU 9000 gives RoCE MTU 4096) on the NICs and switches, or set NCCL_IB_MTU if the fabric allows")
 	}
 }
 
 // WriteText prints the report for a person: facts, then findings with their
 // severity, code, message and fix.
-func (rep *NCCLLogReport) WriteText(w io.Writer) error {
+func (rep *Report) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	dash := func(s string) string { return orDefault(s, "-") }
+	dash := func(s string) string { return doctor.OrDefault(s, "-") }
 	num := func(n int) string {
 		if n == 0 {
 			return "-"
@@ -1595,54 +1347,18 @@ func (rep *NCCLLogReport) WriteText(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	return writeFindings(w, rep.Findings)
+	return doctor.WriteFindings(w, rep.Findings)
 }
 
-// logMatch runs re on p only when p contains gate, a literal every match
-// must contain: most lines match nothing and strings.Contains is far cheaper
-// than a regexp.
-func logMatch(re *regexp.Regexp, p, gate string) []string {
-	if !strings.Contains(p, gate) {
-		return nil
-	}
-	return re.FindStringSubmatch(p)
-}
-
-// logEnvInt reads an integer NCCL parameter the way NCCL does (strtoll,
-// base 0: "2", "0x1", "-1", "1 " and a trailing "." from the log line all
-// parse); ok is false when the variable is unset or has no leading integer.
+// logEnvInt reads an integer NCCL parameter from env the way NCCL does
+// (doctor.ParseNCCLInt); ok is false when the variable is unset or has no
+// leading integer.
 func logEnvInt(env map[string]string, name string) (int64, bool) {
 	v, set := env[name]
 	if !set {
 		return 0, false
 	}
-	v = strings.TrimSpace(v)
-	end := 0
-	if end < len(v) && (v[end] == '+' || v[end] == '-') {
-		end++
-	}
-	digits := "0123456789"
-	hex := strings.HasPrefix(v[end:], "0x") || strings.HasPrefix(v[end:], "0X")
-	if hex {
-		end += 2
-		digits = "0123456789abcdefABCDEF"
-	}
-	start := end
-	for end < len(v) && strings.IndexByte(digits, v[end]) >= 0 {
-		end++
-	}
-	if hex && end == start {
-		end = start - 1 // "0x" alone: strtoll reads the "0"
-	}
-	n, err := strconv.ParseInt(v[:end], 0, 64)
-	if err != nil {
-		var ne *strconv.NumError
-		if errors.As(err, &ne) && ne.Err == strconv.ErrRange {
-			return 1, true // out of range: non-zero either way
-		}
-		return 0, false
-	}
-	return n, true
+	return doctor.ParseNCCLInt(v)
 }
 
 // logEnvOn reports whether an integer NCCL switch (NCCL_IB_DISABLE, ...) is

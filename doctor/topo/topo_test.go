@@ -1,21 +1,19 @@
-package doctor
+package topo
 
 import (
 	"strings"
 	"testing"
+
+	"github.com/goccl/goccl/doctor"
+	"github.com/goccl/goccl/doctor/internal/doctortest"
 )
 
-func topoParse(t *testing.T, text string) *TopoReport {
+func topoParse(t *testing.T, text string) *Report {
 	t.Helper()
-	rep, err := ParseTopo(strings.NewReader(text))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tablesCheckReport(t, rep, rep.Findings)
-	return rep
+	return doctortest.Read(t, Parse, text)
 }
 
-func topoNearest(t *testing.T, rep *TopoReport, gpu string) TopoGPULocality {
+func topoNearest(t *testing.T, rep *Report, gpu string) GPULocality {
 	t.Helper()
 	for _, l := range rep.Locality {
 		if l.GPU == gpu {
@@ -23,11 +21,11 @@ func topoNearest(t *testing.T, rep *TopoReport, gpu string) TopoGPULocality {
 		}
 	}
 	t.Fatalf("no locality for %s", gpu)
-	return TopoGPULocality{}
+	return GPULocality{}
 }
 
 func TestTopoReal02ThreeGPUsTwoNICs(t *testing.T) {
-	rep := topoParse(t, realInput(t, "topo-02.txt"))
+	rep := topoParse(t, doctortest.RealInput(t, "topo-02.txt"))
 	if strings.Join(rep.GPUs, ",") != "GPU0,GPU1,GPU2" || strings.Join(rep.NICs, ",") != "NIC0,NIC1" {
 		t.Fatalf("gpus %v nics %v", rep.GPUs, rep.NICs)
 	}
@@ -60,26 +58,26 @@ func TestTopoReal02ThreeGPUsTwoNICs(t *testing.T) {
 	if g0.Link != "NODE" || len(g0.NICs) != 2 {
 		t.Errorf("GPU0 %+v", g0)
 	}
-	if f, ok := tablesFindingWith(rep.Findings, "gpu-no-local-nic", "GPU0: nearest NIC NIC0 (mlx5_0), NIC1 (mlx5_1) is NODE"); !ok || f.Severity != SevWarn {
+	if f, ok := doctortest.FindingWith(rep.Findings, "gpu-no-local-nic", "GPU0: nearest NIC NIC0 (mlx5_0), NIC1 (mlx5_1) is NODE"); !ok || f.Severity != doctor.SevWarn {
 		t.Errorf("GPU0 no local NIC: %v", rep.Findings)
 	}
-	if _, ok := tablesFindingWith(rep.Findings, "gpu-no-local-nic", "GPU2"); ok {
+	if _, ok := doctortest.FindingWith(rep.Findings, "gpu-no-local-nic", "GPU2"); ok {
 		t.Errorf("GPU2 is PHB, not NODE")
 	}
-	if _, ok := tablesFindingWith(rep.Findings, "gpu-nic-phb", "GPU2"); !ok {
+	if _, ok := doctortest.FindingWith(rep.Findings, "gpu-nic-phb", "GPU2"); !ok {
 		t.Errorf("GPU2 PHB: %v", rep.Findings)
 	}
-	if _, ok := tablesFindingWith(rep.Findings, "gpu-no-nvlink", "GPU2 has no NVLink"); !ok {
+	if _, ok := doctortest.FindingWith(rep.Findings, "gpu-no-nvlink", "GPU2 has no NVLink"); !ok {
 		t.Errorf("GPU2 nvlink: %v", rep.Findings)
 	}
-	c := tablesCodes(rep.Findings, "")
+	c := doctortest.Codes(rep.Findings, "")
 	if c["gpu-no-local-nic"] != 2 || c["gpu-no-nvlink"] != 1 || c["topo-nic-legend-missing"] != 0 || c["nic-shared"] != 0 {
 		t.Errorf("codes %v", c)
 	}
 }
 
 func TestTopoReal04TabsTruncated(t *testing.T) {
-	rep := topoParse(t, realInput(t, "topo-04.txt"))
+	rep := topoParse(t, doctortest.RealInput(t, "topo-04.txt"))
 	if len(rep.GPUs) != 8 || len(rep.NICs) != 9 || len(rep.Devices) != 17 {
 		t.Fatalf("gpus %d nics %d", len(rep.GPUs), len(rep.NICs))
 	}
@@ -99,14 +97,14 @@ func TestTopoReal04TabsTruncated(t *testing.T) {
 	if _, ok := rep.Matrix["NIC6"]; ok {
 		t.Errorf("NIC6 row is not in the excerpt")
 	}
-	c := tablesCodes(rep.Findings, "")
-	if c["gpu-no-local-nic"] != 0 || c["nic-shared"] != 0 || c["topo-nic-legend-missing"] != 1 || HasErrors(rep.Findings) {
+	c := doctortest.Codes(rep.Findings, "")
+	if c["gpu-no-local-nic"] != 0 || c["nic-shared"] != 0 || c["topo-nic-legend-missing"] != 1 || doctor.HasErrors(rep.Findings) {
 		t.Errorf("findings %v", rep.Findings)
 	}
 }
 
 func TestTopoOldSOCTruncatedRow(t *testing.T) {
-	rep := topoParse(t, tablesFile(t, "topo", "old-soc-tabs-truncated.txt"))
+	rep := topoParse(t, doctortest.File(t, "old-soc-tabs-truncated.txt"))
 	if strings.Join(rep.Devices, ",") != "GPU0,GPU1,GPU2,GPU3,mlx5_0,mlx5_1" {
 		t.Fatalf("devices %v (ANSI header)", rep.Devices)
 	}
@@ -123,24 +121,24 @@ func TestTopoOldSOCTruncatedRow(t *testing.T) {
 	if l := topoNearest(t, rep, "GPU0"); l.Link != "PIX" || l.NICs[0] != "mlx5_0" {
 		t.Errorf("GPU0 %+v", l)
 	}
-	if _, ok := tablesFindingWith(rep.Findings, "nic-shared", "mlx5_0 is the nearest NIC of 2 GPUs (GPU0, GPU1)"); !ok {
+	if _, ok := doctortest.FindingWith(rep.Findings, "nic-shared", "mlx5_0 is the nearest NIC of 2 GPUs (GPU0, GPU1)"); !ok {
 		t.Errorf("shared: %v", rep.Findings)
 	}
-	if _, ok := tablesFindingWith(rep.Findings, "nic-shared", "mlx5_1 is the nearest NIC of 2 GPUs (GPU2, GPU3)"); !ok {
+	if _, ok := doctortest.FindingWith(rep.Findings, "nic-shared", "mlx5_1 is the nearest NIC of 2 GPUs (GPU2, GPU3)"); !ok {
 		t.Errorf("shared: %v", rep.Findings)
 	}
-	c := tablesCodes(rep.Findings, "")
+	c := doctortest.Codes(rep.Findings, "")
 	if c["topo-truncated-rows"] != 1 || c["topo-nic-legend-missing"] != 0 || c["gpu-no-local-nic"] != 0 || c["gpu-no-nvlink"] != 0 {
 		t.Errorf("codes %v", c)
 	}
 }
 
 func TestTopoNoLocalNIC(t *testing.T) {
-	rep := topoParse(t, tablesFile(t, "topo", "no-local-nic.txt"))
+	rep := topoParse(t, doctortest.File(t, "no-local-nic.txt"))
 	if l := topoNearest(t, rep, "GPU0"); l.Link != "SYS" || l.NICDevices[0] != "mlx5_bond_0" {
 		t.Errorf("GPU0 %+v", l)
 	}
-	if f, ok := tablesFindingWith(rep.Findings, "gpu-no-local-nic", "GPU1: nearest NIC NIC0 (mlx5_bond_0) is NODE"); !ok || !strings.Contains(f.Fix, "NCCL_NET_GDR_LEVEL") {
+	if f, ok := doctortest.FindingWith(rep.Findings, "gpu-no-local-nic", "GPU1: nearest NIC NIC0 (mlx5_bond_0) is NODE"); !ok || !strings.Contains(f.Fix, "NCCL_NET_GDR_LEVEL") {
 		t.Errorf("%v", rep.Findings)
 	}
 	if rep.GPUNUMAID["GPU1"] != "N/A" || rep.NUMAAffinity["GPU1"] != "1" {
@@ -152,7 +150,7 @@ func TestTopoNoMatrix(t *testing.T) {
 	// Text without a header line (a lone "GPU0" is not one) has no matrix.
 	for _, in := range []string{"", "Legend:\n  X = Self\n", "GPU0 X\n", "\tGPU0\nGPU1 X\n"} {
 		rep := topoParse(t, in)
-		if len(rep.Matrix) != 0 || len(rep.Devices) != 0 || tablesCodes(rep.Findings, "")["topo-no-matrix"] != 1 {
+		if len(rep.Matrix) != 0 || len(rep.Devices) != 0 || doctortest.Codes(rep.Findings, "")["topo-no-matrix"] != 1 {
 			t.Errorf("%q: devices %v matrix %v findings %v", in, rep.Devices, rep.Matrix, rep.Findings)
 		}
 	}
@@ -170,7 +168,7 @@ func TestTopoSingleGPU(t *testing.T) {
 		{"\tGPU0\tNIC0\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tSYS\t0-31\t0\nNIC0\tSYS\t X \n\nNIC Legend:\n\n  NIC0: mlx5_0\n", "gpu-no-local-nic", 1},
 	} {
 		rep := topoParse(t, c.in)
-		codes := tablesCodes(rep.Findings, "")
+		codes := doctortest.Codes(rep.Findings, "")
 		if len(rep.GPUs) != 1 || rep.GPUs[0] != "GPU0" || len(rep.NICs) != c.nics || rep.Matrix["GPU0"]["GPU0"] != "X" || codes["topo-no-matrix"] != 0 || codes[c.code] != 1 {
 			t.Errorf("%q: gpus %v nics %v matrix %v findings %v", c.in, rep.GPUs, rep.NICs, rep.Matrix, rep.Findings)
 		}
@@ -179,4 +177,10 @@ func TestTopoSingleGPU(t *testing.T) {
 	if rep.CPUAffinity["GPU0"] != "0-63" || rep.NUMAAffinity["GPU0"] != "0" {
 		t.Errorf("affinity %v %v", rep.CPUAffinity, rep.NUMAAffinity)
 	}
+}
+
+// TestFindingCodesDocumented: the package doc lists every finding code the
+// package emits, and only those.
+func TestFindingCodesDocumented(t *testing.T) {
+	doctortest.CodesDocumented(t, 5)
 }

@@ -1,22 +1,20 @@
-package doctor
+package ibv
 
 import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/goccl/goccl/doctor"
+	"github.com/goccl/goccl/doctor/internal/doctortest"
 )
 
-func ibvParse(t *testing.T, text string) *IBVReport {
+func ibvParse(t *testing.T, text string) *Report {
 	t.Helper()
-	rep, err := ParseIBV(strings.NewReader(text))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tablesCheckReport(t, rep, rep.Findings)
-	return rep
+	return doctortest.Read(t, Parse, text)
 }
 
-func ibvPort(t *testing.T, rep *IBVReport, dev string, port int) *IBVPort {
+func ibvPort(t *testing.T, rep *Report, dev string, port int) *Port {
 	t.Helper()
 	for i := range rep.Devices {
 		if rep.Devices[i].Name == dev {
@@ -32,7 +30,7 @@ func ibvPort(t *testing.T, rep *IBVReport, dev string, port int) *IBVPort {
 }
 
 func TestIBVReal01Ibstat(t *testing.T) {
-	rep := ibvParse(t, realInput(t, "ibv-01.txt"))
+	rep := ibvParse(t, doctortest.RealInput(t, "ibv-01.txt"))
 	if len(rep.Devices) != 2 || rep.Devices[0].Name != "mlx5_0" || rep.Devices[1].Name != "mlx5_1" {
 		t.Fatalf("devices %+v", rep.Devices)
 	}
@@ -45,17 +43,17 @@ func TestIBVReal01Ibstat(t *testing.T) {
 			t.Errorf("%s port %+v", d.Name, p)
 		}
 	}
-	c := tablesCodes(rep.Findings, "")
+	c := doctortest.Codes(rep.Findings, "")
 	if c["roce-link-layer"] != 1 || c["ibv-port-not-active"] != 0 || c["ibv-mtu-mismatch"] != 0 || c["roce-no-v2-gid"] != 0 || len(rep.Findings) != 1 {
 		t.Errorf("findings %v", rep.Findings)
 	}
-	if _, ok := tablesFindingWith(rep.Findings, "roce-link-layer", "mlx5_0 port 1, mlx5_1 port 1"); !ok {
+	if _, ok := doctortest.FindingWith(rep.Findings, "roce-link-layer", "mlx5_0 port 1, mlx5_1 port 1"); !ok {
 		t.Errorf("%v", rep.Findings)
 	}
 }
 
 func TestIBVReal07GIDIndex(t *testing.T) {
-	rep := ibvParse(t, realInput(t, "ibv-07.txt"))
+	rep := ibvParse(t, doctortest.RealInput(t, "ibv-07.txt"))
 	if len(rep.Devices) != 1 || rep.Devices[0].Name != "mlx5_bond_0" {
 		t.Fatalf("devices %+v", rep.Devices)
 	}
@@ -73,18 +71,18 @@ func TestIBVReal07GIDIndex(t *testing.T) {
 			t.Errorf("GID %d = %+v, want %+v", i, g, w)
 		}
 	}
-	f, ok := tablesFindingWith(rep.Findings, "roce-gid-index", "NCCL_IB_GID_INDEX=3")
-	if !ok || f.Severity != SevWarn || !strings.Contains(f.Message, "GID 1 is link-local") {
+	f, ok := doctortest.FindingWith(rep.Findings, "roce-gid-index", "NCCL_IB_GID_INDEX=3")
+	if !ok || f.Severity != doctor.SevWarn || !strings.Contains(f.Message, "GID 1 is link-local") {
 		t.Errorf("findings %v", rep.Findings)
 	}
 	// the link layer is not printed in the excerpt: no RoCE note, no v2 complaint
-	if c := tablesCodes(rep.Findings, ""); c["roce-no-v2-gid"] != 0 || c["ibv-port-not-active"] != 0 {
+	if c := doctortest.Codes(rep.Findings, ""); c["roce-no-v2-gid"] != 0 || c["ibv-port-not-active"] != 0 {
 		t.Errorf("findings %v", rep.Findings)
 	}
 }
 
 func TestIBVDevinfoDownAndMTUMismatch(t *testing.T) {
-	rep := ibvParse(t, tablesFile(t, "ibv", "devinfo-v-down-mtu.txt"))
+	rep := ibvParse(t, doctortest.File(t, "devinfo-v-down-mtu.txt"))
 	if len(rep.Devices) != 3 {
 		t.Fatalf("devices %d", len(rep.Devices))
 	}
@@ -101,21 +99,21 @@ func TestIBVDevinfoDownAndMTUMismatch(t *testing.T) {
 	if p := ibvPort(t, rep, "mlx5_2", 1); p.State != "DOWN" || p.PhysState != "POLLING" {
 		t.Errorf("mlx5_2 %+v", p)
 	}
-	if f, ok := tablesFindingWith(rep.Findings, "ibv-port-not-active", "mlx5_2 port 1 is DOWN, physical state POLLING"); !ok || f.Severity != SevWarn {
+	if f, ok := doctortest.FindingWith(rep.Findings, "ibv-port-not-active", "mlx5_2 port 1 is DOWN, physical state POLLING"); !ok || f.Severity != doctor.SevWarn {
 		t.Errorf("down: %v", rep.Findings)
 	}
 	// mlx5_2 is down: its 4096 does not count
-	if _, ok := tablesFindingWith(rep.Findings, "ibv-mtu-mismatch", "active InfiniBand ports differ in active MTU: 2048 on mlx5_1 port 1; 4096 on mlx5_0 port 1"); !ok {
+	if _, ok := doctortest.FindingWith(rep.Findings, "ibv-mtu-mismatch", "active InfiniBand ports differ in active MTU: 2048 on mlx5_1 port 1; 4096 on mlx5_0 port 1"); !ok {
 		t.Errorf("mtu: %v", rep.Findings)
 	}
-	c := tablesCodes(rep.Findings, "")
+	c := doctortest.Codes(rep.Findings, "")
 	if c["ibv-mtu-below-max"] != 1 || c["roce-link-layer"] != 0 || c["ibv-port-not-active"] != 1 {
 		t.Errorf("codes %v", c)
 	}
 }
 
 func TestIBVIbstatusShowGids(t *testing.T) {
-	rep := ibvParse(t, tablesFile(t, "ibv", "ibstatus-showgids.txt"))
+	rep := ibvParse(t, doctortest.File(t, "ibstatus-showgids.txt"))
 	if len(rep.Devices) != 3 {
 		t.Fatalf("devices %+v", rep.Devices)
 	}
@@ -132,19 +130,19 @@ func TestIBVIbstatusShowGids(t *testing.T) {
 	if p := ibvPort(t, rep, "mlx5_1", 1); p.State != "DOWN" || p.PhysState != "Disabled" || p.RateGbps != 40 {
 		t.Errorf("mlx5_1 %+v", p)
 	}
-	if _, ok := tablesFindingWith(rep.Findings, "roce-no-v2-gid", "mlx5_1 port 1"); !ok {
+	if _, ok := doctortest.FindingWith(rep.Findings, "roce-no-v2-gid", "mlx5_1 port 1"); !ok {
 		t.Errorf("no v2: %v", rep.Findings)
 	}
-	if _, ok := tablesFindingWith(rep.Findings, "roce-gid-index", "NCCL_IB_GID_INDEX=3"); !ok {
+	if _, ok := doctortest.FindingWith(rep.Findings, "roce-gid-index", "NCCL_IB_GID_INDEX=3"); !ok {
 		t.Errorf("gid 3: %v", rep.Findings)
 	}
-	if _, ok := tablesFindingWith(rep.Findings, "roce-gid-index", "NCCL_IB_GID_INDEX=5"); !ok {
+	if _, ok := doctortest.FindingWith(rep.Findings, "roce-gid-index", "NCCL_IB_GID_INDEX=5"); !ok {
 		t.Errorf("gid 5 on mlx5_2: %v", rep.Findings)
 	}
-	if _, ok := tablesFindingWith(rep.Findings, "roce-gid-index-differs", "3 on mlx5_0 port 1; 5 on mlx5_2 port 1"); !ok {
+	if _, ok := doctortest.FindingWith(rep.Findings, "roce-gid-index-differs", "3 on mlx5_0 port 1; 5 on mlx5_2 port 1"); !ok {
 		t.Errorf("differs: %v", rep.Findings)
 	}
-	c := tablesCodes(rep.Findings, "")
+	c := doctortest.Codes(rep.Findings, "")
 	if c["ibv-port-not-active"] != 1 || c["roce-link-layer"] != 1 {
 		t.Errorf("codes %v", c)
 	}
@@ -153,7 +151,7 @@ func TestIBVIbstatusShowGids(t *testing.T) {
 func TestIBVNothing(t *testing.T) {
 	for _, in := range []string{"", "hello: world\n", "GID[x]: 1\n", "Port 1:\n\tState: Active\n"} {
 		rep := ibvParse(t, in)
-		if len(rep.Devices) != 0 || tablesCodes(rep.Findings, "")["ibv-no-devices"] != 1 {
+		if len(rep.Devices) != 0 || doctortest.Codes(rep.Findings, "")["ibv-no-devices"] != 1 {
 			t.Errorf("%q: %+v", in, rep)
 		}
 	}
@@ -176,7 +174,7 @@ func TestIBVManyDevicesAndGIDs(t *testing.T) {
 	for g := 0; g < 1024; g++ {
 		fmt.Fprintf(&b, "GID[%4d]:\t\t::ffff:10.0.%d.%d\n", g, g/256, g%256)
 	}
-	rep, err := ParseIBV(strings.NewReader(b.String()))
+	rep, err := Parse(strings.NewReader(b.String()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,4 +195,10 @@ func TestIBVManyDevicesAndGIDs(t *testing.T) {
 	if p := ibvPort(t, rep, "mlx5_0", 1); len(p.GIDs) != 1 || p.GIDs[0].Type != "RoCE v1" {
 		t.Errorf("default gid merge: %+v", p.GIDs)
 	}
+}
+
+// TestFindingCodesDocumented: the package doc lists every finding code the
+// package emits, and only those.
+func TestFindingCodesDocumented(t *testing.T) {
+	doctortest.CodesDocumented(t, 5)
 }

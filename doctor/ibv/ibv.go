@@ -1,18 +1,7 @@
-package doctor
-
-import (
-	"fmt"
-	"io"
-	"net"
-	"regexp"
-	"sort"
-	"strconv"
-	"strings"
-)
-
-// RDMA device listings
+// Package ibv reads RDMA device listings (`goccl doctor ibv FILE`): ports,
+// states, MTUs and GID tables, and the NCCL_IB_GID_INDEX to use.
 //
-// ParseIBV reads, in any mix and order, the outputs of:
+// Parse reads, in any mix and order, the outputs of:
 //
 //   - ibv_devinfo [-v] (rdma-core): "hca_id:\tmlx5_0" starts a device,
 //     "port:\t1" a port, then "key:\tvalue" lines (state: PORT_ACTIVE (4),
@@ -35,8 +24,8 @@ import (
 // them, else to a device named "?"; a GID line before any port goes to
 // port 1. MTUs are bytes, rates Gb/s (1 Gb = 1e9 bits).
 //
-// The checks (ibvPortFindings per port, ibvFleetFindings across ports) are
-// also what CheckHost runs on the ports it reads from sysfs, so a
+// The checks (PortFindings per port, FleetFindings across ports) are
+// also what host.Run runs on the ports it reads from sysfs, so a
 // condition has one code whichever way it was seen.
 //
 // Finding codes (severity):
@@ -52,51 +41,65 @@ import (
 //	roce-no-ipv4-gid          info        RoCE v2 GIDs, global IPv6 only
 //	roce-gid-index-differs    warn        the IPv4 RoCE v2 GID sits at different indices on different ports
 //	roce-link-layer           info        ports with link layer Ethernet (RoCE)
+package ibv
 
-// IBVReport is what ParseIBV found.
-type IBVReport struct {
-	Devices  []IBVDevice `json:"devices"`
-	Findings []Finding   `json:"findings"`
+import (
+	"fmt"
+	"io"
+	"net"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/goccl/goccl/doctor"
+)
+
+// Report is what Parse found.
+type Report struct {
+	Devices  []Device         `json:"devices"`
+	Findings []doctor.Finding `json:"findings"`
 }
 
-// IBVDevice is one HCA.
-type IBVDevice struct {
+// Device is one HCA.
+type Device struct {
 	Name string `json:"name"`
 	// Sources are the formats it was seen in: ibv_devinfo, ibstat,
 	// ibstatus, show_gids.
-	Sources   []string  `json:"sources"`
-	FWVersion string    `json:"fw_version,omitempty"`
-	NodeGUID  string    `json:"node_guid,omitempty"`
-	Transport string    `json:"transport,omitempty"`
-	CAType    string    `json:"ca_type,omitempty"`
-	Ports     []IBVPort `json:"ports"`
+	Sources   []string `json:"sources"`
+	FWVersion string   `json:"fw_version,omitempty"`
+	NodeGUID  string   `json:"node_guid,omitempty"`
+	Transport string   `json:"transport,omitempty"`
+	CAType    string   `json:"ca_type,omitempty"`
+	Ports     []Port   `json:"ports"`
 }
 
-// IBVPort is one port of an HCA.
-type IBVPort struct {
+// Port is one port of an HCA.
+type Port struct {
 	Port int `json:"port"`
 	// State is upper case without the number: ACTIVE, DOWN, INIT, ARMED.
 	State string `json:"state,omitempty"`
 	// PhysState is as printed without the number: LINK_UP / LinkUp,
 	// POLLING / Polling, DISABLED / Disabled.
-	PhysState  string   `json:"phys_state,omitempty"`
-	LinkLayer  string   `json:"link_layer,omitempty"` // InfiniBand or Ethernet
-	ActiveMTU  int      `json:"active_mtu,omitempty"` // bytes
-	MaxMTU     int      `json:"max_mtu,omitempty"`    // bytes
-	Rate       string   `json:"rate,omitempty"`       // as printed
-	RateGbps   float64  `json:"rate_gbps,omitempty"`  // Gb/s, 1 Gb = 1e9 bits
-	LID        string   `json:"lid,omitempty"`
-	Netdev     string   `json:"netdev,omitempty"`
-	GIDs       []IBVGID `json:"gids"`
+	PhysState  string  `json:"phys_state,omitempty"`
+	LinkLayer  string  `json:"link_layer,omitempty"` // InfiniBand or Ethernet
+	ActiveMTU  int     `json:"active_mtu,omitempty"` // bytes
+	MaxMTU     int     `json:"max_mtu,omitempty"`    // bytes
+	Rate       string  `json:"rate,omitempty"`       // as printed
+	RateGbps   float64 `json:"rate_gbps,omitempty"`  // Gb/s, 1 Gb = 1e9 bits
+	LID        string  `json:"lid,omitempty"`
+	Netdev     string  `json:"netdev,omitempty"`
+	GIDs       []GID   `json:"gids"`
 	activeWide float64
 	speedGbps  float64
-	// gidsComplete: GIDs is the whole table (sysfs), so an empty one means
-	// no GID at all rather than a listing that does not print them.
-	gidsComplete bool
+	// GIDsComplete says GIDs is the whole table (a view of sysfs, as host
+	// builds it), so an empty one means no GID at all rather than a listing
+	// that does not print them. Parse never sets it.
+	GIDsComplete bool `json:"-"`
 }
 
-// IBVGID is one GID table entry.
-type IBVGID struct {
+// GID is one GID table entry.
+type GID struct {
 	Index int    `json:"index"`
 	GID   string `json:"gid"`
 	// Type is "RoCE v1", "RoCE v2", "IB" or "" when not shown.
@@ -123,7 +126,7 @@ var (
 )
 
 type ibvParser struct {
-	rep     *IBVReport
+	rep     *Report
 	dev     int // index into rep.Devices, -1 none
 	port    int // index into the device's ports, -1 none
 	pending string
@@ -144,7 +147,7 @@ func (p *ibvParser) device(name, source string) {
 		p.dev = len(p.rep.Devices) - 1
 		return
 	}
-	p.rep.Devices = append(p.rep.Devices, IBVDevice{Name: name, Ports: []IBVPort{}, Sources: []string{}})
+	p.rep.Devices = append(p.rep.Devices, Device{Name: name, Ports: []Port{}, Sources: []string{}})
 	p.dev = len(p.rep.Devices) - 1
 	p.devs[name] = p.dev
 	p.addSource(source)
@@ -170,13 +173,13 @@ func (p *ibvParser) portNum(num int) {
 		p.port = len(d.Ports) - 1
 		return
 	}
-	d.Ports = append(d.Ports, IBVPort{Port: num, GIDs: []IBVGID{}})
+	d.Ports = append(d.Ports, Port{Port: num, GIDs: []GID{}})
 	p.port = len(d.Ports) - 1
 	p.ports[[2]int{p.dev, num}] = p.port
 }
 
 // ensure makes sure a device and port exist for a line that needs them.
-func (p *ibvParser) ensure(source string) *IBVPort {
+func (p *ibvParser) ensure(source string) *Port {
 	if p.dev < 0 {
 		name := p.pending
 		if name == "" {
@@ -190,15 +193,15 @@ func (p *ibvParser) ensure(source string) *IBVPort {
 	return &p.rep.Devices[p.dev].Ports[p.port]
 }
 
-// ParseIBV parses ibv_devinfo [-v], ibstat, ibstatus and show_gids output
+// Parse parses ibv_devinfo [-v], ibstat, ibstatus and show_gids output
 // (see above) and checks the ports: state, MTU consistency, RoCE GIDs. It
 // fails only when r fails.
-func ParseIBV(r io.Reader) (*IBVReport, error) {
-	p := &ibvParser{rep: &IBVReport{Devices: []IBVDevice{}, Findings: []Finding{}}, dev: -1, port: -1,
+func Parse(r io.Reader) (*Report, error) {
+	p := &ibvParser{rep: &Report{Devices: []Device{}, Findings: []doctor.Finding{}}, dev: -1, port: -1,
 		devs: map[string]int{}, ports: map[[2]int]int{}, gids: map[[3]int]int{}}
 	showGids := false
-	_, err := readLines(r, tablesMaxLine, tablesMaxLines, func(n int, raw string) {
-		line := strings.TrimSpace(tablesClean(raw))
+	_, err := doctor.ReadLines(r, doctor.TableMaxLine, doctor.TableMaxLines, func(n int, raw string) {
+		line := strings.TrimSpace(doctor.CleanLine(raw))
 		// markdown emphasis around pasted commands: _ibv_devinfo -d x -v_
 		line = strings.TrimSpace(strings.Trim(line, "_`*"))
 		if line == "" {
@@ -254,7 +257,7 @@ func ParseIBV(r io.Reader) (*IBVReport, error) {
 			if err != nil || len(port.GIDs) >= 1024 {
 				return
 			}
-			g := ibvMakeGID(idx, m[2], strings.Join(strings.Fields(m[3]), " "))
+			g := MakeGID(idx, m[2], strings.Join(strings.Fields(m[3]), " "))
 			p.putGID(port, g)
 			return
 		}
@@ -275,13 +278,13 @@ func ParseIBV(r io.Reader) (*IBVReport, error) {
 		}
 	}
 	ibvCheck(p.rep)
-	sortFindings(p.rep.Findings)
+	doctor.SortFindings(p.rep.Findings)
 	return p.rep, nil
 }
 
 // putGID adds g to the current port, replacing an entry of the same index
 // and keeping the fields the new one lacks.
-func (p *ibvParser) putGID(port *IBVPort, g IBVGID) {
+func (p *ibvParser) putGID(port *Port, g GID) {
 	key := [3]int{p.dev, p.port, g.Index}
 	if i, ok := p.gids[key]; ok {
 		old := port.GIDs[i]
@@ -298,9 +301,9 @@ func (p *ibvParser) putGID(port *IBVPort, g IBVGID) {
 	port.GIDs = append(port.GIDs, g)
 }
 
-// ibvMakeGID classifies a GID string.
-func ibvMakeGID(idx int, gid, typ string) IBVGID {
-	g := IBVGID{Index: idx, GID: gid}
+// MakeGID classifies a GID string.
+func MakeGID(idx int, gid, typ string) GID {
+	g := GID{Index: idx, GID: gid}
 	switch strings.ToLower(strings.ReplaceAll(typ, " ", "")) {
 	case "rocev1", "v1":
 		g.Type = "RoCE v1"
@@ -345,7 +348,7 @@ func (p *ibvParser) showGidsRow(line string) bool {
 	p.device(f[0], "show_gids")
 	p.portNum(port)
 	pt := &p.rep.Devices[p.dev].Ports[p.port]
-	g := ibvMakeGID(idx, f[3], ver)
+	g := MakeGID(idx, f[3], ver)
 	if ipv4 != "" {
 		g.IPv4 = ipv4
 	}
@@ -423,7 +426,7 @@ func (p *ibvParser) keyValue(key, val string) {
 		case "infiniband", "ib":
 			pt.LinkLayer = "InfiniBand"
 		default:
-			pt.LinkLayer = tablesOneLine(val, 32)
+			pt.LinkLayer = doctor.OneLine(val, 32)
 		}
 	case "active_mtu":
 		pt.ActiveMTU = ibvMTU(val)
@@ -458,42 +461,42 @@ func (p *ibvParser) keyValue(key, val string) {
 	case "default_gid":
 		// ibstatus: the GID at index 0
 		if len(pt.GIDs) == 0 {
-			p.putGID(pt, ibvMakeGID(0, strings.TrimSpace(val), ""))
+			p.putGID(pt, MakeGID(0, strings.TrimSpace(val), ""))
 		}
 	}
 }
 
-func ibvCheck(rep *IBVReport) {
+func ibvCheck(rep *Report) {
 	if len(rep.Devices) == 0 {
-		rep.Findings = append(rep.Findings, Finding{Severity: SevWarn, Code: "ibv-no-devices", Message: "no RDMA device found in the input",
+		rep.Findings = append(rep.Findings, doctor.Finding{Severity: doctor.SevWarn, Code: "ibv-no-devices", Message: "no RDMA device found in the input",
 			Fix: "paste the output of ibv_devinfo -v, ibstat, ibstatus or show_gids"})
 		return
 	}
-	var ports []ibvNamedPort
+	var ports []NamedPort
 	for i := range rep.Devices {
 		d := &rep.Devices[i]
 		for j := range d.Ports {
-			np := ibvNamedPort{ibvPortName(d.Name, d.Ports[j].Port), &d.Ports[j]}
+			np := NamedPort{PortName(d.Name, d.Ports[j].Port), &d.Ports[j]}
 			ports = append(ports, np)
-			rep.Findings = append(rep.Findings, ibvPortFindings(np.name, np.p)...)
+			rep.Findings = append(rep.Findings, PortFindings(np.Name, np.Port)...)
 		}
 	}
-	rep.Findings = append(rep.Findings, ibvFleetFindings(ports)...)
+	rep.Findings = append(rep.Findings, FleetFindings(ports)...)
 }
 
-// ibvNamedPort is a port with its name in findings ("mlx5_0 port 1").
-type ibvNamedPort struct {
-	name string
-	p    *IBVPort
+// NamedPort is a port with its name in findings ("mlx5_0 port 1").
+type NamedPort struct {
+	Name string
+	Port *Port
 }
 
-func ibvPortName(dev string, port int) string {
-	return fmt.Sprintf("%s port %d", tablesOneLine(dev, 64), port)
+func PortName(dev string, port int) string {
+	return fmt.Sprintf("%s port %d", doctor.OneLine(dev, 64), port)
 }
 
 // ibvIsRoCE reports whether a port is RoCE: link layer Ethernet, or RoCE
 // GIDs where an excerpt lacks the link layer.
-func ibvIsRoCE(p *IBVPort) bool {
+func ibvIsRoCE(p *Port) bool {
 	if p.LinkLayer == "Ethernet" {
 		return true
 	}
@@ -510,51 +513,51 @@ func ibvIsRoCE(p *IBVPort) bool {
 
 // ibvIPv4GID returns the first RoCE v2 GID holding an IPv4-mapped address:
 // the one to give NCCL_IB_GID_INDEX.
-func ibvIPv4GID(p *IBVPort) (IBVGID, bool) {
+func ibvIPv4GID(p *Port) (GID, bool) {
 	for _, g := range p.GIDs {
 		if g.Type == "RoCE v2" && g.IPv4 != "" {
 			return g, true
 		}
 	}
-	return IBVGID{}, false
+	return GID{}, false
 }
 
-// ibvPortFindings checks one port: its state, its active MTU against its
-// maximum and, on RoCE, its GID table. ParseIBV and CheckHost (on the
+// PortFindings checks one port: its state, its active MTU against its
+// maximum and, on RoCE, its GID table. Parse and host.Run (on the
 // sysfs view) share it.
-func ibvPortFindings(name string, p *IBVPort) []Finding {
-	var fs []Finding
-	add := func(sev Severity, code, msg, fix string) {
-		fs = append(fs, Finding{Severity: sev, Code: code, Message: msg, Fix: fix})
+func PortFindings(name string, p *Port) []doctor.Finding {
+	var fs []doctor.Finding
+	add := func(sev doctor.Severity, code, msg, fix string) {
+		fs = append(fs, doctor.Finding{Severity: sev, Code: code, Message: msg, Fix: fix})
 	}
 	if p.State != "" && p.State != "ACTIVE" {
 		phys := ""
 		if p.PhysState != "" {
-			phys = ", physical state " + tablesOneLine(p.PhysState, 32)
+			phys = ", physical state " + doctor.OneLine(p.PhysState, 32)
 		}
 		fix := "check the cable and switch port (ibstat); on InfiniBand a port stuck in INIT or ARMED has no subnet manager: start opensm or enable the switch's SM; exclude the HCA from NCCL_IB_HCA if it is unused"
 		if p.LinkLayer == "Ethernet" {
-			ifn := orDefault(tablesOneLine(p.Netdev, 32), "IF")
+			ifn := doctor.OrDefault(doctor.OneLine(p.Netdev, 32), "IF")
 			fix = "bring the netdev up (ip link set dev " + ifn + " up) and check the cable and switch port (ethtool " + ifn + "); exclude the HCA from NCCL_IB_HCA if it is unused"
 		}
-		add(SevWarn, "ibv-port-not-active", fmt.Sprintf("%s is %s%s: NCCL skips ports that are not ACTIVE", name, tablesOneLine(p.State, 32), phys), fix)
+		add(doctor.SevWarn, "ibv-port-not-active", fmt.Sprintf("%s is %s%s: NCCL skips ports that are not ACTIVE", name, doctor.OneLine(p.State, 32), phys), fix)
 	}
 	if p.ActiveMTU > 0 && p.MaxMTU > 0 && p.ActiveMTU < p.MaxMTU && p.State == "ACTIVE" {
-		add(SevInfo, "ibv-mtu-below-max", fmt.Sprintf("%s: active MTU %d below the port's max %d", name, p.ActiveMTU, p.MaxMTU),
+		add(doctor.SevInfo, "ibv-mtu-below-max", fmt.Sprintf("%s: active MTU %d below the port's max %d", name, p.ActiveMTU, p.MaxMTU),
 			"for RoCE raise the netdev MTU (e.g. 9000 gives active_mtu 4096); for IB check the switch/SM MTU")
 	}
 	if !ibvIsRoCE(p) {
 		return fs
 	}
-	netdev := orDefault(tablesOneLine(p.Netdev, 32), "IF")
+	netdev := doctor.OrDefault(doctor.OneLine(p.Netdev, 32), "IF")
 	if len(p.GIDs) == 0 {
-		if p.gidsComplete {
-			add(SevWarn, "roce-no-gid", fmt.Sprintf("%s: RoCE port with an empty GID table: its netdev %s has no address", name, orDefault(tablesOneLine(p.Netdev, 32), "?")),
+		if p.GIDsComplete {
+			add(doctor.SevWarn, "roce-no-gid", fmt.Sprintf("%s: RoCE port with an empty GID table: its netdev %s has no address", name, doctor.OrDefault(doctor.OneLine(p.Netdev, 32), "?")),
 				"give the port's netdev an IPv4 address (ip addr add A.B.C.D/N dev "+netdev+"); the kernel adds the GIDs")
 		}
 		return fs
 	}
-	var v2, v2ll []IBVGID
+	var v2, v2ll []GID
 	typed := false
 	for _, g := range p.GIDs {
 		typed = typed || g.Type != ""
@@ -569,22 +572,22 @@ func ibvPortFindings(name string, p *IBVPort) []Finding {
 	v4, hasV4 := ibvIPv4GID(p)
 	switch {
 	case typed && len(v2) == 0:
-		add(SevWarn, "roce-no-v2-gid", fmt.Sprintf("%s (RoCE) has no RoCE v2 GID: only RoCE v1, which does not cross IP routers and needs PFC on every hop", name),
+		add(doctor.SevWarn, "roce-no-v2-gid", fmt.Sprintf("%s (RoCE) has no RoCE v2 GID: only RoCE v1, which does not cross IP routers and needs PFC on every hop", name),
 			"check that the netdev has an IP address and that RoCE v2 is enabled (mlxconfig, cma_roce_mode / rdma link); NCCL_IB_ROCE_VERSION_NUM=1 only for v1-only fabrics")
 	case hasV4:
 		msg := fmt.Sprintf("%s: RoCE v2 GID %d is IPv4-mapped (%s", name, v4.Index, v4.IPv4)
 		if v4.Netdev != "" {
-			msg += " on " + tablesOneLine(v4.Netdev, 32)
+			msg += " on " + doctor.OneLine(v4.Netdev, 32)
 		}
 		msg += ")"
-		sev := SevInfo
+		sev := doctor.SevInfo
 		if len(v2ll) > 0 {
-			sev = SevWarn
-			msg += fmt.Sprintf(", while RoCE v2 GID %d is link-local (%s), which is not routed and makes QP connections time out across subnets", v2ll[0].Index, tablesOneLine(v2ll[0].GID, 64))
+			sev = doctor.SevWarn
+			msg += fmt.Sprintf(", while RoCE v2 GID %d is link-local (%s), which is not routed and makes QP connections time out across subnets", v2ll[0].Index, doctor.OneLine(v2ll[0].GID, 64))
 		}
 		add(sev, "roce-gid-index", msg, fmt.Sprintf("export NCCL_IB_GID_INDEX=%d (the IPv4-mapped RoCE v2 GID; cf. NVIDIA/nccl#769); NCCL 2.21+ picks it by itself when NCCL_IB_GID_INDEX is unset (defaults NCCL_IB_ROCE_VERSION_NUM=2, IPv4 unless NCCL_SOCKET_FAMILY=AF_INET6)", v4.Index))
 	case len(v2) > 0 && len(v2ll) == len(v2):
-		add(SevWarn, "roce-only-link-local-gid", fmt.Sprintf("%s: the only RoCE v2 GIDs are link-local (GID %d %s): traffic cannot be routed", name, v2ll[0].Index, tablesOneLine(v2ll[0].GID, 64)),
+		add(doctor.SevWarn, "roce-only-link-local-gid", fmt.Sprintf("%s: the only RoCE v2 GIDs are link-local (GID %d %s): traffic cannot be routed", name, v2ll[0].Index, doctor.OneLine(v2ll[0].GID, 64)),
 			"configure an IPv4 (or global IPv6) address on the port's netdev "+netdev+"; a new GID appears for it")
 	case len(v2) > 0:
 		var idx []string
@@ -593,30 +596,30 @@ func ibvPortFindings(name string, p *IBVPort) []Finding {
 				idx = append(idx, strconv.Itoa(g.Index))
 			}
 		}
-		add(SevInfo, "roce-no-ipv4-gid", fmt.Sprintf("%s: RoCE v2 GIDs at %s but none IPv4-mapped (::ffff:a.b.c.d)", name, strings.Join(idx, ",")),
+		add(doctor.SevInfo, "roce-no-ipv4-gid", fmt.Sprintf("%s: RoCE v2 GIDs at %s but none IPv4-mapped (::ffff:a.b.c.d)", name, strings.Join(idx, ",")),
 			"give "+netdev+" an IPv4 address, or set NCCL_IB_ADDR_FAMILY=AF_INET6 to use an IPv6 RoCE v2 GID")
 	}
 	return fs
 }
 
-// ibvFleetFindings compares the ports: IPv4 RoCE v2 GID indices, active
+// FleetFindings compares the ports: IPv4 RoCE v2 GID indices, active
 // MTUs per link layer, and notes RoCE.
-func ibvFleetFindings(ports []ibvNamedPort) []Finding {
-	var fs []Finding
-	add := func(sev Severity, code, msg, fix string) {
-		fs = append(fs, Finding{Severity: sev, Code: code, Message: msg, Fix: fix})
+func FleetFindings(ports []NamedPort) []doctor.Finding {
+	var fs []doctor.Finding
+	add := func(sev doctor.Severity, code, msg, fix string) {
+		fs = append(fs, doctor.Finding{Severity: sev, Code: code, Message: msg, Fix: fix})
 	}
 	ethernet := []string{}
 	gidIdx := map[int][]string{} // recommended GID index -> ports
 	byLayer := map[string]map[int][]string{}
 	for _, np := range ports {
-		p := np.p
+		p := np.Port
 		if p.LinkLayer == "Ethernet" {
-			ethernet = append(ethernet, np.name)
+			ethernet = append(ethernet, np.Name)
 		}
 		if ibvIsRoCE(p) {
 			if g, ok := ibvIPv4GID(p); ok {
-				gidIdx[g.Index] = append(gidIdx[g.Index], np.name)
+				gidIdx[g.Index] = append(gidIdx[g.Index], np.Name)
 			}
 		}
 		if p.State == "ACTIVE" && p.ActiveMTU > 0 {
@@ -624,7 +627,7 @@ func ibvFleetFindings(ports []ibvNamedPort) []Finding {
 			if byLayer[l] == nil {
 				byLayer[l] = map[int][]string{}
 			}
-			byLayer[l][p.ActiveMTU] = append(byLayer[l][p.ActiveMTU], np.name)
+			byLayer[l][p.ActiveMTU] = append(byLayer[l][p.ActiveMTU], np.Name)
 		}
 	}
 	if len(gidIdx) > 1 {
@@ -637,7 +640,7 @@ func ibvFleetFindings(ports []ibvNamedPort) []Finding {
 		for _, k := range keys {
 			parts = append(parts, fmt.Sprintf("%d on %s", k, strings.Join(gidIdx[k], ", ")))
 		}
-		add(SevWarn, "roce-gid-index-differs", "the IPv4-mapped RoCE v2 GID has different indices: "+strings.Join(parts, "; "),
+		add(doctor.SevWarn, "roce-gid-index-differs", "the IPv4-mapped RoCE v2 GID has different indices: "+strings.Join(parts, "; "),
 			"NCCL_IB_GID_INDEX is one value for all HCAs: make the address configuration the same on every port, or leave it unset so NCCL (2.20+) picks the GID by NCCL_IB_ADDR_FAMILY/NCCL_IB_ROCE_VERSION_NUM, or restrict NCCL_IB_HCA to ports that agree")
 	}
 	// MTU mismatch across active ports of the same link layer
@@ -664,26 +667,26 @@ func ibvFleetFindings(ports []ibvNamedPort) []Finding {
 		if layer == "" {
 			layer = "unknown link layer"
 		}
-		add(SevWarn, "ibv-mtu-mismatch", fmt.Sprintf("active %s ports differ in active MTU: %s", layer, strings.Join(parts, "; ")),
+		add(doctor.SevWarn, "ibv-mtu-mismatch", fmt.Sprintf("active %s ports differ in active MTU: %s", layer, strings.Join(parts, "; ")),
 			"use one MTU on all ports and hosts (netdev MTU for RoCE, SM/switch MTU for IB); a QP between different MTUs uses the smaller one")
 	}
 	if len(ethernet) > 0 {
-		add(SevInfo, "roce-link-layer", fmt.Sprintf("link layer Ethernet on %s: this is RoCE, not InfiniBand", strings.Join(ethernet, ", ")),
+		add(doctor.SevInfo, "roce-link-layer", fmt.Sprintf("link layer Ethernet on %s: this is RoCE, not InfiniBand", strings.Join(ethernet, ", ")),
 			"RoCE needs the right GID (NCCL_IB_GID_INDEX or NCCL 2.21+ auto-selection), a lossless or ECN-configured fabric (PFC/ECN, NCCL_IB_TC) and IP reachability between hosts")
 	}
 	return fs
 }
 
 // WriteText prints one line per port with its GIDs, then the findings.
-func (rep *IBVReport) WriteText(w io.Writer) error {
+func (rep *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
 	for _, d := range rep.Devices {
-		fmt.Fprintf(&b, "%s (%s)", tablesOneLine(d.Name, 64), strings.Join(d.Sources, ", "))
+		fmt.Fprintf(&b, "%s (%s)", doctor.OneLine(d.Name, 64), strings.Join(d.Sources, ", "))
 		if d.FWVersion != "" {
-			fmt.Fprintf(&b, " fw %s", tablesOneLine(d.FWVersion, 40))
+			fmt.Fprintf(&b, " fw %s", doctor.OneLine(d.FWVersion, 40))
 		}
 		if d.CAType != "" {
-			fmt.Fprintf(&b, " %s", tablesOneLine(d.CAType, 40))
+			fmt.Fprintf(&b, " %s", doctor.OneLine(d.CAType, 40))
 		}
 		b.WriteByte('\n')
 		for _, p := range d.Ports {
@@ -695,11 +698,11 @@ func (rep *IBVReport) WriteText(w io.Writer) error {
 				fmt.Fprintf(&b, ", %g Gb/s", p.RateGbps)
 			}
 			if p.Netdev != "" {
-				fmt.Fprintf(&b, ", netdev %s", tablesOneLine(p.Netdev, 32))
+				fmt.Fprintf(&b, ", netdev %s", doctor.OneLine(p.Netdev, 32))
 			}
 			b.WriteByte('\n')
 			for _, g := range p.GIDs {
-				fmt.Fprintf(&b, "    GID %3d %-40s %-7s", g.Index, tablesOneLine(g.GID, 45), g.Type)
+				fmt.Fprintf(&b, "    GID %3d %-40s %-7s", g.Index, doctor.OneLine(g.GID, 45), g.Type)
 				if g.IPv4 != "" {
 					fmt.Fprintf(&b, " ipv4 %s", g.IPv4)
 				}
@@ -710,7 +713,7 @@ func (rep *IBVReport) WriteText(w io.Writer) error {
 			}
 		}
 	}
-	writeFindings(&b, rep.Findings)
+	doctor.WriteFindings(&b, rep.Findings)
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -719,5 +722,5 @@ func ibvOr(s string) string {
 	if s == "" {
 		return "?"
 	}
-	return tablesOneLine(s, 32)
+	return doctor.OneLine(s, 32)
 }

@@ -1,14 +1,5 @@
-package doctor
-
-import (
-	"fmt"
-	"io"
-	"regexp"
-	"sort"
-	"strings"
-)
-
-// nvidia-smi topo -m
+// Package topo reads the matrix of `nvidia-smi topo -m` (`goccl doctor topo
+// FILE`) and tells, for each GPU, the nearest NICs.
 //
 // `nvidia-smi topo -m` (NVIDIA driver tools) prints a matrix: a header line
 // naming the devices (GPU0.., NIC0.. in current drivers, mlx5_0.. in older
@@ -50,9 +41,20 @@ import (
 //	gpu-nic-phb              info   a GPU's nearest NIC is PHB (beyond NCCL's default GDR level)
 //	nic-shared               info   a NIC is the nearest of several GPUs
 //	gpu-no-nvlink            info   a GPU without NVLink while others have it
+package topo
 
-// TopoReport is what ParseTopo found.
-type TopoReport struct {
+import (
+	"fmt"
+	"io"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/goccl/goccl/doctor"
+)
+
+// Report is what Parse found.
+type Report struct {
 	// Devices are the matrix's column names in order.
 	Devices []string `json:"devices"`
 	GPUs    []string `json:"gpus"`
@@ -67,13 +69,13 @@ type TopoReport struct {
 	NUMAAffinity map[string]string `json:"numa_affinity,omitempty"`
 	GPUNUMAID    map[string]string `json:"gpu_numa_id,omitempty"`
 	// Truncated lists the rows with fewer cells than devices.
-	Truncated []string          `json:"truncated,omitempty"`
-	Locality  []TopoGPULocality `json:"locality"`
-	Findings  []Finding         `json:"findings"`
+	Truncated []string         `json:"truncated,omitempty"`
+	Locality  []GPULocality    `json:"locality"`
+	Findings  []doctor.Finding `json:"findings"`
 }
 
-// TopoGPULocality is one GPU's nearest NICs.
-type TopoGPULocality struct {
+// GPULocality is one GPU's nearest NICs.
+type GPULocality struct {
 	GPU  string `json:"gpu"`
 	Link string `json:"link"` // the best link kind, "" when no NIC cell is known
 	// NICs are the NIC columns at that link, NICDevices their device names.
@@ -134,17 +136,17 @@ func topoIsHeader(f []string) bool {
 	return len(f) >= 3 && (f[1] == "CPU" || f[1] == "NUMA") && f[2] == "Affinity"
 }
 
-// ParseTopo parses `nvidia-smi topo -m` output and reports GPU–NIC
+// Parse parses `nvidia-smi topo -m` output and reports GPU–NIC
 // locality. It fails only when r fails; text without a matrix gives a
 // report with a "topo-no-matrix" finding.
-func ParseTopo(r io.Reader) (*TopoReport, error) {
-	rep := &TopoReport{Devices: []string{}, GPUs: []string{}, NICs: []string{},
+func Parse(r io.Reader) (*Report, error) {
+	rep := &Report{Devices: []string{}, GPUs: []string{}, NICs: []string{},
 		Matrix: map[string]map[string]string{}, NICNames: map[string]string{},
-		Locality: []TopoGPULocality{}, Findings: []Finding{}}
+		Locality: []GPULocality{}, Findings: []doctor.Finding{}}
 	index := map[string]bool{}
 	inMatrix := false
-	_, err := readLines(r, tablesMaxLine, tablesMaxLines, func(n int, raw string) {
-		line := strings.TrimSpace(tablesClean(raw))
+	_, err := doctor.ReadLines(r, doctor.TableMaxLine, doctor.TableMaxLines, func(n int, raw string) {
+		line := strings.TrimSpace(doctor.CleanLine(raw))
 		f := strings.Fields(line)
 		if len(f) == 0 {
 			return
@@ -226,12 +228,12 @@ func ParseTopo(r io.Reader) (*TopoReport, error) {
 		}
 	}
 	topoAnalyse(rep)
-	sortFindings(rep.Findings)
+	doctor.SortFindings(rep.Findings)
 	return rep, nil
 }
 
 // topoLink returns the link between a and b, from a's row or else b's.
-func (rep *TopoReport) topoLink(a, b string) string {
+func (rep *Report) topoLink(a, b string) string {
 	if k, ok := rep.Matrix[a][b]; ok {
 		return k
 	}
@@ -239,27 +241,27 @@ func (rep *TopoReport) topoLink(a, b string) string {
 }
 
 // topoNICName is a NIC column with its device name, e.g. "NIC1 (mlx5_1)".
-func (rep *TopoReport) topoNICName(nic string) string {
+func (rep *Report) topoNICName(nic string) string {
 	if d, ok := rep.NICNames[nic]; ok && d != nic {
 		return nic + " (" + d + ")"
 	}
 	return nic
 }
 
-func topoAnalyse(rep *TopoReport) {
-	add := func(sev Severity, code, msg, fix string) {
-		rep.Findings = append(rep.Findings, Finding{Severity: sev, Code: code, Message: msg, Fix: fix})
+func topoAnalyse(rep *Report) {
+	add := func(sev doctor.Severity, code, msg, fix string) {
+		rep.Findings = append(rep.Findings, doctor.Finding{Severity: sev, Code: code, Message: msg, Fix: fix})
 	}
 	if len(rep.Devices) == 0 {
-		add(SevWarn, "topo-no-matrix", "no `nvidia-smi topo -m` matrix found", "paste the output of `nvidia-smi topo -m` from its header line")
+		add(doctor.SevWarn, "topo-no-matrix", "no `nvidia-smi topo -m` matrix found", "paste the output of `nvidia-smi topo -m` from its header line")
 		return
 	}
 	if len(rep.Truncated) > 0 {
-		add(SevInfo, "topo-truncated-rows", fmt.Sprintf("rows with fewer cells than the %d devices: %s; the missing pairs are taken from the other device's row where present", len(rep.Devices), strings.Join(rep.Truncated, ", ")), "")
+		add(doctor.SevInfo, "topo-truncated-rows", fmt.Sprintf("rows with fewer cells than the %d devices: %s; the missing pairs are taken from the other device's row where present", len(rep.Devices), strings.Join(rep.Truncated, ", ")), "")
 	}
 	for _, g := range rep.GPUs {
 		if _, ok := rep.Matrix[g]; !ok {
-			add(SevInfo, "topo-missing-row", fmt.Sprintf("no row for %s (truncated paste?)", g), "")
+			add(doctor.SevInfo, "topo-missing-row", fmt.Sprintf("no row for %s (truncated paste?)", g), "")
 		}
 	}
 	missingLegend := []string{}
@@ -269,14 +271,14 @@ func topoAnalyse(rep *TopoReport) {
 		}
 	}
 	if len(missingLegend) > 0 {
-		add(SevInfo, "topo-nic-legend-missing", fmt.Sprintf("no NIC Legend entry for %s: device names unknown", strings.Join(missingLegend, ", ")), "include the 'NIC Legend' block printed after the matrix")
+		add(doctor.SevInfo, "topo-nic-legend-missing", fmt.Sprintf("no NIC Legend entry for %s: device names unknown", strings.Join(missingLegend, ", ")), "include the 'NIC Legend' block printed after the matrix")
 	}
 	if len(rep.NICs) == 0 {
-		add(SevInfo, "topo-no-nics", "the matrix lists no NIC: GPU–NIC locality cannot be judged", "")
+		add(doctor.SevInfo, "topo-no-nics", "the matrix lists no NIC: GPU–NIC locality cannot be judged", "")
 	}
 	users := map[string][]string{} // NIC -> GPUs for which it is nearest at PHB or better
 	for _, g := range rep.GPUs {
-		loc := TopoGPULocality{GPU: g, NICs: []string{}, NICDevices: []string{}}
+		loc := GPULocality{GPU: g, NICs: []string{}, NICDevices: []string{}}
 		best := 99
 		for _, n := range rep.NICs {
 			k := rep.topoLink(g, n)
@@ -310,11 +312,11 @@ func topoAnalyse(rep *TopoReport) {
 		}
 		switch {
 		case best >= 5:
-			add(SevWarn, "gpu-no-local-nic",
+			add(doctor.SevWarn, "gpu-no-local-nic",
 				fmt.Sprintf("%s: nearest NIC %s is %s: GPUDirect RDMA would cross the CPU interconnect, so NCCL stages network traffic through host memory", g, strings.Join(names, ", "), loc.Link),
 				"put a NIC on the GPU's PCIe switch (PIX/PXB); forcing GDR with NCCL_NET_GDR_LEVEL="+loc.Link+" is possible but usually slower")
 		case best == 4:
-			add(SevInfo, "gpu-nic-phb",
+			add(doctor.SevInfo, "gpu-nic-phb",
 				fmt.Sprintf("%s: nearest NIC %s is PHB (through the CPU's PCIe host bridge): NCCL's default GPUDirect RDMA level (NCCL_NET_GDR_LEVEL, PXB in recent versions) excludes it", g, strings.Join(names, ", ")),
 				"measure with NCCL_NET_GDR_LEVEL=PHB against the default")
 		}
@@ -327,7 +329,7 @@ func topoAnalyse(rep *TopoReport) {
 	sort.Strings(nics)
 	for _, n := range nics {
 		if gs := users[n]; len(gs) > 1 {
-			add(SevInfo, "nic-shared",
+			add(doctor.SevInfo, "nic-shared",
 				fmt.Sprintf("%s is the nearest NIC of %d GPUs (%s): their inter-node traffic shares its bandwidth", rep.topoNICName(n), len(gs), strings.Join(gs, ", ")),
 				"expect per-GPU network bandwidth of the NIC's rate divided by the GPUs sharing it")
 		}
@@ -345,20 +347,20 @@ func topoAnalyse(rep *TopoReport) {
 	if anyNV {
 		for _, g := range rep.GPUs {
 			if !nvl[g] {
-				add(SevInfo, "gpu-no-nvlink", fmt.Sprintf("%s has no NVLink to any other GPU while others do: its intra-node traffic goes over PCIe", g), "")
+				add(doctor.SevInfo, "gpu-no-nvlink", fmt.Sprintf("%s has no NVLink to any other GPU while others do: its intra-node traffic goes over PCIe", g), "")
 			}
 		}
 	}
 }
 
 // WriteText prints the matrix, each GPU's nearest NICs and the findings.
-func (rep *TopoReport) WriteText(w io.Writer) error {
+func (rep *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d GPUs, %d NICs\n", len(rep.GPUs), len(rep.NICs))
 	if len(rep.Devices) > 0 {
 		b.WriteString("      ")
 		for _, d := range rep.Devices {
-			fmt.Fprintf(&b, " %6s", tablesOneLine(d, 6))
+			fmt.Fprintf(&b, " %6s", doctor.OneLine(d, 6))
 		}
 		b.WriteByte('\n')
 		for _, r := range rep.Devices {
@@ -366,7 +368,7 @@ func (rep *TopoReport) WriteText(w io.Writer) error {
 			if !ok {
 				continue
 			}
-			fmt.Fprintf(&b, "%-6s", tablesOneLine(r, 6))
+			fmt.Fprintf(&b, "%-6s", doctor.OneLine(r, 6))
 			for _, c := range rep.Devices {
 				k, ok := row[c]
 				if !ok {
@@ -379,7 +381,7 @@ func (rep *TopoReport) WriteText(w io.Writer) error {
 	}
 	for _, n := range rep.NICs {
 		if d, ok := rep.NICNames[n]; ok && d != n {
-			fmt.Fprintf(&b, "%s = %s\n", n, tablesOneLine(d, 64))
+			fmt.Fprintf(&b, "%s = %s\n", n, doctor.OneLine(d, 64))
 		}
 	}
 	if len(rep.Locality) > 0 {
@@ -392,11 +394,11 @@ func (rep *TopoReport) WriteText(w io.Writer) error {
 		}
 		names := make([]string, len(l.NICs))
 		for i, n := range l.NICs {
-			names[i] = tablesOneLine(rep.topoNICName(n), 80)
+			names[i] = doctor.OneLine(rep.topoNICName(n), 80)
 		}
 		fmt.Fprintf(&b, "  %-6s %-4s %s\n", l.GPU, l.Link, strings.Join(names, ", "))
 	}
-	writeFindings(&b, rep.Findings)
+	doctor.WriteFindings(&b, rep.Findings)
 	_, err := io.WriteString(w, b.String())
 	return err
 }

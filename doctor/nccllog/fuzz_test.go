@@ -1,4 +1,4 @@
-package doctor
+package nccllog
 
 import (
 	"encoding/json"
@@ -18,7 +18,7 @@ func FuzzAnalyzeNCCLLog(f *testing.F) {
 	f.Add("\r\n\x1b[0m[1,0]<stdout>: \n")
 	f.Add("h:1:2 [0] NCCL INFO NET/IB : Using [0]x:1/RoCE [RO]; OOB lo:127.0.0.1<0>\n [1]y:2/IB\n")
 	f.Fuzz(func(t *testing.T, text string) {
-		rep, err := AnalyzeNCCLLog(strings.NewReader(text))
+		rep, err := Analyze(strings.NewReader(text))
 		if err != nil {
 			t.Fatalf("error on an in-memory reader: %v", err)
 		}
@@ -47,7 +47,7 @@ func FuzzAnalyzeNCCLLog(f *testing.F) {
 			if fd.Severity == "" || fd.Code == "" || fd.Message == "" {
 				t.Fatalf("incomplete finding %+v", fd)
 			}
-			if i > 0 && severityRank(rep.Findings[i-1].Severity) > severityRank(fd.Severity) {
+			if i > 0 && rep.Findings[i-1].Severity.Rank() > fd.Severity.Rank() {
 				t.Fatalf("findings not sorted: %v", logCodes(rep))
 			}
 		}

@@ -1,24 +1,23 @@
-package doctor
+package nccltests
 
 import (
+	"io"
 	"math"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/goccl/goccl/doctor"
+	"github.com/goccl/goccl/doctor/internal/doctortest"
 )
 
-func testsRead(t *testing.T, text string, opt NCCLTestsOptions) *NCCLTestsReport {
+func testsRead(t *testing.T, text string, opt Options) *Report {
 	t.Helper()
-	rep, err := ReadNCCLTests(strings.NewReader(text), opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tablesCheckReport(t, rep, rep.Findings)
-	return rep
+	return doctortest.Read(t, func(r io.Reader) (*Report, error) { return Read(r, opt) }, text)
 }
 
 // testsRowAt returns the row of size in test tt.
-func testsRowAt(t *testing.T, tt NCCLTest, size int64) NCCLTestsRow {
+func testsRowAt(t *testing.T, tt Test, size int64) Row {
 	t.Helper()
 	for _, r := range tt.Rows {
 		if r.Size == size {
@@ -26,11 +25,11 @@ func testsRowAt(t *testing.T, tt NCCLTest, size int64) NCCLTestsRow {
 		}
 	}
 	t.Fatalf("no row of size %d", size)
-	return NCCLTestsRow{}
+	return Row{}
 }
 
 func TestNCCLTestsReal01AllReduce16Ranks(t *testing.T) {
-	rep := testsRead(t, realInput(t, "nccl-tests-01.txt"), NCCLTestsOptions{})
+	rep := testsRead(t, doctortest.RealInput(t, "nccl-tests-01.txt"), Options{})
 	if len(rep.Tests) != 1 {
 		t.Fatalf("tests = %d, want 1", len(rep.Tests))
 	}
@@ -65,36 +64,36 @@ func TestNCCLTestsReal01AllReduce16Ranks(t *testing.T) {
 			t.Errorf("row %d: wrong %d/%d mismatch %v", r.Size, r.OutOfPlace.Wrong, r.InPlace.Wrong, r.BusBWMismatch)
 		}
 	}
-	codes := tablesCodes(rep.Findings, "")
-	if HasErrors(rep.Findings) || codes["busbw-mismatch"] != 0 || codes["avg-busbw-mismatch"] != 0 || codes["avg-busbw"] != 1 {
+	codes := doctortest.Codes(rep.Findings, "")
+	if doctor.HasErrors(rep.Findings) || codes["busbw-mismatch"] != 0 || codes["avg-busbw-mismatch"] != 0 || codes["avg-busbw"] != 1 {
 		t.Errorf("findings %v", rep.Findings)
 	}
 	// expectation: 400 GB/s -> sizes >= 64 MiB below 320 flagged: all 8 of them
-	rep = testsRead(t, realInput(t, "nccl-tests-01.txt"), NCCLTestsOptions{ExpectBusBW: 400})
+	rep = testsRead(t, doctortest.RealInput(t, "nccl-tests-01.txt"), Options{ExpectBusBW: 400})
 	// 4 GiB (330.58) and 8 GiB (338.82) reach 320
-	f, ok := tablesFindingWith(rep.Findings, "busbw-below-expected", "6 of 8 sizes")
-	if !ok || f.Severity != SevWarn {
+	f, ok := doctortest.FindingWith(rep.Findings, "busbw-below-expected", "6 of 8 sizes")
+	if !ok || f.Severity != doctor.SevWarn {
 		t.Errorf("expect 400: %v", rep.Findings)
 	}
 	// 380 GB/s: 80 % = 304 -> 2 GiB (318.40), 4 GiB, 8 GiB pass; 64 MiB .. 1 GiB (5 sizes) fail
-	rep = testsRead(t, realInput(t, "nccl-tests-01.txt"), NCCLTestsOptions{ExpectBusBW: 380})
-	if _, ok := tablesFindingWith(rep.Findings, "busbw-below-expected", "5 of 8 sizes"); !ok {
+	rep = testsRead(t, doctortest.RealInput(t, "nccl-tests-01.txt"), Options{ExpectBusBW: 380})
+	if _, ok := doctortest.FindingWith(rep.Findings, "busbw-below-expected", "5 of 8 sizes"); !ok {
 		t.Errorf("expect 380: %v", rep.Findings)
 	}
 	// 300 -> 240: 64, 128 and 256 MiB (213.28) are below
-	rep = testsRead(t, realInput(t, "nccl-tests-01.txt"), NCCLTestsOptions{ExpectBusBW: 300})
-	if _, ok := tablesFindingWith(rep.Findings, "busbw-below-expected", "3 of 8 sizes"); !ok {
+	rep = testsRead(t, doctortest.RealInput(t, "nccl-tests-01.txt"), Options{ExpectBusBW: 300})
+	if _, ok := doctortest.FindingWith(rep.Findings, "busbw-below-expected", "3 of 8 sizes"); !ok {
 		t.Errorf("expect 300: %v", rep.Findings)
 	}
 	// 100 -> 80: 64 MiB reaches 99.74, and 32 MiB (59.69) is too small to count
-	rep = testsRead(t, realInput(t, "nccl-tests-01.txt"), NCCLTestsOptions{ExpectBusBW: 100})
-	if tablesCodes(rep.Findings, "")["busbw-below-expected"] != 0 {
+	rep = testsRead(t, doctortest.RealInput(t, "nccl-tests-01.txt"), Options{ExpectBusBW: 100})
+	if doctortest.Codes(rep.Findings, "")["busbw-below-expected"] != 0 {
 		t.Errorf("expect 100: %v", rep.Findings)
 	}
 }
 
 func TestNCCLTestsReal03AllGatherSizeZero(t *testing.T) {
-	rep := testsRead(t, realInput(t, "nccl-tests-03.txt"), NCCLTestsOptions{})
+	rep := testsRead(t, doctortest.RealInput(t, "nccl-tests-03.txt"), Options{})
 	if len(rep.Tests) != 1 {
 		t.Fatalf("tests = %d", len(rep.Tests))
 	}
@@ -113,18 +112,18 @@ func TestNCCLTestsReal03AllGatherSizeZero(t *testing.T) {
 		t.Errorf("peak %v avg %v", tt.PeakBusBW, tt.AvgBusBW)
 	}
 	// busbw = algbw/2 holds within the printed rounding on every row
-	if c := tablesCodes(rep.Findings, ""); c["busbw-mismatch"] != 0 || c["avg-busbw-mismatch"] != 0 {
+	if c := doctortest.Codes(rep.Findings, ""); c["busbw-mismatch"] != 0 || c["avg-busbw-mismatch"] != 0 {
 		t.Errorf("findings %v", rep.Findings)
 	}
 	// Without the device block the rank count comes from size/count.
-	text := realInput(t, "nccl-tests-03.txt")
+	text := doctortest.RealInput(t, "nccl-tests-03.txt")
 	var kept []string
 	for _, l := range strings.Split(text, "\n") {
 		if !strings.Contains(l, "Rank") && !strings.Contains(l, "nThread") && !strings.Contains(l, "_perf") {
 			kept = append(kept, l)
 		}
 	}
-	rep = testsRead(t, strings.Join(kept, "\n"), NCCLTestsOptions{})
+	rep = testsRead(t, strings.Join(kept, "\n"), Options{})
 	tt = rep.Tests[0]
 	if tt.Collective != "all_gather" || tt.CollectiveFrom != "layout" || tt.Ranks != 2 || tt.RanksFrom != "size-count" {
 		t.Errorf("stripped: %s from %s, %d ranks from %s", tt.Collective, tt.CollectiveFrom, tt.Ranks, tt.RanksFrom)
@@ -132,7 +131,7 @@ func TestNCCLTestsReal03AllGatherSizeZero(t *testing.T) {
 }
 
 func TestNCCLTestsReal07SendRecvNA(t *testing.T) {
-	rep := testsRead(t, realInput(t, "nccl-tests-07.txt"), NCCLTestsOptions{})
+	rep := testsRead(t, doctortest.RealInput(t, "nccl-tests-07.txt"), Options{})
 	if len(rep.Tests) != 1 {
 		t.Fatalf("tests = %d", len(rep.Tests))
 	}
@@ -152,18 +151,18 @@ func TestNCCLTestsReal07SendRecvNA(t *testing.T) {
 	if r.OutOfPlace.BusBW != 195.10 || r.InPlace.BusBW != 195.56 || tt.PeakBusBW != 195.56 {
 		t.Errorf("1 GiB %+v %+v peak %v", r.OutOfPlace, r.InPlace, tt.PeakBusBW)
 	}
-	if _, ok := tablesFindingWith(rep.Findings, "peak-busbw", "195.56"); !ok || HasErrors(rep.Findings) {
+	if _, ok := doctortest.FindingWith(rep.Findings, "peak-busbw", "195.56"); !ok || doctor.HasErrors(rep.Findings) {
 		t.Errorf("findings %v", rep.Findings)
 	}
 	// Without the command line the all-N/A in-place column says sendrecv.
-	rep = testsRead(t, strings.SplitN(realInput(t, "nccl-tests-07.txt"), "\n", 2)[1], NCCLTestsOptions{})
+	rep = testsRead(t, strings.SplitN(doctortest.RealInput(t, "nccl-tests-07.txt"), "\n", 2)[1], Options{})
 	if rep.Tests[0].Collective != "sendrecv" || rep.Tests[0].CollectiveFrom != "layout" {
 		t.Errorf("layout guess %s", rep.Tests[0].Collective)
 	}
 }
 
 func TestNCCLTestsReal11OldFormat(t *testing.T) {
-	rep := testsRead(t, realInput(t, "nccl-tests-11.txt"), NCCLTestsOptions{})
+	rep := testsRead(t, doctortest.RealInput(t, "nccl-tests-11.txt"), Options{})
 	if len(rep.Tests) != 2 {
 		t.Fatalf("tests = %d, want 2 (13-field and 10-field tables)", len(rep.Tests))
 	}
@@ -199,15 +198,15 @@ func TestNCCLTestsReal11OldFormat(t *testing.T) {
 			}
 		}
 	}
-	c := tablesCodes(rep.Findings, "")
+	c := doctortest.Codes(rep.Findings, "")
 	// the excerpt starts at 64 KiB, so the rows cannot average to the footer
-	if c["avg-busbw-mismatch"] != 1 || c["collective-unknown"] != 1 || HasErrors(rep.Findings) {
+	if c["avg-busbw-mismatch"] != 1 || c["collective-unknown"] != 1 || doctor.HasErrors(rep.Findings) {
 		t.Errorf("findings %v", rep.Findings)
 	}
 }
 
 func TestNCCLTestsOldFormatErrors(t *testing.T) {
-	rep := testsRead(t, tablesFile(t, "nccltests", "old-format-all_reduce.txt"), NCCLTestsOptions{})
+	rep := testsRead(t, doctortest.File(t, "old-format-all_reduce.txt"), Options{})
 	if len(rep.Tests) != 1 {
 		t.Fatalf("tests %d", len(rep.Tests))
 	}
@@ -219,17 +218,17 @@ func TestNCCLTestsOldFormatErrors(t *testing.T) {
 	if r.InPlace.Wrong != 1 || math.Abs(r.InPlace.Error-0.02) > 1e-12 || r.OutOfPlace.Wrong != 0 || r.HasRoot {
 		t.Errorf("2 MiB row %+v", r)
 	}
-	if _, ok := tablesFindingWith(rep.Findings, "wrong-results", "first at size 2097152"); !ok {
+	if _, ok := doctortest.FindingWith(rep.Findings, "wrong-results", "first at size 2097152"); !ok {
 		t.Errorf("no wrong-results: %v", rep.Findings)
 	}
-	c := tablesCodes(rep.Findings, SevError)
-	if c["out-of-bounds-values"] != 1 || tablesCodes(rep.Findings, "")["busbw-mismatch"] != 0 {
+	c := doctortest.Codes(rep.Findings, doctor.SevError)
+	if c["out-of-bounds-values"] != 1 || doctortest.Codes(rep.Findings, "")["busbw-mismatch"] != 0 {
 		t.Errorf("findings %v", rep.Findings)
 	}
 }
 
 func TestNCCLTestsMpirunPrefixesInfoLines(t *testing.T) {
-	rep := testsRead(t, tablesFile(t, "nccltests", "mpirun-reduce_scatter.txt"), NCCLTestsOptions{ExpectBusBW: 100})
+	rep := testsRead(t, doctortest.File(t, "mpirun-reduce_scatter.txt"), Options{ExpectBusBW: 100})
 	if len(rep.Tests) != 1 {
 		t.Fatalf("tests %d", len(rep.Tests))
 	}
@@ -245,36 +244,36 @@ func TestNCCLTestsMpirunPrefixesInfoLines(t *testing.T) {
 			t.Errorf("size %d mismatch flag %v", r.Size, r.BusBWMismatch)
 		}
 	}
-	if f, ok := tablesFindingWith(rep.Findings, "busbw-mismatch", "1 row(s)"); !ok || f.Severity != SevWarn {
+	if f, ok := doctortest.FindingWith(rep.Findings, "busbw-mismatch", "1 row(s)"); !ok || f.Severity != doctor.SevWarn {
 		t.Errorf("busbw-mismatch: %v", rep.Findings)
 	}
-	if _, ok := tablesFindingWith(rep.Findings, "wrong-results", "first at size 16777216"); !ok {
+	if _, ok := doctortest.FindingWith(rep.Findings, "wrong-results", "first at size 16777216"); !ok {
 		t.Errorf("wrong-results: %v", rep.Findings)
 	}
 	// 100 GB/s expected, 80 % = 80: the 128 MiB row (77.20) is below.
-	if _, ok := tablesFindingWith(rep.Findings, "busbw-below-expected", "1 of 1 sizes"); !ok {
+	if _, ok := doctortest.FindingWith(rep.Findings, "busbw-below-expected", "1 of 1 sizes"); !ok {
 		t.Errorf("expect: %v", rep.Findings)
 	}
-	c := tablesCodes(rep.Findings, "")
+	c := doctortest.Codes(rep.Findings, "")
 	if c["out-of-bounds-values"] != 1 || c["avg-busbw-mismatch"] != 1 {
 		t.Errorf("findings %v", rep.Findings)
 	}
 	// The same without prefixes and INFO lines gives the same rows.
 	var plain []string
-	for _, l := range strings.Split(tablesFile(t, "nccltests", "mpirun-reduce_scatter.txt"), "\n") {
+	for _, l := range strings.Split(doctortest.File(t, "mpirun-reduce_scatter.txt"), "\n") {
 		if strings.Contains(l, "NCCL INFO") {
 			l = "" // keep the line numbers
 		}
 		plain = append(plain, strings.TrimPrefix(l, "[1,0]<stdout>:"))
 	}
-	rep2 := testsRead(t, strings.Join(plain, "\n"), NCCLTestsOptions{ExpectBusBW: 100})
-	if tablesJSON(t, rep2) != tablesJSON(t, rep) {
+	rep2 := testsRead(t, strings.Join(plain, "\n"), Options{ExpectBusBW: 100})
+	if doctortest.JSON(t, rep2) != doctortest.JSON(t, rep) {
 		t.Errorf("prefixed and plain reports differ")
 	}
 }
 
 func TestNCCLTestsTwoCollectivesSrun(t *testing.T) {
-	rep := testsRead(t, tablesFile(t, "nccltests", "srun-broadcast-alltoall.txt"), NCCLTestsOptions{ExpectBusBW: 120})
+	rep := testsRead(t, doctortest.File(t, "srun-broadcast-alltoall.txt"), Options{ExpectBusBW: 120})
 	if len(rep.Tests) != 2 {
 		t.Fatalf("tests %d", len(rep.Tests))
 	}
@@ -290,18 +289,18 @@ func TestNCCLTestsTwoCollectivesSrun(t *testing.T) {
 			t.Errorf("alltoall row %+v", r)
 		}
 	}
-	c := tablesCodes(rep.Findings, "")
-	if c["busbw-mismatch"] != 0 || c["avg-busbw-mismatch"] != 0 || HasErrors(rep.Findings) {
+	c := doctortest.Codes(rep.Findings, "")
+	if c["busbw-mismatch"] != 0 || c["avg-busbw-mismatch"] != 0 || doctor.HasErrors(rep.Findings) {
 		t.Errorf("findings %v", rep.Findings)
 	}
 	// 120 expected -> 96: broadcast (100..110) passes, alltoall (<= 53.44) all 5 sizes >= 64 MiB fail
-	if _, ok := tablesFindingWith(rep.Findings, "busbw-below-expected", "alltoall"); !ok || c["busbw-below-expected"] != 1 {
+	if _, ok := doctortest.FindingWith(rep.Findings, "busbw-below-expected", "alltoall"); !ok || c["busbw-below-expected"] != 1 {
 		t.Errorf("expect: %v", rep.Findings)
 	}
 }
 
 func TestNCCLTestsGocclPerf(t *testing.T) {
-	rep := testsRead(t, tablesFile(t, "nccltests", "goccl-perf-all_reduce.txt"), NCCLTestsOptions{ExpectBusBW: 10})
+	rep := testsRead(t, doctortest.File(t, "goccl-perf-all_reduce.txt"), Options{ExpectBusBW: 10})
 	if len(rep.Tests) != 1 {
 		t.Fatalf("tests %d", len(rep.Tests))
 	}
@@ -309,7 +308,7 @@ func TestNCCLTestsGocclPerf(t *testing.T) {
 	if tt.Collective != "all_reduce" || tt.Ranks != 2 || tt.RanksFrom != "devices" || len(tt.Rows) != 9 || !tt.HasAvg {
 		t.Errorf("%s %d %s rows %d", tt.Collective, tt.Ranks, tt.RanksFrom, len(tt.Rows))
 	}
-	c := tablesCodes(rep.Findings, "")
+	c := doctortest.Codes(rep.Findings, "")
 	if c["busbw-mismatch"] != 0 || c["avg-busbw-mismatch"] != 0 || c["expect-busbw-unchecked"] != 1 {
 		t.Errorf("findings %v", rep.Findings)
 	}
@@ -317,8 +316,8 @@ func TestNCCLTestsGocclPerf(t *testing.T) {
 
 func TestNCCLTestsEmptyAndGarbage(t *testing.T) {
 	for _, in := range []string{"", "hello\nworld\n", "# Avg bus bandwidth : nan\n", "1 2 float sum -1 x y z 0\n", strings.Repeat("9", 100000)} {
-		rep := testsRead(t, in, NCCLTestsOptions{ExpectBusBW: 1})
-		if len(rep.Tests) != 0 || tablesCodes(rep.Findings, "")["no-results"] != 1 {
+		rep := testsRead(t, in, Options{ExpectBusBW: 1})
+		if len(rep.Tests) != 0 || doctortest.Codes(rep.Findings, "")["no-results"] != 1 {
 			t.Errorf("%.20q: %+v", in, rep)
 		}
 	}
@@ -360,12 +359,12 @@ func TestNCCLTestsLauncherRanks(t *testing.T) {
 		{"mpirun -N 8 ./build/all_reduce_perf -g 1", 1, 0},
 		{"mpirun --hostfile h ./build/all_reduce_perf -g 1 -n 16", 1, 0},
 	} {
-		rep := testsRead(t, testsLaunchTable(c.cmd, c.gpus), NCCLTestsOptions{})
+		rep := testsRead(t, testsLaunchTable(c.cmd, c.gpus), Options{})
 		if len(rep.Tests) != 1 {
 			t.Fatalf("%q: %d tests", c.cmd, len(rep.Tests))
 		}
 		tt := rep.Tests[0]
-		codes := tablesCodes(rep.Findings, "")
+		codes := doctortest.Codes(rep.Findings, "")
 		if tt.Collective != "all_reduce" || tt.Ranks != c.ranks || codes["busbw-mismatch"] != 0 {
 			t.Errorf("%q: %s, %d ranks from %q, want %d; %v", c.cmd, tt.Collective, tt.Ranks, tt.RanksFrom, c.ranks, rep.Findings)
 		}
@@ -374,7 +373,7 @@ func TestNCCLTestsLauncherRanks(t *testing.T) {
 		}
 	}
 	// A launcher's -np after the program line does not count.
-	rep := testsRead(t, testsLaunchTable("./build/all_reduce_perf -g 16\n> -np 4", 16), NCCLTestsOptions{})
+	rep := testsRead(t, testsLaunchTable("./build/all_reduce_perf -g 16\n> -np 4", 16), Options{})
 	if tt := rep.Tests[0]; tt.Ranks != 16 || tt.RanksFrom != "config" {
 		t.Errorf("quoted line after the program: %d ranks from %s", tt.Ranks, tt.RanksFrom)
 	}
@@ -389,16 +388,22 @@ func TestNCCLTestsHypercube(t *testing.T) {
 		{"./build/hypercube_perf -b 16M -e 32M -g 4\n# nThread 1 nGpus 4 minBytes 16777216 maxBytes 33554432 step: 2(factor) warmup iters: 5 iters: 20\n", "config"},
 		{"# Collective test starting: hypercube_perf\n", "size-count"},
 	} {
-		rep := testsRead(t, c.pre+table, NCCLTestsOptions{})
+		rep := testsRead(t, c.pre+table, Options{})
 		tt := rep.Tests[0]
-		codes := tablesCodes(rep.Findings, "")
+		codes := doctortest.Codes(rep.Findings, "")
 		if tt.Collective != "hypercube" || tt.Ranks != 4 || tt.RanksFrom != c.from || codes["ranks-unknown"] != 0 || codes["busbw-mismatch"] != 0 {
 			t.Errorf("%s: %s %d ranks from %s; %v", c.from, tt.Collective, tt.Ranks, tt.RanksFrom, rep.Findings)
 		}
 	}
 	// with 8 ranks the same rows disagree
-	rep := testsRead(t, "./build/hypercube_perf -g 8\n"+table, NCCLTestsOptions{})
-	if tablesCodes(rep.Findings, "")["busbw-mismatch"] != 1 {
+	rep := testsRead(t, "./build/hypercube_perf -g 8\n"+table, Options{})
+	if doctortest.Codes(rep.Findings, "")["busbw-mismatch"] != 1 {
 		t.Errorf("8 ranks: %v", rep.Findings)
 	}
+}
+
+// TestFindingCodesDocumented: the package doc lists every finding code the
+// package emits, and only those.
+func TestFindingCodesDocumented(t *testing.T) {
+	doctortest.CodesDocumented(t, 5)
 }

@@ -1,4 +1,4 @@
-package doctor
+package nccllog
 
 import (
 	"bytes"
@@ -7,16 +7,17 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/goccl/goccl/doctor"
+	"github.com/goccl/goccl/doctor/internal/doctortest"
 )
 
-func logTestAnalyze(t testing.TB, text string) *NCCLLogReport {
+func logTestAnalyze(t testing.TB, text string) *Report {
 	t.Helper()
-	rep, err := AnalyzeNCCLLog(strings.NewReader(text))
+	rep, err := Analyze(strings.NewReader(text))
 	if err != nil {
 		t.Fatalf("AnalyzeNCCLLog: %v", err)
 	}
@@ -44,10 +45,10 @@ type logExpect struct {
 	intra       []string // checked exactly (nil = empty)
 	channels    int      // checked exactly
 	env         map[string]string
-	extra       func(t *testing.T, rep *NCCLLogReport)
+	extra       func(t *testing.T, rep *Report)
 }
 
-func logCheck(t *testing.T, rep *NCCLLogReport, e logExpect) {
+func logCheck(t *testing.T, rep *Report, e logExpect) {
 	t.Helper()
 	if rep.NCCLVersion != e.version {
 		t.Errorf("nccl_version = %q, want %q", rep.NCCLVersion, e.version)
@@ -63,7 +64,7 @@ func logCheck(t *testing.T, rep *NCCLLogReport, e logExpect) {
 	}
 	if e.main == "" {
 		for _, f := range rep.Findings {
-			if f.Severity != SevInfo {
+			if f.Severity != doctor.SevInfo {
 				t.Errorf("unexpected %s finding %s: %s", f.Severity, f.Code, f.Message)
 			}
 		}
@@ -138,7 +139,7 @@ func logCheck(t *testing.T, rep *NCCLLogReport, e logExpect) {
 	}
 }
 
-func logCodes(rep *NCCLLogReport) []string {
+func logCodes(rep *Report) []string {
 	var cs []string
 	for _, f := range rep.Findings {
 		cs = append(cs, f.Code)
@@ -146,7 +147,7 @@ func logCodes(rep *NCCLLogReport) []string {
 	return cs
 }
 
-func logFinding(rep *NCCLLogReport, code string) *Finding {
+func logFinding(rep *Report, code string) *doctor.Finding {
 	for i := range rep.Findings {
 		if rep.Findings[i].Code == code {
 			return &rep.Findings[i]
@@ -171,7 +172,7 @@ var logRealExpect = []logExpect{
 		ifaces:   []string{"bootstrap=ib8:192.168.1.8", "bootstrap=ib15:192.168.1.15", "ib-oob=ib8:192.168.1.8"},
 		intra:    []string{"NET loopback"},
 		env:      map[string]string{"NCCL_P2P_LEVEL": "LOC", "NCCL_SHM_DISABLE": "1"},
-		extra: func(t *testing.T, rep *NCCLLogReport) {
+		extra: func(t *testing.T, rep *Report) {
 			n := 0
 			for _, it := range rep.Interfaces {
 				if it.Role == "bootstrap" {
@@ -193,7 +194,7 @@ var logRealExpect = []logExpect{
 		nranks: 2, hosts: []string{"ip-172-31-0-137"},
 		ifaces:   []string{"bootstrap=ens5:172.31.0.137", "bootstrap=veth75fa783:fe80::14ad:64ff:fe64:b31e%veth75fa783", "net-socket=ens5:172.31.0.137", "net-socket=veth75fa783:fe80::14ad:64ff:fe64:b31e%veth75fa783"},
 		channels: 4,
-		extra: func(t *testing.T, rep *NCCLLogReport) {
+		extra: func(t *testing.T, rep *Report) {
 			if !rep.MultiNode {
 				t.Error("multi_node = false; peers share busId 1e0, so they are on different nodes")
 			}
@@ -207,7 +208,7 @@ var logRealExpect = []logExpect{
 		codes:  []string{"ib-disabled-by-env"},
 		ifaces: []string{"bootstrap=ip6tnl0:fe80::e866:19ff:fe1e:a688%ip6tnl0", "bootstrap=veth0:2a02:6b8:fc1d:3606:0:4457:edef:600a"},
 		env:    map[string]string{"NCCL_IB_DISABLE": "1"},
-		extra: func(t *testing.T, rep *NCCLLogReport) {
+		extra: func(t *testing.T, rep *Report) {
 			if rep.Interfaces[0].Name != "ip6tnl0" || rep.Interfaces[0].Index != 0 {
 				t.Errorf("first interface %+v, want ip6tnl0 at index 0", rep.Interfaces[0])
 			}
@@ -222,7 +223,7 @@ var logRealExpect = []logExpect{
 		ifaces:   []string{"bootstrap=enp24s0np0:10.10.10.1", "bootstrap=enp24s0np0:10.10.10.3", "ib-oob=enp24s0np0:10.10.10.1"},
 		channels: 2,
 		env:      map[string]string{"NCCL_IB_GID_INDEX": "3", "NCCL_IB_HCA": "mlx5_4"},
-		extra: func(t *testing.T, rep *NCCLLogReport) {
+		extra: func(t *testing.T, rep *Report) {
 			if rep.NVLS.Channels == nil || *rep.NVLS.Channels != 0 {
 				t.Errorf("nvls channels = %v, want 0", rep.NVLS.Channels)
 			}
@@ -254,7 +255,7 @@ var logRealExpect = []logExpect{
 		hcaCount: 8,
 		ifaces:   []string{"bootstrap=eth0:10.7.147.73", "ib-oob=eth0:10.7.147.73"},
 		env:      map[string]string{"NCCL_SOCKET_IFNAME": "eth0", "NCCL_IB_PCI_RELAXED_ORDERING": "1"},
-		extra: func(t *testing.T, rep *NCCLLogReport) {
+		extra: func(t *testing.T, rep *Report) {
 			if rep.NVLS.Available != "yes" {
 				t.Errorf("nvls available = %q, want yes", rep.NVLS.Available)
 			}
@@ -282,8 +283,8 @@ var logRealExpect = []logExpect{
 		codes: []string{"connection-refused", "no-libibverbs"}, nnodes: 2, hosts: []string{"GPU9"},
 		ifaces: []string{"bootstrap=lo:127.0.0.1", "net-socket=lo:127.0.0.1"},
 		env:    map[string]string{"NCCL_SOCKET_IFNAME": "lo"},
-		extra: func(t *testing.T, rep *NCCLLogReport) {
-			if f := logFinding(rep, "socket-on-loopback"); f == nil || f.Severity != SevError {
+		extra: func(t *testing.T, rep *Report) {
+			if f := logFinding(rep, "socket-on-loopback"); f == nil || f.Severity != doctor.SevError {
 				t.Errorf("socket-on-loopback = %+v, want error", f)
 			}
 			if f := logFinding(rep, "connection-refused"); f == nil || !strings.Contains(f.Message, "3 time") {
@@ -298,7 +299,7 @@ var logRealExpect = []logExpect{
 		absent: []string{"gdr-not-used"}, nranks: 16, hosts: []string{"hostname1"},
 		hcas: []string{"mlx5_0:1/RoCE", "mlx5_1:1/RoCE"}, hcaCount: 2,
 		ifaces: []string{"ib-oob=primaryip:10.10.10.10"},
-		extra: func(t *testing.T, rep *NCCLLogReport) {
+		extra: func(t *testing.T, rep *Report) {
 			for _, h := range rep.HCAs {
 				if h.GDR != "disabled" {
 					t.Errorf("%s gdr = %q, want disabled", h.Name, h.GDR)
@@ -314,11 +315,11 @@ var logRealExpect = []logExpect{
 		hosts:  []string{"ncg12"},
 		ifaces: []string{"bootstrap=ib0:192.168.8.11", "net-socket=ib0:192.168.8.11"},
 		env:    map[string]string{"NCCL_IB_DISABLE": "1", "NCCL_P2P_LEVEL": "LOC"},
-		extra: func(t *testing.T, rep *NCCLLogReport) {
+		extra: func(t *testing.T, rep *Report) {
 			if rep.CUDADriverVersion != "12000" {
 				t.Errorf("cuda driver = %q", rep.CUDADriverVersion)
 			}
-			if f := logFinding(rep, "ib-disabled-by-env"); f == nil || f.Severity != SevWarn {
+			if f := logFinding(rep, "ib-disabled-by-env"); f == nil || f.Severity != doctor.SevWarn {
 				t.Errorf("ib-disabled-by-env = %+v, want warn", f)
 			}
 		},
@@ -328,7 +329,7 @@ var logRealExpect = []logExpect{
 		// in the excerpt (see TestNCCLLogRealPlusTitle for the GDR diagnosis).
 		file: "nccl-log-33.txt", version: "", net: "", gdrdma: "unknown",
 		main: "", nranks: 16, hosts: []string{"swat1-04"},
-		extra: func(t *testing.T, rep *NCCLLogReport) {
+		extra: func(t *testing.T, rep *Report) {
 			if rep.InitComplete != 5 {
 				t.Errorf("init complete = %d, want 5", rep.InitComplete)
 			}
@@ -348,7 +349,7 @@ func TestNCCLLogRealInputs(t *testing.T) {
 	for _, e := range logRealExpect {
 		covered[e.file] = true
 		t.Run(e.file, func(t *testing.T) {
-			logCheck(t, logTestAnalyze(t, realInput(t, e.file)), e)
+			logCheck(t, logTestAnalyze(t, doctortest.RealInput(t, e.file)), e)
 		})
 	}
 	for _, f := range files {
@@ -362,11 +363,11 @@ func TestNCCLLogRealInputs(t *testing.T) {
 // quote (issue title / maintainer reply) but the excerpt lacks.
 func TestNCCLLogRealPlusTitle(t *testing.T) {
 	t.Run("07 + completion error 4 from the title", func(t *testing.T) {
-		body := realInput(t, "nccl-log-07.txt") +
+		body := doctortest.RealInput(t, "nccl-log-07.txt") +
 			"node2:14159:14172 [0] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer with error 4, opcode 0, len 0, vendor err 81 (Send) localGid ::ffff:10.10.10.1 remoteGid ::ffff:10.10.10.3\n"
 		rep := logTestAnalyze(t, body)
 		f := rep.Findings[0]
-		if f.Code != "ib-completion-error-gdr" || f.Severity != SevError {
+		if f.Code != "ib-completion-error-gdr" || f.Severity != doctor.SevError {
 			t.Fatalf("main finding %s/%s, want error ib-completion-error-gdr", f.Severity, f.Code)
 		}
 		for _, s := range []string{"vendor err 81", "node2", "ACS", "NCCL_NET_GDR_LEVEL=0", "IOMMU"} {
@@ -376,11 +377,11 @@ func TestNCCLLogRealPlusTitle(t *testing.T) {
 		}
 	})
 	t.Run("01 + completion error 4 from the title", func(t *testing.T) {
-		body := realInput(t, "nccl-log-01.txt") +
+		body := doctortest.RealInput(t, "nccl-log-01.txt") +
 			"10-90-43-152:120890:121560 [0] transport/net_ib.cc:818 NCCL WARN NET/IB : Got completion with error 4, opcode 8983, len 0, vendor err 81\n"
 		rep := logTestAnalyze(t, body)
 		f := rep.Findings[0]
-		if f.Code != "ib-completion-error-gdr" || f.Severity != SevError {
+		if f.Code != "ib-completion-error-gdr" || f.Severity != doctor.SevError {
 			t.Fatalf("main finding %s/%s, want error ib-completion-error-gdr; all %v", f.Severity, f.Code, logCodes(rep))
 		}
 		for _, s := range []string{"error 4", "vendor err 81", "10-90-43-152", "GPUDirect RDMA on", "ACS", "NCCL_NET_GDR_LEVEL=0"} {
@@ -396,11 +397,11 @@ func TestNCCLLogRealPlusTitle(t *testing.T) {
 		}
 	})
 	t.Run("05 + maintainer's connect timeout through ip6tnl0", func(t *testing.T) {
-		body := realInput(t, "nccl-log-05.txt") +
+		body := doctortest.RealInput(t, "nccl-log-05.txt") +
 			"NvYt-dcf441d17e21-1bdf2bc9-79ce82ee-3fe03e8-c2959af0:98:220 [1] include/socket.h:390 NCCL WARN Connect to fe80::745d:60ff:fef9:e1dd%ip6tnl0<46681> failed : Connection timed out\n"
 		rep := logTestAnalyze(t, body)
 		f := rep.Findings[0]
-		if f.Code != "socket-on-virtual-interface" || f.Severity != SevError || !strings.Contains(f.Message, "ip6tnl0") {
+		if f.Code != "socket-on-virtual-interface" || f.Severity != doctor.SevError || !strings.Contains(f.Message, "ip6tnl0") {
 			t.Errorf("main finding %+v, want error socket-on-virtual-interface naming ip6tnl0", f)
 		}
 		if c := logFinding(rep, "connection-timeout"); c == nil || !strings.Contains(c.Message, "fe80::745d:60ff:fef9:e1dd%ip6tnl0<46681>") {
@@ -408,7 +409,7 @@ func TestNCCLLogRealPlusTitle(t *testing.T) {
 		}
 	})
 	t.Run("33 + channel lines without GDRDMA", func(t *testing.T) {
-		body := realInput(t, "nccl-log-33.txt") +
+		body := doctortest.RealInput(t, "nccl-log-33.txt") +
 			"swat1-04:2017630:2017671 [2] NCCL INFO Channel 00/0 : 10[48000] -> 2[48000] [receive] via NET/IB/1\n" +
 			"swat1-04:2017630:2017671 [2] NCCL INFO Channel 01/0 : 2[48000] -> 10[48000] [send] via NET/IB/1\n"
 		rep := logTestAnalyze(t, body)
@@ -422,7 +423,7 @@ func TestNCCLLogRealPlusTitle(t *testing.T) {
 }
 
 // logSyntheticExpect covers formats the real logs lack; the files are in
-// testdata/nccllog/ and start with a "#" comment saying what they model.
+// testdata/ and start with a "#" comment saying what they model.
 var logSyntheticExpect = []logExpect{
 	{
 		file: "v2.3-rings-ib.txt", version: "2.3.7+cuda9.2", net: "IB", gdrdma: "on", main: "",
@@ -432,7 +433,7 @@ var logSyntheticExpect = []logExpect{
 		intra:    []string{"P2P/IPC"},
 		channels: 2,
 		env:      map[string]string{"NCCL_SOCKET_IFNAME": "eth0"},
-		extra: func(t *testing.T, rep *NCCLLogReport) {
+		extra: func(t *testing.T, rep *Report) {
 			if rep.InitComplete != 1 {
 				t.Errorf("init complete = %d, want 1", rep.InitComplete)
 			}
@@ -444,7 +445,7 @@ var logSyntheticExpect = []logExpect{
 		ifaces:   []string{"bootstrap=ens32:172.31.10.1", "bootstrap=ens32:172.31.10.2"},
 		intra:    []string{"P2P/IPC"},
 		channels: 1,
-		extra: func(t *testing.T, rep *NCCLLogReport) {
+		extra: func(t *testing.T, rep *Report) {
 			if rep.OFIProvider != "efa" {
 				t.Errorf("ofi provider = %q, want efa", rep.OFIProvider)
 			}
@@ -456,7 +457,7 @@ var logSyntheticExpect = []logExpect{
 		nranks: 4, nnodes: 1, hosts: []string{"gpu01"},
 		intra:    []string{"P2P/CUMEM", "SHM"},
 		channels: 2,
-		extra: func(t *testing.T, rep *NCCLLogReport) {
+		extra: func(t *testing.T, rep *Report) {
 			if rep.NVLS.Available != "no" || rep.NVLS.Channels == nil || *rep.NVLS.Channels != 0 {
 				t.Errorf("nvls = %+v, want not available, 0 channels", rep.NVLS)
 			}
@@ -472,7 +473,7 @@ var logSyntheticExpect = []logExpect{
 		hcas: []string{"mlx5_0:1/IB", "mlx5_1:1/IB"}, hcaCount: 2,
 		ifaces:   []string{"bootstrap=ens1f0:10.20.0.1", "ib-oob=ens1f0:10.20.0.2"},
 		channels: 2,
-		extra: func(t *testing.T, rep *NCCLLogReport) {
+		extra: func(t *testing.T, rep *Report) {
 			if !rep.MultiNode || slices.Contains(rep.IntraNode, "NET loopback") {
 				t.Errorf("multi_node %t intra %v: NET hops between nodes are not loopback", rep.MultiNode, rep.IntraNode)
 			}
@@ -482,7 +483,7 @@ var logSyntheticExpect = []logExpect{
 		file: "gdr-partial.txt", version: "", net: "IB", gdrdma: "partial",
 		main: "gdr-partial", mainMention: []string{"mlx5_0", "mlx5_1"},
 		hosts: []string{"n1", "n2"}, nnodes: 2, hcaCount: 2,
-		extra: func(t *testing.T, rep *NCCLLogReport) {
+		extra: func(t *testing.T, rep *Report) {
 			if rep.HCAs[0].GDR != "enabled" {
 				t.Errorf("mlx5_0 gdr = %q, want enabled", rep.HCAs[0].GDR)
 			}
@@ -503,7 +504,7 @@ var logSyntheticExpect = []logExpect{
 		hosts: []string{"c1"}, hcaCount: 1,
 		ifaces: []string{"bootstrap=bond0:10.3.0.5"},
 		env:    map[string]string{"NCCL_COLLNET_ENABLE": "1"},
-		extra: func(t *testing.T, rep *NCCLLogReport) {
+		extra: func(t *testing.T, rep *Report) {
 			if !rep.CollNet.Requested || rep.CollNet.Supported != "no" {
 				t.Errorf("collnet = %+v, want requested, unsupported", rep.CollNet)
 			}
@@ -514,8 +515,8 @@ var logSyntheticExpect = []logExpect{
 		main: "socket-on-virtual-interface", mainMention: []string{"docker0", "NCCL_SOCKET_IFNAME=eth0"},
 		codes: []string{"connection-refused"}, hosts: []string{"w1", "w2"}, nnodes: 2,
 		ifaces: []string{"bootstrap=docker0:172.17.0.1", "bootstrap=eth0:10.5.0.11", "bootstrap=eth0:10.5.0.12"},
-		extra: func(t *testing.T, rep *NCCLLogReport) {
-			if f := rep.Findings[0]; f.Severity != SevError {
+		extra: func(t *testing.T, rep *Report) {
+			if f := rep.Findings[0]; f.Severity != doctor.SevError {
 				t.Errorf("docker0 finding severity %s, want error (connections to its address failed)", f.Severity)
 			}
 			if f := logFinding(rep, "connection-refused"); f == nil || !strings.Contains(f.Message, "172.17.0.1<45123>") || !strings.Contains(f.Message, "2 time") {
@@ -530,8 +531,8 @@ var logSyntheticExpect = []logExpect{
 		file: "socket-while-ib.txt", version: "", net: "Socket", gdrdma: "off",
 		main: "socket-while-ib-listed", mainMention: []string{"ib0", "libibverbs"},
 		codes: []string{"no-libibverbs"}, hosts: []string{"ib-node1"},
-		extra: func(t *testing.T, rep *NCCLLogReport) {
-			if f := logFinding(rep, "no-libibverbs"); f == nil || f.Severity != SevWarn {
+		extra: func(t *testing.T, rep *Report) {
+			if f := logFinding(rep, "no-libibverbs"); f == nil || f.Severity != doctor.SevWarn {
 				t.Errorf("no-libibverbs = %+v, want warn (IPoIB present)", f)
 			}
 		},
@@ -542,7 +543,7 @@ var logSyntheticExpect = []logExpect{
 		codes: []string{"ib-modify-qp-failed"}, absent: []string{"network-unreachable"},
 		hosts: []string{"r1"}, hcas: []string{"mlx5_0:1/RoCE", "mlx5_1:1/RoCE"}, hcaCount: 2,
 		ifaces: []string{"ib-oob=eth2:192.168.50.1"},
-		extra: func(t *testing.T, rep *NCCLLogReport) {
+		extra: func(t *testing.T, rep *Report) {
 			if f := logFinding(rep, "ib-modify-qp-failed"); f == nil || !strings.Contains(f.Fix, "NCCL_IB_GID_INDEX") {
 				t.Errorf("ib-modify-qp-failed = %+v, want the GID index hint", f)
 			}
@@ -553,7 +554,7 @@ var logSyntheticExpect = []logExpect{
 		file: "v2.12-pxn-gdr.txt", version: "", net: "IB", gdrdma: "on", main: "",
 		absent: []string{"gdr-partial", "gdr-not-used"},
 		nranks: 0, nnodes: 2, hosts: []string{"hostA", "hostB"}, hcaCount: 2,
-		extra: func(t *testing.T, rep *NCCLLogReport) {
+		extra: func(t *testing.T, rep *Report) {
 			if rep.GDRDMASend != "on" || rep.GDRDMAReceive != "on" {
 				t.Errorf("gdrdma send %q receive %q, want on, on", rep.GDRDMASend, rep.GDRDMAReceive)
 			}
@@ -564,7 +565,7 @@ var logSyntheticExpect = []logExpect{
 		file: "pcie-gdr-read-off.txt", version: "", net: "IB", gdrdma: "on", main: "",
 		absent: []string{"gdr-partial", "gdr-not-used", "gdr-disabled-for-hca"},
 		nnodes: 2, hosts: []string{"p1", "p2"}, hcas: []string{"mlx5_0:1/IB"}, hcaCount: 1,
-		extra: func(t *testing.T, rep *NCCLLogReport) {
+		extra: func(t *testing.T, rep *Report) {
 			if rep.GDRDMASend != "off" || rep.GDRDMAReceive != "on" {
 				t.Errorf("gdrdma send %q receive %q, want off, on", rep.GDRDMASend, rep.GDRDMAReceive)
 			}
@@ -583,7 +584,7 @@ var logSyntheticExpect = []logExpect{
 		main: "gdr-disabled-for-hca", mainMention: []string{"mlx5_0", "NCCL_NET_GDR_LEVEL"},
 		absent: []string{"gdr-not-used", "gdr-partial"},
 		hosts:  []string{"s1"}, hcas: []string{"mlx5_0:1/IB"}, hcaCount: 1,
-		extra: func(t *testing.T, rep *NCCLLogReport) {
+		extra: func(t *testing.T, rep *Report) {
 			if rep.HCAs[0].GDR != "disabled" {
 				t.Errorf("mlx5_0 gdr = %q, want disabled", rep.HCAs[0].GDR)
 			}
@@ -597,11 +598,11 @@ var logSyntheticExpect = []logExpect{
 		codes: []string{"socket-on-loopback"}, hosts: []string{"l1"},
 		ifaces: []string{"bootstrap=lo:127.0.0.1", "net-socket=lo:127.0.0.1"},
 		env:    map[string]string{"NCCL_SOCKET_IFNAME": "lo"},
-		extra: func(t *testing.T, rep *NCCLLogReport) {
+		extra: func(t *testing.T, rep *Report) {
 			if rep.MultiNode {
 				t.Error("multi_node true from a connection error alone")
 			}
-			if f := logFinding(rep, "socket-on-loopback"); f == nil || f.Severity != SevInfo || strings.Contains(f.Message, "multi-node") {
+			if f := logFinding(rep, "socket-on-loopback"); f == nil || f.Severity != doctor.SevInfo || strings.Contains(f.Message, "multi-node") {
 				t.Errorf("socket-on-loopback = %+v, want info", f)
 			}
 		},
@@ -618,7 +619,7 @@ var logSyntheticExpect = []logExpect{
 func TestNCCLLogSynthetic(t *testing.T) {
 	for _, e := range logSyntheticExpect {
 		t.Run(e.file, func(t *testing.T) {
-			b, err := os.ReadFile(filepath.Join("testdata", "nccllog", e.file))
+			b, err := os.ReadFile(filepath.Join("testdata", e.file))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -633,9 +634,9 @@ func logTestInputs(t testing.TB) map[string]string {
 	out := map[string]string{}
 	real, _ := filepath.Glob(filepath.Join("testdata", "real-inputs", "nccl-log-*.txt"))
 	for _, f := range real {
-		out[f] = realInput(t, filepath.Base(f))
+		out[f] = doctortest.RealInput(t, filepath.Base(f))
 	}
-	synth, _ := filepath.Glob(filepath.Join("testdata", "nccllog", "*.txt"))
+	synth, _ := filepath.Glob(filepath.Join("testdata", "*.txt"))
 	for _, f := range synth {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -693,7 +694,7 @@ func TestNCCLLogEdgeCases(t *testing.T) {
 	t.Run("io error", func(t *testing.T) {
 		boom := errors.New("disk on fire")
 		r := &logFailingReader{data: "NCCL version 2.21.5+cuda12.4\n", err: boom}
-		rep, err := AnalyzeNCCLLog(r)
+		rep, err := Analyze(r)
 		if !errors.Is(err, boom) {
 			t.Fatalf("err = %v, want %v", err, boom)
 		}
@@ -722,7 +723,7 @@ func TestNCCLLogEdgeCases(t *testing.T) {
 	})
 	t.Run("single-node loopback is only info", func(t *testing.T) {
 		rep := logTestAnalyze(t, "h:1:2 [0] NCCL INFO Bootstrap : Using lo:127.0.0.1<0>\nh:1:2 [0] NCCL INFO comm 0x1 rank 0 nRanks 2 nNodes 1 localRanks 2\n")
-		if f := logFinding(rep, "socket-on-loopback"); f == nil || f.Severity != SevInfo {
+		if f := logFinding(rep, "socket-on-loopback"); f == nil || f.Severity != doctor.SevInfo {
 			t.Errorf("socket-on-loopback = %+v, want info", f)
 		}
 	})
@@ -742,12 +743,12 @@ func TestNCCLLogEdgeCases(t *testing.T) {
 			t.Errorf("kind %q, want link-local-ipv4", k)
 		}
 		f := logFinding(rep, "socket-on-link-local-ipv6")
-		if f == nil || f.Severity != SevWarn || !strings.Contains(f.Message, "link-local IPv4 address 169.254.3.7") || !strings.Contains(f.Fix, "NCCL_SOCKET_IFNAME=eth0") {
+		if f == nil || f.Severity != doctor.SevWarn || !strings.Contains(f.Message, "link-local IPv4 address 169.254.3.7") || !strings.Contains(f.Fix, "NCCL_SOCKET_IFNAME=eth0") {
 			t.Errorf("socket-on-link-local-ipv6 = %+v", f)
 		}
 		// On a virtual interface it is a warning, not the routable-address info.
 		rep = logTestAnalyze(t, "h:1:2 [0] NCCL INFO Bootstrap : Using [0]eth0:10.0.0.7<0> [1]veth9:169.254.0.2<0>\n")
-		if f := logFinding(rep, "socket-on-virtual-interface"); f == nil || f.Severity != SevWarn || !strings.Contains(f.Message, "link-local IPv4") {
+		if f := logFinding(rep, "socket-on-virtual-interface"); f == nil || f.Severity != doctor.SevWarn || !strings.Contains(f.Message, "link-local IPv4") {
 			t.Errorf("socket-on-virtual-interface = %+v", f)
 		}
 		// 169.254 is not the whole of 169.x.
@@ -804,7 +805,7 @@ func TestNCCLLogEdgeCases(t *testing.T) {
 	t.Run("link-local IPv6 on an ordinary NIC", func(t *testing.T) {
 		rep := logTestAnalyze(t, "h:1:2 [0] NCCL INFO Bootstrap : Using [0]eth1:fe80::1%eth1<0> [1]eth0:10.0.0.7<0>\n")
 		f := logFinding(rep, "socket-on-link-local-ipv6")
-		if f == nil || f.Severity != SevWarn || !strings.Contains(f.Message, "eth1") || !strings.Contains(f.Fix, "NCCL_SOCKET_IFNAME=eth0") {
+		if f == nil || f.Severity != doctor.SevWarn || !strings.Contains(f.Message, "eth1") || !strings.Contains(f.Fix, "NCCL_SOCKET_IFNAME=eth0") {
 			t.Errorf("socket-on-link-local-ipv6 = %+v", f)
 		}
 	})
@@ -814,12 +815,12 @@ func TestNCCLLogEdgeCases(t *testing.T) {
 		// at 64 KiB; gigabytes with the old 1 MiB cap). Count the bytes the
 		// analyser allocates, not the time it takes: the linear join
 		// allocates under 8 times the input.
-		if raceEnabled {
+		if doctortest.RaceEnabled {
 			t.Skip("allocation bound checked without the race detector, whose instrumentation allocates")
 		}
 		text := "h:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB\n" + strings.Repeat(" [1]mlx5_1:1/RoCE\n", 200000)
-		var rep *NCCLLogReport
-		alloc := logTestAllocBytes(func() { rep = logTestAnalyze(t, text) })
+		var rep *Report
+		alloc := doctortest.AllocBytes(func() { rep = logTestAnalyze(t, text) })
 		if limit := uint64(16*len(text)) + 4<<20; alloc > limit {
 			t.Errorf("analysing %d bytes allocated %d bytes, want at most %d", len(text), alloc, limit)
 		}
@@ -875,23 +876,12 @@ func TestNCCLLogEdgeCases(t *testing.T) {
 		for name, text := range logTestInputs(t) {
 			rep := logTestAnalyze(t, text)
 			for i := 1; i < len(rep.Findings); i++ {
-				if severityRank(rep.Findings[i-1].Severity) > severityRank(rep.Findings[i].Severity) {
+				if rep.Findings[i-1].Severity.Rank() > rep.Findings[i].Severity.Rank() {
 					t.Errorf("%s: findings out of order: %v", name, logCodes(rep))
 				}
 			}
 		}
 	})
-}
-
-// logTestAllocBytes returns the bytes allocated while fn runs (all
-// goroutines; tests in this package run it without parallel tests).
-func logTestAllocBytes(fn func()) uint64 {
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	fn()
-	runtime.ReadMemStats(&after)
-	return after.TotalAlloc - before.TotalAlloc
 }
 
 // BenchmarkAnalyzeNCCLLogWrapped times the hard-wrapped input of the
@@ -900,48 +890,17 @@ func BenchmarkAnalyzeNCCLLogWrapped(b *testing.B) {
 	text := "h:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB\n" + strings.Repeat(" [1]mlx5_1:1/RoCE\n", 200000)
 	b.SetBytes(int64(len(text)))
 	for b.Loop() {
-		if _, err := AnalyzeNCCLLog(strings.NewReader(text)); err != nil {
+		if _, err := Analyze(strings.NewReader(text)); err != nil {
 			b.Fatal(err)
 		}
 	}
 }
 
-// TestNCCLLogFindingCodesDocumented checks that every finding code the
-// analyser can emit is listed in nccllog.go's package comment.
+// TestNCCLLogFindingCodesDocumented checks that the package doc lists
+// every finding code the analyser can emit, and only those, and that every
+// code a real or synthetic input produces was found by the source scan.
 func TestNCCLLogFindingCodesDocumented(t *testing.T) {
-	src, err := os.ReadFile("nccllog.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	head, _, ok := strings.Cut(string(src), "\nimport (")
-	if !ok {
-		t.Fatal("no import block in nccllog.go")
-	}
-	documented := map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)^//\t([a-z0-9]+(?:-[a-z0-9]+)+) `).FindAllStringSubmatch(head, -1) {
-		documented[m[1]] = true
-	}
-	// Codes are passed to a.add as literals or set in "code = ..." first.
-	emitted := map[string]bool{}
-	for _, re := range []string{`a\.add\(\w+, "([a-z0-9-]+)"`, `\bcode = "([a-z0-9-]+)"`} {
-		for _, m := range regexp.MustCompile(re).FindAllStringSubmatch(string(src), -1) {
-			emitted[m[1]] = true
-		}
-	}
-	if len(emitted) < 20 {
-		t.Fatalf("found only %d emitted codes: %v", len(emitted), emitted)
-	}
-	for c := range emitted {
-		if !documented[c] {
-			t.Errorf("finding code %s is emitted but not listed in the package comment", c)
-		}
-	}
-	for c := range documented {
-		if !emitted[c] {
-			t.Errorf("finding code %s is listed in the package comment but never emitted", c)
-		}
-	}
-	// Every code a real or synthetic input produces was found by the scan.
+	emitted := doctortest.CodesDocumented(t, 20, `\bconnFailure\("([a-z0-9-]+)"`)
 	for name, text := range logTestInputs(t) {
 		for _, c := range logCodes(logTestAnalyze(t, text)) {
 			if !emitted[c] {
@@ -966,7 +925,7 @@ func (r *logFailingReader) Read(p []byte) (int, error) {
 }
 
 func TestNCCLLogWriteText(t *testing.T) {
-	rep := logTestAnalyze(t, realInput(t, "nccl-log-22.txt"))
+	rep := logTestAnalyze(t, doctortest.RealInput(t, "nccl-log-22.txt"))
 	var buf bytes.Buffer
 	if err := rep.WriteText(&buf); err != nil {
 		t.Fatal(err)
@@ -994,3 +953,25 @@ func TestNCCLLogWriteText(t *testing.T) {
 type logFailingWriter struct{}
 
 func (logFailingWriter) Write([]byte) (int, error) { return 0, errors.New("closed") }
+
+// TestNCCLLogRules: every rule has a gate and a handler, and the rules of a
+// group are consecutive (process ends a group's turn at its first match).
+func TestNCCLLogRules(t *testing.T) {
+	seen := map[string]bool{}
+	prev := ""
+	for i, r := range logRules {
+		if r.gate == nil || r.do == nil {
+			t.Errorf("rule %d: gate or handler missing", i)
+		}
+		if r.group != prev && r.group != "" {
+			if seen[r.group] {
+				t.Errorf("rule %d: group %q is split", i, r.group)
+			}
+			seen[r.group] = true
+		}
+		prev = r.group
+	}
+	if len(logRules) < 30 {
+		t.Errorf("%d rules", len(logRules))
+	}
+}

@@ -1,4 +1,4 @@
-package doctor
+package host
 
 import (
 	"bytes"
@@ -12,6 +12,10 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/goccl/goccl/doctor"
+	"github.com/goccl/goccl/doctor/ibv"
+	"github.com/goccl/goccl/doctor/internal/doctortest"
 )
 
 // hostTree writes files (path → content) under a new temporary root.
@@ -86,16 +90,16 @@ func hostRoCETree(t *testing.T, withDev bool) string {
 	return hostTree(t, files)
 }
 
-func hostCheckByName(rep *HostReport, name string) (HostCheck, bool) {
+func hostCheckByName(rep *Report, name string) (Check, bool) {
 	for _, c := range rep.Checks {
 		if c.Name == name {
 			return c, true
 		}
 	}
-	return HostCheck{}, false
+	return Check{}, false
 }
 
-func hostWantStatus(t *testing.T, rep *HostReport, name, status string) HostCheck {
+func hostWantStatus(t *testing.T, rep *Report, name, status string) Check {
 	t.Helper()
 	c, ok := hostCheckByName(rep, name)
 	if !ok {
@@ -108,7 +112,7 @@ func hostWantStatus(t *testing.T, rep *HostReport, name, status string) HostChec
 	return c
 }
 
-func hostCheckNames(rep *HostReport) []string {
+func hostCheckNames(rep *Report) []string {
 	var ns []string
 	for _, c := range rep.Checks {
 		ns = append(ns, c.Name+"="+c.Status)
@@ -116,7 +120,7 @@ func hostCheckNames(rep *HostReport) []string {
 	return ns
 }
 
-func hostHasFinding(rep *HostReport, code string, sev Severity) bool {
+func hostHasFinding(rep *Report, code string, sev doctor.Severity) bool {
 	for _, f := range rep.Findings {
 		if f.Code == code && f.Severity == sev {
 			return true
@@ -155,14 +159,14 @@ func TestHostRoCETree(t *testing.T) {
 		"GOCCL_RANK=0",
 		"PATH=/usr/bin",
 	}
-	rep, err := CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, Env: env, RunTool: hostNoTools})
+	rep, err := Run(context.Background(), Options{Root: root, Statfs: hostShm8G, Env: env, RunTool: hostNoTools})
 	if err != nil {
 		t.Fatal(err)
 	}
-	hostWantStatus(t, rep, "rdma devices", HostOK)
-	hostWantStatus(t, rep, "port mlx5_0/1", HostOK)
-	// ParseIBV's judgement: the IPv4 RoCE v2 GID next to a link-local one
-	g := hostWantStatus(t, rep, "gids mlx5_0/1", HostWarn)
+	hostWantStatus(t, rep, "rdma devices", StatusOK)
+	hostWantStatus(t, rep, "port mlx5_0/1", StatusOK)
+	// ibv.Parse's judgement: the IPv4 RoCE v2 GID next to a link-local one
+	g := hostWantStatus(t, rep, "gids mlx5_0/1", StatusWarn)
 	if !strings.Contains(g.Fix, "NCCL_IB_GID_INDEX=3") || !strings.Contains(g.Detail, "GID 1 is link-local") {
 		t.Errorf("gid check does not recommend index 3: %+v", g)
 	}
@@ -179,68 +183,68 @@ func TestHostRoCETree(t *testing.T) {
 	} else if p.GIDs[3].GID != "::ffff:10.0.0.1" || p.GIDs[3].Type != "RoCE v2" || p.GIDs[0].GID != "fe80::202:c9ff:fe00:1" {
 		t.Errorf("GIDs: %+v", p.GIDs)
 	}
-	hostWantStatus(t, rep, "roce mtu mlx5_0/1", HostOK) // eth0 is at 9000
+	hostWantStatus(t, rep, "roce mtu mlx5_0/1", StatusOK) // eth0 is at 9000
 	// ens1 is no RDMA netdev: a 1500-byte interface next to the 9000-byte
 	// RoCE one is only noted
-	m := hostWantStatus(t, rep, "mtu", HostInfo)
+	m := hostWantStatus(t, rep, "mtu", StatusInfo)
 	if !strings.Contains(m.Detail, "eth0=9000") || !strings.Contains(m.Detail, "ens1=1500") {
 		t.Errorf("mtu detail: %q", m.Detail)
 	}
-	pr := hostWantStatus(t, rep, "port range", HostWarn)
+	pr := hostWantStatus(t, rep, "port range", StatusWarn)
 	if rep.PortRange == nil || rep.PortRange.Width != 1001 || !strings.Contains(pr.Detail, "1001 ports") {
 		t.Errorf("port range %+v: %q", rep.PortRange, pr.Detail)
 	}
-	hostWantStatus(t, rep, "shm", HostOK) // hostShm8G
+	hostWantStatus(t, rep, "shm", StatusOK) // hostShm8G
 	if rep.ShmBytes != 8<<30 || rep.ShmFree != 7<<30 {
 		t.Errorf("shm size %d free %d", rep.ShmBytes, rep.ShmFree)
 	}
-	n := hostWantStatus(t, rep, "numa", HostInfo)
+	n := hostWantStatus(t, rep, "numa", StatusInfo)
 	if len(rep.NUMANodes) != 2 || rep.NUMANodes[0].CPUs != 32 || rep.NUMANodes[1].CPUList != "16-31,48-63" || !strings.Contains(n.Detail, "mlx5_0 on node1") {
 		t.Errorf("numa %+v: %q", rep.NUMANodes, n.Detail)
 	}
-	hostWantStatus(t, rep, "env NCCL_P2P_DISABLE", HostWarn)
-	hostWantStatus(t, rep, "env NCCL_SHM_DISABLE", HostWarn)
-	hostWantStatus(t, rep, "env NCCL_IB_DISABLE", HostWarn) // the host has mlx5_0
-	st := hostWantStatus(t, rep, "env NCCL_SOCKET_NTHREADS", HostWarn)
+	hostWantStatus(t, rep, "env NCCL_P2P_DISABLE", StatusWarn)
+	hostWantStatus(t, rep, "env NCCL_SHM_DISABLE", StatusWarn)
+	hostWantStatus(t, rep, "env NCCL_IB_DISABLE", StatusWarn) // the host has mlx5_0
+	st := hostWantStatus(t, rep, "env NCCL_SOCKET_NTHREADS", StatusWarn)
 	if !strings.Contains(st.Detail, "8×16=128") || !strings.Contains(st.Detail, "NCCL_NSOCKS_PERTHREAD to 8") {
 		t.Errorf("socket threads: %q", st.Detail)
 	}
-	hostWantStatus(t, rep, "env NCCL_DEBUG", HostInfo)
-	lo := hostWantStatus(t, rep, "env NCCL_SOCKET_IFNAME", HostError)
+	hostWantStatus(t, rep, "env NCCL_DEBUG", StatusInfo)
+	lo := hostWantStatus(t, rep, "env NCCL_SOCKET_IFNAME", StatusError)
 	if !strings.Contains(lo.Detail, "WORLD_SIZE=16, LOCAL_WORLD_SIZE=8") || !strings.Contains(lo.Fix, "=eth0") {
 		t.Errorf("ifname lo: %+v", lo)
 	}
-	u := hostWantStatus(t, rep, "env GOCCL_SHM_DISABEL", HostWarn)
+	u := hostWantStatus(t, rep, "env GOCCL_SHM_DISABEL", StatusWarn)
 	if !strings.Contains(u.Fix, "GOCCL_SHM_DISABLE") {
 		t.Errorf("unknown GOCCL var fix: %q", u.Fix)
 	}
 	if _, ok := hostCheckByName(rep, "env GOCCL_RANK"); ok {
 		t.Error("GOCCL_RANK flagged")
 	}
-	hostWantStatus(t, rep, "env GOCCL_TIMEOUT", HostError)
-	hostWantStatus(t, rep, "nvidia-smi topo -m", HostSkip)
-	if c, _ := hostCheckByName(rep, "ibv_devinfo"); c.Status != HostSkip || c.Detail != "not installed" {
+	hostWantStatus(t, rep, "env GOCCL_TIMEOUT", StatusError)
+	hostWantStatus(t, rep, "nvidia-smi topo -m", StatusSkip)
+	if c, _ := hostCheckByName(rep, "ibv_devinfo"); c.Status != StatusSkip || c.Detail != "not installed" {
 		t.Errorf("ibv_devinfo check: %+v", c)
 	}
 	for _, c := range []struct {
 		code string
-		sev  Severity
+		sev  doctor.Severity
 	}{
-		{"roce-gid-index", SevWarn}, {"mtu-mismatch", SevInfo}, {"port-range-narrow", SevWarn}, {"roce-link-layer", SevInfo},
-		{"env-p2p-disabled", SevWarn}, {"env-shm-disabled", SevWarn}, {"env-ib-disabled", SevWarn},
-		{"env-socket-threads", SevWarn}, {"env-debug-on", SevInfo}, {"env-socket-ifname-lo", SevError},
-		{"env-goccl-unknown", SevWarn}, {"env-goccl-timeout", SevError}, {"numa-nodes", SevInfo},
+		{"roce-gid-index", doctor.SevWarn}, {"mtu-mismatch", doctor.SevInfo}, {"port-range-narrow", doctor.SevWarn}, {"roce-link-layer", doctor.SevInfo},
+		{"env-p2p-disabled", doctor.SevWarn}, {"env-shm-disabled", doctor.SevWarn}, {"env-ib-disabled", doctor.SevWarn},
+		{"env-socket-threads", doctor.SevWarn}, {"env-debug-on", doctor.SevInfo}, {"env-socket-ifname-lo", doctor.SevError},
+		{"env-goccl-unknown", doctor.SevWarn}, {"env-goccl-timeout", doctor.SevError}, {"numa-nodes", doctor.SevInfo},
 	} {
 		if !hostHasFinding(rep, c.code, c.sev) {
 			t.Errorf("no %s finding %q", c.sev, c.code)
 		}
 	}
 	for i := 1; i < len(rep.Findings); i++ {
-		if severityRank(rep.Findings[i-1].Severity) > severityRank(rep.Findings[i].Severity) {
+		if rep.Findings[i-1].Severity.Rank() > rep.Findings[i].Severity.Rank() {
 			t.Errorf("findings not sorted: %v before %v", rep.Findings[i-1], rep.Findings[i])
 		}
 	}
-	if !HasErrors(rep.Findings) {
+	if !doctor.HasErrors(rep.Findings) {
 		t.Error("HasErrors false")
 	}
 
@@ -270,36 +274,36 @@ func TestHostRoCETree(t *testing.T) {
 
 func TestHostCleanEnvAndSingleHost(t *testing.T) {
 	root := hostRoCETree(t, true)
-	rep, err := CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, Env: []string{}, RunTool: hostNoTools})
+	rep, err := Run(context.Background(), Options{Root: root, Statfs: hostShm8G, Env: []string{}, RunTool: hostNoTools})
 	if err != nil {
 		t.Fatal(err)
 	}
-	hostWantStatus(t, rep, "env", HostOK)
+	hostWantStatus(t, rep, "env", StatusOK)
 
 	// lo on a single-host torchrun job is only a note; without launcher
 	// variables it is a warning.
-	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, RunTool: hostNoTools,
+	rep, _ = Run(context.Background(), Options{Root: root, Statfs: hostShm8G, RunTool: hostNoTools,
 		Env: []string{"NCCL_SOCKET_IFNAME=lo", "WORLD_SIZE=8", "LOCAL_WORLD_SIZE=8"}})
-	hostWantStatus(t, rep, "env NCCL_SOCKET_IFNAME", HostInfo)
-	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, RunTool: hostNoTools,
+	hostWantStatus(t, rep, "env NCCL_SOCKET_IFNAME", StatusInfo)
+	rep, _ = Run(context.Background(), Options{Root: root, Statfs: hostShm8G, RunTool: hostNoTools,
 		Env: []string{"GOCCL_SOCKET_IFNAME=^eth,ens"}})
-	hostWantStatus(t, rep, "env GOCCL_SOCKET_IFNAME", HostWarn)
-	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, RunTool: hostNoTools,
+	hostWantStatus(t, rep, "env GOCCL_SOCKET_IFNAME", StatusWarn)
+	rep, _ = Run(context.Background(), Options{Root: root, Statfs: hostShm8G, RunTool: hostNoTools,
 		Env: []string{"NCCL_SOCKET_IFNAME=^docker", "SLURM_NNODES=2"}})
 	if _, ok := hostCheckByName(rep, "env NCCL_SOCKET_IFNAME"); ok {
 		t.Error("^docker flagged although eth0 and ens1 remain")
 	}
-	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, RunTool: hostNoTools,
+	rep, _ = Run(context.Background(), Options{Root: root, Statfs: hostShm8G, RunTool: hostNoTools,
 		Env: []string{"NCCL_SOCKET_IFNAME==ib0"}})
-	hostWantStatus(t, rep, "env NCCL_SOCKET_IFNAME", HostError)
+	hostWantStatus(t, rep, "env NCCL_SOCKET_IFNAME", StatusError)
 
 	// An explicit NCCL_IB_GID_INDEX pointing at a v1 GID or an empty slot.
-	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, RunTool: hostNoTools, Env: []string{"NCCL_IB_GID_INDEX=2"}})
-	hostWantStatus(t, rep, "env NCCL_IB_GID_INDEX mlx5_0/1", HostWarn)
-	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, RunTool: hostNoTools, Env: []string{"NCCL_IB_GID_INDEX=5"}})
-	hostWantStatus(t, rep, "env NCCL_IB_GID_INDEX mlx5_0/1", HostError)
-	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, RunTool: hostNoTools, Env: []string{"NCCL_IB_GID_INDEX=3"}})
-	hostWantStatus(t, rep, "env NCCL_IB_GID_INDEX mlx5_0/1", HostOK)
+	rep, _ = Run(context.Background(), Options{Root: root, Statfs: hostShm8G, RunTool: hostNoTools, Env: []string{"NCCL_IB_GID_INDEX=2"}})
+	hostWantStatus(t, rep, "env NCCL_IB_GID_INDEX mlx5_0/1", StatusWarn)
+	rep, _ = Run(context.Background(), Options{Root: root, Statfs: hostShm8G, RunTool: hostNoTools, Env: []string{"NCCL_IB_GID_INDEX=5"}})
+	hostWantStatus(t, rep, "env NCCL_IB_GID_INDEX mlx5_0/1", StatusError)
+	rep, _ = Run(context.Background(), Options{Root: root, Statfs: hostShm8G, RunTool: hostNoTools, Env: []string{"NCCL_IB_GID_INDEX=3"}})
+	hostWantStatus(t, rep, "env NCCL_IB_GID_INDEX mlx5_0/1", StatusOK)
 
 	// The RoCE netdev at 1500 caps the path MTU at 1024; the port goes down.
 	for p, c := range map[string]string{
@@ -311,29 +315,29 @@ func TestHostCleanEnvAndSingleHost(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, RunTool: hostNoTools, Env: []string{}})
-	c := hostWantStatus(t, rep, "roce mtu mlx5_0/1", HostInfo)
+	rep, _ = Run(context.Background(), Options{Root: root, Statfs: hostShm8G, RunTool: hostNoTools, Env: []string{}})
+	c := hostWantStatus(t, rep, "roce mtu mlx5_0/1", StatusInfo)
 	if !strings.Contains(c.Detail, "RoCE path MTU 1024") || !strings.Contains(c.Fix, "mtu 4200") {
 		t.Errorf("roce mtu: %+v", c)
 	}
-	hostWantStatus(t, rep, "mtu", HostOK)
-	c = hostWantStatus(t, rep, "port mlx5_0/1", HostWarn)
-	if !strings.Contains(c.Detail, "DOWN, physical state Disabled") || !strings.Contains(c.Fix, "ip link set dev eth0 up") || !hostHasFinding(rep, "ibv-port-not-active", SevWarn) {
+	hostWantStatus(t, rep, "mtu", StatusOK)
+	c = hostWantStatus(t, rep, "port mlx5_0/1", StatusWarn)
+	if !strings.Contains(c.Detail, "DOWN, physical state Disabled") || !strings.Contains(c.Fix, "ip link set dev eth0 up") || !hostHasFinding(rep, "ibv-port-not-active", doctor.SevWarn) {
 		t.Errorf("down port: %+v", c)
 	}
 }
 
 func TestHostContainerWithoutDevInfiniband(t *testing.T) {
 	root := hostRoCETree(t, false)
-	rep, err := CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, Env: []string{}, RunTool: hostNoTools})
+	rep, err := Run(context.Background(), Options{Root: root, Statfs: hostShm8G, Env: []string{}, RunTool: hostNoTools})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := hostWantStatus(t, rep, "rdma devices", HostError)
+	c := hostWantStatus(t, rep, "rdma devices", StatusError)
 	if !strings.Contains(c.Fix, "--device=/dev/infiniband") || !strings.Contains(c.Detail, "mlx5_0") {
 		t.Errorf("container check: %+v", c)
 	}
-	if !hostHasFinding(rep, "rdma-dev-missing", SevError) || !HasErrors(rep.Findings) {
+	if !hostHasFinding(rep, "rdma-dev-missing", doctor.SevError) || !doctor.HasErrors(rep.Findings) {
 		t.Errorf("findings: %+v", rep.Findings)
 	}
 	// The devices are still described.
@@ -357,24 +361,24 @@ func TestHostNoRDMASmallMTUAndTools(t *testing.T) {
 		}
 		return []byte("Failed to get IB devices list\n"), errors.New("exit status 1")
 	}
-	rep, err := CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, Env: []string{}, RunTool: run})
+	rep, err := Run(context.Background(), Options{Root: root, Statfs: hostShm8G, Env: []string{}, RunTool: run})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := hostWantStatus(t, rep, "rdma devices", HostInfo)
+	c := hostWantStatus(t, rep, "rdma devices", StatusInfo)
 	if !strings.Contains(c.Detail, "NET/Socket") || !strings.Contains(c.Fix, "roce") {
 		t.Errorf("no-rdma check: %+v", c)
 	}
-	hostWantStatus(t, rep, "port range", HostOK)
-	hostWantStatus(t, rep, "shm", HostWarn) // no dev/shm in the tree
-	hostWantStatus(t, rep, "numa", HostSkip)
-	hostWantStatus(t, rep, "nvidia-smi topo -m", HostOK)
-	hostWantStatus(t, rep, "ibv_devinfo", HostWarn)
+	hostWantStatus(t, rep, "port range", StatusOK)
+	hostWantStatus(t, rep, "shm", StatusWarn) // no dev/shm in the tree
+	hostWantStatus(t, rep, "numa", StatusSkip)
+	hostWantStatus(t, rep, "nvidia-smi topo -m", StatusOK)
+	hostWantStatus(t, rep, "ibv_devinfo", StatusWarn)
 	if !strings.Contains(rep.Tools["nvidia-smi topo -m"], "CPU Affinity") || len(ran) != 2 {
 		t.Errorf("tools %q ran %v", rep.Tools, ran)
 	}
 	// the one-GPU matrix is read as one
-	if rep.Topo == nil || len(rep.Topo.GPUs) != 1 || hostHasFinding(rep, "topo-no-matrix", SevWarn) {
+	if rep.Topo == nil || len(rep.Topo.GPUs) != 1 || hostHasFinding(rep, "topo-no-matrix", doctor.SevWarn) {
 		t.Errorf("one-GPU matrix: %+v", rep.Topo)
 	}
 }
@@ -383,28 +387,28 @@ func TestHostShmAndHelpers(t *testing.T) {
 	// Statfs decides the shm check, whatever file system holds the tree.
 	root := hostTree(t, map[string]string{"dev/shm/": ""})
 	var asked string
-	rep, err := CheckHost(context.Background(), HostOptions{Root: root, Env: []string{}, RunTool: hostNoTools,
+	rep, err := Run(context.Background(), Options{Root: root, Env: []string{}, RunTool: hostNoTools,
 		Statfs: func(path string) (uint64, uint64, error) { asked = path; return 64 << 20, 60 << 20, nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := hostWantStatus(t, rep, "shm", HostWarn); !strings.Contains(c.Detail, "64.0 MiB") || !hostHasFinding(rep, "shm-small", SevWarn) || asked != filepath.Join(root, "dev/shm") {
+	if c := hostWantStatus(t, rep, "shm", StatusWarn); !strings.Contains(c.Detail, "64.0 MiB") || !hostHasFinding(rep, "shm-small", doctor.SevWarn) || asked != filepath.Join(root, "dev/shm") {
 		t.Errorf("shm %+v, statfs asked for %q", c, asked)
 	}
-	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, Env: []string{}, RunTool: hostNoTools,
+	rep, _ = Run(context.Background(), Options{Root: root, Env: []string{}, RunTool: hostNoTools,
 		Statfs: func(string) (uint64, uint64, error) { return 0, 0, errors.New("no such file") }})
-	hostWantStatus(t, rep, "shm", HostWarn)
-	if !hostHasFinding(rep, "shm-missing", SevWarn) {
+	hostWantStatus(t, rep, "shm", StatusWarn)
+	if !hostHasFinding(rep, "shm-missing", doctor.SevWarn) {
 		t.Errorf("findings %v", rep.Findings)
 	}
 
-	if _, st, code, _, fix := hostShmCheck(64<<20, 64<<20); st != HostWarn || code != "shm-small" || !strings.Contains(fix, "--shm-size") {
+	if _, st, code, _, fix := hostShmCheck(64<<20, 64<<20); st != StatusWarn || code != "shm-small" || !strings.Contains(fix, "--shm-size") {
 		t.Errorf("64 MiB: %s %s %s", st, code, fix)
 	}
-	if _, st, _, _, _ := hostShmCheck(8<<30, 7<<30); st != HostOK {
+	if _, st, _, _, _ := hostShmCheck(8<<30, 7<<30); st != StatusOK {
 		t.Errorf("8 GiB: %s", st)
 	}
-	if _, st, code, _, _ := hostShmCheck(8<<30, 100<<20); st != HostWarn || code != "shm-full" {
+	if _, st, code, _, _ := hostShmCheck(8<<30, 100<<20); st != StatusWarn || code != "shm-full" {
 		t.Errorf("full: %s %s", st, code)
 	}
 	for mtu, want := range map[int]int{1500: 1024, 4200: 4096, 4191: 2048, 9000: 4096, 300: 0} {
@@ -421,12 +425,12 @@ func TestHostShmAndHelpers(t *testing.T) {
 	if _, err := hostParseTimeout("5m"); err != nil {
 		t.Error(err)
 	}
-	if _, err := CheckHost(context.Background(), HostOptions{Root: "/nonexistent-goccl-root"}); err == nil {
+	if _, err := Run(context.Background(), Options{Root: "/nonexistent-goccl-root"}); err == nil {
 		t.Error("missing root: no error")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := CheckHost(ctx, HostOptions{Root: t.TempDir(), RunTool: hostNoTools}); !errors.Is(err, context.Canceled) {
+	if _, err := Run(ctx, Options{Root: t.TempDir(), RunTool: hostNoTools}); !errors.Is(err, context.Canceled) {
 		t.Errorf("canceled: %v", err)
 	}
 }
@@ -434,13 +438,13 @@ func TestHostShmAndHelpers(t *testing.T) {
 // TestHostLive runs on the real machine and asserts only what holds on any
 // Linux host; the RDMA expectation follows the file system as seen here.
 func TestHostLive(t *testing.T) {
-	rep, err := CheckHost(context.Background(), HostOptions{Root: "/", Env: []string{}})
+	rep, err := Run(context.Background(), Options{Root: "/", Env: []string{}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c, ok := hostCheckByName(rep, "shm"); !ok {
 		t.Errorf("no shm check: %v", hostCheckNames(rep))
-	} else if c.Status == HostOK && rep.ShmBytes == 0 {
+	} else if c.Status == StatusOK && rep.ShmBytes == 0 {
 		t.Errorf("shm ok with size 0")
 	}
 	c, ok := hostCheckByName(rep, "rdma devices")
@@ -450,7 +454,7 @@ func TestHostLive(t *testing.T) {
 	sysfs, _ := os.ReadDir("/sys/class/infiniband")
 	devs, _ := os.ReadDir("/dev/infiniband")
 	if len(sysfs) == 0 && len(devs) == 0 {
-		if c.Status != HostInfo || !strings.Contains(c.Detail, "no RDMA devices") {
+		if c.Status != StatusInfo || !strings.Contains(c.Detail, "no RDMA devices") {
 			t.Errorf("no RDMA here but check says %+v", c)
 		}
 	} else if len(sysfs) > 0 && len(rep.RDMA) != len(sysfs) {
@@ -464,21 +468,22 @@ func TestHostLive(t *testing.T) {
 }
 
 // TestHostToolsParsed: when nvidia-smi and ibv_devinfo are installed, their
-// output is read by ParseTopo and ParseIBV and their findings join the
+// output is read by topo.Parse and ibv.Parse and their findings join the
 // host's (here the real matrix of topo-02, where GPU0 has no local NIC, and
 // the GID table of ibv-07, whose IPv4 RoCE v2 GID is index 3).
 func TestHostToolsParsed(t *testing.T) {
-	topo, ibv := realInput(t, "topo-02.txt"), realInput(t, "ibv-07.txt")
+	topoOut := doctortest.Verbatim(t, filepath.Join("..", "topo", "testdata", "real-inputs", "topo-02.txt"))
+	ibvOut := doctortest.Verbatim(t, filepath.Join("..", "ibv", "testdata", "real-inputs", "ibv-07.txt"))
 	run := func(ctx context.Context, name string, args ...string) ([]byte, error) {
 		switch name {
 		case "nvidia-smi":
-			return []byte(topo), nil
+			return []byte(topoOut), nil
 		case "ibv_devinfo":
-			return []byte(ibv), nil
+			return []byte(ibvOut), nil
 		}
 		return nil, &exec.Error{Name: name, Err: exec.ErrNotFound}
 	}
-	rep, err := CheckHost(context.Background(), HostOptions{Root: hostRoCETree(t, true), Statfs: hostShm8G, Env: []string{}, RunTool: run})
+	rep, err := Run(context.Background(), Options{Root: hostRoCETree(t, true), Statfs: hostShm8G, Env: []string{}, RunTool: run})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -539,19 +544,19 @@ func TestHostMTUAmongRDMANetdevs(t *testing.T) {
 			files[ib+"device/net/eth1/"] = ""
 		}
 		hostAddFiles(t, root, files)
-		rep, err := CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, Env: []string{}, RunTool: hostNoTools})
+		rep, err := Run(context.Background(), Options{Root: root, Statfs: hostShm8G, Env: []string{}, RunTool: hostNoTools})
 		if err != nil {
 			t.Fatal(err)
 		}
-		m := hostWantStatus(t, rep, "mtu", HostWarn)
-		if !strings.Contains(m.Detail, "eth0=9000, eth1=1500") || strings.Contains(m.Detail, "ens1") || !hostHasFinding(rep, "mtu-mismatch", SevWarn) {
+		m := hostWantStatus(t, rep, "mtu", StatusWarn)
+		if !strings.Contains(m.Detail, "eth0=9000, eth1=1500") || strings.Contains(m.Detail, "ens1") || !hostHasFinding(rep, "mtu-mismatch", doctor.SevWarn) {
 			t.Errorf("%s: mtu %+v", via, m)
 		}
 	}
 }
 
 // TestHostSharesIBVChecks: the sysfs view of a port gets the same codes as
-// ParseIBV on the same port printed by ibstatus and show_gids, and an
+// ibv.Parse on the same port printed by ibstatus and show_gids, and an
 // ibv_devinfo run on the host does not repeat them.
 func TestHostSharesIBVChecks(t *testing.T) {
 	const port = "sys/class/infiniband/mlx5_0/ports/1/"
@@ -574,18 +579,18 @@ func TestHostSharesIBVChecks(t *testing.T) {
 		}
 		return nil, &exec.Error{Name: name, Err: exec.ErrNotFound}
 	}
-	rep, err := CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, Env: []string{}, RunTool: run})
+	rep, err := Run(context.Background(), Options{Root: root, Statfs: hostShm8G, Env: []string{}, RunTool: run})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ibv := ibvParse(t, "Infiniband device 'mlx5_0' port 1 status:\n\tstate:\t\t 1: DOWN\n\tphys state:\t 3: Disabled\n\tlink_layer:\t Ethernet\n"+
+	ibvRep := doctortest.Read(t, ibv.Parse, "Infiniband device 'mlx5_0' port 1 status:\n\tstate:\t\t 1: DOWN\n\tphys state:\t 3: Disabled\n\tlink_layer:\t Ethernet\n"+
 		"DEV\tPORT\tINDEX\tGID\t\t\t\t\tIPv4 \t\tVER\tDEV\n"+
 		"mlx5_0\t1\t0\tfe80:0000:0000:0000:0202:c9ff:fe00:0001\t\t\tv1\teth0\n"+
 		"mlx5_0\t1\t1\t0000:0000:0000:0000:0000:ffff:0a00:0001\t10.0.0.1  \tv1\teth0\n")
-	want := tablesCodes(ibv.Findings, "")
-	got := tablesCodes(rep.Findings, "")
+	want := doctortest.Codes(ibvRep.Findings, "")
+	got := doctortest.Codes(rep.Findings, "")
 	if len(want) != 3 || want["ibv-port-not-active"] != 1 || want["roce-no-v2-gid"] != 1 || want["roce-link-layer"] != 1 {
-		t.Fatalf("ParseIBV: %v", ibv.Findings)
+		t.Fatalf("ibv.Parse: %v", ibvRep.Findings)
 	}
 	for code := range want {
 		if got[code] != 1 {
@@ -595,9 +600,9 @@ func TestHostSharesIBVChecks(t *testing.T) {
 	if got["ib-port-not-active"] != 0 {
 		t.Errorf("old code: %v", rep.Findings)
 	}
-	hostWantStatus(t, rep, "port mlx5_0/1", HostWarn)
-	hostWantStatus(t, rep, "gids mlx5_0/1", HostWarn)
-	hostWantStatus(t, rep, "ibv_devinfo", HostOK)
+	hostWantStatus(t, rep, "port mlx5_0/1", StatusWarn)
+	hostWantStatus(t, rep, "gids mlx5_0/1", StatusWarn)
+	hostWantStatus(t, rep, "ibv_devinfo", StatusOK)
 
 	// An empty GID table is the sysfs view's own knowledge (listings may
 	// leave GIDs out); the IPv4 GID index differing between ports is the
@@ -611,12 +616,12 @@ func TestHostSharesIBVChecks(t *testing.T) {
 		"sys/class/infiniband/mlx5_2/ports/1/gids/5":            hostSysfsGID("v4", [4]byte{10, 0, 2, 1}),
 		"sys/class/infiniband/mlx5_2/ports/1/gid_attrs/types/5": "RoCE v2",
 	})
-	rep, _ = CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, Env: []string{}, RunTool: hostNoTools})
-	hostWantStatus(t, rep, "gids mlx5_1/1", HostWarn)
-	if !hostHasFinding(rep, "roce-no-gid", SevWarn) {
+	rep, _ = Run(context.Background(), Options{Root: root, Statfs: hostShm8G, Env: []string{}, RunTool: hostNoTools})
+	hostWantStatus(t, rep, "gids mlx5_1/1", StatusWarn)
+	if !hostHasFinding(rep, "roce-no-gid", doctor.SevWarn) {
 		t.Errorf("no roce-no-gid: %v", rep.Findings)
 	}
-	if f, ok := tablesFindingWith(rep.Findings, "roce-gid-index-differs", "3 on mlx5_0 port 1; 5 on mlx5_2 port 1"); !ok || f.Severity != SevWarn {
+	if f, ok := doctortest.FindingWith(rep.Findings, "roce-gid-index-differs", "3 on mlx5_0 port 1; 5 on mlx5_2 port 1"); !ok || f.Severity != doctor.SevWarn {
 		t.Errorf("differs: %v", rep.Findings)
 	}
 }
@@ -631,18 +636,18 @@ func TestHostEnvIBHCA(t *testing.T) {
 		{"mlx5", "", ""},
 		{"mlx5_0:1", "", ""},
 		{"=mlx5_0", "", ""},
-		{"mlx5_0,mlx5_1", HostWarn, "env-ib-hca-unknown"},
-		{"mlx5_0:1,mlx5_0:2", HostWarn, "env-ib-hca-unknown"},
-		{"mlx5_1", HostError, "env-ib-hca-none"},
-		{"=mlx5", HostError, "env-ib-hca-none"},
-		{"mlx5_0:2", HostError, "env-ib-hca-none"},
-		{"ibp", HostError, "env-ib-hca-none"},
-		{"^mlx5", HostError, "env-ib-hca-none"},
-		{"^=mlx5_0", HostError, "env-ib-hca-none"},
-		{"^=mlx5", HostInfo, "env-ib-hca-unknown"},
-		{"^mlx5_3", HostInfo, "env-ib-hca-unknown"},
+		{"mlx5_0,mlx5_1", StatusWarn, "env-ib-hca-unknown"},
+		{"mlx5_0:1,mlx5_0:2", StatusWarn, "env-ib-hca-unknown"},
+		{"mlx5_1", StatusError, "env-ib-hca-none"},
+		{"=mlx5", StatusError, "env-ib-hca-none"},
+		{"mlx5_0:2", StatusError, "env-ib-hca-none"},
+		{"ibp", StatusError, "env-ib-hca-none"},
+		{"^mlx5", StatusError, "env-ib-hca-none"},
+		{"^=mlx5_0", StatusError, "env-ib-hca-none"},
+		{"^=mlx5", StatusInfo, "env-ib-hca-unknown"},
+		{"^mlx5_3", StatusInfo, "env-ib-hca-unknown"},
 	} {
-		rep, err := CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, RunTool: hostNoTools, Env: []string{"NCCL_IB_HCA=" + c.spec}})
+		rep, err := Run(context.Background(), Options{Root: root, Statfs: hostShm8G, RunTool: hostNoTools, Env: []string{"NCCL_IB_HCA=" + c.spec}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -653,7 +658,7 @@ func TestHostEnvIBHCA(t *testing.T) {
 			}
 			continue
 		}
-		if !ok || chk.Status != c.status || !hostHasFinding(rep, c.code, map[string]Severity{HostError: SevError, HostWarn: SevWarn, HostInfo: SevInfo}[c.status]) {
+		if !ok || chk.Status != c.status || !hostHasFinding(rep, c.code, map[string]doctor.Severity{StatusError: doctor.SevError, StatusWarn: doctor.SevWarn, StatusInfo: doctor.SevInfo}[c.status]) {
 			t.Errorf("%s: %+v, want %s %s", c.spec, chk, c.status, c.code)
 		}
 	}
@@ -672,10 +677,16 @@ func TestHostEnvDisableIntegers(t *testing.T) {
 		for _, v := range []struct{ name, code string }{
 			{"NCCL_IB_DISABLE", "env-ib-disabled"}, {"NCCL_P2P_DISABLE", "env-p2p-disabled"}, {"NCCL_SHM_DISABLE", "env-shm-disabled"},
 		} {
-			rep, _ := CheckHost(context.Background(), HostOptions{Root: root, Statfs: hostShm8G, RunTool: hostNoTools, Env: []string{v.name + "=" + c.val}})
-			if hostHasFinding(rep, v.code, SevWarn) != c.warn || hostHasFinding(rep, "env-not-integer", SevWarn) != c.bad {
+			rep, _ := Run(context.Background(), Options{Root: root, Statfs: hostShm8G, RunTool: hostNoTools, Env: []string{v.name + "=" + c.val}})
+			if hostHasFinding(rep, v.code, doctor.SevWarn) != c.warn || hostHasFinding(rep, "env-not-integer", doctor.SevWarn) != c.bad {
 				t.Errorf("%s=%q: %v", v.name, c.val, rep.Findings)
 			}
 		}
 	}
+}
+
+// TestFindingCodesDocumented: the package doc lists every finding code the
+// package emits, and only those.
+func TestFindingCodesDocumented(t *testing.T) {
+	doctortest.CodesDocumented(t, 5)
 }

@@ -1,16 +1,6 @@
-package doctor
-
-import (
-	"fmt"
-	"io"
-	"math"
-	"regexp"
-	"sort"
-	"strconv"
-	"strings"
-)
-
-// nccl-tests output
+// Package nccltests reads the tables of NVIDIA's nccl-tests and of `goccl
+// perf` (`goccl doctor nccl-tests FILE`) and checks them: busbw against
+// algbw, wrong results, the footer, and the bandwidth expected.
 //
 // The *_perf programs of NVIDIA's nccl-tests (the printing lives in
 // src/common.cu; each collective's bandwidth factor in src/<name>.cu) print a
@@ -45,7 +35,7 @@ import (
 // layout: redop and root columns, whether size/count/typesize is 1 (all_reduce,
 // sendrecv, reduce, broadcast) or the rank count (all_gather, reduce_scatter,
 // alltoall), an in-place check column that is always N/A (sendrecv), and,
-// among what remains, the busbw/algbw ratio. NCCLTest.CollectiveFrom says
+// among what remains, the busbw/algbw ratio. Test.CollectiveFrom says
 // which ("banner", "command", "layout"); a layout guess that fits nothing is
 // "unknown" and its busbw is not checked.
 //
@@ -54,7 +44,7 @@ import (
 // "# nThread" line times the process count of a launcher command line;
 // else -t/-g of the program's command line times that count; else
 // size/(count*typesize) where that ratio is the rank count (all_gather,
-// reduce_scatter, alltoall, hypercube). NCCLTest.RanksFrom says which
+// reduce_scatter, alltoall, hypercube). Test.RanksFrom says which
 // ("devices", "config", "command", "size-count").
 //
 // The process count is read from the launcher's flags before the program
@@ -73,6 +63,15 @@ import (
 // printed with two decimals, so a row disagrees when
 // |busbw - algbw*f| > 0.005*(f+1) + 1e-9.
 //
+// The input is read as a stream, whatever its length, in memory that does
+// not grow with it: each table is checked when it ends, and only the first
+// 128 tables (fewer when they hold more than 16384 rows; the first table
+// whatever its size) stay in the report; rows of one table after its
+// 65536th are not read. Findings that repeat from table to table with
+// other numbers (a burn-in loop's log holds the same run thousands of
+// times) are folded into one with a count and the first and last line
+// (doctor.Folder).
+//
 // Finding codes (severity):
 //
 //	no-results              warn   no result row in the input
@@ -84,37 +83,61 @@ import (
 //	avg-busbw               info   the "# Avg bus bandwidth" footer and the peak
 //	avg-busbw-mismatch      info   the rows do not average to the footer (trimmed or edited)
 //	peak-busbw              info   the peak busbw of a table without a footer
-//	busbw-below-expected    warn   sizes >= 64 MiB below 80 % of NCCLTestsOptions.ExpectBusBW
+//	busbw-below-expected    warn   sizes >= 64 MiB below 80 % of Options.ExpectBusBW
 //	expect-busbw-unchecked  info   ExpectBusBW given but no size >= 64 MiB
-//	input-truncated         info   only the first 1<<20 lines were read
+//	tables-not-listed       info   tables checked but left out of the report to keep it small
+package nccltests
 
-// NCCLTestsOptions tunes ReadNCCLTests.
-type NCCLTestsOptions struct {
+import (
+	"fmt"
+	"io"
+	"math"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/goccl/goccl/doctor"
+)
+
+// Options tunes Read.
+type Options struct {
 	// ExpectBusBW is the bus bandwidth the fabric should reach, GB/s
 	// (1 GB = 1e9 B); 0 means no expectation. Rows of at least
-	// TestsExpectMinSize bytes whose best busbw (out-of-place or in-place)
+	// ExpectMinSize bytes whose best busbw (out-of-place or in-place)
 	// is below 80 % of it are flagged.
 	ExpectBusBW float64
 }
 
-// TestsExpectMinSize is the smallest message size, bytes (64 MiB), at which
+// ExpectMinSize is the smallest message size, bytes (64 MiB), at which
 // the ExpectBusBW check applies: below it latency dominates and busbw is
 // not expected to reach the fabric's bandwidth.
-const TestsExpectMinSize = 64 << 20
+const ExpectMinSize = 64 << 20
 
 // testsExpectFraction is the share of ExpectBusBW below which a row is
 // flagged.
 const testsExpectFraction = 0.8
 
-// NCCLTestsReport is what ReadNCCLTests found: one NCCLTest per table and
-// the findings over all of them.
-type NCCLTestsReport struct {
-	Tests    []NCCLTest `json:"tests"`
-	Findings []Finding  `json:"findings"`
+// Report is what Read found: one Test per table (the first 128, see
+// above) and the findings over all of them.
+type Report struct {
+	Tests []Test `json:"tests"`
+	// TablesNotListed counts the tables after those in Tests: checked
+	// (their findings are in Findings) but not kept, so that the report
+	// stays small whatever the input.
+	TablesNotListed int              `json:"tables_not_listed,omitempty"`
+	Findings        []doctor.Finding `json:"findings"`
 }
 
-// NCCLTest is one table: one run of one collective.
-type NCCLTest struct {
+// Limits that keep memory and the report bounded whatever the input.
+const (
+	maxTableRows    = 1 << 16 // rows read of one table
+	maxListedTables = 128     // tables kept in Report.Tests
+	maxListedRows   = 1 << 14 // rows of the tables kept (the first table is kept whatever its size)
+)
+
+// Test is one table: one run of one collective.
+type Test struct {
 	Collective     string `json:"collective"`      // "all_reduce", ..., "unknown"
 	CollectiveFrom string `json:"collective_from"` // banner, command, layout
 	Ranks          int    `json:"ranks"`           // 0 when unknown
@@ -122,8 +145,8 @@ type NCCLTest struct {
 	// Format is "current" (#wrong counts), "old" (float error columns).
 	Format string `json:"format"`
 	// Line is the input line of the first row (1-based).
-	Line int            `json:"line"`
-	Rows []NCCLTestsRow `json:"rows"`
+	Line int   `json:"line"`
+	Rows []Row `json:"rows"`
 	// AvgBusBW is the "# Avg bus bandwidth" footer, GB/s (1 GB = 1e9 B);
 	// HasAvg says whether it was there.
 	AvgBusBW float64 `json:"avg_busbw_gbs"`
@@ -136,8 +159,8 @@ type NCCLTest struct {
 	PeakSize  int64   `json:"peak_size"`
 }
 
-// NCCLTestsRow is one result row.
-type NCCLTestsRow struct {
+// Row is one result row.
+type Row struct {
 	Line  int    `json:"line"`
 	Size  int64  `json:"size"`  // bytes
 	Count int64  `json:"count"` // elements
@@ -145,16 +168,16 @@ type NCCLTestsRow struct {
 	Redop string `json:"redop,omitempty"` // empty when the layout has no redop column
 	Root  int    `json:"root"`            // -1 when not rooted or no root column
 	// HasRoot says whether the row had a root column.
-	HasRoot    bool             `json:"has_root"`
-	OutOfPlace NCCLTestsResult  `json:"out_of_place"`
-	InPlace    *NCCLTestsResult `json:"in_place,omitempty"`
+	HasRoot    bool    `json:"has_root"`
+	OutOfPlace Result  `json:"out_of_place"`
+	InPlace    *Result `json:"in_place,omitempty"`
 	// BusBWMismatch is set when a printed busbw disagrees with algbw times
 	// the collective's factor.
 	BusBWMismatch bool `json:"busbw_mismatch,omitempty"`
 }
 
-// NCCLTestsResult is one half of a row.
-type NCCLTestsResult struct {
+// Result is one half of a row.
+type Result struct {
 	TimeUS float64 `json:"time_us"`   // microseconds
 	AlgBW  float64 `json:"algbw_gbs"` // GB/s, 1 GB = 1e9 B: size / time
 	BusBW  float64 `json:"busbw_gbs"` // GB/s, 1 GB = 1e9 B: algbw times the collective's factor
@@ -254,7 +277,7 @@ var (
 
 // testsBuilder accumulates one table and its context.
 type testsBuilder struct {
-	t          NCCLTest
+	t          Test
 	rankSet    map[int]bool
 	cfgRanks   int         // nThread*nGpus
 	cmdRanks   int         // -t * -g of the program's command line
@@ -265,18 +288,17 @@ type testsBuilder struct {
 }
 
 func testsNewBuilder() *testsBuilder {
-	return &testsBuilder{rankSet: map[int]bool{}, t: NCCLTest{OutOfBounds: -1}}
+	return &testsBuilder{rankSet: map[int]bool{}, t: Test{OutOfBounds: -1}}
 }
 
-// ReadNCCLTests parses the output of nccl-tests' *_perf programs (any
+// Read parses the output of nccl-tests' *_perf programs (any
 // version) or of `goccl perf`, possibly several runs in one file, and checks
 // it: busbw against algbw times the collective's factor, #wrong, the
 // out-of-bounds count, the average bus bandwidth footer and, with
 // opt.ExpectBusBW, large sizes against the expected bandwidth. It fails only
 // when r fails.
-func ReadNCCLTests(r io.Reader, opt NCCLTestsOptions) (*NCCLTestsReport, error) {
-	rep := &NCCLTestsReport{Tests: []NCCLTest{}, Findings: []Finding{}}
-	var done []*testsBuilder
+func Read(r io.Reader, opt Options) (*Report, error) {
+	tr := &testsReader{rep: &Report{Tests: []Test{}}, opt: opt}
 	cur := testsNewBuilder()
 	// finish ends the current table and starts a fresh one; when keepCtx,
 	// the new one inherits the rank context (same launch, another table).
@@ -286,7 +308,7 @@ func ReadNCCLTests(r io.Reader, opt NCCLTestsOptions) (*NCCLTestsReport, error) 
 			next.rankSet, next.cfgRanks, next.cmdRanks, next.launch, next.haveConfig = cur.rankSet, cur.cfgRanks, cur.cmdRanks, cur.launch, cur.haveConfig
 		}
 		if len(cur.t.Rows) > 0 {
-			done = append(done, cur)
+			tr.table(cur)
 		}
 		cur = next
 	}
@@ -296,8 +318,8 @@ func ReadNCCLTests(r io.Reader, opt NCCLTestsOptions) (*NCCLTestsReport, error) 
 			finish(false)
 		}
 	}
-	truncated, err := readLines(r, tablesMaxLine, tablesMaxLines, func(n int, raw string) {
-		line := strings.TrimSpace(tablesClean(raw))
+	_, err := doctor.ReadLines(r, doctor.TableMaxLine, 0, func(n int, raw string) {
+		line := strings.TrimSpace(doctor.CleanLine(raw))
 		if line == "" {
 			return
 		}
@@ -430,7 +452,7 @@ func ReadNCCLTests(r io.Reader, opt NCCLTestsOptions) (*NCCLTestsReport, error) 
 				cur.t.Format = "old"
 			}
 		}
-		if len(cur.t.Rows) < 1<<16 {
+		if len(cur.t.Rows) < maxTableRows {
 			cur.t.Rows = append(cur.t.Rows, row)
 		}
 	})
@@ -438,17 +460,58 @@ func ReadNCCLTests(r io.Reader, opt NCCLTestsOptions) (*NCCLTestsReport, error) 
 		return nil, err
 	}
 	finish(false)
-	for _, b := range done {
-		b.resolve()
-		rep.Tests = append(rep.Tests, b.t)
+	return tr.done(), nil
+}
+
+// testsReader checks the tables as they end and keeps the first ones.
+type testsReader struct {
+	rep  *Report
+	opt  Options
+	fold doctor.Folder
+	n    int // tables read
+	rows int // rows of the tables in rep.Tests
+	// full: a table was left out; so are all after it. first and last are
+	// the lines of the first and the last table left out.
+	full        bool
+	first, last int
+}
+
+// table resolves, checks and, while there is room, keeps a finished table.
+func (tr *testsReader) table(b *testsBuilder) {
+	tr.n++
+	b.resolve()
+	t := &b.t
+	testsCheck(tr.n, t, tr.opt, func(f doctor.Finding) { tr.fold.Add(f, t.Line) })
+	kept := len(tr.rep.Tests)
+	if !tr.full && (kept == 0 || kept < maxListedTables && tr.rows+len(t.Rows) <= maxListedRows) {
+		tr.rep.Tests = append(tr.rep.Tests, *t)
+		tr.rows += len(t.Rows)
+		return
 	}
-	rep.Findings = testsCheck(rep.Tests, opt)
-	if truncated {
-		rep.Findings = append(rep.Findings, Finding{Severity: SevInfo, Code: "input-truncated",
-			Message: fmt.Sprintf("only the first %d lines were read", tablesMaxLines)})
+	if !tr.full {
+		tr.full, tr.first = true, t.Line
 	}
-	sortFindings(rep.Findings)
-	return rep, nil
+	tr.last = t.Line
+	tr.rep.TablesNotListed++
+}
+
+// done adds the findings about the input as a whole and returns the report.
+func (tr *testsReader) done() *Report {
+	rep := tr.rep
+	if tr.n == 0 {
+		tr.fold.Add(doctor.Finding{Severity: doctor.SevWarn, Code: "no-results",
+			Message: "no nccl-tests result rows found",
+			Fix:     "paste the whole output of the *_perf program, from the '# nThread' line to '# Avg bus bandwidth'"}, 0)
+	}
+	if rep.TablesNotListed > 0 {
+		tr.fold.Add(doctor.Finding{Severity: doctor.SevInfo, Code: "tables-not-listed",
+			Message: fmt.Sprintf("tables %d to %d (lines %d to %d) were checked but are not listed: the report keeps the first %d tables (%d rows)",
+				len(rep.Tests)+1, tr.n, tr.first, tr.last, len(rep.Tests), tr.rows),
+			Fix: "their findings are above, folded with those of the listed tables; to see their rows, split the input"}, 0)
+	}
+	rep.Findings = tr.fold.Findings()
+	doctor.SortFindings(rep.Findings)
+	return rep
 }
 
 // testsCommand recognises a command line running a benchmark and returns
@@ -599,8 +662,8 @@ func (l *testsLaunch) np() int {
 
 // testsParseRow parses a result row; key names its layout (number of
 // parameter columns, whether the check columns are old float errors).
-func testsParseRow(line string) (NCCLTestsRow, string, bool) {
-	var row NCCLTestsRow
+func testsParseRow(line string) (Row, string, bool) {
+	var row Row
 	f := strings.Fields(line)
 	if len(f) < 7 || len(f) > 16 {
 		return row, "", false
@@ -613,11 +676,12 @@ func testsParseRow(line string) (NCCLTestsRow, string, bool) {
 	if !testsIsWord(f[2]) {
 		return row, "", false
 	}
-	row.Size, row.Count, row.Type, row.Root = size, count, f[2], -1
+	// Copies, so that a row kept does not keep its whole line.
+	row.Size, row.Count, row.Type, row.Root = size, count, strings.Clone(f[2]), -1
 	rest := f[3:]
 	params := 3
 	if len(rest) > 0 && testsIsWord(rest[0]) && rest[0] != "N/A" {
-		row.Redop = rest[0]
+		row.Redop = strings.Clone(rest[0])
 		rest = rest[1:]
 		params++
 	}
@@ -635,7 +699,7 @@ func testsParseRow(line string) (NCCLTestsRow, string, bool) {
 		return row, "", false
 	}
 	old := false
-	var groups []NCCLTestsResult
+	var groups []Result
 	for len(rest) >= 4 {
 		g, isOld, ok := testsParseGroup(rest[:4], row.Type)
 		if !ok {
@@ -667,8 +731,8 @@ func testsIsWord(s string) bool {
 }
 
 // testsParseGroup parses time, algbw, busbw and the check column.
-func testsParseGroup(f []string, typ string) (NCCLTestsResult, bool, bool) {
-	var g NCCLTestsResult
+func testsParseGroup(f []string, typ string) (Result, bool, bool) {
+	var g Result
 	vals := [3]float64{}
 	for i := 0; i < 3; i++ {
 		v, err := strconv.ParseFloat(f[i], 64)
@@ -723,7 +787,7 @@ func (b *testsBuilder) resolve() {
 		}
 	}
 	for _, r := range t.Rows {
-		for _, g := range []*NCCLTestsResult{&r.OutOfPlace, r.InPlace} {
+		for _, g := range []*Result{&r.OutOfPlace, r.InPlace} {
 			if g != nil && g.BusBW > t.PeakBusBW {
 				t.PeakBusBW, t.PeakSize = g.BusBW, r.Size
 			}
@@ -733,7 +797,7 @@ func (b *testsBuilder) resolve() {
 
 // testsSizeRatio returns size/(count*typesize) from the largest row where it
 // is a whole number, 0 if none.
-func testsSizeRatio(rows []NCCLTestsRow) int {
+func testsSizeRatio(rows []Row) int {
 	best := int64(-1)
 	ratio := 0
 	for _, r := range rows {
@@ -751,7 +815,7 @@ func testsSizeRatio(rows []NCCLTestsRow) int {
 }
 
 // testsGuess picks the collective from the layout; see the package comment.
-func testsGuess(t *NCCLTest, ratio int) string {
+func testsGuess(t *Test, ratio int) string {
 	if len(t.Rows) == 0 {
 		return "unknown"
 	}
@@ -822,10 +886,10 @@ func testsGuess(t *NCCLTest, ratio int) string {
 
 // testsObservedFactor is the median busbw/algbw over values large enough
 // (algbw >= 1 GB/s) for the two printed decimals not to matter.
-func testsObservedFactor(rows []NCCLTestsRow) (float64, bool) {
+func testsObservedFactor(rows []Row) (float64, bool) {
 	var rs []float64
 	for _, r := range rows {
-		for _, g := range []*NCCLTestsResult{&r.OutOfPlace, r.InPlace} {
+		for _, g := range []*Result{&r.OutOfPlace, r.InPlace} {
 			if g != nil && g.AlgBW >= 1 {
 				rs = append(rs, g.BusBW/g.AlgBW)
 			}
@@ -838,142 +902,132 @@ func testsObservedFactor(rows []NCCLTestsRow) (float64, bool) {
 	return rs[len(rs)/2], true
 }
 
-// testsCheck produces the findings.
-func testsCheck(tests []NCCLTest, opt NCCLTestsOptions) []Finding {
-	fs := []Finding{}
-	if len(tests) == 0 {
-		fs = append(fs, Finding{Severity: SevWarn, Code: "no-results",
-			Message: "no nccl-tests result rows found",
-			Fix:     "paste the whole output of the *_perf program, from the '# nThread' line to '# Avg bus bandwidth'"})
-		return fs
+// testsCheck checks table t, the i-th of the input, and passes each
+// finding to add.
+func testsCheck(i int, t *Test, opt Options, add func(doctor.Finding)) {
+	name := fmt.Sprintf("table %d (%s, line %d)", i, t.Collective, t.Line)
+	if t.Collective == "unknown" {
+		add(doctor.Finding{Severity: doctor.SevInfo, Code: "collective-unknown",
+			Message: fmt.Sprintf("%s: the collective could not be told from the layout; busbw not checked", name),
+			Fix:     "include the command line or the '# Collective test starting' line"})
 	}
-	for i := range tests {
-		t := &tests[i]
-		name := fmt.Sprintf("table %d (%s, line %d)", i+1, t.Collective, t.Line)
-		if t.Collective == "unknown" {
-			fs = append(fs, Finding{Severity: SevInfo, Code: "collective-unknown",
-				Message: fmt.Sprintf("%s: the collective could not be told from the layout; busbw not checked", name),
-				Fix:     "include the command line or the '# Collective test starting' line"})
-		}
-		f, known := BusBWFactor(t.Collective, t.Ranks)
-		if !known && t.Collective != "unknown" {
-			fs = append(fs, Finding{Severity: SevInfo, Code: "ranks-unknown",
-				Message: fmt.Sprintf("%s: rank count unknown; busbw of %s depends on it and was not checked", name, t.Collective),
-				Fix:     "include the '# Using devices' block"})
-		}
-		// busbw vs algbw
-		if known {
-			bad := 0
-			first := ""
-			for j := range t.Rows {
-				r := &t.Rows[j]
-				for _, g := range []*NCCLTestsResult{&r.OutOfPlace, r.InPlace} {
-					if g == nil {
-						continue
-					}
-					want := g.AlgBW * f
-					if math.Abs(g.BusBW-want) > 0.005*(f+1)+1e-9 {
-						if !r.BusBWMismatch {
-							bad++
-						}
-						r.BusBWMismatch = true
-						if first == "" {
-							first = fmt.Sprintf("size %d: busbw %.2f, algbw %.2f x %.4g = %.2f", r.Size, g.BusBW, g.AlgBW, f, want)
-						}
-					}
-				}
-			}
-			if bad > 0 {
-				fs = append(fs, Finding{Severity: SevWarn, Code: "busbw-mismatch",
-					Message: fmt.Sprintf("%s: %d row(s) whose busbw is not algbw x %.4g (%s, %d ranks), first %s", name, bad, f, t.Collective, t.Ranks, first),
-					Fix:     "check the rank count and the collective; a tool that recomputes busbw differently is not comparable with nccl-tests"})
-			}
-		}
-		// #wrong
-		wrongRows, firstWrong := 0, int64(-1)
-		for _, r := range t.Rows {
-			w := r.OutOfPlace.Wrong > 0 || (r.InPlace != nil && r.InPlace.Wrong > 0)
-			if w {
-				wrongRows++
-				if firstWrong < 0 {
-					firstWrong = r.Size
-				}
-			}
-		}
-		if wrongRows > 0 {
-			fs = append(fs, Finding{Severity: SevError, Code: "wrong-results",
-				Message: fmt.Sprintf("%s: %d row(s) with wrong elements, first at size %d", name, wrongRows, firstWrong),
-				Fix:     "results are corrupted: rerun with NCCL_DEBUG=WARN, check GPU/NIC errors (dmesg, Xid), and try NCCL_P2P_DISABLE=1 / NCCL_PROTO=Simple to isolate the path"})
-		}
-		if t.OutOfBounds > 0 {
-			fs = append(fs, Finding{Severity: SevError, Code: "out-of-bounds-values",
-				Message: fmt.Sprintf("%s: '# Out of bounds values : %d'", name, t.OutOfBounds),
-				Fix:     "the test saw wrong data; see the rows with #wrong > 0"})
-		}
-		// footer average
-		if t.HasAvg {
-			sum, cnt := 0.0, 0
-			for _, r := range t.Rows {
-				sum += r.OutOfPlace.BusBW
-				cnt++
-				if r.InPlace != nil {
-					sum += r.InPlace.BusBW
-					cnt++
-				}
-			}
-			avg := sum / float64(cnt)
-			msg := fmt.Sprintf("%s: avg bus bandwidth %g GB/s (footer); peak %.2f GB/s at %d B", name, t.AvgBusBW, t.PeakBusBW, t.PeakSize)
-			fs = append(fs, Finding{Severity: SevInfo, Code: "avg-busbw", Message: msg,
-				Fix: "the average includes small, latency-bound sizes: compare the busbw of the largest sizes instead"})
-			if math.Abs(avg-t.AvgBusBW) > 0.01*t.AvgBusBW+0.01 {
-				fs = append(fs, Finding{Severity: SevInfo, Code: "avg-busbw-mismatch",
-					Message: fmt.Sprintf("%s: rows average %.4g GB/s but the footer says %g: rows are missing (trimmed paste?) or were edited", name, avg, t.AvgBusBW)})
-			}
-		} else {
-			fs = append(fs, Finding{Severity: SevInfo, Code: "peak-busbw",
-				Message: fmt.Sprintf("%s: peak busbw %.2f GB/s at %d B (no avg bus bandwidth footer)", name, t.PeakBusBW, t.PeakSize)})
-		}
-		// expectation
-		if opt.ExpectBusBW > 0 && !math.IsNaN(opt.ExpectBusBW) && !math.IsInf(opt.ExpectBusBW, 0) {
-			var low []string
-			checked := 0
-			for _, r := range t.Rows {
-				if r.Size < TestsExpectMinSize {
+	f, known := BusBWFactor(t.Collective, t.Ranks)
+	if !known && t.Collective != "unknown" {
+		add(doctor.Finding{Severity: doctor.SevInfo, Code: "ranks-unknown",
+			Message: fmt.Sprintf("%s: rank count unknown; busbw of %s depends on it and was not checked", name, t.Collective),
+			Fix:     "include the '# Using devices' block"})
+	}
+	// busbw vs algbw
+	if known {
+		bad := 0
+		first := ""
+		for j := range t.Rows {
+			r := &t.Rows[j]
+			for _, g := range []*Result{&r.OutOfPlace, r.InPlace} {
+				if g == nil {
 					continue
 				}
-				checked++
-				best := r.OutOfPlace.BusBW
-				if r.InPlace != nil && r.InPlace.BusBW > best {
-					best = r.InPlace.BusBW
-				}
-				if best < testsExpectFraction*opt.ExpectBusBW {
-					low = append(low, fmt.Sprintf("%d B: %.2f", r.Size, best))
+				want := g.AlgBW * f
+				if math.Abs(g.BusBW-want) > 0.005*(f+1)+1e-9 {
+					if !r.BusBWMismatch {
+						bad++
+					}
+					r.BusBWMismatch = true
+					if first == "" {
+						first = fmt.Sprintf("size %d: busbw %.2f, algbw %.2f x %.4g = %.2f", r.Size, g.BusBW, g.AlgBW, f, want)
+					}
 				}
 			}
-			switch {
-			case checked == 0:
-				fs = append(fs, Finding{Severity: SevInfo, Code: "expect-busbw-unchecked",
-					Message: fmt.Sprintf("%s: no size >= %d B, the expected busbw %g GB/s was not checked", name, TestsExpectMinSize, opt.ExpectBusBW),
-					Fix:     "run with -e 1G or more"})
-			case len(low) > 0:
-				if len(low) > 8 {
-					low = append(low[:8], "...")
-				}
-				fs = append(fs, Finding{Severity: SevWarn, Code: "busbw-below-expected",
-					Message: fmt.Sprintf("%s: %d of %d sizes >= 64 MiB below 80%% of the expected %g GB/s (%s)", name, len(low), checked, opt.ExpectBusBW, strings.Join(low, ", ")),
-					Fix:     "check with `goccl doctor nccl-log` which transport was used (NET/Socket instead of IB, no GDR, few channels) and `goccl doctor topo` for GPU-NIC locality"})
+		}
+		if bad > 0 {
+			add(doctor.Finding{Severity: doctor.SevWarn, Code: "busbw-mismatch",
+				Message: fmt.Sprintf("%s: %d row(s) whose busbw is not algbw x %.4g (%s, %d ranks), first %s", name, bad, f, t.Collective, t.Ranks, first),
+				Fix:     "check the rank count and the collective; a tool that recomputes busbw differently is not comparable with nccl-tests"})
+		}
+	}
+	// #wrong
+	wrongRows, firstWrong := 0, int64(-1)
+	for _, r := range t.Rows {
+		w := r.OutOfPlace.Wrong > 0 || (r.InPlace != nil && r.InPlace.Wrong > 0)
+		if w {
+			wrongRows++
+			if firstWrong < 0 {
+				firstWrong = r.Size
 			}
 		}
 	}
-	return fs
+	if wrongRows > 0 {
+		add(doctor.Finding{Severity: doctor.SevError, Code: "wrong-results",
+			Message: fmt.Sprintf("%s: %d row(s) with wrong elements, first at size %d", name, wrongRows, firstWrong),
+			Fix:     "results are corrupted: rerun with NCCL_DEBUG=WARN, check GPU/NIC errors (dmesg, Xid), and try NCCL_P2P_DISABLE=1 / NCCL_PROTO=Simple to isolate the path"})
+	}
+	if t.OutOfBounds > 0 {
+		add(doctor.Finding{Severity: doctor.SevError, Code: "out-of-bounds-values",
+			Message: fmt.Sprintf("%s: '# Out of bounds values : %d'", name, t.OutOfBounds),
+			Fix:     "the test saw wrong data; see the rows with #wrong > 0"})
+	}
+	// footer average
+	if t.HasAvg {
+		sum, cnt := 0.0, 0
+		for _, r := range t.Rows {
+			sum += r.OutOfPlace.BusBW
+			cnt++
+			if r.InPlace != nil {
+				sum += r.InPlace.BusBW
+				cnt++
+			}
+		}
+		avg := sum / float64(cnt)
+		msg := fmt.Sprintf("%s: avg bus bandwidth %g GB/s (footer); peak %.2f GB/s at %d B", name, t.AvgBusBW, t.PeakBusBW, t.PeakSize)
+		add(doctor.Finding{Severity: doctor.SevInfo, Code: "avg-busbw", Message: msg,
+			Fix: "the average includes small, latency-bound sizes: compare the busbw of the largest sizes instead"})
+		if math.Abs(avg-t.AvgBusBW) > 0.01*t.AvgBusBW+0.01 {
+			add(doctor.Finding{Severity: doctor.SevInfo, Code: "avg-busbw-mismatch",
+				Message: fmt.Sprintf("%s: rows average %.4g GB/s but the footer says %g: rows are missing (trimmed paste?) or were edited", name, avg, t.AvgBusBW)})
+		}
+	} else {
+		add(doctor.Finding{Severity: doctor.SevInfo, Code: "peak-busbw",
+			Message: fmt.Sprintf("%s: peak busbw %.2f GB/s at %d B (no avg bus bandwidth footer)", name, t.PeakBusBW, t.PeakSize)})
+	}
+	// expectation
+	if opt.ExpectBusBW > 0 && !math.IsNaN(opt.ExpectBusBW) && !math.IsInf(opt.ExpectBusBW, 0) {
+		var low []string
+		checked := 0
+		for _, r := range t.Rows {
+			if r.Size < ExpectMinSize {
+				continue
+			}
+			checked++
+			best := r.OutOfPlace.BusBW
+			if r.InPlace != nil && r.InPlace.BusBW > best {
+				best = r.InPlace.BusBW
+			}
+			if best < testsExpectFraction*opt.ExpectBusBW {
+				low = append(low, fmt.Sprintf("%d B: %.2f", r.Size, best))
+			}
+		}
+		switch {
+		case checked == 0:
+			add(doctor.Finding{Severity: doctor.SevInfo, Code: "expect-busbw-unchecked",
+				Message: fmt.Sprintf("%s: no size >= %d B, the expected busbw %g GB/s was not checked", name, ExpectMinSize, opt.ExpectBusBW),
+				Fix:     "run with -e 1G or more"})
+		case len(low) > 0:
+			if len(low) > 8 {
+				low = append(low[:8], "...")
+			}
+			add(doctor.Finding{Severity: doctor.SevWarn, Code: "busbw-below-expected",
+				Message: fmt.Sprintf("%s: %d of %d sizes >= 64 MiB below 80%% of the expected %g GB/s (%s)", name, len(low), checked, opt.ExpectBusBW, strings.Join(low, ", ")),
+				Fix:     "check with `goccl doctor nccl-log` which transport was used (NET/Socket instead of IB, no GDR, few channels) and `goccl doctor topo` for GPU-NIC locality"})
+		}
+	}
 }
 
 // WriteText prints the report: per table its collective, ranks and rows,
 // rows whose busbw disagrees marked with "!", then the findings.
-func (rep *NCCLTestsReport) WriteText(w io.Writer) error {
+func (rep *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
 	for i, t := range rep.Tests {
-		fmt.Fprintf(&b, "table %d: %s (from %s), ", i+1, tablesOneLine(t.Collective, 32), t.CollectiveFrom)
+		fmt.Fprintf(&b, "table %d: %s (from %s), ", i+1, doctor.OneLine(t.Collective, 32), t.CollectiveFrom)
 		if t.Ranks > 0 {
 			fmt.Fprintf(&b, "%d ranks (from %s), ", t.Ranks, t.RanksFrom)
 		} else {
@@ -995,7 +1049,7 @@ func (rep *NCCLTestsReport) WriteText(w io.Writer) error {
 			if redop == "" {
 				redop = "-"
 			}
-			fmt.Fprintf(&b, "%s %12d %12d %8s %6s %4s | %s", mark, r.Size, r.Count, tablesOneLine(r.Type, 8), tablesOneLine(redop, 8), root, testsFmtGroup(&r.OutOfPlace))
+			fmt.Fprintf(&b, "%s %12d %12d %8s %6s %4s | %s", mark, r.Size, r.Count, doctor.OneLine(r.Type, 8), doctor.OneLine(redop, 8), root, testsFmtGroup(&r.OutOfPlace))
 			if r.InPlace != nil {
 				fmt.Fprintf(&b, " | %s", testsFmtGroup(r.InPlace))
 			}
@@ -1008,12 +1062,15 @@ func (rep *NCCLTestsReport) WriteText(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, "peak busbw %.2f GB/s at %d B\n", t.PeakBusBW, t.PeakSize)
 	}
-	writeFindings(&b, rep.Findings)
+	if rep.TablesNotListed > 0 {
+		fmt.Fprintf(&b, "%d more tables checked, not listed\n", rep.TablesNotListed)
+	}
+	doctor.WriteFindings(&b, rep.Findings)
 	_, err := io.WriteString(w, b.String())
 	return err
 }
 
-func testsFmtGroup(g *NCCLTestsResult) string {
+func testsFmtGroup(g *Result) string {
 	wrong := strconv.FormatInt(g.Wrong, 10)
 	if g.Wrong < 0 {
 		wrong = "N/A"

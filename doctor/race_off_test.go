@@ -1,5 +1,0 @@
-//go:build !race
-
-package doctor
-
-const raceEnabled = false
