@@ -46,7 +46,7 @@
 //	env-socket-ifname-none  error        NCCL_SOCKET_IFNAME / GOCCL_SOCKET_IFNAME selects no up interface
 //	env-socket-ifname-lo    error, warn, info  it selects only loopback (error across hosts, info on one)
 //	env-goccl-unknown       warn         a GOCCL_* variable goccl does not read
-//	env-goccl-timeout       error        GOCCL_TIMEOUT unparsable
+//	env-goccl-invalid       error        a GOCCL_* value Init refuses (internal/config)
 //	tool-failed             warn         nvidia-smi or ibv_devinfo exited with an error
 package host
 
@@ -56,6 +56,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/goccl/goccl/internal/config"
 	"io"
 	"io/fs"
 	"net"
@@ -225,19 +226,6 @@ const hostRoCEHeaders = 40 + 8 + 12 + 4 + 28 + 4
 
 // hostRoCEMTU is the netdev MTU Run recommends for RoCE.
 const hostRoCEMTU = 4200
-
-// hostKnownGOCCL lists the GOCCL_* variables goccl reads (README.md,
-// section Environment; internal/launch; transport/shm; rdma tests).
-var hostKnownGOCCL = []string{
-	"GOCCL_ALGO", "GOCCL_CHECKSUM", "GOCCL_DEBUG", "GOCCL_DEBUG_CHECK",
-	"GOCCL_DIRECT_MIN_BYTES", "GOCCL_JOB_ID", "GOCCL_JOB_TOKEN",
-	"GOCCL_LOCAL_RANK", "GOCCL_LOCAL_WORLD_SIZE", "GOCCL_NSOCKS_PERPEER",
-	"GOCCL_RANK", "GOCCL_ROCE_LOSSY_BYTES", "GOCCL_SHM_CMA",
-	"GOCCL_SHM_CMA_THRESHOLD", "GOCCL_SHM_DIR", "GOCCL_SHM_DISABLE",
-	"GOCCL_SOCKET_IFNAME", "GOCCL_STORE_ADDR", "GOCCL_STORE_DIR",
-	"GOCCL_TIMEOUT", "GOCCL_TLS", "GOCCL_TLS_CA", "GOCCL_TLS_CERT",
-	"GOCCL_TLS_KEY", "GOCCL_WORLD_SIZE",
-}
 
 // hostTools are the external programs Run runs when installed.
 var hostTools = []struct {
@@ -745,7 +733,7 @@ func (h *hostRun) checkMTUs() {
 			"use one MTU on every interface of the data path and on the switch ports (ip link set dev IF mtu N); a jumbo sender facing a 1500-byte path loses or fragments large frames, which looks like a hang")
 	case len(mtus) > 1:
 		h.check("mtu", StatusInfo, "mtu-mismatch", "up physical interfaces differ in MTU: "+strings.Join(parts, ", ")+hostMTUNote(rdmaParts),
-			"if several of them carry NCCL/goccl traffic (NCCL_SOCKET_IFNAME, GOCCL_SOCKET_IFNAME), give those one MTU, the same on every host and switch port")
+			"if several of them carry NCCL/goccl traffic (NCCL_SOCKET_IFNAME, "+config.SocketIfname.Name+"), give those one MTU, the same on every host and switch port")
 	default:
 		h.check("mtu", StatusOK, "", strings.Join(parts, ", "), "")
 	}
@@ -941,14 +929,14 @@ func (h *hostRun) checkEnv() {
 			"keep it for diagnosis (goccl doctor nccl-log reads the log), unset it or use WARN in production")
 	}
 	multi, known, why := hostMultiHost(env)
-	for _, v := range []string{"NCCL_SOCKET_IFNAME", "GOCCL_SOCKET_IFNAME"} {
+	for _, v := range []string{"NCCL_SOCKET_IFNAME", config.SocketIfname.Name} {
 		if spec, ok := env[v]; ok && strings.TrimSpace(spec) != "" {
 			h.checkIfname(v, spec, multi, known, why)
 		}
 	}
 	h.checkGOCCLVars()
 	if len(h.rep.Checks) == n {
-		h.check("env", StatusOK, "", "no NCCL_*/GOCCL_* setting known to hurt", "")
+		h.check("env", StatusOK, "", "no NCCL_*/"+config.Prefix+"* setting known to hurt", "")
 	}
 }
 
@@ -1136,7 +1124,7 @@ func hostMultiHost(env map[string]string) (multi, known bool, why string) {
 	for _, p := range [][2]string{
 		{"WORLD_SIZE", "LOCAL_WORLD_SIZE"},
 		{"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"},
-		{"GOCCL_WORLD_SIZE", "GOCCL_LOCAL_WORLD_SIZE"},
+		{config.WorldSize.Name, config.LocalWorldSize.Name},
 	} {
 		w, ok1 := num(p[0])
 		l, ok2 := num(p[1])
@@ -1194,7 +1182,7 @@ func (h *hostRun) checkIfname(v, spec string, multi, known bool, why string) {
 	}
 	name := "env " + v
 	tool := "NCCL"
-	if strings.HasPrefix(v, "GOCCL") {
+	if strings.HasPrefix(v, config.Prefix) {
 		tool = "goccl"
 	}
 	if len(sel) == 0 {
@@ -1246,44 +1234,34 @@ func (h *hostRun) firstUpPhysical() string {
 }
 
 // checkGOCCLVars flags GOCCL_* variables goccl does not read (a typo does
-// nothing, silently) and a GOCCL_TIMEOUT that Init would reject.
+// nothing, silently) and values Init would reject, against internal/config's
+// list (the one the library reads through).
 func (h *hostRun) checkGOCCLVars() {
-	known := map[string]bool{}
-	for _, k := range hostKnownGOCCL {
-		known[k] = true
-	}
+	known := config.Names()
 	var keys []string
 	for k := range h.env {
-		if strings.HasPrefix(k, "GOCCL_") {
+		if strings.HasPrefix(k, config.Prefix) {
 			keys = append(keys, k)
 		}
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		if known[k] || strings.HasPrefix(k, "GOCCL_TEST_") {
-			continue
+		v := config.Find(k)
+		switch {
+		case strings.HasPrefix(k, config.TestPrefix):
+		case v == nil:
+			fix := "remove it; goccl reads: " + strings.Join(known, ", ")
+			if near := hostNearest(k, known); near != "" {
+				fix = "did you mean " + near + "? goccl ignores " + k
+			}
+			h.check("env "+k, StatusWarn, "env-goccl-unknown", k+" is not a variable goccl reads", fix)
+		default:
+			if err := v.Check(h.env[k]); err != nil {
+				h.check("env "+k, StatusError, "env-goccl-invalid", err.Error()+": Init fails",
+					"set a valid value or unset it ("+v.Doc+"); goccl env lists every variable")
+			}
 		}
-		fix := "remove it; goccl reads: " + strings.Join(hostKnownGOCCL, ", ")
-		if near := hostNearest(k, hostKnownGOCCL); near != "" {
-			fix = "did you mean " + near + "? goccl ignores " + k
-		}
-		h.check("env "+k, StatusWarn, "env-goccl-unknown", k+" is not a variable goccl reads", fix)
 	}
-	if v, ok := h.env["GOCCL_TIMEOUT"]; ok && strings.TrimSpace(v) != "" {
-		if _, err := hostParseTimeout(v); err != nil {
-			h.check("env GOCCL_TIMEOUT", StatusError, "env-goccl-timeout", fmt.Sprintf("GOCCL_TIMEOUT=%q is neither a duration (90s, 5m) nor a number of seconds: Init fails", v),
-				"export GOCCL_TIMEOUT=90s (a Go duration) or GOCCL_TIMEOUT=90 (seconds)")
-		}
-	}
-}
-
-// hostParseTimeout parses GOCCL_TIMEOUT as Init does (comm.go envDuration):
-// a number of seconds or a Go duration.
-func hostParseTimeout(v string) (time.Duration, error) {
-	if secs, err := strconv.ParseFloat(v, 64); err == nil {
-		return time.Duration(secs * float64(time.Second)), nil
-	}
-	return time.ParseDuration(v)
 }
 
 // hostNearest returns the candidate within edit distance 3 of s, if any.

@@ -155,6 +155,7 @@ func TestHostRoCETree(t *testing.T) {
 		"NCCL_SOCKET_IFNAME=lo",
 		"WORLD_SIZE=16", "LOCAL_WORLD_SIZE=8",
 		"GOCCL_TIMEOUT=ninety",
+		"GOCCL_NSOCKS_PERPEER=0",
 		"GOCCL_SHM_DISABEL=1",
 		"GOCCL_RANK=0",
 		"PATH=/usr/bin",
@@ -222,6 +223,10 @@ func TestHostRoCETree(t *testing.T) {
 		t.Error("GOCCL_RANK flagged")
 	}
 	hostWantStatus(t, rep, "env GOCCL_TIMEOUT", StatusError)
+	hostWantStatus(t, rep, "env GOCCL_NSOCKS_PERPEER", StatusError)
+	if c, _ := hostCheckByName(rep, "env GOCCL_NSOCKS_PERPEER"); !strings.Contains(c.Detail+c.Fix, "[1, 64]") {
+		t.Errorf("invalid GOCCL_NSOCKS_PERPEER: %+v does not give the range", c)
+	}
 	hostWantStatus(t, rep, "nvidia-smi topo -m", StatusSkip)
 	if c, _ := hostCheckByName(rep, "ibv_devinfo"); c.Status != StatusSkip || c.Detail != "not installed" {
 		t.Errorf("ibv_devinfo check: %+v", c)
@@ -233,7 +238,7 @@ func TestHostRoCETree(t *testing.T) {
 		{"roce-gid-index", doctor.SevWarn}, {"mtu-mismatch", doctor.SevInfo}, {"port-range-narrow", doctor.SevWarn}, {"roce-link-layer", doctor.SevInfo},
 		{"env-p2p-disabled", doctor.SevWarn}, {"env-shm-disabled", doctor.SevWarn}, {"env-ib-disabled", doctor.SevWarn},
 		{"env-socket-threads", doctor.SevWarn}, {"env-debug-on", doctor.SevInfo}, {"env-socket-ifname-lo", doctor.SevError},
-		{"env-goccl-unknown", doctor.SevWarn}, {"env-goccl-timeout", doctor.SevError}, {"numa-nodes", doctor.SevInfo},
+		{"env-goccl-unknown", doctor.SevWarn}, {"env-goccl-invalid", doctor.SevError}, {"numa-nodes", doctor.SevInfo},
 	} {
 		if !hostHasFinding(rep, c.code, c.sev) {
 			t.Errorf("no %s finding %q", c.sev, c.code)
@@ -252,7 +257,7 @@ func TestHostRoCETree(t *testing.T) {
 	if err := rep.WriteText(&txt); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`(?m)^WARN +gids mlx5_0/1 +mlx5_0 port 1: RoCE v2 GID 3 is IPv4-mapped`, `(?m)^INFO +mtu `, `(?m)^ +fix: `, `\n2 errors, 7 warnings, 4 notes\n$`} {
+	for _, want := range []string{`(?m)^WARN +gids mlx5_0/1 +mlx5_0 port 1: RoCE v2 GID 3 is IPv4-mapped`, `(?m)^INFO +mtu `, `(?m)^ +fix: `, `\n3 errors, 7 warnings, 4 notes\n$`} {
 		if !regexp.MustCompile(want).MatchString(txt.String()) {
 			t.Errorf("text lacks %q:\n%s", want, txt.String())
 		}
@@ -418,12 +423,6 @@ func TestHostShmAndHelpers(t *testing.T) {
 	}
 	if n := hostCountCPUs("0-3,8,10-11"); n != 7 {
 		t.Errorf("cpus %d", n)
-	}
-	if _, err := hostParseTimeout("90"); err != nil {
-		t.Error(err)
-	}
-	if _, err := hostParseTimeout("5m"); err != nil {
-		t.Error(err)
 	}
 	if _, err := Run(context.Background(), Options{Root: "/nonexistent-goccl-root"}); err == nil {
 		t.Error("missing root: no error")
