@@ -246,9 +246,14 @@ type servingStore struct {
 }
 
 // Close closes the client, removes the address file (when it is still ours)
-// and stops the server.
+// and stops the server. When the server saw a rank die, Close first lingers
+// (TCPServer.Linger, at most lingerTimeout) so that every other rank learns
+// which one died before the store goes away.
 func (s *servingStore) Close() error {
 	err := s.TCPStore.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), lingerTimeout)
+	s.srv.Linger(ctx)
+	cancel()
 	if s.addrFile != "" {
 		if b, rerr := os.ReadFile(s.addrFile); rerr == nil && bytes.Equal(b, s.addrContent) {
 			if rerr := os.Remove(s.addrFile); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {

@@ -43,7 +43,11 @@ import (
 // client sends before every deliberate close, the server takes that rank for
 // dead and fails every request it holds, and every later one that would
 // wait, with statusLost naming it (RankLostError), so that ranks waiting in
-// the store for a rank that died learn it at once.
+// the store for a rank that died learn it at once. The rank serving the
+// store fails too, and would take the store down with it: its Close first
+// lingers (TCPServer.Linger) until every client has been answered with the
+// loss or has gone, within lingerTimeout, so that no rank blames the serving
+// rank for a death it only relayed.
 const (
 	helloMagicStore     = "GOCCLSTH"
 	challengeMagicStore = "GOCCLSTS"

@@ -2,6 +2,7 @@ package rendezvous
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"errors"
 	"net"
@@ -30,6 +31,10 @@ type TCPServer struct {
 	mu     sync.Mutex
 	closed bool
 	conns  map[net.Conn]struct{}
+	// untold holds the connections past the handshake that have not been
+	// answered statusLost yet; told gets a token whenever one leaves it.
+	untold map[net.Conn]struct{}
+	told   chan struct{}
 	wg     sync.WaitGroup
 
 	closeOnce sync.Once
@@ -45,11 +50,13 @@ func NewTCPServer(addr string, opts ...Option) (*TCPServer, error) {
 		return nil, err
 	}
 	s := &TCPServer{
-		ln:    ln,
-		kv:    newKV(),
-		done:  make(chan struct{}),
-		opts:  makeOptions(opts),
-		conns: make(map[net.Conn]struct{}),
+		ln:     ln,
+		kv:     newKV(),
+		done:   make(chan struct{}),
+		opts:   makeOptions(opts),
+		conns:  make(map[net.Conn]struct{}),
+		untold: make(map[net.Conn]struct{}),
+		told:   make(chan struct{}, 1),
 	}
 	s.wg.Add(1)
 	go s.acceptLoop()
@@ -136,6 +143,9 @@ func (s *TCPServer) serveConn(c net.Conn) {
 		return
 	}
 	c.SetDeadline(time.Time{})
+	s.mu.Lock()
+	s.untold[c] = struct{}{}
+	s.mu.Unlock()
 	reqs := make(chan request)
 	gone := make(chan struct{}) // closed when the reader stops
 	quit := make(chan struct{}) // closed when this goroutine stops
@@ -144,9 +154,6 @@ func (s *TCPServer) serveConn(c net.Conn) {
 		close(quit)
 		c.Close()
 		<-gone // the reader has returned: c is closed, so its read failed
-		s.mu.Lock()
-		delete(s.conns, c)
-		s.mu.Unlock()
 		select {
 		case <-s.done:
 		default:
@@ -154,6 +161,10 @@ func (s *TCPServer) serveConn(c net.Conn) {
 				s.kv.markLost(rank, "its connection to the store closed without a goodbye (the process died?)")
 			}
 		}
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		s.markTold(c)
 		s.wg.Done()
 	}()
 	go func() {
@@ -190,6 +201,68 @@ func (s *TCPServer) serveConn(c net.Conn) {
 		if _, err := (&net.Buffers{responseHeader(status, len(payload)), payload}).WriteTo(c); err != nil {
 			return
 		}
+		if status == statusLost {
+			s.markTold(c)
+		}
+	}
+}
+
+// markTold records that c was answered statusLost, or closed.
+func (s *TCPServer) markTold(c net.Conn) {
+	s.mu.Lock()
+	_, ok := s.untold[c]
+	delete(s.untold, c)
+	s.mu.Unlock()
+	if ok {
+		select {
+		case s.told <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// lingerTimeout bounds how long a serving rank keeps its store up, after a
+// rank's loss, for clients that have not yet been told of it.
+var lingerTimeout = 2 * time.Second
+
+// Linger returns at once when the server has seen no rank die. Otherwise it
+// keeps serving until every client connection has been answered with that
+// loss (RankLostError) or has closed, or until ctx ends. The rank that
+// serves the store calls it before Close when it fails because of the loss,
+// so that the other ranks learn which rank died instead of finding the store
+// gone (and blaming the serving rank).
+func (s *TCPServer) Linger(ctx context.Context) {
+	select {
+	case <-s.kv.lost:
+	default:
+		return
+	}
+	for {
+		s.mu.Lock()
+		n := len(s.untold)
+		s.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		select {
+		case <-s.told:
+		case <-ctx.Done():
+			return
+		case <-s.done:
+			return
+		}
+	}
+}
+
+// LostRank returns the rank whose death the server saw first, and false
+// when it has seen none.
+func (s *TCPServer) LostRank() (int, bool) {
+	select {
+	case <-s.kv.lost:
+		r, _ := s.kv.lostInfo()
+		return r, true
+	default:
+		return -1, false
 	}
 }
 
