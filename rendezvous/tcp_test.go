@@ -391,3 +391,18 @@ func TestTCPServerRankLost(t *testing.T) {
 		t.Fatalf("Wait after a loss: %v", err)
 	}
 }
+
+// TestTCPStoreDeadlineIsCtxDone: a call that fails because ctx's deadline
+// passed leaves ctx done (the socket deadline may fire before ctx's timer),
+// so that a caller can tell a timeout from ctx.Err().
+func TestTCPStoreDeadlineIsCtxDone(t *testing.T) {
+	c := dialT(t, startServer(t).Addr())
+	for i := range 200 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		_, err := c.Get(ctx, "never")
+		if !errors.Is(err, context.DeadlineExceeded) || ctx.Err() == nil {
+			t.Fatalf("call %d: %v, and ctx.Err() = %v after it", i, err, ctx.Err())
+		}
+		cancel()
+	}
+}
