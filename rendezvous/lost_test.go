@@ -1,7 +1,10 @@
 package rendezvous
 
 import (
+	"encoding/binary"
 	"errors"
+	"io"
+	"net"
 	"testing"
 	"time"
 )
@@ -101,5 +104,79 @@ func TestLingerBounded(t *testing.T) {
 			t.Errorf("without a loss, Close took %v", d)
 		}
 		idle.Close()
+	}
+}
+
+// forgeRankClose is the attack of issue 13: a connection to the store at
+// addr says it is rank (with the given hello flags), answers the challenge
+// with a zero proof, checks with a Set that the server took it (without a
+// token it does), then resets (SO_LINGER 0), as a dying process's socket
+// would close. It reports whether the server took the connection.
+func forgeRankClose(t *testing.T, addr string, rank int, flags uint16) bool {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	var hello [storeHelloSize]byte
+	copy(hello[:], helloMagicStore)
+	binary.BigEndian.PutUint16(hello[8:], storeProtoVersion)
+	binary.BigEndian.PutUint16(hello[10:], flags)
+	binary.BigEndian.PutUint32(hello[12:], uint32(int32(rank)))
+	c.Write(hello[:])
+	if _, err := io.ReadFull(c, make([]byte, storeChallengeSize)); err != nil {
+		t.Fatalf("no challenge: %v", err)
+	}
+	c.Write(make([]byte, storeProofSize))
+	set, _ := appendRequest(nil, request{op: opSet, keys: []string{"forged"}, value: []byte("x")})
+	c.Write(set)
+	_, err = io.ReadFull(c, make([]byte, frameHeaderLen+1))
+	c.(*net.TCPConn).SetLinger(0)
+	return err == nil
+}
+
+// TestForgedRankClose: a connection that claims rank 1 and resets does not
+// make the store report rank 1 lost, with or without a job token (with one
+// it is refused at the handshake); the real rank 1 then joins and the Get
+// rank 0 held for it succeeds.
+func TestForgedRankClose(t *testing.T) {
+	for _, token := range []string{"", "forged"} {
+		name := "no token"
+		if token != "" {
+			name = "token"
+		}
+		t.Run(name, func(t *testing.T) {
+			ctx := testCtx(t)
+			addr := freePort(t)
+			env := Env{WorldSize: 2, StoreAddr: addr, Token: token}
+			s0, err := Connect(ctx, env, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s0.Close()
+			held := async(func() error { _, err := s0.Get(ctx, "card/1"); return err })
+			mustBlock(t, held, "rank 0's Get")
+			for _, flags := range []uint16{0, flagHasToken} {
+				if took := forgeRankClose(t, addr, 1, flags); took != (token == "") {
+					t.Errorf("hello flags %d: the server took the forged connection: %v", flags, took)
+				}
+			}
+			time.Sleep(100 * time.Millisecond) // time for a loss to reach the Get
+			mustBlock(t, held, "rank 0's Get after the forged close")
+			env.Rank = 1
+			s1, err := Connect(ctx, env, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s1.Close()
+			if err := s1.Set(ctx, "card/1", []byte("here")); err != nil {
+				t.Fatal(err)
+			}
+			if err := mustReturn(t, held, "rank 0's Get"); err != nil {
+				t.Fatalf("rank 0's Get: %v", err)
+			}
+		})
 	}
 }

@@ -19,6 +19,11 @@ import (
 // malformed, oversized or out-of-protocol frame closes that client's
 // connection without a reply and without logging; other clients are not
 // affected.
+//
+// A rank's death is taken from its connection closing without a goodbye,
+// and only from a connection that proved the job token (WithToken): without
+// a token anybody can claim any rank, so such a close is logged and
+// otherwise ignored (see the handshake in handshake.go).
 type TCPServer struct {
 	ln   net.Listener
 	kv   *kv
@@ -158,7 +163,7 @@ func (s *TCPServer) serveConn(c net.Conn) {
 		case <-s.done:
 		default:
 			if rank >= 0 && !bye.Load() {
-				s.kv.markLost(rank, "its connection to the store closed without a goodbye (the process died?)")
+				s.rankGone(c, rank)
 			}
 		}
 		s.mu.Lock()
@@ -205,6 +210,19 @@ func (s *TCPServer) serveConn(c net.Conn) {
 			s.markTold(c)
 		}
 	}
+}
+
+// rankGone handles the connection c of rank closing without a goodbye. Only
+// a connection that proved the job token can report a death; without a
+// token the rank in the hello is a mere claim (anybody who can reach the port
+// can make it), so the close is logged and the rank may still connect.
+func (s *TCPServer) rankGone(c net.Conn, rank int) {
+	if len(s.opts.token) == 0 {
+		s.logLimited("rendezvous store: a connection from %s that said it was rank %d closed without a goodbye; "+
+			"without a job token that proves nothing, so rank %d is not taken for dead", c.RemoteAddr(), rank, rank)
+		return
+	}
+	s.kv.markLost(rank, "its connection to the store closed without a goodbye (the process died?)")
 }
 
 // markTold records that c was answered statusLost, or closed.
@@ -314,6 +332,11 @@ func (s *TCPServer) handle(req request, reqs <-chan request, gone <-chan struct{
 // once a second, with the count of refusals since).
 func (s *TCPServer) reject(c net.Conn, err error) {
 	n := s.rejected.Add(1)
+	s.logLimited("rendezvous store: refused a connection from %s: %v (%d refused so far)", c.RemoteAddr(), err, n)
+}
+
+// logLimited logs through WithLog's logger, at most once a second.
+func (s *TCPServer) logLimited(format string, args ...any) {
 	if s.opts.logf == nil {
 		return
 	}
@@ -322,7 +345,7 @@ func (s *TCPServer) reject(c net.Conn, err error) {
 	if now-last < int64(time.Second) || !s.lastLog.CompareAndSwap(last, now) {
 		return
 	}
-	s.opts.logf("rendezvous store: refused a connection from %s: %v (%d refused so far)", c.RemoteAddr(), err, n)
+	s.opts.logf(format, args...)
 }
 
 // Rejected reports how many connections the handshake refused.
