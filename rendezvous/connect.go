@@ -32,7 +32,8 @@ func AddrFilePath(env Env) string {
 }
 
 // Connect returns the store for this rank. With env.StoreAddr set: rank 0 serves a TCP store on it (binding the port
-// of StoreAddr on all interfaces or the given host) and connects to itself; other ranks DialTCP it.
+// of StoreAddr on hostIP, the address of the interface the job uses, or on the given host) and connects to itself;
+// other ranks DialTCP it.
 // With no StoreAddr (e.g. under mpirun, which gives ranks but no address): rank 0 serves a TCP store on an ephemeral
 // port of a routable address it picks (the caller passes it as hostIP) and publishes "host:port" in the address file
 // <StoreDir or os.TempDir()>/goccl-store-<JobID>.addr (written atomically, removed when the server closes); other ranks
@@ -40,14 +41,17 @@ func AddrFilePath(env Env) string {
 // GOCCL_STORE_ADDR or GOCCL_JOB_ID. The returned Store's Close also stops the server on rank 0.
 //
 // Details: with StoreAddr, rank 0 binds the given host when it is a loopback
-// address or "localhost" (a single-host job), and all interfaces otherwise
-// (a host name may resolve to an address other hosts cannot reach, such as
-// Debian's 127.0.1.1). With the address file, a stale file from an earlier
+// address or "localhost" (a single-host job) or an address of this host
+// (also through a host name), every interface when the host is empty
+// (":port"), and hostIP otherwise (see storeBinds: a host name may resolve
+// here to an address other hosts cannot reach, such as Debian's 127.0.1.1,
+// which is then served too); every interface only when hostIP is "" as
+// well. With the address file, a stale file from an earlier
 // job with the same id is never trusted blindly: rank 0 removes it before
 // serving, and the file carries a random nonce that rank 0 also stores in its
 // server; other ranks use an address only once they reach a server that holds
-// the same nonce, and otherwise keep polling until ctx ends. hostIP is
-// ignored when StoreAddr is set. A job of one rank without StoreAddr needs
+// the same nonce, and otherwise keep polling until ctx ends. A job of one
+// rank without StoreAddr needs
 // neither a JobID nor hostIP: its store is served on 127.0.0.1.
 //
 // Rank 0's Close stops the server under every other rank, so close rank 0's
@@ -66,7 +70,7 @@ func Connect(ctx context.Context, env Env, hostIP string, opts ...Option) (Store
 		opts = append(opts, WithToken([]byte(env.Token)))
 	}
 	if env.StoreAddr != "" {
-		return connectAddr(ctx, env, opts)
+		return connectAddr(ctx, env, hostIP, opts)
 	}
 	if env.WorldSize == 1 {
 		// Nobody else needs to find the store: serve it on loopback.
@@ -83,21 +87,25 @@ func Connect(ctx context.Context, env Env, hostIP string, opts ...Option) (Store
 	return dialAddrFile(ctx, env, opts)
 }
 
-func connectAddr(ctx context.Context, env Env, opts []Option) (Store, error) {
+func connectAddr(ctx context.Context, env Env, hostIP string, opts []Option) (Store, error) {
 	if env.Rank != 0 {
 		return DialTCP(ctx, env.StoreAddr, opts...)
 	}
-	host, port, err := net.SplitHostPort(env.StoreAddr)
+	host, _, err := net.SplitHostPort(env.StoreAddr)
 	if err != nil {
 		return nil, fmt.Errorf("rendezvous: connect: store address %q: %w", env.StoreAddr, err)
 	}
-	bind := net.JoinHostPort("", port)
-	if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
-		bind = env.StoreAddr
+	var resolved []net.IP
+	if host != "" {
+		addrs, _ := net.DefaultResolver.LookupIPAddr(ctx, host) // none: bind hostIP
+		for _, a := range addrs {
+			resolved = append(resolved, a.IP)
+		}
 	}
-	srv, err := NewTCPServer(bind, opts...)
+	binds := storeBinds(env.StoreAddr, hostIP, resolved, localIPs())
+	srv, err := newTCPServer(binds, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("rendezvous: connect: rank 0 cannot serve the store on %s (from %s): %w", bind, env.StoreAddr, err)
+		return nil, fmt.Errorf("rendezvous: connect: rank 0 cannot serve the store on %s (from %s): %w", strings.Join(binds, " and "), env.StoreAddr, err)
 	}
 	cl, err := DialTCP(ctx, selfAddr(srv), opts...)
 	if err != nil {
@@ -105,6 +113,64 @@ func connectAddr(ctx context.Context, env Env, opts []Option) (Store, error) {
 		return nil, err
 	}
 	return &servingStore{TCPStore: cl, srv: srv}, nil
+}
+
+// storeBinds returns the addresses rank 0 serves the store on when the
+// environment names storeAddr (host:port), given hostIP (the address of the
+// interface the job uses, "" when unknown), the addresses host resolves to
+// here, and this host's non-loopback addresses (local):
+//
+//   - a loopback host or "localhost": storeAddr itself (a single-host job);
+//   - an empty host (":port"): every interface, as asked;
+//   - a host that is, or resolves to, hostIP or another address of this
+//     host: that address;
+//   - otherwise (a name that other hosts resolve to this host, through DNS
+//     or NAT): hostIP, and also the loopback address the name resolves to
+//     here, if any (Debian maps the host name to 127.0.1.1), for the ranks
+//     on this host; every interface when hostIP is "".
+func storeBinds(storeAddr, hostIP string, resolved, local []net.IP) []string {
+	host, port, _ := net.SplitHostPort(storeAddr)
+	if ip := net.ParseIP(host); host == "" || host == "localhost" || (ip != nil && ip.IsLoopback()) {
+		return []string{storeAddr}
+	}
+	chosen := net.ParseIP(hostIP)
+	var loop net.IP
+	for _, ip := range resolved {
+		if chosen != nil && ip.Equal(chosen) {
+			return []string{net.JoinHostPort(hostIP, port)}
+		}
+		if ip.IsLoopback() && loop == nil {
+			loop = ip
+		}
+	}
+	for _, ip := range resolved {
+		for _, l := range local {
+			if ip.Equal(l) {
+				return []string{net.JoinHostPort(ip.String(), port)}
+			}
+		}
+	}
+	if chosen == nil {
+		return []string{net.JoinHostPort("", port)}
+	}
+	binds := []string{net.JoinHostPort(hostIP, port)}
+	if loop != nil {
+		binds = append(binds, net.JoinHostPort(loop.String(), port))
+	}
+	return binds
+}
+
+// localIPs returns the addresses of this host's interfaces, loopback
+// excluded.
+func localIPs() []net.IP {
+	addrs, _ := net.InterfaceAddrs()
+	var ips []net.IP
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() {
+			ips = append(ips, n.IP)
+		}
+	}
+	return ips
 }
 
 func serveLocal(ctx context.Context, opts []Option) (Store, error) {

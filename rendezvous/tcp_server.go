@@ -25,7 +25,8 @@ import (
 // a token anybody can claim any rank, so such a close is logged and
 // otherwise ignored (see the handshake in handshake.go).
 type TCPServer struct {
-	ln   net.Listener
+	ln   net.Listener   // Addr's
+	lns  []net.Listener // ln and any other address served (see newTCPServer)
 	kv   *kv
 	done chan struct{}
 	opts options
@@ -50,12 +51,26 @@ type TCPServer struct {
 // background goroutines until Close. WithToken makes it require the job
 // token of every client; WithLog gives it a logger for refused connections.
 func NewTCPServer(addr string, opts ...Option) (*TCPServer, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, err
+	return newTCPServer([]string{addr}, opts...)
+}
+
+// newTCPServer is NewTCPServer listening on every address of addrs (at
+// least one), the first being Addr's.
+func newTCPServer(addrs []string, opts ...Option) (*TCPServer, error) {
+	var lns []net.Listener
+	for _, addr := range addrs {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			return nil, err
+		}
+		lns = append(lns, ln)
 	}
 	s := &TCPServer{
-		ln:     ln,
+		ln:     lns[0],
+		lns:    lns,
 		kv:     newKV(),
 		done:   make(chan struct{}),
 		opts:   makeOptions(opts),
@@ -63,8 +78,10 @@ func NewTCPServer(addr string, opts ...Option) (*TCPServer, error) {
 		untold: make(map[net.Conn]struct{}),
 		told:   make(chan struct{}, 1),
 	}
-	s.wg.Add(1)
-	go s.acceptLoop()
+	for _, ln := range lns {
+		s.wg.Add(1)
+		go s.acceptLoop(ln)
+	}
 	return s, nil
 }
 
@@ -78,7 +95,9 @@ func (s *TCPServer) Addr() string { return s.ln.Addr().String() }
 func (s *TCPServer) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.done)
-		s.closeErr = s.ln.Close()
+		for _, ln := range s.lns {
+			s.closeErr = errors.Join(s.closeErr, ln.Close())
+		}
 		s.mu.Lock()
 		s.closed = true
 		for c := range s.conns {
@@ -90,11 +109,11 @@ func (s *TCPServer) Close() error {
 	return s.closeErr
 }
 
-func (s *TCPServer) acceptLoop() {
+func (s *TCPServer) acceptLoop(ln net.Listener) {
 	defer s.wg.Done()
 	bo := backoff{cur: 5 * time.Millisecond, max: time.Second}
 	for {
-		c, err := s.ln.Accept()
+		c, err := ln.Accept()
 		if err != nil {
 			select {
 			case <-s.done:
