@@ -3,13 +3,18 @@ package goccl_test
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"io"
 	"net"
+	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/goccl/goccl"
+	"github.com/goccl/goccl/rendezvous"
+	"github.com/goccl/goccl/transport/tcp"
 )
 
 // forgeStoreDeath is the attack of issue 13 on the store at addr: a 32-byte
@@ -113,5 +118,65 @@ func TestForgedRankDeath(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestDirTokenInit: ranks that meet through the address file (as under
+// mpirun or srun, which give no token) authenticate their TCP links with
+// the token shared through the store directory: a peer connection without
+// it is refused.
+func TestDirTokenInit(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("OMPI_COMM_WORLD_RANK", "0")
+	t.Setenv("OMPI_COMM_WORLD_SIZE", "2")
+	t.Setenv("GOCCL_JOB_ID", "dir-token-init")
+	t.Setenv("GOCCL_STORE_DIR", dir)
+	t.Setenv("GOCCL_SHM_DISABLE", "1")
+	t.Setenv("GOCCL_JOB_TOKEN", "")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	comms := make([]*goccl.Comm, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range comms {
+		wg.Go(func() { comms[r], errs[r] = goccl.Init(ctx, goccl.WithRank(r), goccl.WithWorldSize(2)) })
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+		defer comms[r].Close()
+	}
+	env := rendezvous.Env{WorldSize: 2, JobID: "dir-token-init", StoreDir: dir}
+	token, err := rendezvous.DirToken(env)
+	if err != nil || token == "" {
+		t.Fatalf("the job's token: %q, %v", token, err)
+	}
+	b, err := os.ReadFile(rendezvous.AddrFilePath(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, _, _ := strings.Cut(string(b), "\n")
+	op, err := rendezvous.DialTCP(ctx, addr, rendezvous.WithToken([]byte(token)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer op.Close()
+	jobID, err := op.Get(ctx, "goccl/jobid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	card, err := op.Get(ctx, "goccl/card/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, err := tcp.Listen(0, net.IPv4(127, 0, 0, 1), string(jobID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	if _, err := ep.Connect(ctx, 1, strings.Split(string(card), "|")[1], 1); !errors.Is(err, rendezvous.ErrAuth) {
+		t.Errorf("a peer connection without the token: %v, want ErrAuth", err)
 	}
 }

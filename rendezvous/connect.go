@@ -58,12 +58,18 @@ func AddrFilePath(env Env) string {
 // store last (for example after a Barrier that all ranks pass when done).
 //
 // Every connection carries env.Rank (so that rank 0's server can tell the
-// others when a rank's process dies: RankLostError) and, when env.Token is
-// set, proves the job token (see the handshake in handshake.go); opts add to
-// that (WithLog for rank 0's server).
+// others when a rank's process dies: RankLostError) and proves the job
+// token (see the handshake in handshake.go): env.Token, or without one, when
+// the ranks meet through the address file, the token they share through
+// the token file next to it (DirToken); opts add to that (WithLog for rank
+// 0's server).
 func Connect(ctx context.Context, env Env, hostIP string, opts ...Option) (Store, error) {
 	if env.WorldSize < 1 || env.Rank < 0 || env.Rank >= env.WorldSize {
 		return nil, fmt.Errorf("rendezvous: connect: rank %d out of range for world size %d", env.Rank, env.WorldSize)
+	}
+	var err error
+	if env.Token, err = DirToken(env); err != nil {
+		return nil, err
 	}
 	opts = append([]Option{WithRank(env.Rank)}, opts...)
 	if env.Token != "" {
@@ -219,9 +225,7 @@ func serveAddrFile(ctx context.Context, env Env, hostIP string, opts []Option) (
 	if err != nil {
 		return fail(err)
 	}
-	var nb [16]byte
-	rand.Read(nb[:])
-	nonce := hex.EncodeToString(nb[:])
+	nonce := randomHex(16)
 	if err := cl.Set(ctx, nonceKey, []byte(nonce)); err != nil {
 		cl.Close()
 		return fail(err)
@@ -231,7 +235,18 @@ func serveAddrFile(ctx context.Context, env Env, hostIP string, opts []Option) (
 		cl.Close()
 		return fail(fmt.Errorf("rendezvous: connect: publishing the store address: %w", err))
 	}
-	return &servingStore{TCPStore: cl, srv: srv, addrFile: path, addrContent: content}, nil
+	files := map[string][]byte{path: content}
+	if env.Token != "" {
+		files[TokenFilePath(env)] = []byte(env.Token + "\n")
+	}
+	return &servingStore{TCPStore: cl, srv: srv, files: files}, nil
+}
+
+// randomHex returns n random bytes in hex.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b) // never fails (crypto/rand panics rather than return an error)
+	return hex.EncodeToString(b)
 }
 
 // parseAddrFile parses "host:port\nnonce\n".
@@ -250,12 +265,8 @@ func dialAddrFile(ctx context.Context, env Env, opts []Option) (Store, error) {
 	last := "the file does not exist"
 	o := makeOptions(opts)
 	for {
-		cl, err := tryAddrFile(ctx, path, &last, &o)
-		if cl != nil {
+		if cl := tryAddrFile(ctx, path, &last, &o); cl != nil {
 			return cl, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("rendezvous: connect: rank %d: %w", env.Rank, err)
 		}
 		if err := sleepCtx(ctx, nil, bo.next()); err != nil {
 			return nil, fmt.Errorf("rendezvous: connect: rank %d found no live store through %s after %v: %w (last problem: %s); "+
@@ -266,20 +277,21 @@ func dialAddrFile(ctx context.Context, env Env, opts []Option) (Store, error) {
 }
 
 // tryAddrFile makes one attempt to use the address file; on failure it
-// returns nil and records why in last, or, for a failure that retrying
-// cannot mend (a job token refused), returns it.
-func tryAddrFile(ctx context.Context, path string, last *string, o *options) (*TCPStore, error) {
+// returns nil and records why in last. A store that refuses this rank's job
+// token (or has none) is retried too: it is most likely another job's, at a
+// stale address, like a store that does not hold the file's nonce.
+func tryAddrFile(ctx context.Context, path string, last *string, o *options) *TCPStore {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			*last = err.Error()
 		}
-		return nil, nil
+		return nil
 	}
 	addr, nonce, ok := parseAddrFile(b)
 	if !ok {
 		*last = "malformed address file"
-		return nil, nil
+		return nil
 	}
 	// One short attempt: the address may be stale. The nonce check bounds the
 	// time spent on a port now owned by something else.
@@ -287,42 +299,44 @@ func tryAddrFile(ctx context.Context, path string, last *string, o *options) (*T
 	defer cancel()
 	c, br, err := dialOnce(actx, addr, o)
 	if errors.Is(err, ErrAuth) {
-		return nil, fmt.Errorf("store at %s: %w", addr, err)
+		*last = fmt.Sprintf("the server at %s is not the one that wrote the file (%v)", addr, err)
+		return nil
 	}
 	if err != nil {
 		*last = fmt.Sprintf("dial %s: %v", addr, err)
-		return nil, nil
+		return nil
 	}
 	cl := newTCPStore(addr, c, br, *o)
 	got, err := cl.Get(actx, nonceKey)
 	if err != nil || string(got) != nonce {
 		cl.Close()
 		*last = fmt.Sprintf("the server at %s is not the one that wrote the file", addr)
-		return nil, nil
+		return nil
 	}
-	return cl, nil
+	return cl
 }
 
 // servingStore is rank 0's store: a client of its own server.
 type servingStore struct {
 	*TCPStore
-	srv         *TCPServer
-	addrFile    string // "" when none was published
-	addrContent []byte
+	srv *TCPServer
+	// files to remove on Close, if they still hold what this job put there
+	// (the address file, the token file): path -> content
+	files map[string][]byte
 }
 
-// Close closes the client, removes the address file (when it is still ours)
-// and stops the server. When the server saw a rank die, Close first lingers
-// (TCPServer.Linger, at most lingerTimeout) so that every other rank learns
-// which one died before the store goes away.
+// Close closes the client, removes the address and token files (when they
+// are still this job's) and stops the server. When the server saw a rank
+// die, Close first lingers (TCPServer.Linger, at most lingerTimeout) so
+// that every other rank learns which one died before the store goes away.
 func (s *servingStore) Close() error {
 	err := s.TCPStore.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), lingerTimeout)
 	s.srv.Linger(ctx)
 	cancel()
-	if s.addrFile != "" {
-		if b, rerr := os.ReadFile(s.addrFile); rerr == nil && bytes.Equal(b, s.addrContent) {
-			if rerr := os.Remove(s.addrFile); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+	for path, content := range s.files {
+		if b, rerr := os.ReadFile(path); rerr == nil && bytes.Equal(b, content) {
+			if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
 				err = errors.Join(err, rerr)
 			}
 		}
