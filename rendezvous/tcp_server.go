@@ -264,10 +264,10 @@ var lingerTimeout = 2 * time.Second
 
 // Linger returns at once when the server has seen no rank die. Otherwise it
 // keeps serving until every client connection has been answered with that
-// loss (RankLostError) or has closed, or until ctx ends. The rank that
-// serves the store calls it before Close when it fails because of the loss,
-// so that the other ranks learn which rank died instead of finding the store
-// gone (and blaming the serving rank).
+// loss (RankLostError) or has closed, or until ctx ends. The serving rank's
+// store (Connect) calls it before Close, since that rank fails too when
+// another dies, so that the other ranks learn which rank died instead of
+// finding the store gone (and blaming the serving rank).
 func (s *TCPServer) Linger(ctx context.Context) {
 	select {
 	case <-s.kv.lost:
@@ -288,18 +288,6 @@ func (s *TCPServer) Linger(ctx context.Context) {
 		case <-s.done:
 			return
 		}
-	}
-}
-
-// LostRank returns the rank whose death the server saw first, and false
-// when it has seen none.
-func (s *TCPServer) LostRank() (int, bool) {
-	select {
-	case <-s.kv.lost:
-		r, _ := s.kv.lostInfo()
-		return r, true
-	default:
-		return -1, false
 	}
 }
 
