@@ -138,6 +138,14 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	if token == "" {
 		token = os.Getenv("GOCCL_JOB_TOKEN")
 	}
+	if token == "" && cfg.store == nil {
+		// Ranks that meet through the address file share a token through
+		// the store directory (the store uses it too: Connect).
+		env.Rank, env.WorldSize = c.rank, c.size
+		if token, err = rendezvous.DirToken(env); err != nil {
+			return fail(err)
+		}
+	}
 	store := cfg.store
 	if store == nil {
 		env.Rank, env.WorldSize, env.Token = c.rank, c.size, token

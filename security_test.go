@@ -110,7 +110,8 @@ func startRanks(t *testing.T, n int, addr string, mode func(r int) string, extra
 // store but before its address card is published makes every other rank's
 // Init fail within 2 s, naming it, instead of waiting for the Init deadline
 // (60 s here). With 2 and 4 ranks; the victim is the last rank, or rank 0,
-// which serves the store.
+// which serves the store. The job has a token, as under goccl run: without
+// one, a store connection's close proves nothing (TestForgedRankDeath).
 func TestRankKilledDuringInit(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test; skipped with -short")
@@ -130,7 +131,7 @@ func testRankKilledDuringInit(t *testing.T, n, victim int) {
 			return "victim"
 		}
 		return "loop"
-	})
+	}, "GOCCL_JOB_TOKEN=killed-during-init")
 	select {
 	case l := <-lines[victim]:
 		if l != "connected" {

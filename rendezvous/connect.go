@@ -32,7 +32,8 @@ func AddrFilePath(env Env) string {
 }
 
 // Connect returns the store for this rank. With env.StoreAddr set: rank 0 serves a TCP store on it (binding the port
-// of StoreAddr on all interfaces or the given host) and connects to itself; other ranks DialTCP it.
+// of StoreAddr on hostIP, the address of the interface the job uses, or on the given host) and connects to itself;
+// other ranks DialTCP it.
 // With no StoreAddr (e.g. under mpirun, which gives ranks but no address): rank 0 serves a TCP store on an ephemeral
 // port of a routable address it picks (the caller passes it as hostIP) and publishes "host:port" in the address file
 // <StoreDir or os.TempDir()>/goccl-store-<JobID>.addr (written atomically, removed when the server closes); other ranks
@@ -40,33 +41,42 @@ func AddrFilePath(env Env) string {
 // GOCCL_STORE_ADDR or GOCCL_JOB_ID. The returned Store's Close also stops the server on rank 0.
 //
 // Details: with StoreAddr, rank 0 binds the given host when it is a loopback
-// address or "localhost" (a single-host job), and all interfaces otherwise
-// (a host name may resolve to an address other hosts cannot reach, such as
-// Debian's 127.0.1.1). With the address file, a stale file from an earlier
+// address or "localhost" (a single-host job) or an address of this host
+// (also through a host name), every interface when the host is empty
+// (":port"), and hostIP otherwise (see storeBinds: a host name may resolve
+// here to an address other hosts cannot reach, such as Debian's 127.0.1.1,
+// which is then served too); every interface only when hostIP is "" as
+// well. With the address file, a stale file from an earlier
 // job with the same id is never trusted blindly: rank 0 removes it before
 // serving, and the file carries a random nonce that rank 0 also stores in its
 // server; other ranks use an address only once they reach a server that holds
-// the same nonce, and otherwise keep polling until ctx ends. hostIP is
-// ignored when StoreAddr is set. A job of one rank without StoreAddr needs
+// the same nonce, and otherwise keep polling until ctx ends. A job of one
+// rank without StoreAddr needs
 // neither a JobID nor hostIP: its store is served on 127.0.0.1.
 //
 // Rank 0's Close stops the server under every other rank, so close rank 0's
 // store last (for example after a Barrier that all ranks pass when done).
 //
 // Every connection carries env.Rank (so that rank 0's server can tell the
-// others when a rank's process dies: RankLostError) and, when env.Token is
-// set, proves the job token (see the handshake in handshake.go); opts add to
-// that (WithLog for rank 0's server).
+// others when a rank's process dies: RankLostError) and proves the job
+// token (see the handshake in handshake.go): env.Token, or without one, when
+// the ranks meet through the address file, the token they share through
+// the token file next to it (DirToken); opts add to that (WithLog for rank
+// 0's server).
 func Connect(ctx context.Context, env Env, hostIP string, opts ...Option) (Store, error) {
 	if env.WorldSize < 1 || env.Rank < 0 || env.Rank >= env.WorldSize {
 		return nil, fmt.Errorf("rendezvous: connect: rank %d out of range for world size %d", env.Rank, env.WorldSize)
+	}
+	var err error
+	if env.Token, err = DirToken(env); err != nil {
+		return nil, err
 	}
 	opts = append([]Option{WithRank(env.Rank)}, opts...)
 	if env.Token != "" {
 		opts = append(opts, WithToken([]byte(env.Token)))
 	}
 	if env.StoreAddr != "" {
-		return connectAddr(ctx, env, opts)
+		return connectAddr(ctx, env, hostIP, opts)
 	}
 	if env.WorldSize == 1 {
 		// Nobody else needs to find the store: serve it on loopback.
@@ -83,21 +93,25 @@ func Connect(ctx context.Context, env Env, hostIP string, opts ...Option) (Store
 	return dialAddrFile(ctx, env, opts)
 }
 
-func connectAddr(ctx context.Context, env Env, opts []Option) (Store, error) {
+func connectAddr(ctx context.Context, env Env, hostIP string, opts []Option) (Store, error) {
 	if env.Rank != 0 {
 		return DialTCP(ctx, env.StoreAddr, opts...)
 	}
-	host, port, err := net.SplitHostPort(env.StoreAddr)
+	host, _, err := net.SplitHostPort(env.StoreAddr)
 	if err != nil {
 		return nil, fmt.Errorf("rendezvous: connect: store address %q: %w", env.StoreAddr, err)
 	}
-	bind := net.JoinHostPort("", port)
-	if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
-		bind = env.StoreAddr
+	var resolved []net.IP
+	if host != "" {
+		addrs, _ := net.DefaultResolver.LookupIPAddr(ctx, host) // none: bind hostIP
+		for _, a := range addrs {
+			resolved = append(resolved, a.IP)
+		}
 	}
-	srv, err := NewTCPServer(bind, opts...)
+	binds := storeBinds(env.StoreAddr, hostIP, resolved, localIPs())
+	srv, err := newTCPServer(binds, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("rendezvous: connect: rank 0 cannot serve the store on %s (from %s): %w", bind, env.StoreAddr, err)
+		return nil, fmt.Errorf("rendezvous: connect: rank 0 cannot serve the store on %s (from %s): %w", strings.Join(binds, " and "), env.StoreAddr, err)
 	}
 	cl, err := DialTCP(ctx, selfAddr(srv), opts...)
 	if err != nil {
@@ -105,6 +119,64 @@ func connectAddr(ctx context.Context, env Env, opts []Option) (Store, error) {
 		return nil, err
 	}
 	return &servingStore{TCPStore: cl, srv: srv}, nil
+}
+
+// storeBinds returns the addresses rank 0 serves the store on when the
+// environment names storeAddr (host:port), given hostIP (the address of the
+// interface the job uses, "" when unknown), the addresses host resolves to
+// here, and this host's non-loopback addresses (local):
+//
+//   - a loopback host or "localhost": storeAddr itself (a single-host job);
+//   - an empty host (":port"): every interface, as asked;
+//   - a host that is, or resolves to, hostIP or another address of this
+//     host: that address;
+//   - otherwise (a name that other hosts resolve to this host, through DNS
+//     or NAT): hostIP, and also the loopback address the name resolves to
+//     here, if any (Debian maps the host name to 127.0.1.1), for the ranks
+//     on this host; every interface when hostIP is "".
+func storeBinds(storeAddr, hostIP string, resolved, local []net.IP) []string {
+	host, port, _ := net.SplitHostPort(storeAddr)
+	if ip := net.ParseIP(host); host == "" || host == "localhost" || (ip != nil && ip.IsLoopback()) {
+		return []string{storeAddr}
+	}
+	chosen := net.ParseIP(hostIP)
+	var loop net.IP
+	for _, ip := range resolved {
+		if chosen != nil && ip.Equal(chosen) {
+			return []string{net.JoinHostPort(hostIP, port)}
+		}
+		if ip.IsLoopback() && loop == nil {
+			loop = ip
+		}
+	}
+	for _, ip := range resolved {
+		for _, l := range local {
+			if ip.Equal(l) {
+				return []string{net.JoinHostPort(ip.String(), port)}
+			}
+		}
+	}
+	if chosen == nil {
+		return []string{net.JoinHostPort("", port)}
+	}
+	binds := []string{net.JoinHostPort(hostIP, port)}
+	if loop != nil {
+		binds = append(binds, net.JoinHostPort(loop.String(), port))
+	}
+	return binds
+}
+
+// localIPs returns the addresses of this host's interfaces, loopback
+// excluded.
+func localIPs() []net.IP {
+	addrs, _ := net.InterfaceAddrs()
+	var ips []net.IP
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() {
+			ips = append(ips, n.IP)
+		}
+	}
+	return ips
 }
 
 func serveLocal(ctx context.Context, opts []Option) (Store, error) {
@@ -153,9 +225,7 @@ func serveAddrFile(ctx context.Context, env Env, hostIP string, opts []Option) (
 	if err != nil {
 		return fail(err)
 	}
-	var nb [16]byte
-	rand.Read(nb[:])
-	nonce := hex.EncodeToString(nb[:])
+	nonce := randomHex(16)
 	if err := cl.Set(ctx, nonceKey, []byte(nonce)); err != nil {
 		cl.Close()
 		return fail(err)
@@ -165,7 +235,18 @@ func serveAddrFile(ctx context.Context, env Env, hostIP string, opts []Option) (
 		cl.Close()
 		return fail(fmt.Errorf("rendezvous: connect: publishing the store address: %w", err))
 	}
-	return &servingStore{TCPStore: cl, srv: srv, addrFile: path, addrContent: content}, nil
+	files := map[string][]byte{path: content}
+	if env.Token != "" {
+		files[TokenFilePath(env)] = []byte(env.Token + "\n")
+	}
+	return &servingStore{TCPStore: cl, srv: srv, files: files}, nil
+}
+
+// randomHex returns n random bytes in hex.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b) // never fails (crypto/rand panics rather than return an error)
+	return hex.EncodeToString(b)
 }
 
 // parseAddrFile parses "host:port\nnonce\n".
@@ -184,12 +265,8 @@ func dialAddrFile(ctx context.Context, env Env, opts []Option) (Store, error) {
 	last := "the file does not exist"
 	o := makeOptions(opts)
 	for {
-		cl, err := tryAddrFile(ctx, path, &last, &o)
-		if cl != nil {
+		if cl := tryAddrFile(ctx, path, &last, &o); cl != nil {
 			return cl, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("rendezvous: connect: rank %d: %w", env.Rank, err)
 		}
 		if err := sleepCtx(ctx, nil, bo.next()); err != nil {
 			return nil, fmt.Errorf("rendezvous: connect: rank %d found no live store through %s after %v: %w (last problem: %s); "+
@@ -200,20 +277,21 @@ func dialAddrFile(ctx context.Context, env Env, opts []Option) (Store, error) {
 }
 
 // tryAddrFile makes one attempt to use the address file; on failure it
-// returns nil and records why in last, or, for a failure that retrying
-// cannot mend (a job token refused), returns it.
-func tryAddrFile(ctx context.Context, path string, last *string, o *options) (*TCPStore, error) {
+// returns nil and records why in last. A store that refuses this rank's job
+// token (or has none) is retried too: it is most likely another job's, at a
+// stale address, like a store that does not hold the file's nonce.
+func tryAddrFile(ctx context.Context, path string, last *string, o *options) *TCPStore {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			*last = err.Error()
 		}
-		return nil, nil
+		return nil
 	}
 	addr, nonce, ok := parseAddrFile(b)
 	if !ok {
 		*last = "malformed address file"
-		return nil, nil
+		return nil
 	}
 	// One short attempt: the address may be stale. The nonce check bounds the
 	// time spent on a port now owned by something else.
@@ -221,37 +299,44 @@ func tryAddrFile(ctx context.Context, path string, last *string, o *options) (*T
 	defer cancel()
 	c, br, err := dialOnce(actx, addr, o)
 	if errors.Is(err, ErrAuth) {
-		return nil, fmt.Errorf("store at %s: %w", addr, err)
+		*last = fmt.Sprintf("the server at %s is not the one that wrote the file (%v)", addr, err)
+		return nil
 	}
 	if err != nil {
 		*last = fmt.Sprintf("dial %s: %v", addr, err)
-		return nil, nil
+		return nil
 	}
 	cl := newTCPStore(addr, c, br, *o)
 	got, err := cl.Get(actx, nonceKey)
 	if err != nil || string(got) != nonce {
 		cl.Close()
 		*last = fmt.Sprintf("the server at %s is not the one that wrote the file", addr)
-		return nil, nil
+		return nil
 	}
-	return cl, nil
+	return cl
 }
 
 // servingStore is rank 0's store: a client of its own server.
 type servingStore struct {
 	*TCPStore
-	srv         *TCPServer
-	addrFile    string // "" when none was published
-	addrContent []byte
+	srv *TCPServer
+	// files to remove on Close, if they still hold what this job put there
+	// (the address file, the token file): path -> content
+	files map[string][]byte
 }
 
-// Close closes the client, removes the address file (when it is still ours)
-// and stops the server.
+// Close closes the client, removes the address and token files (when they
+// are still this job's) and stops the server. When the server saw a rank
+// die, Close first lingers (TCPServer.Linger, at most lingerTimeout) so
+// that every other rank learns which one died before the store goes away.
 func (s *servingStore) Close() error {
 	err := s.TCPStore.Close()
-	if s.addrFile != "" {
-		if b, rerr := os.ReadFile(s.addrFile); rerr == nil && bytes.Equal(b, s.addrContent) {
-			if rerr := os.Remove(s.addrFile); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+	ctx, cancel := context.WithTimeout(context.Background(), lingerTimeout)
+	s.srv.Linger(ctx)
+	cancel()
+	for path, content := range s.files {
+		if b, rerr := os.ReadFile(path); rerr == nil && bytes.Equal(b, content) {
+			if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
 				err = errors.Join(err, rerr)
 			}
 		}

@@ -163,8 +163,8 @@ func TestConnectErrors(t *testing.T) {
 	}
 }
 
-// TestConnectAllInterfaces: a StoreAddr with an empty (or non-loopback) host
-// makes rank 0 bind every interface; it still reaches its server itself.
+// TestConnectAllInterfaces: a StoreAddr with an empty host makes rank 0
+// bind every interface; it still reaches its server itself.
 func TestConnectAllInterfaces(t *testing.T) {
 	_, port, _ := net.SplitHostPort(freePort(t))
 	ctx := testCtx(t)
@@ -196,6 +196,79 @@ func TestConnectSingleRank(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestStoreBinds(t *testing.T) {
+	ips := func(s ...string) []net.IP {
+		var r []net.IP
+		for _, a := range s {
+			r = append(r, net.ParseIP(a))
+		}
+		return r
+	}
+	local := ips("10.0.0.5", "192.168.1.7")
+	for _, tc := range []struct {
+		addr, hostIP string
+		resolved     []net.IP
+		want         string
+	}{
+		{"127.0.0.1:29500", "10.0.0.5", ips("127.0.0.1"), "127.0.0.1:29500"},
+		{"localhost:29500", "10.0.0.5", ips("127.0.0.1", "::1"), "localhost:29500"},
+		{":29500", "10.0.0.5", nil, ":29500"},
+		{"10.0.0.5:29500", "10.0.0.5", ips("10.0.0.5"), "10.0.0.5:29500"},
+		{"node0:29500", "10.0.0.5", ips("192.168.1.7", "10.0.0.5"), "10.0.0.5:29500"},
+		// Another interface of this host, named explicitly.
+		{"192.168.1.7:29500", "10.0.0.5", ips("192.168.1.7"), "192.168.1.7:29500"},
+		// An address this host does not have (NAT), or a name that does not
+		// resolve here: the job's interface.
+		{"203.0.113.9:29500", "10.0.0.5", ips("203.0.113.9"), "10.0.0.5:29500"},
+		{"node0:29500", "10.0.0.5", nil, "10.0.0.5:29500"},
+		// Debian's host name entry: the job's interface and that address.
+		{"node0:29500", "10.0.0.5", ips("127.0.1.1"), "10.0.0.5:29500 127.0.1.1:29500"},
+		// No interface known: every interface, as before.
+		{"node0:29500", "", ips("127.0.1.1"), ":29500"},
+		{"[2001:db8::1]:29500", "2001:db8::7", ips("2001:db8::1"), "[2001:db8::7]:29500"},
+	} {
+		if got := strings.Join(storeBinds(tc.addr, tc.hostIP, tc.resolved, local), " "); got != tc.want {
+			t.Errorf("storeBinds(%s, %s, %v) = %s, want %s", tc.addr, tc.hostIP, tc.resolved, got, tc.want)
+		}
+	}
+}
+
+// TestConnectBindsHostIP: with a store address on a non-loopback address of
+// this host, rank 0 serves the store on that address only, not on every
+// interface.
+func TestConnectBindsHostIP(t *testing.T) {
+	var ip net.IP
+	for _, a := range localIPs() {
+		if a.To4() != nil && !a.IsLinkLocalUnicast() {
+			ip = a
+			break
+		}
+	}
+	if ip == nil {
+		t.Skip("no non-loopback IPv4 address")
+	}
+	_, port, _ := net.SplitHostPort(freePort(t))
+	addr := net.JoinHostPort(ip.String(), port)
+	ctx := testCtx(t)
+	s0, err := Connect(ctx, Env{Rank: 0, WorldSize: 2, StoreAddr: addr}, ip.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s0.Close()
+	if c, err := net.DialTimeout("tcp", "127.0.0.1:"+port, time.Second); err == nil {
+		c.Close()
+		t.Fatalf("the store serving %s also answers on 127.0.0.1:%s", addr, port)
+	}
+	s1, err := Connect(ctx, Env{Rank: 1, WorldSize: 2, StoreAddr: addr}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s1.Close()
+	if err := s1.Set(ctx, "k", []byte("v")); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -35,6 +35,15 @@
 // Without a job id and without a store address, Connect fails and asks for
 // GOCCL_STORE_ADDR or GOCCL_JOB_ID.
 //
+// mpirun and srun give no job token (GOCCL_JOB_TOKEN) either, so ranks that
+// meet through the address file also share one through it: the first rank
+// to get there writes a random token to <dir>/goccl-store-<job id>.token,
+// readable by its owner only (mode 0600), and the others read it
+// (DirToken); a token file that allows more than 0600, is not a regular
+// file or belongs to another user is refused. The store and every TCP link
+// of the job then prove that token. Rank 0 deletes the file when its store
+// closes.
+//
 // # The TCP store
 //
 // The TCP store's wire protocol is described in wire.go: length-prefixed

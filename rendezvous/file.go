@@ -6,11 +6,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -271,4 +273,115 @@ func dirSemaphore(dir string) chan struct{} {
 func (s *FileStore) Close() error {
 	s.closeOnce.Do(func() { close(s.closed) })
 	return nil
+}
+
+// TokenFilePath returns the job token file that ranks rendezvousing through
+// the address file share when the launcher gives no token:
+// <dir>/goccl-store-<JobID>.token, next to AddrFilePath(env).
+func TokenFilePath(env Env) string {
+	return strings.TrimSuffix(AddrFilePath(env), ".addr") + ".token"
+}
+
+// DirToken returns the job token of env: env.Token when the launcher gave
+// one, else, when the ranks find each other through the address file (no
+// StoreAddr, a JobID, more than one rank), a random token shared through
+// the token file (TokenFilePath) in the same directory: the first rank to
+// get there creates it, readable by its owner only (0600), and the others
+// read it. Connect uses it, so that such a job's store and links are
+// authenticated without any setting; Init passes it to the TCP endpoints.
+//
+// A token file that is not a regular file, whose mode allows more than 0600
+// or that another user owns is refused: anybody who can write the directory
+// (the system temporary directory, for one) could have planted it. The
+// file is left in place; rank 0 removes it when its store closes. Otherwise
+// DirToken returns "" and no error.
+func DirToken(env Env) (string, error) {
+	if env.Token != "" || env.StoreAddr != "" || env.JobID == "" || env.WorldSize < 2 {
+		return env.Token, nil
+	}
+	path := TokenFilePath(env)
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("rendezvous: job token file: %w", err)
+	}
+	for range 5 {
+		tok, err := readTokenFile(path)
+		if !errors.Is(err, fs.ErrNotExist) {
+			return tok, err
+		}
+		// Nobody was first yet: write a complete file under a temporary name
+		// and link it into place, which fails if another rank was quicker.
+		if err := createTokenFile(dir, path); err != nil && !errors.Is(err, fs.ErrExist) {
+			return "", fmt.Errorf("rendezvous: creating the job token file: %w", err)
+		}
+	}
+	return "", fmt.Errorf("rendezvous: job token file %s: keeps disappearing", path)
+}
+
+// tokenFileMax bounds what readTokenFile reads.
+const tokenFileMax = 1 << 10
+
+// readTokenFile reads the token in path, checking that it is a regular
+// file of this user with mode 0600 or narrower; fs.ErrNotExist when there
+// is none.
+func readTokenFile(path string) (string, error) {
+	fail := func(format string, args ...any) (string, error) {
+		return "", fmt.Errorf("rendezvous: job token file %s: "+format+
+			"; remove it, or give every rank the same job token or another store directory", append([]any{path}, args...)...)
+	}
+	lst, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "", err
+	case err != nil:
+		return fail("%v", err)
+	case !lst.Mode().IsRegular():
+		return fail("not a regular file")
+	}
+	// Non-blocking: a FIFO swapped in after Lstat must not hang the open.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+		return fail("%v", err)
+	case !os.SameFile(lst, fi):
+		return fail("replaced while being read")
+	case fi.Mode().Perm()&^0o600 != 0:
+		return fail("mode %v allows more than 0600", fi.Mode().Perm())
+	case !ownedByMe(fi):
+		return fail("owned by another user")
+	}
+	b := make([]byte, tokenFileMax)
+	n, err := io.ReadFull(f, b)
+	if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
+		return fail("%v", err)
+	}
+	tok := strings.TrimSpace(string(b[:n]))
+	if tok == "" || n == tokenFileMax {
+		return fail("malformed")
+	}
+	return tok, nil
+}
+
+// createTokenFile writes a fresh random token to path, which must not
+// exist (an error wrapping fs.ErrExist when it does).
+func createTokenFile(dir, path string) error {
+	f, err := os.CreateTemp(dir, fileTmpPrefix+"*") // mode 0600
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	_, err = f.WriteString(randomHex(32) + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Link(tmp, path)
+	}
+	return err
 }

@@ -42,8 +42,17 @@ import (
 // connection of a rank closes without the goodbye request (opBye) that a
 // client sends before every deliberate close, the server takes that rank for
 // dead and fails every request it holds, and every later one that would
-// wait, with statusLost naming it (RankLostError), so that ranks waiting in
-// the store for a rank that died learn it at once.
+// wait, with statusLost naming it (RankLostError). Only a connection that
+// proved the job token can report a death this way: without a token the
+// rank in the hello is a claim anybody who reaches the port can make (a
+// forged hello and a reset would otherwise kill the job), so the server logs
+// such a close and forgets it; the real rank may still connect, and a rank
+// that never does is named by the Init timeout instead. With a token, ranks
+// waiting in the store for a rank that died learn it at once. The rank
+// serving the store fails too, and would take the store down with it: its
+// Close first lingers (TCPServer.Linger) until every client has been
+// answered with the loss or has gone, within lingerTimeout, so that no rank
+// blames the serving rank for a death it only relayed.
 const (
 	helloMagicStore     = "GOCCLSTH"
 	challengeMagicStore = "GOCCLSTS"
@@ -65,8 +74,8 @@ var handshakeTimeout = 5 * time.Second
 var ErrAuth = auth.ErrAuth
 
 // RankLostError is returned by store calls that waited for data while the
-// connection of Rank to the TCP store closed without a goodbye: that rank's
-// process most likely died.
+// connection of Rank to the TCP store, authenticated by the job token, closed
+// without a goodbye: that rank's process most likely died.
 type RankLostError struct {
 	Rank   int
 	Reason string
@@ -99,7 +108,7 @@ func WithToken(token []byte) Option {
 }
 
 // WithRank tells the server which rank a client is, so that it can report
-// the rank's death to the others.
+// the rank's death to the others (with WithToken only: see RankLostError).
 func WithRank(rank int) Option { return func(o *options) { o.rank = rank } }
 
 // WithLog gives the server a logger for rejected connections.

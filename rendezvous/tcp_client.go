@@ -153,7 +153,7 @@ func (s *TCPStore) roundTrip(ctx context.Context, what string, req request) ([]b
 		}
 	}
 	c := s.conn
-	dl, hasDeadline := ctx.Deadline()
+	dl, _ := ctx.Deadline()
 	c.SetDeadline(dl) // zero time (no deadline) when ctx has none
 	expire := func() { c.SetDeadline(longAgo) }
 	stopCtx := context.AfterFunc(ctx, expire)
@@ -175,8 +175,7 @@ func (s *TCPStore) roundTrip(ctx context.Context, what string, req request) ([]b
 			err = ErrClosed
 		case ctx.Err() != nil:
 			err = ctx.Err()
-		case hasDeadline && errors.Is(err, os.ErrDeadlineExceeded) && !time.Now().Before(dl):
-			// ctx's deadline timer has not fired yet, but it is due.
+		case deadlineDue(ctx, err):
 			err = context.DeadlineExceeded
 		}
 		return nil, fail(err)
@@ -206,8 +205,23 @@ func (s *TCPStore) redial(ctx context.Context) error {
 		return ErrClosed
 	case ctx.Err() != nil:
 		return ctx.Err()
+	case deadlineDue(ctx, err):
+		return context.DeadlineExceeded
 	}
 	return fmt.Errorf("reconnect: %w", err)
+}
+
+// deadlineDue reports whether err is a timeout because ctx's deadline has
+// passed. The socket's deadline can fire just before ctx's timer: it then
+// waits (at most 100 ms) for ctx to be done, so that a caller that checks
+// ctx.Err() after the error finds ctx done, as the error says.
+func deadlineDue(ctx context.Context, err error) bool {
+	dl, ok := ctx.Deadline()
+	if !ok || time.Now().Before(dl) || !(errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded)) {
+		return false
+	}
+	sleepCtx(ctx, nil, 100*time.Millisecond)
+	return true
 }
 
 func (s *TCPStore) exchange(c net.Conn) (byte, []byte, error) {

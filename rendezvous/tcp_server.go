@@ -2,6 +2,7 @@ package rendezvous
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"errors"
 	"net"
@@ -18,8 +19,14 @@ import (
 // malformed, oversized or out-of-protocol frame closes that client's
 // connection without a reply and without logging; other clients are not
 // affected.
+//
+// A rank's death is taken from its connection closing without a goodbye,
+// and only from a connection that proved the job token (WithToken): without
+// a token anybody can claim any rank, so such a close is logged and
+// otherwise ignored (see the handshake in handshake.go).
 type TCPServer struct {
-	ln   net.Listener
+	ln   net.Listener   // Addr's
+	lns  []net.Listener // ln and any other address served (see newTCPServer)
 	kv   *kv
 	done chan struct{}
 	opts options
@@ -30,6 +37,10 @@ type TCPServer struct {
 	mu     sync.Mutex
 	closed bool
 	conns  map[net.Conn]struct{}
+	// untold holds the connections past the handshake that have not been
+	// answered statusLost yet; told gets a token whenever one leaves it.
+	untold map[net.Conn]struct{}
+	told   chan struct{}
 	wg     sync.WaitGroup
 
 	closeOnce sync.Once
@@ -40,19 +51,37 @@ type TCPServer struct {
 // background goroutines until Close. WithToken makes it require the job
 // token of every client; WithLog gives it a logger for refused connections.
 func NewTCPServer(addr string, opts ...Option) (*TCPServer, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, err
+	return newTCPServer([]string{addr}, opts...)
+}
+
+// newTCPServer is NewTCPServer listening on every address of addrs (at
+// least one), the first being Addr's.
+func newTCPServer(addrs []string, opts ...Option) (*TCPServer, error) {
+	var lns []net.Listener
+	for _, addr := range addrs {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			return nil, err
+		}
+		lns = append(lns, ln)
 	}
 	s := &TCPServer{
-		ln:    ln,
-		kv:    newKV(),
-		done:  make(chan struct{}),
-		opts:  makeOptions(opts),
-		conns: make(map[net.Conn]struct{}),
+		ln:     lns[0],
+		lns:    lns,
+		kv:     newKV(),
+		done:   make(chan struct{}),
+		opts:   makeOptions(opts),
+		conns:  make(map[net.Conn]struct{}),
+		untold: make(map[net.Conn]struct{}),
+		told:   make(chan struct{}, 1),
 	}
-	s.wg.Add(1)
-	go s.acceptLoop()
+	for _, ln := range lns {
+		s.wg.Add(1)
+		go s.acceptLoop(ln)
+	}
 	return s, nil
 }
 
@@ -66,7 +95,9 @@ func (s *TCPServer) Addr() string { return s.ln.Addr().String() }
 func (s *TCPServer) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.done)
-		s.closeErr = s.ln.Close()
+		for _, ln := range s.lns {
+			s.closeErr = errors.Join(s.closeErr, ln.Close())
+		}
 		s.mu.Lock()
 		s.closed = true
 		for c := range s.conns {
@@ -78,11 +109,11 @@ func (s *TCPServer) Close() error {
 	return s.closeErr
 }
 
-func (s *TCPServer) acceptLoop() {
+func (s *TCPServer) acceptLoop(ln net.Listener) {
 	defer s.wg.Done()
 	bo := backoff{cur: 5 * time.Millisecond, max: time.Second}
 	for {
-		c, err := s.ln.Accept()
+		c, err := ln.Accept()
 		if err != nil {
 			select {
 			case <-s.done:
@@ -136,6 +167,9 @@ func (s *TCPServer) serveConn(c net.Conn) {
 		return
 	}
 	c.SetDeadline(time.Time{})
+	s.mu.Lock()
+	s.untold[c] = struct{}{}
+	s.mu.Unlock()
 	reqs := make(chan request)
 	gone := make(chan struct{}) // closed when the reader stops
 	quit := make(chan struct{}) // closed when this goroutine stops
@@ -144,16 +178,17 @@ func (s *TCPServer) serveConn(c net.Conn) {
 		close(quit)
 		c.Close()
 		<-gone // the reader has returned: c is closed, so its read failed
-		s.mu.Lock()
-		delete(s.conns, c)
-		s.mu.Unlock()
 		select {
 		case <-s.done:
 		default:
 			if rank >= 0 && !bye.Load() {
-				s.kv.markLost(rank, "its connection to the store closed without a goodbye (the process died?)")
+				s.rankGone(c, rank)
 			}
 		}
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		s.markTold(c)
 		s.wg.Done()
 	}()
 	go func() {
@@ -188,6 +223,69 @@ func (s *TCPServer) serveConn(c net.Conn) {
 			return
 		}
 		if _, err := (&net.Buffers{responseHeader(status, len(payload)), payload}).WriteTo(c); err != nil {
+			return
+		}
+		if status == statusLost {
+			s.markTold(c)
+		}
+	}
+}
+
+// rankGone handles the connection c of rank closing without a goodbye. Only
+// a connection that proved the job token can report a death; without a
+// token the rank in the hello is a mere claim (anybody who can reach the port
+// can make it), so the close is logged and the rank may still connect.
+func (s *TCPServer) rankGone(c net.Conn, rank int) {
+	if len(s.opts.token) == 0 {
+		s.logLimited("rendezvous store: a connection from %s that said it was rank %d closed without a goodbye; "+
+			"without a job token that proves nothing, so rank %d is not taken for dead", c.RemoteAddr(), rank, rank)
+		return
+	}
+	s.kv.markLost(rank, "its connection to the store closed without a goodbye (the process died?)")
+}
+
+// markTold records that c was answered statusLost, or closed.
+func (s *TCPServer) markTold(c net.Conn) {
+	s.mu.Lock()
+	_, ok := s.untold[c]
+	delete(s.untold, c)
+	s.mu.Unlock()
+	if ok {
+		select {
+		case s.told <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// lingerTimeout bounds how long a serving rank keeps its store up, after a
+// rank's loss, for clients that have not yet been told of it.
+var lingerTimeout = 2 * time.Second
+
+// Linger returns at once when the server has seen no rank die. Otherwise it
+// keeps serving until every client connection has been answered with that
+// loss (RankLostError) or has closed, or until ctx ends. The serving rank's
+// store (Connect) calls it before Close, since that rank fails too when
+// another dies, so that the other ranks learn which rank died instead of
+// finding the store gone (and blaming the serving rank).
+func (s *TCPServer) Linger(ctx context.Context) {
+	select {
+	case <-s.kv.lost:
+	default:
+		return
+	}
+	for {
+		s.mu.Lock()
+		n := len(s.untold)
+		s.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		select {
+		case <-s.told:
+		case <-ctx.Done():
+			return
+		case <-s.done:
 			return
 		}
 	}
@@ -241,6 +339,11 @@ func (s *TCPServer) handle(req request, reqs <-chan request, gone <-chan struct{
 // once a second, with the count of refusals since).
 func (s *TCPServer) reject(c net.Conn, err error) {
 	n := s.rejected.Add(1)
+	s.logLimited("rendezvous store: refused a connection from %s: %v (%d refused so far)", c.RemoteAddr(), err, n)
+}
+
+// logLimited logs through WithLog's logger, at most once a second.
+func (s *TCPServer) logLimited(format string, args ...any) {
 	if s.opts.logf == nil {
 		return
 	}
@@ -249,7 +352,7 @@ func (s *TCPServer) reject(c net.Conn, err error) {
 	if now-last < int64(time.Second) || !s.lastLog.CompareAndSwap(last, now) {
 		return
 	}
-	s.opts.logf("rendezvous store: refused a connection from %s: %v (%d refused so far)", c.RemoteAddr(), err, n)
+	s.opts.logf(format, args...)
 }
 
 // Rejected reports how many connections the handshake refused.

@@ -349,14 +349,20 @@ func dialTOpts(t *testing.T, addr string, opts ...Option) *TCPStore {
 	return c
 }
 
-// TestTCPServerRankLost: when a rank's connection closes without a goodbye
-// (its process died), Gets held for other ranks fail at once naming it; a
-// deliberate Close, or a call abandoned by its context, is no loss.
+// TestTCPServerRankLost: when the connection of a rank that proved the job
+// token closes without a goodbye (its process died), Gets held for other
+// ranks fail at once naming it; a deliberate Close, or a call abandoned by
+// its context, is no loss.
 func TestTCPServerRankLost(t *testing.T) {
-	srv := startServer(t)
+	tok := WithToken([]byte("rank lost"))
+	srv, err := NewTCPServer("127.0.0.1:0", tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
 	ctx := testCtx(t)
-	a := dialTOpts(t, srv.Addr(), WithRank(0))
-	b := dialTOpts(t, srv.Addr(), WithRank(1))
+	a := dialTOpts(t, srv.Addr(), tok, WithRank(0))
+	b := dialTOpts(t, srv.Addr(), tok, WithRank(1))
 	// Deliberate: a cancelled call and a Close.
 	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	if _, err := b.Get(short, "never"); !errors.Is(err, context.DeadlineExceeded) {
@@ -364,7 +370,7 @@ func TestTCPServerRankLost(t *testing.T) {
 	}
 	cancel()
 	b.Close()
-	c := dialTOpts(t, srv.Addr(), WithRank(2))
+	c := dialTOpts(t, srv.Addr(), tok, WithRank(2))
 	held := async(func() error { _, err := a.Get(ctx, "card-of-rank-2"); return err })
 	mustBlock(t, held, "Get while nobody is lost")
 	// Rank 2 dies: its socket closes with no goodbye.
@@ -372,7 +378,7 @@ func TestTCPServerRankLost(t *testing.T) {
 	c.conn.Close()
 	c.mu.Unlock()
 	start := time.Now()
-	err := mustReturn(t, held, "Get after rank 2 died")
+	err = mustReturn(t, held, "Get after rank 2 died")
 	var lost *RankLostError
 	if !errors.As(err, &lost) || lost.Rank != 2 {
 		t.Fatalf("Get after rank 2 died: %v, want a RankLostError for rank 2", err)
@@ -389,5 +395,20 @@ func TestTCPServerRankLost(t *testing.T) {
 	}
 	if err := a.Wait(ctx, "never"); !errors.As(err, &lost) {
 		t.Fatalf("Wait after a loss: %v", err)
+	}
+}
+
+// TestTCPStoreDeadlineIsCtxDone: a call that fails because ctx's deadline
+// passed leaves ctx done (the socket deadline may fire before ctx's timer),
+// so that a caller can tell a timeout from ctx.Err().
+func TestTCPStoreDeadlineIsCtxDone(t *testing.T) {
+	c := dialT(t, startServer(t).Addr())
+	for i := range 200 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		_, err := c.Get(ctx, "never")
+		if !errors.Is(err, context.DeadlineExceeded) || ctx.Err() == nil {
+			t.Fatalf("call %d: %v, and ctx.Err() = %v after it", i, err, ctx.Err())
+		}
+		cancel()
 	}
 }

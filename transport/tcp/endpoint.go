@@ -47,7 +47,10 @@
 // (checksums, TLS): a hello whose flags differ gets a rejecting ack. With TLS
 // (WithTLS) each connection runs a TLS 1.3 handshake right after the verdict,
 // the dialer as the TLS client. Accepted connections are parked per (peer,
-// socket index) until Connect for that peer collects them.
+// socket index) until Connect for that peer collects them; a newer one for
+// the same slot replaces the parked one, and one that its dialer closed or
+// reset in the meantime is dropped (a refusal, logged), never a lost peer:
+// without a token anybody can pass the handshake as any rank.
 //
 // After the handshake each message is the 40-byte transport.Header followed by
 // its payload; see Link for how payloads are striped over several sockets.
@@ -717,12 +720,22 @@ func (e *Endpoint) collect(ctx context.Context, peer int, addr string, nconns in
 }
 
 // takeLocked returns the parked connections of peer when all nconns are
-// there, otherwise how many are.
+// there, otherwise how many are. A parked connection whose dialer has
+// already closed or reset it is dropped (and logged), never handed to a
+// link: without a job token anybody can pass the handshake as any rank, and
+// such a connection's close must not make the link report that rank lost;
+// its slot waits for the real rank's connection.
 func (e *Endpoint) takeLocked(peer, nconns int) ([]net.Conn, int, error) {
 	have := 0
 	for i := 0; i < maxConns; i++ {
 		p, ok := e.parked[parkKey{peer, i}]
 		if !ok {
+			continue
+		}
+		if raw := rawTCP(p.conn); peerGone(raw) {
+			p.conn.Close()
+			delete(e.parked, parkKey{peer, i})
+			e.reject(raw, fmt.Errorf("the dialer (says rank %d) closed connection %d before it was used", peer, i))
 			continue
 		}
 		if p.nsocks != nconns {
