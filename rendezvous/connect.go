@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/goccl/goccl/internal/config"
 )
 
 // nonceKey is the store key under which rank 0 publishes the nonce it also
@@ -83,9 +85,10 @@ func Connect(ctx context.Context, env Env, hostIP string, opts ...Option) (Store
 		return serveLocal(ctx, opts)
 	}
 	if env.JobID == "" {
-		return nil, errors.New("rendezvous: connect: the environment gives no store address and no job id; " +
-			"set GOCCL_STORE_ADDR=host:port (rank 0 serves the store there) " +
-			"or GOCCL_JOB_ID to a value common to all ranks (with GOCCL_STORE_DIR on a shared file system for multi-host jobs)")
+		return nil, fmt.Errorf("rendezvous: connect: the environment gives no store address and no job id; "+
+			"set %s=host:port (rank 0 serves the store there) "+
+			"or %s to a value common to all ranks (with %s on a shared file system for multi-host jobs)",
+			config.StoreAddr.Name, config.JobID.Name, config.StoreDir.Name)
 	}
 	if env.Rank == 0 {
 		return serveAddrFile(ctx, env, hostIP, opts)
@@ -270,8 +273,8 @@ func dialAddrFile(ctx context.Context, env Env, opts []Option) (Store, error) {
 		}
 		if err := sleepCtx(ctx, nil, bo.next()); err != nil {
 			return nil, fmt.Errorf("rendezvous: connect: rank %d found no live store through %s after %v: %w (last problem: %s); "+
-				"is rank 0 running with the same job id and store directory (GOCCL_STORE_DIR must be shared by all hosts)?",
-				env.Rank, path, time.Since(start).Round(time.Millisecond), err, last)
+				"is rank 0 running with the same job id and store directory (%s must be shared by all hosts)?",
+				env.Rank, path, time.Since(start).Round(time.Millisecond), err, last, config.StoreDir.Name)
 		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/goccl/goccl/internal/config"
 )
 
 // Env is what the launcher's environment says about this rank.
@@ -27,7 +29,7 @@ type envSource struct {
 
 // envSources in order of precedence.
 var envSources = []envSource{
-	{name: "goccl", rank: "GOCCL_RANK", size: "GOCCL_WORLD_SIZE", local: "GOCCL_LOCAL_RANK", strict: true},
+	{name: "goccl", rank: config.Rank.Name, size: config.WorldSize.Name, local: config.LocalRank.Name, strict: true},
 	{name: "torchrun", rank: "RANK", size: "WORLD_SIZE", local: "LOCAL_RANK"},
 	{name: "openmpi", rank: "OMPI_COMM_WORLD_RANK", size: "OMPI_COMM_WORLD_SIZE", local: "OMPI_COMM_WORLD_LOCAL_RANK"},
 	{name: "slurm", rank: "SLURM_PROCID", size: "SLURM_NTASKS", local: "SLURM_LOCALID"},
@@ -116,7 +118,7 @@ func fromLookup(lookup func(string) (string, bool)) (env Env, ok bool, err error
 	}
 	env.Rank, env.WorldSize = rank, size
 
-	for _, name := range []string{"GOCCL_LOCAL_RANK", src.local} {
+	for _, name := range []string{config.LocalRank.Name, src.local} {
 		lr, set, err := intVar(name)
 		if err != nil {
 			return Env{}, true, err
@@ -131,9 +133,9 @@ func fromLookup(lookup func(string) (string, bool)) (env Env, ok bool, err error
 		break
 	}
 
-	if v, ok := get("GOCCL_STORE_ADDR"); ok {
+	if v, ok := get(config.StoreAddr.Name); ok {
 		if err := checkHostPort(v); err != nil {
-			return fail("GOCCL_STORE_ADDR=%q: %v", v, err)
+			return fail("%s=%q: %v", config.StoreAddr.Name, v, err)
 		}
 		env.StoreAddr = v
 	} else if host, ok := get("MASTER_ADDR"); ok {
@@ -144,8 +146,8 @@ func fromLookup(lookup func(string) (string, bool)) (env Env, ok bool, err error
 			env.StoreAddr = net.JoinHostPort(host, port)
 		}
 	}
-	env.StoreDir, _ = get("GOCCL_STORE_DIR")
-	for _, name := range []string{"GOCCL_JOB_ID", "TORCHELASTIC_RUN_ID", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "OMPI_MCA_orte_ess_jobid"} {
+	env.StoreDir, _ = get(config.StoreDir.Name)
+	for _, name := range []string{config.JobID.Name, "TORCHELASTIC_RUN_ID", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "OMPI_MCA_orte_ess_jobid"} {
 		if v, ok := get(name); ok {
 			env.JobID = v
 			break
@@ -159,7 +161,7 @@ func fromLookup(lookup func(string) (string, bool)) (env Env, ok bool, err error
 			}
 		}
 	}
-	env.Token, _ = get("GOCCL_JOB_TOKEN")
+	env.Token, _ = get(config.JobToken.Name)
 	return env, true, nil
 }
 

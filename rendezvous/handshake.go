@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/goccl/goccl/internal/auth"
+	"github.com/goccl/goccl/internal/config"
 )
 
 // Handshake of every TCP store connection, before its first request (all
@@ -142,7 +143,7 @@ func clientHandshake(c net.Conn, br *bufio.Reader, addr string, o *options) erro
 	var ch [storeChallengeSize]byte
 	if _, err := io.ReadFull(br, ch[:]); err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return fmt.Errorf("handshake: the server closed the connection (%w: does rank 0 use another GOCCL_JOB_TOKEN?)", ErrAuth)
+			return fmt.Errorf("handshake: the server closed the connection (%w: does rank 0 use another %s?)", ErrAuth, config.JobToken.Name)
 		}
 		return fmt.Errorf("handshake: %w", err)
 	}
@@ -224,9 +225,9 @@ func decodeChallenge(ch, hello []byte, addr string, token []byte) error {
 	serverToken := binary.BigEndian.Uint16(ch[10:])&flagHasToken != 0
 	switch {
 	case serverToken && len(token) == 0:
-		return fmt.Errorf("%w: the store at %s requires a job token (GOCCL_JOB_TOKEN)", ErrAuth, addr)
+		return fmt.Errorf("%w: the store at %s requires a job token (%s)", ErrAuth, addr, config.JobToken.Name)
 	case !serverToken && len(token) > 0:
-		return fmt.Errorf("%w: the store at %s does not check job tokens, this rank has one (GOCCL_JOB_TOKEN set on some ranks only?)", ErrAuth, addr)
+		return fmt.Errorf("%w: the store at %s does not check job tokens, this rank has one (%s set on some ranks only?)", ErrAuth, addr, config.JobToken.Name)
 	case !auth.Check(token, ch[32:64], labelStoreServer, hello, ch[0:32]):
 		return fmt.Errorf("%w: the store at %s holds a different job token", ErrAuth, addr)
 	}

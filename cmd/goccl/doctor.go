@@ -18,9 +18,10 @@ import (
 	"github.com/goccl/goccl/doctor/nccllog"
 	"github.com/goccl/goccl/doctor/nccltests"
 	"github.com/goccl/goccl/doctor/topo"
+	"github.com/goccl/goccl/internal/config"
 )
 
-const doctorUsage = `usage: goccl doctor host [--json]
+var doctorUsage = `usage: goccl doctor host [--json]
        goccl doctor nccl-log FILE|- [--json]
        goccl doctor nccl-tests FILE|- [--expect-busbw GBPS] [--json]
        goccl doctor topo FILE|- [--json]
@@ -29,7 +30,7 @@ const doctorUsage = `usage: goccl doctor host [--json]
 host        checks this machine: RDMA devices and /dev/infiniband (containers),
             port states, RoCE GIDs and the NCCL_IB_GID_INDEX to use, interface
             MTUs, /dev/shm size, the local port range, NUMA nodes, NCCL_* and
-            GOCCL_* variables, and runs nvidia-smi topo -m and ibv_devinfo when
+            ` + config.Prefix + `* variables, and runs nvidia-smi topo -m and ibv_devinfo when
             installed (their output is kept in --json's "tools")
 nccl-log    reads an NCCL_DEBUG=INFO log
 nccl-tests  reads an nccl-tests or goccl perf table; --expect-busbw flags

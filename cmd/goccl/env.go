@@ -13,15 +13,15 @@ import (
 func init() {
 	register(&command{
 		name:    "env",
-		summary: "list the GOCCL_* variables with their current values and sources",
+		summary: "list the " + config.Prefix + "* variables with their current values and sources",
 		usage:   "goccl env [-json]",
 		run:     runEnv,
 	})
 }
 
-const envHelp = `usage: goccl env [-json]
+var envHelp = `usage: goccl env [-json]
 
-Lists every GOCCL_* environment variable goccl reads (internal/config), with
+Lists every ` + config.Prefix + `* environment variable goccl reads (internal/config), with
 the value that applies in this environment and where it comes from: "env"
 (set), "default" (goccl's default) or "unset" (no value, the feature is off
 or chosen at run time). A set value that Init would refuse is marked

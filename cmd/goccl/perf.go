@@ -24,13 +24,13 @@ func init() {
 	})
 }
 
-const perfHelp = `usage: goccl perf COLL [flags]
+var perfHelp = `usage: goccl perf COLL [flags]
 
 Benchmarks one collective like nccl-tests' COLL_perf and prints the same
 table. COLL is all_reduce, all_gather, reduce_scatter, broadcast, reduce,
 alltoall or sendrecv (a "_perf" suffix is accepted).
 
-Ranks: with -np N (and no GOCCL_RANK in the environment), goccl perf starts N
+Ranks: with -np N (and no ` + config.Rank.Name + ` in the environment), goccl perf starts N
 local ranks of itself with the same arguments (as goccl run would) and shows
 rank 0's report. Otherwise it is one rank of the world its environment
 describes (goccl run, torchrun, mpirun, srun), or a world of 1. Only rank 0

@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/goccl/goccl/internal/config"
 	"github.com/goccl/goccl/internal/launch"
 )
 
@@ -20,16 +21,17 @@ func init() {
 	})
 }
 
-const runHelp = `usage: goccl run -np N [-env KEY=VALUE]... [-grace DURATION] PROG [ARGS...]
+var runHelp = `usage: goccl run -np N [-env KEY=VALUE]... [-grace DURATION] PROG [ARGS...]
 
 Starts N ranks of PROG on this host and waits for them. PROG is an executable
 path, a name on PATH, or a Go main package (a directory such as
 ./examples/ddp-digits, or an import path), which is built once with go build
 in the current module and removed afterwards.
 
-Each rank gets the parent environment plus GOCCL_RANK, GOCCL_WORLD_SIZE,
-GOCCL_LOCAL_RANK, GOCCL_LOCAL_WORLD_SIZE, GOCCL_STORE_ADDR (127.0.0.1 and a
-free port, where rank 0 serves the rendezvous store) and GOCCL_JOB_ID, then
+Each rank gets the parent environment plus ` + config.Rank.Name + `, ` + config.WorldSize.Name + `,
+` + config.LocalRank.Name + `, ` + config.LocalWorldSize.Name + `, ` + config.StoreAddr.Name + ` (127.0.0.1 and a
+free port, where rank 0 serves the rendezvous store), ` + config.JobID.Name + ` and
+` + config.JobToken.Name + ` (a fresh random secret unless already set), then
 the -env settings. Every line a rank prints is prefixed with "[rank] ", on
 stdout or stderr as the rank wrote it.
 

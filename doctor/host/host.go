@@ -56,7 +56,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/goccl/goccl/internal/config"
 	"io"
 	"io/fs"
 	"net"
@@ -76,6 +75,7 @@ import (
 	"github.com/goccl/goccl/doctor"
 	"github.com/goccl/goccl/doctor/ibv"
 	"github.com/goccl/goccl/doctor/topo"
+	"github.com/goccl/goccl/internal/config"
 )
 
 // Options says where and how Run looks.

@@ -21,6 +21,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/goccl/goccl/internal/config"
 )
 
 // DefaultGrace is how long ranks get between SIGTERM and SIGKILL.
@@ -69,18 +71,18 @@ type Config struct {
 // DefaultLabel prefixes every line with "[rank] ".
 func DefaultLabel(rank int, stderr bool) string { return "[" + strconv.Itoa(rank) + "] " }
 
-// Environment variables set for every rank.
-const (
-	EnvRank           = "GOCCL_RANK"
-	EnvWorldSize      = "GOCCL_WORLD_SIZE"
-	EnvLocalRank      = "GOCCL_LOCAL_RANK"
-	EnvLocalWorldSize = "GOCCL_LOCAL_WORLD_SIZE"
-	EnvStoreAddr      = "GOCCL_STORE_ADDR"
-	EnvJobID          = "GOCCL_JOB_ID"
+// Environment variables set for every rank (declared in internal/config).
+var (
+	EnvRank           = config.Rank.Name
+	EnvWorldSize      = config.WorldSize.Name
+	EnvLocalRank      = config.LocalRank.Name
+	EnvLocalWorldSize = config.LocalWorldSize.Name
+	EnvStoreAddr      = config.StoreAddr.Name
+	EnvJobID          = config.JobID.Name
 	// EnvJobToken is the job's shared secret: every store and peer
 	// connection proves it (package internal/auth). Run makes a random one
 	// per job unless the environment already holds one.
-	EnvJobToken = "GOCCL_JOB_TOKEN"
+	EnvJobToken = config.JobToken.Name
 )
 
 // RankEnv returns the GOCCL_* variables of rank in a local job of np ranks.

@@ -128,7 +128,7 @@ func ackReason(s uint16) string {
 	case ackBadSocks:
 		return "bad socket index or count"
 	case ackBadOptions:
-		return "link options differ (GOCCL_CHECKSUM or GOCCL_TLS set on some ranks only)"
+		return "link options differ (" + config.Checksum.Name + " or " + config.TLS.Name + " set on some ranks only)"
 	}
 	return fmt.Sprintf("status %d", s)
 }
@@ -457,12 +457,12 @@ func (e *Endpoint) checkAck(a *[ackSize]byte, hello []byte, peer int) error {
 	serverToken := serverFlags&flagToken != 0
 	switch {
 	case serverFlags&optionFlags != e.optionFlags():
-		return fmt.Errorf("handshake: peer rank %d's link options are %s, this rank's %s (set GOCCL_CHECKSUM and GOCCL_TLS alike on every rank)",
-			peer, optionString(serverFlags), optionString(e.optionFlags()))
+		return fmt.Errorf("handshake: peer rank %d's link options are %s, this rank's %s (set %s and %s alike on every rank)",
+			peer, optionString(serverFlags), optionString(e.optionFlags()), config.Checksum.Name, config.TLS.Name)
 	case serverToken && len(e.token) == 0:
-		return fmt.Errorf("handshake: %w: peer rank %d requires a job token (GOCCL_JOB_TOKEN)", auth.ErrAuth, peer)
+		return fmt.Errorf("handshake: %w: peer rank %d requires a job token (%s)", auth.ErrAuth, peer, config.JobToken.Name)
 	case !serverToken && len(e.token) > 0:
-		return fmt.Errorf("handshake: %w: peer rank %d does not check job tokens, this rank has one (GOCCL_JOB_TOKEN set on some ranks only?)", auth.ErrAuth, peer)
+		return fmt.Errorf("handshake: %w: peer rank %d does not check job tokens, this rank has one (%s set on some ranks only?)", auth.ErrAuth, peer, config.JobToken.Name)
 	case !auth.Check(e.token, a[32:64], labelTCPServer, hello, a[0:32]):
 		return fmt.Errorf("handshake: %w: peer rank %d holds a different job token", auth.ErrAuth, peer)
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net"
 	"strings"
+
+	"github.com/goccl/goccl/internal/config"
 )
 
 // Interface is a network interface and the address goccl uses on it.
@@ -89,7 +91,7 @@ func parseIfSpec(spec string) (ifSpec, error) {
 		}
 	}
 	if len(p.names) == 0 {
-		return p, fmt.Errorf("tcp: GOCCL_SOCKET_IFNAME=%q names no interface", spec)
+		return p, fmt.Errorf("tcp: %s=%q names no interface", config.SocketIfname.Name, spec)
 	}
 	return p, nil
 }
@@ -203,5 +205,5 @@ func noMatch(spec string, list []ifaceInfo) error {
 	if len(list) == 0 {
 		b.WriteString("none")
 	}
-	return fmt.Errorf("tcp: no usable interface matches GOCCL_SOCKET_IFNAME=%q (interfaces seen: %s)", spec, b.String())
+	return fmt.Errorf("tcp: no usable interface matches %s=%q (interfaces seen: %s)", config.SocketIfname.Name, spec, b.String())
 }

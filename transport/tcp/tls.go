@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/goccl/goccl/internal/auth"
+	"github.com/goccl/goccl/internal/config"
 )
 
 // JobTLS returns the TLS configurations of a job's links made from its token
@@ -26,7 +27,7 @@ import (
 // wire. Peers are dialed by address, so no host name is checked.
 func JobTLS(token []byte) (server, client *tls.Config, err error) {
 	if len(token) == 0 {
-		return nil, nil, errors.New("tcp: TLS from the job token needs a token (GOCCL_JOB_TOKEN)")
+		return nil, nil, errors.New("tcp: TLS from the job token needs a token (" + config.JobToken.Name + ")")
 	}
 	seed := auth.MAC(token, "goccl tls key v1")
 	key := ed25519.NewKeyFromSeed(seed[:])
@@ -53,7 +54,7 @@ func JobTLS(token []byte) (server, client *tls.Config, err error) {
 			return fmt.Errorf("the peer's certificate: %w", err)
 		}
 		if k, ok := c.PublicKey.(ed25519.PublicKey); !ok || !bytes.Equal(k, pub) {
-			return errors.New("the peer's certificate is not this job's (another GOCCL_JOB_TOKEN)")
+			return errors.New("the peer's certificate is not this job's (another " + config.JobToken.Name + ")")
 		}
 		return nil
 	}
