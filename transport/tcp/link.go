@@ -423,7 +423,10 @@ func stripeShare(n, i, k int) int {
 // without sending.
 func (l *link) TrySend(h *transport.Header, buf []byte) (bool, error) {
 	if len(buf) > trySendLimit {
-		if len(buf) > trySendMax || l.closed.Load() {
+		if l.closed.Load() {
+			return false, l.closedErr("send")
+		}
+		if len(buf) > trySendMax {
 			return false, nil
 		}
 		k := len(l.tx)
