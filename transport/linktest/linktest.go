@@ -14,6 +14,7 @@ package linktest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -272,17 +273,10 @@ func (f *folder) fold(dst, src []byte) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if bad != nil {
-		f.bad = cmpOr(f.bad, bad)
+		f.bad = cmp.Or(f.bad, bad)
 		return
 	}
 	f.pieces = append(f.pieces, [2]int{int(p - base), len(dst)})
-}
-
-func cmpOr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
 }
 
 // check reports what is wrong with the pieces of an n-byte message.
@@ -299,7 +293,7 @@ func (f *folder) check(n int) error {
 			return fmt.Errorf("reduce piece at offset %d: not a multiple of 64", p[0])
 		}
 		if p[0] != next {
-			return fmt.Errorf("reduce pieces %v: bytes from %d missing or folded twice", f.pieces, next)
+			return fmt.Errorf("reduce pieces: bytes %d to %d missing or folded twice (%d pieces)", min(next, p[0]), max(next, p[0]), len(f.pieces))
 		}
 		next = p[0] + p[1]
 	}
@@ -567,7 +561,9 @@ func (s *suite) stream(t *testing.T) {
 // trySendNeverWaits: with nobody receiving, TrySend of bigMsg-byte messages
 // returns false, without blocking, once the link cannot take more; a false
 // TrySend sends nothing (the messages TrySend took arrive, then exactly the
-// next one sent).
+// next one sent). Small messages are not checked: a TCP link sends those up
+// to 64 KiB without asking the socket for room, counting on the kernel's
+// buffer, so its TrySend can wait when the peer has stopped reading.
 func (s *suite) trySendNeverWaits(t *testing.T) {
 	a, b := s.pair(t)
 	ctx := testCtx(t)
@@ -770,8 +766,9 @@ func (s *suite) closeWhileBlocked(t *testing.T) {
 	}
 }
 
-// checkClosed checks that every call on a closed pair fails with ErrClosed;
-// b may first receive the sent messages a sent before (sequence 1 on).
+// checkClosed checks that every call on a closed pair fails with ErrClosed,
+// after b has received what a had sent before the close, if anything: sent
+// messages of bigMsg bytes from sequence 1 on.
 func (s *suite) checkClosed(t *testing.T, ctx context.Context, a, b transport.Link, sent int) {
 	t.Helper()
 	small := []byte("12345678")
@@ -978,7 +975,7 @@ func (s *suite) allocs(t *testing.T) {
 						if err != nil {
 							a.Close() // ends the Recv
 						}
-						failed = cmpOr(err, <-done)
+						failed = cmp.Or(err, <-done)
 					})
 					if failed != nil {
 						t.Fatal(failed)
