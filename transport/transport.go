@@ -161,16 +161,26 @@ func (e *PeerError) Unwrap() error { return e.Err }
 
 // ReduceFunc folds src into dst element by element (dst[i] = dst[i] op src[i]).
 // len(dst) == len(src) and both are whole elements. A transport may call it
-// several times per message, on consecutive pieces, as data arrives; pieces are
-// always cut at multiples of 64 bytes so elements are never split.
+// several times per message, on consecutive pieces, as data arrives, and on
+// disjoint pieces concurrently (a TCP link striped over several sockets);
+// pieces are always cut at multiples of 64 bytes so elements are never split.
 type ReduceFunc func(dst, src []byte)
 
 // Link is an ordered, reliable, bidirectional message channel to one peer.
 //
 // Send and Recv may be called concurrently with each other (one sender and one
 // receiver goroutine at a time), never two Sends or two Recvs at once.
-// Every blocking method returns ctx.Err() (wrapped) once ctx is done.
+// Every blocking method returns ctx.Err() (wrapped) once ctx is done, which a
+// link learns from ctx.Err and ctx.Deadline as well as ctx.Done: goccl's
+// operation context has a deadline but no Done channel of its own. A call
+// whose ctx is done when it starts fails at once, moving nothing; a call that
+// ctx ends before any byte of its message moved leaves the link usable; one
+// that ctx ends in the middle of a message may close the link.
+// Errors of Send, TrySend and Recv on a closed link, and ctx's errors, are
+// *PeerError values naming the peer and "send" or "recv".
 // Hot paths must not allocate.
+//
+// Package transport/linktest checks an implementation against this contract.
 type Link interface {
 	// Peer is the rank at the other end.
 	Peer() int
@@ -178,13 +188,18 @@ type Link interface {
 	// be reused.
 	Send(ctx context.Context, h *Header, buf []byte) error
 	// TrySend transmits h and buf only if it can do so without waiting for the
-	// peer (enough free buffer space now). It reports whether it sent.
+	// peer (enough free buffer space now). It reports whether it sent; when it
+	// did, buf may be reused.
 	TrySend(h *Header, buf []byte) (bool, error)
 	// Recv receives the next message, checks its header against want
 	// (transport.Check) and stores its payload into buf (len(buf) == want.Bytes):
 	// copied when reduce is nil, else folded in with reduce(buf[i:j], payload[i:j]).
+	// A header that differs fails Recv with a *MismatchError and closes
+	// the link, so that the peer fails too instead of waiting for a reply.
 	Recv(ctx context.Context, want *Header, buf []byte, reduce ReduceFunc) error
-	// Close releases the link. Pending and later calls on either side fail.
+	// Close releases the link. Pending and later calls on either side fail,
+	// with errors that wrap ErrClosed. Close may be called more than once,
+	// and from any goroutine, also while a Send or Recv is in flight.
 	Close() error
 	// Abort is Close, telling the peer why: lost is the rank this side lost
 	// (the peer's pending and later calls then fail with a *LostError naming

@@ -117,49 +117,27 @@ func (g *Group) AllReduceRHD(ctx context.Context, op *Op, send, recv []byte, cou
 	if err := g.checkGroup(op); err != nil {
 		return err
 	}
-	P, r, es := g.Size, g.Rank, op.ElemSize
+	es := op.ElemSize
 	nbytes := count * es
-	if P == 1 {
+	if g.Size == 1 {
 		copyIfDifferent(recv[:nbytes], send[:nbytes])
 		return nil
 	}
-	pow := 1 << (bits.Len(uint(P)) - 1)
-	rem := P - pow
-
 	// Fold the extra ranks in. src is where this rank's current values live.
-	src := send
-	newRank := -1
-	switch {
-	case r < 2*rem && r%2 == 0:
-		if err := g.send(ctx, op, r+1, send[:nbytes]); err != nil {
-			return err
-		}
-	case r < 2*rem:
-		if err := g.recvFold(ctx, op, r-1, recv[:nbytes], send[:nbytes]); err != nil {
-			return err
-		}
-		src = recv
-		newRank = r / 2
-	default:
-		newRank = r - rem
+	f, src, err := g.foldToPow2(ctx, op, send[:nbytes], recv[:nbytes])
+	if err != nil {
+		return err
 	}
-	real := func(nr int) int {
-		if nr < rem {
-			return nr*2 + 1
-		}
-		return nr + rem
-	}
-
-	if newRank >= 0 {
+	if vr := f.vrank; vr >= 0 {
 		// Recursive halving: each step halves the segment this rank owns.
 		var los, his [64]int
 		lo, hi := 0, count
 		steps := 0
-		for mask := pow >> 1; mask > 0; mask >>= 1 {
-			partner := real(newRank ^ mask)
+		for mask := f.pow >> 1; mask > 0; mask >>= 1 {
+			partner := f.groupRank(vr ^ mask)
 			mid := lo + (hi-lo)/2
 			keepLo, keepHi, giveLo, giveHi := lo, mid, mid, hi
-			if newRank&mask != 0 {
+			if vr&mask != 0 {
 				keepLo, keepHi, giveLo, giveHi = mid, hi, lo, mid
 			}
 			los[steps], his[steps] = lo, hi
@@ -171,9 +149,9 @@ func (g *Group) AllReduceRHD(ctx context.Context, op *Op, send, recv []byte, cou
 			lo, hi = keepLo, keepHi
 		}
 		// Recursive doubling: each step doubles the segment, in reverse order.
-		for mask := 1; mask < pow; mask <<= 1 {
+		for mask := 1; mask < f.pow; mask <<= 1 {
 			steps--
-			partner := real(newRank ^ mask)
+			partner := f.groupRank(vr ^ mask)
 			plo, phi := los[steps], his[steps]
 			// The partner owns the other half of [plo, phi).
 			otherLo, otherHi := plo, lo
@@ -186,15 +164,60 @@ func (g *Group) AllReduceRHD(ctx context.Context, op *Op, send, recv []byte, cou
 			lo, hi = plo, phi
 		}
 	}
-
 	// Hand the result back to the ranks that sat out.
-	if r < 2*rem {
-		if r%2 == 0 {
-			return g.recv(ctx, op, r+1, recv[:nbytes], false)
-		}
-		return g.send(ctx, op, r-1, recv[:nbytes])
+	return g.unfoldFromPow2(ctx, op, f, recv[:nbytes])
+}
+
+// pow2Fold is how the recursive algorithms, which need a power-of-two
+// number of ranks, run on P ranks: over the largest power of two pow <= P.
+// The first 2*(P-pow) ranks pair up: even rank r hands its vector to r+1,
+// which folds it into its own and takes part for both, and gets the result
+// back at the end. Rank r takes part as rank vrank of pow.
+type pow2Fold struct {
+	pow, rem int // rem = P - pow
+	vrank    int // this rank's rank among the pow, or -1: it sits out
+}
+
+// groupRank is the group rank of rank vr among the pow.
+func (f pow2Fold) groupRank(vr int) int {
+	if vr < f.rem {
+		return vr*2 + 1
 	}
-	return nil
+	return vr + f.rem
+}
+
+// foldToPow2 folds the extra ranks in (see pow2Fold). send and recv are
+// this rank's whole vectors; src is where its values are now: recv when it
+// folded a neighbour's in, else send.
+func (g *Group) foldToPow2(ctx context.Context, op *Op, send, recv []byte) (f pow2Fold, src []byte, err error) {
+	P, r := g.Size, g.Rank
+	f.pow = 1 << (bits.Len(uint(P)) - 1)
+	f.rem = P - f.pow
+	f.vrank = -1
+	src = send
+	switch {
+	case r < 2*f.rem && r%2 == 0:
+		err = g.send(ctx, op, r+1, send)
+	case r < 2*f.rem:
+		err = g.recvFold(ctx, op, r-1, recv, send)
+		src = recv
+		f.vrank = r / 2
+	default:
+		f.vrank = r - f.rem
+	}
+	return f, src, err
+}
+
+// unfoldFromPow2 hands the result in recv back to the ranks that sat out.
+func (g *Group) unfoldFromPow2(ctx context.Context, op *Op, f pow2Fold, recv []byte) error {
+	switch r := g.Rank; {
+	case r >= 2*f.rem:
+		return nil
+	case r%2 == 0:
+		return g.recv(ctx, op, r+1, recv, false)
+	default:
+		return g.send(ctx, op, r-1, recv)
+	}
 }
 
 // AllReduceRD reduces send (count elements) into recv with recursive
@@ -212,41 +235,19 @@ func (g *Group) AllReduceRD(ctx context.Context, op *Op, send, recv []byte, coun
 	if err := g.checkGroup(op); err != nil {
 		return err
 	}
-	P, r := g.Size, g.Rank
 	nbytes := count * op.ElemSize
-	if P == 1 {
+	if g.Size == 1 {
 		copyIfDifferent(recv[:nbytes], send[:nbytes])
 		return nil
 	}
-	pow := 1 << (bits.Len(uint(P)) - 1)
-	rem := P - pow
-
-	src := send[:nbytes]
 	dst := recv[:nbytes]
-	newRank := -1
-	switch {
-	case r < 2*rem && r%2 == 0:
-		if err := g.send(ctx, op, r+1, src); err != nil {
-			return err
-		}
-	case r < 2*rem:
-		if err := g.recvFold(ctx, op, r-1, dst, src); err != nil {
-			return err
-		}
-		src = dst
-		newRank = r / 2
-	default:
-		newRank = r - rem
+	f, src, err := g.foldToPow2(ctx, op, send[:nbytes], dst)
+	if err != nil {
+		return err
 	}
-	real := func(nr int) int {
-		if nr < rem {
-			return nr*2 + 1
-		}
-		return nr + rem
-	}
-	if newRank >= 0 {
-		for mask := 1; mask < pow; mask <<= 1 {
-			partner := real(newRank ^ mask)
+	if f.vrank >= 0 {
+		for mask := 1; mask < f.pow; mask <<= 1 {
+			partner := f.groupRank(f.vrank ^ mask)
 			if !sameStart(src, dst) {
 				// Out of place, first step: fold straight into recv.
 				if err := g.sendRecvFold(ctx, op, partner, src, partner, dst, src); err != nil {
@@ -282,13 +283,7 @@ func (g *Group) AllReduceRD(ctx context.Context, op *Op, send, recv []byte, coun
 			op.Reduce(dst, tmp)
 		}
 	}
-	if r < 2*rem {
-		if r%2 == 0 {
-			return g.recv(ctx, op, r+1, dst, false)
-		}
-		return g.send(ctx, op, r-1, dst)
-	}
-	return nil
+	return g.unfoldFromPow2(ctx, op, f, dst)
 }
 
 // AllReduceTree reduces to rank 0 with a binomial tree and broadcasts back.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/goccl/goccl/transport"
 )
@@ -82,7 +83,17 @@ func (l *Link) Peer() int    { return l.peer }
 func (l *Link) Name() string { return "mem" }
 
 func (l *Link) Send(ctx context.Context, h *transport.Header, buf []byte) error {
+	if err := l.usable(ctx, "send"); err != nil {
+		return err
+	}
 	m := msg{h: *h, data: append([]byte(nil), buf...)}
+	select {
+	case l.out.ch <- m:
+		return nil
+	default:
+	}
+	timeout, stop := deadlineTimer(ctx)
+	defer stop()
 	select {
 	case l.out.ch <- m:
 		return nil
@@ -91,22 +102,20 @@ func (l *Link) Send(ctx context.Context, h *transport.Header, buf []byte) error 
 	case <-l.in.closed:
 		return l.closedErr("send")
 	case <-ctx.Done():
-		return &transport.PeerError{Peer: l.peer, Op: "send", Err: ctx.Err()}
+		return l.ctxErr(ctx, "send")
+	case <-timeout:
+		return l.ctxErr(ctx, "send")
 	}
 }
 
 // TrySend sends only on a MeshInline link whose pipe has room; on a Mesh link
 // it never does, so the tests exercise the background senders.
 func (l *Link) TrySend(h *transport.Header, buf []byte) (bool, error) {
+	if err := l.usable(context.Background(), "send"); err != nil {
+		return false, err
+	}
 	if !l.inline {
 		return false, nil
-	}
-	select {
-	case <-l.out.closed:
-		return false, l.closedErr("send")
-	case <-l.in.closed:
-		return false, l.closedErr("send")
-	default:
 	}
 	select {
 	case l.out.ch <- msg{h: *h, data: append([]byte(nil), buf...)}:
@@ -117,11 +126,16 @@ func (l *Link) TrySend(h *transport.Header, buf []byte) (bool, error) {
 }
 
 func (l *Link) Recv(ctx context.Context, want *transport.Header, buf []byte, reduce transport.ReduceFunc) error {
+	if err := ctx.Err(); err != nil {
+		return l.ctxErr(ctx, "recv")
+	}
 	var m msg
 	// Messages sent before a Close are still delivered, as on real transports.
 	select {
 	case m = <-l.in.ch:
 	default:
+		timeout, stop := deadlineTimer(ctx)
+		defer stop()
 		select {
 		case m = <-l.in.ch:
 		case <-l.in.closed:
@@ -133,7 +147,9 @@ func (l *Link) Recv(ctx context.Context, want *transport.Header, buf []byte, red
 				return l.closedErr("recv")
 			}
 		case <-ctx.Done():
-			return &transport.PeerError{Peer: l.peer, Op: "recv", Err: ctx.Err()}
+			return l.ctxErr(ctx, "recv")
+		case <-timeout:
+			return l.ctxErr(ctx, "recv")
 		}
 	}
 	if err := transport.Check(l.peer, want, &m.h); err != nil {
@@ -153,6 +169,42 @@ func (l *Link) Recv(ctx context.Context, want *transport.Header, buf []byte, red
 		reduce(buf[off:end], m.data[off:end])
 	}
 	return nil
+}
+
+// usable returns the error of a send on a closed link or with a done ctx.
+// (A select on a pipe with room and a closed channel could pick either.)
+func (l *Link) usable(ctx context.Context, op string) error {
+	select {
+	case <-l.out.closed:
+		return l.closedErr(op)
+	case <-l.in.closed:
+		return l.closedErr(op)
+	default:
+	}
+	if ctx.Err() != nil {
+		return l.ctxErr(ctx, op)
+	}
+	return nil
+}
+
+// deadlineTimer returns a channel that fires at ctx's deadline (nil without
+// one): goccl's operation context has a deadline but no Done channel of its
+// own, so a link must watch the deadline itself.
+func deadlineTimer(ctx context.Context) (<-chan time.Time, func() bool) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return nil, func() bool { return false }
+	}
+	t := time.NewTimer(time.Until(dl))
+	return t.C, t.Stop
+}
+
+func (l *Link) ctxErr(ctx context.Context, op string) error {
+	err := ctx.Err()
+	if err == nil { // the deadline timer fired a moment before ctx says so
+		err = context.DeadlineExceeded
+	}
+	return &transport.PeerError{Peer: l.peer, Op: op, Err: err}
 }
 
 func (l *Link) Close() error { return l.Abort(transport.NoLostRank) }

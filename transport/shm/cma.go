@@ -266,7 +266,7 @@ func (l *link) sendCMA(ctx context.Context, h *transport.Header, buf []byte) err
 		return l.errClosed("send")
 	}
 	if l.sTail-l.sHead >= uint64(r.slots) {
-		if err := l.waitSpace(ctx); err != nil {
+		if err := l.wait(ctx, condSlotFree); err != nil {
 			return err // nothing published
 		}
 	}
@@ -286,7 +286,7 @@ func (l *link) sendCMA(ctx context.Context, h *transport.Header, buf []byte) err
 		r.dataWord.Add(1)
 		futexWake(r.dataWord, 1)
 	}
-	err := l.waitReleased(ctx)
+	err := l.wait(ctx, condReleased)
 	if err != nil {
 		// The receiver may be reading buf right now: close the link so it
 		// starts no other piece, and let the current one finish.
@@ -302,44 +302,6 @@ func (l *link) sendCMA(ctx context.Context, h *transport.Header, buf []byte) err
 		return l.publish(ctx, h, buf) // the receiver could not read it: copy
 	}
 	return nil
-}
-
-// waitReleased blocks until the receiver has released every published slot,
-// i.e. is done with the CMA message in the last one.
-func (l *link) waitReleased(ctx context.Context) error {
-	r := l.out
-	var yieldStart time.Time
-	for i := 0; ; i++ {
-		if r.head.Load() == l.sTail { // checked before closed: a read that completed counts
-			l.sHead = l.sTail
-			return nil
-		}
-		if r.closed.Load() != 0 {
-			if ctx.Err() != nil {
-				return l.errCtx(ctx, "send")
-			}
-			return l.errClosed("send")
-		}
-		if i < spinIters {
-			continue
-		}
-		if !yieldPhaseOver(i, &yieldStart) {
-			continue
-		}
-		if ctx.Err() != nil { // Err, not just Done: a deadline-only context has no Done channel
-			return l.errCtx(ctx, "send")
-		}
-		if l.peerGone() {
-			return l.errClosed("send")
-		}
-		w := r.spaceWord.Load()
-		r.sendWaiting.Store(1)
-		if r.head.Load() != l.sTail && r.closed.Load() == 0 {
-			futexSleeps.Add(1)
-			futexWait(r.spaceWord, w)
-		}
-		r.sendWaiting.Store(0)
-	}
 }
 
 // waitReaderIdle waits, for at most cmaAbortWait, until the receiver is not

@@ -310,7 +310,7 @@ func (l *link) publish(ctx context.Context, h *transport.Header, buf []byte) err
 			return l.errClosed("send")
 		}
 		if l.sTail-l.sHead >= slots {
-			if err := l.waitSpace(ctx); err != nil {
+			if err := l.wait(ctx, condSlotFree); err != nil {
 				if i > 0 {
 					l.shutdown(-1)
 				}
@@ -340,44 +340,6 @@ func (l *link) publish(ctx context.Context, h *transport.Header, buf []byte) err
 	return nil
 }
 
-// waitSpace blocks until the outbound ring has a free slot.
-func (l *link) waitSpace(ctx context.Context) error {
-	r := l.out
-	slots := uint64(r.slots)
-	var yieldStart time.Time
-	for i := 0; ; i++ {
-		if hd := r.head.Load(); l.sTail-hd < slots {
-			l.sHead = hd
-			return nil
-		}
-		if r.closed.Load() != 0 {
-			return l.errClosed("send")
-		}
-		if i < spinIters {
-			continue
-		}
-		if !yieldPhaseOver(i, &yieldStart) {
-			continue
-		}
-		if ctx.Err() != nil { // Err, not just Done: a deadline-only context has no Done channel
-			return l.errCtx(ctx, "send")
-		}
-		// Set the waiter flag, re-check, then sleep on a word that every
-		// waker bumps: a wake-up between the re-check and the sleep makes
-		// FUTEX_WAIT return at once instead of being lost.
-		if l.peerGone() {
-			return l.errClosed("send")
-		}
-		w := r.spaceWord.Load()
-		r.sendWaiting.Store(1)
-		if hd := r.head.Load(); l.sTail-hd >= slots && r.closed.Load() == 0 {
-			futexSleeps.Add(1)
-			futexWait(r.spaceWord, w)
-		}
-		r.sendWaiting.Store(0)
-	}
-}
-
 // Recv receives the next message into buf, copying or folding it in with
 // reduce directly from the ring's slots (or, for a CMA message, from the
 // sender's memory). A header mismatch or corrupt frame closes the link (both
@@ -400,7 +362,7 @@ func (l *link) Recv(ctx context.Context, want *transport.Header, buf []byte, red
 	r := l.in
 	for {
 		if l.rHead == l.rTail {
-			if err := l.waitData(ctx); err != nil {
+			if err := l.wait(ctx, condData); err != nil {
 				return err // nothing consumed: the link stays usable
 			}
 		}
@@ -441,7 +403,7 @@ func (l *link) recvCopy(ctx context.Context, buf []byte, reduce transport.Reduce
 	off := 0
 	for i := 0; i < ns; i++ {
 		if i > 0 && l.rHead == l.rTail {
-			if err := l.waitData(ctx); err != nil {
+			if err := l.wait(ctx, condData); err != nil {
 				l.shutdown(-1)
 				return err
 			}
@@ -480,24 +442,62 @@ func (l *link) release() {
 	}
 }
 
-// waitData blocks until the inbound ring has a published slot. Data published
-// before the peer closed is still delivered.
-func (l *link) waitData(ctx context.Context) error {
-	r := l.in
+// cond is what a wait of a link waits for.
+type cond uint8
+
+const (
+	condSlotFree cond = iota // the outbound ring has a free slot (a Send)
+	condReleased             // the receiver released every slot this side published (a CMA Send)
+	condData                 // the inbound ring has a published slot (a Recv)
+)
+
+// ready reports whether c holds now; if so, it updates the link's copy of
+// the peer's counter.
+func (l *link) ready(c cond) bool {
+	switch c {
+	case condSlotFree:
+		if hd := l.out.head.Load(); l.sTail-hd < uint64(l.out.slots) {
+			l.sHead = hd
+			return true
+		}
+	case condReleased:
+		if l.out.head.Load() == l.sTail {
+			l.sHead = l.sTail
+			return true
+		}
+	default:
+		if t := l.in.tail.Load(); t != l.rHead {
+			l.rTail = t
+			return true
+		}
+	}
+	return false
+}
+
+// wait blocks until c holds, with the strategy described at spinIters. The
+// closed flag is read before c, so that what the peer did before it closed
+// the link (published data, a released CMA message) still counts. A wait
+// that finds the link closed reports ctx's error if ctx is done too: the
+// close may be the peer's (or this side's CMA Send's) reaction to the same
+// expired deadline, which must not hide it.
+func (l *link) wait(ctx context.Context, c cond) error {
+	r, op := l.out, "send"
+	word, waiting := r.spaceWord, r.sendWaiting
+	if c == condData {
+		r, op = l.in, "recv"
+		word, waiting = r.dataWord, r.recvWaiting
+	}
 	var yieldStart time.Time
 	for i := 0; ; i++ {
-		closed := r.closed.Load() != 0 // before tail: data sent before a close is seen
-		if t := r.tail.Load(); t != l.rHead {
-			l.rTail = t
+		closed := r.closed.Load() != 0
+		if l.ready(c) {
 			return nil
 		}
 		if closed {
-			// A peer's (or this side's CMA Send's) reaction to the same
-			// expired deadline must not hide it: report ctx first.
 			if ctx.Err() != nil {
-				return l.errCtx(ctx, "recv")
+				return l.errCtx(ctx, op)
 			}
-			return l.errClosed("recv")
+			return l.errClosed(op)
 		}
 		if i < spinIters {
 			continue
@@ -506,23 +506,25 @@ func (l *link) waitData(ctx context.Context) error {
 			continue
 		}
 		if ctx.Err() != nil { // Err, not just Done: a deadline-only context has no Done channel
-			return l.errCtx(ctx, "recv")
+			return l.errCtx(ctx, op)
 		}
 		if l.peerGone() {
-			// The peer may have published its last message and exited
-			// since the check above: what it sent is still delivered.
-			if t := r.tail.Load(); t != l.rHead {
-				l.rTail = t
+			// The peer may have acted and exited since the check above:
+			// what it did still counts.
+			if l.ready(c) {
 				return nil
 			}
-			return l.errClosed("recv")
+			return l.errClosed(op)
 		}
-		w := r.dataWord.Load()
-		r.recvWaiting.Store(1)
-		if r.tail.Load() == l.rHead && r.closed.Load() == 0 {
+		// Set the waiter flag, re-check, then sleep on a word that every
+		// waker bumps: a wake-up between the re-check and the sleep makes
+		// FUTEX_WAIT return at once instead of being lost.
+		v := word.Load()
+		waiting.Store(1)
+		if !l.ready(c) && r.closed.Load() == 0 {
 			futexSleeps.Add(1)
-			futexWait(r.dataWord, w)
+			futexWait(word, v)
 		}
-		r.recvWaiting.Store(0)
+		waiting.Store(0)
 	}
 }

@@ -58,30 +58,3 @@ func TestPeerProcessDies(t *testing.T) {
 		t.Fatalf("Send after the loss: got %v, want a LostError naming rank 1", err)
 	}
 }
-
-// TestAbortRelaysLostRank: a side that aborts its link because it lost
-// another rank makes the peer's pending and later calls name that rank, and
-// a plain Close does not.
-func TestAbortRelaysLostRank(t *testing.T) {
-	for _, lost := range []int{5, transport.NoLostRank} {
-		a, b := newPair(t, Config{SlotSize: 4096, Slots: 2})
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		recvErr := make(chan error, 1)
-		go func() {
-			h := hdr(1, 8)
-			recvErr <- b.Recv(ctx, &h, make([]byte, 8), nil)
-		}()
-		time.Sleep(20 * time.Millisecond)
-		a.Abort(lost)
-		err := <-recvErr
-		cancel()
-		var le *transport.LostError
-		if lost >= 0 {
-			if !errors.As(err, &le) || le.Rank != lost || le.Via != 0 {
-				t.Fatalf("lost %d: got %v, want a LostError naming rank %d via rank 0", lost, err, lost)
-			}
-		} else if !errors.Is(err, transport.ErrClosed) || errors.Is(err, transport.ErrPeerLost) {
-			t.Fatalf("plain close: got %v, want ErrClosed and no loss", err)
-		}
-	}
-}

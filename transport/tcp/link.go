@@ -100,13 +100,14 @@ type sock struct {
 	idx, stride int // this socket carries chunks idx, idx+stride, ...
 
 	// Worker feed, when nsocks > 1: payloads to send (tx) or receive (rx).
-	sendJobs chan []byte
-	recvJobs chan recvJob
-	res      chan error
-	exited   chan struct{}
+	jobs   chan stripeJob
+	res    chan error
+	exited chan struct{}
 }
 
-type recvJob struct {
+// stripeJob is a socket's share of a striped payload: its chunks of buf, to
+// write (tx) or to read, copied or folded in with reduce (rx).
+type stripeJob struct {
 	buf    []byte
 	reduce transport.ReduceFunc
 }
@@ -158,15 +159,14 @@ func newLink(self, peer int, tx, rx []net.Conn, checksum bool) *link {
 		}
 		l.tx[i], l.rx[i] = t, r
 		if n > 1 {
-			t.sendJobs = make(chan []byte, 1)
-			r.recvJobs = make(chan recvJob, 1)
 			for _, s := range []*sock{t, r} {
+				s.jobs = make(chan stripeJob, 1)
 				s.res = make(chan error, 1)
 				s.exited = make(chan struct{})
 			}
 			l.wg.Add(2)
-			go l.sendWorker(t)
-			go l.recvWorker(r)
+			go l.stripeWorker(t, &l.send)
+			go l.stripeWorker(r, &l.recv)
 		}
 	}
 	l.wg.Add(2)
@@ -318,7 +318,7 @@ func (l *link) sendFrame(ctx context.Context, h *transport.Header, buf []byte, i
 				}
 			}
 		default:
-			err = l.stripeSend(buf)
+			err = l.stripe(&l.send, stripeJob{buf: buf})
 		}
 	}
 	l.end(&l.send)
@@ -335,19 +335,26 @@ func (l *link) sendFrame(ctx context.Context, h *transport.Header, buf []byte, i
 	return nil
 }
 
-func (l *link) stripeSend(buf []byte) error {
-	k := min(len(l.tx), (len(buf)+chunkSize-1)/chunkSize)
+// stripe hands each socket of direction d its share of the striped payload
+// j.buf and waits until all have moved it. On the first failure it
+// interrupts the other sockets of d: the frame is lost anyway.
+func (l *link) stripe(d *dir, j stripeJob) error {
+	socks := l.tx
+	if d.read {
+		socks = l.rx
+	}
+	k := min(len(socks), (len(j.buf)+chunkSize-1)/chunkSize)
 	var first error
 	for i := 0; i < k; i++ {
 		select {
-		case l.tx[i].sendJobs <- buf:
+		case socks[i].jobs <- j:
 		case <-l.done:
 			k = i // the workers are stopping; collect the jobs already given
 			first = net.ErrClosed
 		}
 	}
 	for i := 0; i < k; i++ {
-		s := l.tx[i]
+		s := socks[i]
 		var err error
 		select {
 		case err = <-s.res:
@@ -356,21 +363,26 @@ func (l *link) stripeSend(buf []byte) error {
 		}
 		if err != nil && first == nil {
 			first = err
-			// Unblock the other sockets: the frame is lost anyway.
-			l.setDeadline(&l.send, aLongTimeAgo)
-			l.send.deadlineSet = true
+			l.setDeadline(d, aLongTimeAgo)
+			d.deadlineSet = true
 		}
 	}
 	return first
 }
 
-func (l *link) sendWorker(s *sock) {
+// stripeWorker moves socket s's shares of striped payloads in direction d
+// until the link closes.
+func (l *link) stripeWorker(s *sock, d *dir) {
 	defer l.wg.Done()
 	defer close(s.exited)
 	for {
 		select {
-		case buf := <-s.sendJobs:
-			s.res <- writeChunks(s, buf, s.idx, s.stride, l.crc)
+		case j := <-s.jobs:
+			if d.read {
+				s.res <- l.readChunks(s, j.buf, j.reduce, s.idx, s.stride)
+			} else {
+				s.res <- writeChunks(s, j.buf, s.idx, s.stride, l.crc)
+			}
 		case <-l.done:
 			return
 		}
@@ -423,7 +435,10 @@ func stripeShare(n, i, k int) int {
 // without sending.
 func (l *link) TrySend(h *transport.Header, buf []byte) (bool, error) {
 	if len(buf) > trySendLimit {
-		if len(buf) > trySendMax || l.closed.Load() {
+		if l.closed.Load() {
+			return false, l.closedErr("send")
+		}
+		if len(buf) > trySendMax {
 			return false, nil
 		}
 		k := len(l.tx)
@@ -487,7 +502,7 @@ func (l *link) Recv(ctx context.Context, want *transport.Header, buf []byte, red
 	case !l.striped(len(buf)):
 		err = readPayload(s0, buf, reduce)
 	default:
-		err = l.stripeRecv(buf, reduce)
+		err = l.stripe(&l.recv, stripeJob{buf: buf, reduce: reduce})
 	}
 	l.end(&l.recv)
 	if err != nil {
@@ -496,47 +511,6 @@ func (l *link) Recv(ctx context.Context, want *transport.Header, buf []byte, red
 		return err
 	}
 	return nil
-}
-
-func (l *link) stripeRecv(buf []byte, reduce transport.ReduceFunc) error {
-	k := min(len(l.rx), (len(buf)+chunkSize-1)/chunkSize)
-	var first error
-	for i := 0; i < k; i++ {
-		select {
-		case l.rx[i].recvJobs <- recvJob{buf: buf, reduce: reduce}:
-		case <-l.done:
-			k = i // the workers are stopping; collect the jobs already given
-			first = net.ErrClosed
-		}
-	}
-	for i := 0; i < k; i++ {
-		s := l.rx[i]
-		var err error
-		select {
-		case err = <-s.res:
-		case <-s.exited:
-			err = net.ErrClosed
-		}
-		if err != nil && first == nil {
-			first = err
-			l.setDeadline(&l.recv, aLongTimeAgo)
-			l.recv.deadlineSet = true
-		}
-	}
-	return first
-}
-
-func (l *link) recvWorker(s *sock) {
-	defer l.wg.Done()
-	defer close(s.exited)
-	for {
-		select {
-		case j := <-s.recvJobs:
-			s.res <- l.readChunks(s, j.buf, j.reduce, s.idx, s.stride)
-		case <-l.done:
-			return
-		}
-	}
 }
 
 // readChunks reads chunks first, first+stride, ... of buf from s (see

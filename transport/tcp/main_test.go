@@ -29,7 +29,7 @@ func leakedGoroutines(wait time.Duration) string {
 		buf = buf[:runtime.Stack(buf, true)]
 		var leaked []string
 		for _, g := range strings.Split(string(buf), "\n\n") {
-			for _, fn := range []string{"(*Endpoint).acceptLoop", "(*Endpoint).serve", "(*link).watch", "(*link).sendWorker", "(*link).recvWorker"} {
+			for _, fn := range []string{"(*Endpoint).acceptLoop", "(*Endpoint).serve", "(*link).watch", "(*link).stripeWorker"} {
 				if strings.Contains(g, "transport/tcp."+fn+"(") {
 					leaked = append(leaked, g)
 					break
