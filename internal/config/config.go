@@ -209,71 +209,45 @@ func (v *Var) Check(s string) error {
 
 // Bool returns the boolean value (the default when unset).
 func (v *Var) Bool() (bool, error) {
-	s := v.Get()
-	if s == "" {
-		return false, nil
-	}
-	b, err := parseBool(s)
-	if err != nil {
-		return false, fmt.Errorf("%s=%q: %w", v.Name, s, err)
-	}
-	return b, nil
+	b, _, err := get(v, parseBool)
+	return b, err
 }
 
 // Int returns the integer value (the default when unset); ok is false when
 // neither is set.
 func (v *Var) Int() (n int, ok bool, err error) {
-	s := v.Get()
-	if s == "" {
-		return 0, false, nil
-	}
-	n64, err := v.parseInt(s)
-	if err != nil {
-		return 0, false, fmt.Errorf("%s=%q: %w", v.Name, s, err)
-	}
-	return int(n64), true, nil
+	n64, ok, err := get(v, v.parseInt)
+	return int(n64), ok, err
 }
 
 // Size returns the size in bytes (the default when unset); ok is false when
 // neither is set.
-func (v *Var) Size() (n int64, ok bool, err error) {
-	s := v.Get()
-	if s == "" {
-		return 0, false, nil
-	}
-	n, err = v.parseSize(s)
-	if err != nil {
-		return 0, false, fmt.Errorf("%s=%q: %w", v.Name, s, err)
-	}
-	return n, true, nil
-}
+func (v *Var) Size() (n int64, ok bool, err error) { return get(v, v.parseSize) }
 
 // Duration returns the duration (the default when unset); ok is false when
 // neither is set.
-func (v *Var) Duration() (d time.Duration, ok bool, err error) {
+func (v *Var) Duration() (d time.Duration, ok bool, err error) { return get(v, ParseDuration) }
+
+// get parses v's value (the default when unset) with parse; ok is false
+// when neither is set. The error names the variable and the value.
+func get[T any](v *Var, parse func(string) (T, error)) (T, bool, error) {
+	var zero T
 	s := v.Get()
 	if s == "" {
-		return 0, false, nil
+		return zero, false, nil
 	}
-	d, err = ParseDuration(s)
+	x, err := parse(s)
 	if err != nil {
-		return 0, false, fmt.Errorf("%s=%q: %w", v.Name, s, err)
+		return zero, false, fmt.Errorf("%s=%q: %w", v.Name, s, err)
 	}
-	return d, true, nil
+	return x, true, nil
 }
 
 // Word returns an enum's value as its word in the declared spelling (the
 // default when unset, "" when neither is set).
 func (v *Var) Word() (string, error) {
-	s := v.Get()
-	if s == "" {
-		return "", nil
-	}
-	w, err := v.parseEnum(s)
-	if err != nil {
-		return "", fmt.Errorf("%s=%q: %w", v.Name, s, err)
-	}
-	return w, nil
+	w, _, err := get(v, v.parseEnum)
+	return w, err
 }
 
 // CheckEnv checks every goccl variable set in the environment and returns

@@ -42,29 +42,32 @@ func uniqueName(t testing.TB, suffix string) string {
 
 // newPair returns the links of rank 0 to rank 1 and of rank 1 to rank 0, with
 // every ring mapped twice (once per side) as two processes would.
+// ringPair creates the rings a→b and b→a (as their receivers would) and
+// opens them for sending (as their senders would); the files are removed
+// when the test ends.
+func ringPair(t testing.TB, cfg Config) (abIn, baIn, abOut, baOut *Ring) {
+	t.Helper()
+	rings := make([]*Ring, 4)
+	for i, name := range []string{"ab", "ba"} {
+		r, err := CreateRing(uniqueName(t, name), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.Remove(r.Path()) })
+		if rings[2+i], err = OpenRing(r.Path()); err != nil {
+			t.Fatal(err)
+		}
+		rings[i] = r
+	}
+	return rings[0], rings[1], rings[2], rings[3]
+}
+
 func newPair(t testing.TB, cfg Config) (a, b transport.Link) {
 	t.Helper()
 	if cfg.Dir == "" {
 		cfg.Dir = testDir(t)
 	}
-	abIn, err := CreateRing(uniqueName(t, "ab"), cfg) // created by the receiver (1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.Remove(abIn.Path()) })
-	baIn, err := CreateRing(uniqueName(t, "ba"), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.Remove(baIn.Path()) })
-	abOut, err := OpenRing(abIn.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	baOut, err := OpenRing(baIn.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
+	abIn, baIn, abOut, baOut := ringPair(t, cfg)
 	if err := abIn.Unlink(); err != nil {
 		t.Fatal(err)
 	}
@@ -352,25 +355,7 @@ func BenchmarkPingPong8B(b *testing.B) {
 }
 
 func TestCloseUnlinksOpenedRings(t *testing.T) {
-	cfg := Config{Dir: testDir(t), SlotSize: 64, Slots: 2}
-	abIn, err := CreateRing(uniqueName(t, "ab"), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.Remove(abIn.Path()) })
-	baIn, err := CreateRing(uniqueName(t, "ba"), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.Remove(baIn.Path()) })
-	abOut, err := OpenRing(abIn.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	baOut, err := OpenRing(baIn.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
+	abIn, baIn, abOut, baOut := ringPair(t, Config{Dir: testDir(t), SlotSize: 64, Slots: 2})
 	a := NewLink(0, 1, abOut, baIn)
 	b := NewLink(1, 0, baOut, abIn)
 	if err := abIn.Close(); err == nil {
