@@ -37,12 +37,11 @@ type Comm struct {
 	scratch   []byte
 	poison    error
 	closed    bool
-	store     rendezvous.Store // the store this Comm made (closed by Close)
+	release   func()           // closes what the bootstrap made besides the links (nil: nothing)
 	rdv       rendezvous.Store // the store it rendezvoused through (for Split)
 	jobID     string
-	splits    atomic.Int64 // Split calls so far
-	splitOpts []Option     // options a Split's communicator inherits
-	cleanup   []func()
+	splits    atomic.Int64      // Split calls so far
+	splitOpts []Option          // options a Split's communicator inherits
 	loggedOp  [numOpKinds]uint8 // bit a set: algorithm a already logged for this kind
 
 	debugCheck bool   // GOCCL_DEBUG_CHECK=1: fingerprints exchanged before each collective
@@ -75,11 +74,8 @@ func (c *Comm) Close() error {
 	if c.group != nil {
 		err = c.group.Close()
 	}
-	for i := len(c.cleanup) - 1; i >= 0; i-- {
-		c.cleanup[i]()
-	}
-	if c.store != nil {
-		c.store.Close()
+	if c.release != nil {
+		c.release()
 	}
 	return err
 }
