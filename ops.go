@@ -124,50 +124,116 @@ func (o *opContext) Err() error {
 	return nil
 }
 
-func (c *Comm) checkTypes(kind opKind, dt DataType, op RedOp, reducing bool) error {
+// rooted reports whether operations of kind k have a root.
+func (k opKind) rooted() bool { return k == opBroadcast || k == opReduce }
+
+// reducing reports whether operations of kind k reduce (and take a RedOp).
+func (k opKind) reducing() bool { return k == opAllReduce || k == opReduce || k == opReduceScatter }
+
+// call describes one collective call for start, which checks its arguments
+// and begins it: the kind, the element type, the reduction (reducing kinds
+// only), the root (rooted kinds only), the count, and the buffers with the
+// elements each must hold (unused: none, this rank does not touch it; on a
+// rank other than the root, Broadcast does not read send and Reduce does
+// not write recv). start cuts send and recv to those elements (nil when
+// unused).
+type call struct {
+	kind         opKind
+	dt           DataType
+	op           RedOp
+	root         int
+	count        int
+	send, recv   []byte
+	sendN, recvN int
+}
+
+// unused in call.sendN or call.recvN: this rank does not touch that buffer.
+const unused = -1
+
+// start checks a call's arguments, begins it and, for a reducing kind, sets
+// up its reduction. It returns the context the links must use, after which
+// the caller runs the call and finishes it with end (or finish); or a nil
+// context when the call is over: its arguments were wrong (the error says
+// how), or the communicator has a single rank and start has done the call
+// (each collective is then a copy of send into recv).
+func (c *Comm) start(ctx context.Context, a *call) (context.Context, error) {
+	k, dt := a.kind, a.dt
 	if !dt.Valid() {
-		return c.errorf(kind, 0, "%w: unknown data type %d", ErrInvalidArgument, uint8(dt))
+		return nil, c.errorf(k, 0, "%w: unknown data type %d", ErrInvalidArgument, uint8(dt))
 	}
-	if !reducing {
-		return nil
+	var op RedOp
+	if k.reducing() {
+		if op = a.op; !op.Valid() {
+			return nil, c.errorf(k, 0, "%w: unknown reduction op %d", ErrInvalidArgument, uint8(op))
+		}
+		if op == Avg && !dt.IsFloat() {
+			return nil, c.errorf(k, 0, "%w: avg is only defined for floating-point types, got %v", ErrInvalidArgument, dt)
+		}
 	}
-	if !op.Valid() {
-		return c.errorf(kind, 0, "%w: unknown reduction op %d", ErrInvalidArgument, uint8(op))
+	root := -1
+	if k.rooted() {
+		if root = a.root; root < 0 || root >= c.size {
+			return nil, c.errorf(k, 0, "%w: root %d is outside [0, %d)", ErrInvalidArgument, root, c.size)
+		}
+		if c.rank != root && k == opBroadcast {
+			a.sendN = unused
+		} else if c.rank != root {
+			a.recvN = unused
+		}
 	}
-	if op == Avg && !dt.IsFloat() {
-		return c.errorf(kind, 0, "%w: avg is only defined for floating-point types, got %v", ErrInvalidArgument, dt)
+	if a.count < 0 {
+		return nil, c.errorf(k, 0, "%w: negative count %d", ErrInvalidArgument, a.count)
 	}
-	return nil
-}
-
-func (c *Comm) checkLen(kind opKind, name string, buf []byte, elems int, dt DataType) error {
-	if elems < 0 {
-		return c.errorf(kind, 0, "%w: negative count %d", ErrInvalidArgument, elems)
+	var err error
+	if a.send, err = c.buffer(k, "sendbuf", a.send, a.sendN, dt); err != nil {
+		return nil, err
 	}
-	if need := elems * dt.Size(); len(buf) < need {
-		return c.errorf(kind, 0, "%w: %s holds %d elements of %v, the operation needs %d", ErrInvalidArgument, name, len(buf)/dt.Size(), dt, elems)
+	if a.recv, err = c.buffer(k, "recvbuf", a.recv, a.recvN, dt); err != nil {
+		return nil, err
 	}
-	return nil
-}
-
-func (c *Comm) checkRoot(kind opKind, root int) error {
-	if root < 0 || root >= c.size {
-		return c.errorf(kind, 0, "%w: root %d is outside [0, %d)", ErrInvalidArgument, root, c.size)
+	if ctx, err = c.begin(ctx, k, dt, op, root, a.count); err != nil {
+		return nil, err
 	}
-	return nil
-}
-
-func (c *Comm) setReduce(kind opKind, dt DataType, op RedOp) error {
+	if c.group == nil {
+		if a.sendN != unused && a.recvN != unused {
+			copyIfDifferent(a.recv, a.send)
+		}
+		return nil, c.end(k, nil)
+	}
+	if !k.reducing() {
+		return ctx, nil
+	}
 	f, err := reduce.Func(reduce.DType(dt), reduce.Op(op))
-	if err != nil {
-		return c.errorf(kind, 0, "%w: %v", ErrInvalidArgument, err)
+	if err == nil {
+		c.op.Reduce3, err = reduce.Func3(reduce.DType(dt), reduce.Op(op))
 	}
-	f3, err := reduce.Func3(reduce.DType(dt), reduce.Op(op))
 	if err != nil {
-		return c.errorf(kind, 0, "%w: %v", ErrInvalidArgument, err)
+		return nil, c.end(k, c.errorf(k, 0, "%w: %v", ErrInvalidArgument, err))
 	}
-	c.op.Reduce, c.op.Reduce3 = f, f3
-	return nil
+	c.op.Reduce = f
+	return ctx, nil
+}
+
+// buffer checks that buf holds elems elements of dt and returns them (nil
+// when elems is unused).
+func (c *Comm) buffer(kind opKind, name string, buf []byte, elems int, dt DataType) ([]byte, error) {
+	if elems == unused {
+		return nil, nil
+	}
+	need := elems * dt.Size()
+	if len(buf) < need {
+		return nil, c.errorf(kind, 0, "%w: %s holds %d elements of %v, the operation needs %d", ErrInvalidArgument, name, len(buf)/dt.Size(), dt, elems)
+	}
+	return buf[:need], nil
+}
+
+// finish ends a call (end); for an Avg reduction that succeeded it first
+// divides the result (recv) by the world size.
+func (c *Comm) finish(a *call, err error) error {
+	if err == nil && a.op == Avg && a.kind.reducing() && a.recv != nil {
+		err = reduce.DivideBy(reduce.DType(a.dt), a.recv, c.size)
+	}
+	return c.end(a.kind, err)
 }
 
 // joinInts formats ranks for error messages: "1,3,4".

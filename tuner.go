@@ -56,14 +56,21 @@ func (c *Comm) chooseAllReduce(nbytes int, inPlace bool) algo.Algorithm {
 	return a
 }
 
-// useDirect reports whether a data-movement collective whose largest buffer
-// is nbytes runs a direct (single-copy) schedule.
-func (c *Comm) useDirect(nbytes int) bool {
+// useDirect reports whether an operation of kind whose largest buffer is
+// nbytes runs its direct (single-copy) schedule rather than the one named
+// other, and logs which (once; size is the bytes the log reports).
+func (c *Comm) useDirect(kind opKind, nbytes, size int, other string) bool {
+	var direct bool
 	switch c.algoForced {
 	case algo.Auto, algo.Direct:
-		return c.group.Direct() && (nbytes >= c.directMin*(c.size-1) || c.algoForced == algo.Direct)
+		direct = c.group.Direct() && (nbytes >= c.directMin*(c.size-1) || c.algoForced == algo.Direct)
 	}
-	return false
+	if direct {
+		c.logAlgo(kind, algo.Direct, "direct", size)
+	} else {
+		c.logAlgo(kind, 0, other, size)
+	}
+	return direct
 }
 
 // logAlgo reports, once per operation kind and algorithm, which algorithm ran
