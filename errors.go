@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/goccl/goccl/internal/closed"
 	"github.com/goccl/goccl/transport"
 )
 
@@ -11,8 +12,14 @@ import (
 var (
 	// ErrInvalidArgument: a bad count, buffer length, root, peer, type or op.
 	ErrInvalidArgument = errors.New("invalid argument")
-	// ErrClosed: the communicator was closed.
-	ErrClosed = errors.New("communicator closed")
+	// ErrClosed: something the operation needs was closed: this
+	// communicator (Close), a peer's end of a link (the peer called Abort,
+	// or closed its communicator), or the rendezvous store. It is one
+	// sentinel with transport.ErrClosed and rendezvous.ErrClosed: errors.Is
+	// matches any of the three against any other. A peer that was lost
+	// (ErrPeerLost) and this communicator's own Abort (ErrAborted) are
+	// reported as such instead.
+	ErrClosed = closed.New("communicator closed")
 	// ErrMismatch: ranks called different operations (count, type, op, root or
 	// order differ). errors.As with *MismatchError gives the details.
 	ErrMismatch = errors.New("ranks disagree on the operation")

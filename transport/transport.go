@@ -12,6 +12,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/goccl/goccl/internal/closed"
 )
 
 // Header describes the operation a message belongs to. The sender puts its own
@@ -104,7 +106,8 @@ func (e *MismatchError) Error() string {
 var ErrCorrupt = errors.New("transport: data corrupted in transit")
 
 // ErrClosed is returned by a Link used after Close, or whose peer closed it.
-var ErrClosed = errors.New("transport: link closed")
+// errors.Is treats it, goccl.ErrClosed and rendezvous.ErrClosed as one.
+var ErrClosed = closed.New("transport: link closed")
 
 // ErrPeerLost is wrapped by errors that say a rank's process died or its
 // connection broke: a link whose peer vanished without closing it (EOF or a
