@@ -8,6 +8,7 @@ import (
 
 	"github.com/goccl/goccl/internal/algo"
 	"github.com/goccl/goccl/rendezvous"
+	"github.com/goccl/goccl/transport"
 )
 
 // DefaultTimeout bounds every operation whose context has no deadline, unless
@@ -40,9 +41,10 @@ type Comm struct {
 	release   func()           // closes what the bootstrap made besides the links (nil: nothing)
 	rdv       rendezvous.Store // the store it rendezvoused through (for Split)
 	jobID     string
-	splits    atomic.Int64      // Split calls so far
-	splitOpts []Option          // options a Split's communicator inherits
-	loggedOp  [numOpKinds]uint8 // bit a set: algorithm a already logged for this kind
+	splits    atomic.Int64              // Split calls so far
+	splitOpts []Option                  // options a Split's communicator inherits
+	loggedOp  [numOpKinds]uint8         // bit a set: algorithm a already logged for this kind
+	past      [pastOps]transport.Header // the last collectives' headers, at Seq % pastOps (explainMismatch)
 
 	debugCheck bool   // GOCCL_DEBUG_CHECK=1: fingerprints exchanged before each collective
 	checkBuf   []byte // fingerprintSize * size bytes

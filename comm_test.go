@@ -243,8 +243,9 @@ func TestBadInput(t *testing.T) {
 
 // TestMismatchAcrossRanks: differing counts, dtypes and op order give an error
 // on every rank, never a hang or garbage. (Differing roots can leave every rank
-// a sender with nothing to receive; catching that needs the fingerprint
-// exchange of GOCCL_DEBUG_CHECK, issue 4.)
+// a sender with nothing to receive: then the next operation reports it, see
+// TestRootMismatch; catching it on the call needs the fingerprint exchange of
+// GOCCL_DEBUG_CHECK, issue 4.)
 func TestMismatchAcrossRanks(t *testing.T) {
 	for _, check := range []string{"0", "1"} {
 		t.Setenv("GOCCL_DEBUG_CHECK", check)

@@ -15,8 +15,11 @@ import (
 // idea of TORCH_DISTRIBUTED_DEBUG=DETAIL. Every rank compares them and, if
 // any rank disagrees with rank 0, every rank fails with ErrMismatch naming
 // the first such rank and both calls. Without it, disagreements are still
-// caught from the header every message carries, except those that make no
-// rank receive anything unexpected (e.g. Broadcast roots that differ).
+// caught from the header every message carries, but only by a rank that
+// receives a message: when Broadcast or Reduce roots differ so that no rank
+// receives one from a rank with the other root (two ranks that both pass
+// themselves as root), the call returns nil and the next operation that
+// reads the message left over reports it, naming the earlier operation.
 //
 // Fingerprint (little-endian, fingerprintSize bytes):
 //

@@ -58,6 +58,9 @@ func (c *Comm) begin(ctx context.Context, kind opKind, dt DataType, op RedOp, ro
 	}
 	r := reduce.Op(op)
 	c.op.Header = transport.Header{Seq: c.seq, Op: uint8(kind), DType: uint8(dt), RedOp: uint8(r), Root: int32(root), Count: uint64(count)}
+	if kind != opSendRecv {
+		c.past[c.seq%pastOps] = c.op.Header
+	}
 	c.op.ElemSize = dt.Size()
 	c.op.Reduce, c.op.Reduce3 = nil, nil
 	if ctx == nil {
@@ -88,6 +91,7 @@ func (c *Comm) end(kind opKind, err error) error {
 					err = fmt.Errorf("%w; no message of this operation yet from rank(s) %s", err, joinInts(nh))
 				}
 			}
+			c.explainMismatch(err)
 			err = c.wrap(kind, c.op.Header.Seq, err)
 		}
 		c.poison = err
