@@ -127,6 +127,8 @@ func (c *Comm) SendRecvBytes(ctx context.Context, send []byte, sendPeer int, rec
 	return c.end(opSendRecv, err)
 }
 
+// nextSend is the sequence number of the next message to peer p (0 for no
+// peer, p < 0).
 func (c *Comm) nextSend(p int) uint64 {
 	if p < 0 {
 		return 0
@@ -135,6 +137,8 @@ func (c *Comm) nextSend(p int) uint64 {
 	return c.sendSeq[p]
 }
 
+// nextRecv is the sequence number of the next message from peer p (0 for no
+// peer, p < 0).
 func (c *Comm) nextRecv(p int) uint64 {
 	if p < 0 {
 		return 0

@@ -108,6 +108,7 @@ func (c *Comm) Err() error {
 	return c.asyncErr
 }
 
+// setAsyncErr records err for Err unless an earlier failure is recorded.
 func (c *Comm) setAsyncErr(err error) {
 	c.asyncMu.Lock()
 	if c.asyncErr == nil {

@@ -74,10 +74,12 @@ func (e *Error) Is(target error) bool {
 	return false
 }
 
+// errorf is an *Error of this rank and operation kind (seq 0: none).
 func (c *Comm) errorf(kind opKind, seq uint64, format string, args ...any) error {
 	return &Error{Rank: c.rank, Op: kind.String(), Seq: seq, Err: fmt.Errorf(format, args...)}
 }
 
+// wrap makes err an *Error of this rank and operation, unless it is one.
 func (c *Comm) wrap(kind opKind, seq uint64, err error) error {
 	var e *Error
 	if errors.As(err, &e) {

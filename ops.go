@@ -30,6 +30,7 @@ const (
 
 var opNames = [...]string{"", "AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllToAll", "SendRecv", "Barrier", "DebugCheck"}
 
+// String is the operation's name in errors and logs ("AllReduce").
 func (k opKind) String() string {
 	if k < numOpKinds {
 		return opNames[k]

@@ -10,6 +10,7 @@ import (
 // Option configures Init.
 type Option func(*config)
 
+// config is what the Options set; Init completes it from the environment.
 type config struct {
 	rank, size, localRank int
 	storeAddr             string

@@ -311,6 +311,7 @@ func storeServerGone(err error) bool {
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE)
 }
 
+// cardKey is the store key of rank r's address card.
 func cardKey(r int) string { return "goccl/card/" + strconv.Itoa(r) }
 
 // card is what each rank publishes in the store.
@@ -322,6 +323,7 @@ type card struct {
 
 func (c card) String() string { return c.Host + "|" + c.Addr + "|" + strconv.Itoa(c.Pid) }
 
+// parseCard reads a card written by card.String.
 func parseCard(s string) (card, error) {
 	f := strings.Split(s, "|")
 	if len(f) != 3 {

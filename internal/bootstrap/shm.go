@@ -152,4 +152,5 @@ func shmAdvice(dir string, cfg shm.Config, useShm []bool, err error) error {
 		dir, size, free, local, mib(need), local*(local-1), mib(ring), suggest, err)
 }
 
+// mib formats a byte count in MiB.
 func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
