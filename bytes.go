@@ -4,21 +4,21 @@ import "context"
 
 // AllReduceBytes is AllReduce on raw bytes: count elements of type dt.
 func (c *Comm) AllReduceBytes(ctx context.Context, send, recv []byte, count int, dt DataType, op RedOp) error {
-	a := call{kind: opAllReduce, dt: dt, op: op, count: count, send: send, sendN: count, recv: recv, recvN: count}
-	ctx, err := c.start(ctx, &a)
+	a := &call{kind: opAllReduce, dt: dt, op: op, count: count, send: send, sendN: count, recv: recv, recvN: count}
+	ctx, err := c.start(ctx, a)
 	if ctx == nil {
 		return err
 	}
 	n := len(a.recv)
 	alg := c.chooseAllReduce(n, sameStart(a.send, a.recv))
 	c.logAlgo(opAllReduce, alg, alg.String(), n)
-	return c.finish(&a, c.group.AllReduce(ctx, &c.op, a.send, a.recv, count, alg))
+	return c.finish(a, c.group.AllReduce(ctx, &c.op, a.send, a.recv, count, alg))
 }
 
 // BroadcastBytes is Broadcast on raw bytes.
 func (c *Comm) BroadcastBytes(ctx context.Context, send, recv []byte, count int, dt DataType, root int) error {
-	a := call{kind: opBroadcast, dt: dt, root: root, count: count, send: send, sendN: count, recv: recv, recvN: count}
-	ctx, err := c.start(ctx, &a)
+	a := &call{kind: opBroadcast, dt: dt, root: root, count: count, send: send, sendN: count, recv: recv, recvN: count}
+	ctx, err := c.start(ctx, a)
 	if ctx == nil {
 		return err
 	}
@@ -32,19 +32,19 @@ func (c *Comm) BroadcastBytes(ctx context.Context, send, recv []byte, count int,
 
 // ReduceBytes is Reduce on raw bytes.
 func (c *Comm) ReduceBytes(ctx context.Context, send, recv []byte, count int, dt DataType, op RedOp, root int) error {
-	a := call{kind: opReduce, dt: dt, op: op, root: root, count: count, send: send, sendN: count, recv: recv, recvN: count}
-	ctx, err := c.start(ctx, &a)
+	a := &call{kind: opReduce, dt: dt, op: op, root: root, count: count, send: send, sendN: count, recv: recv, recvN: count}
+	ctx, err := c.start(ctx, a)
 	if ctx == nil {
 		return err
 	}
 	c.logAlgo(opReduce, 0, "tree", len(a.send))
-	return c.finish(&a, c.group.Reduce(ctx, &c.op, a.send, a.recv, count, root))
+	return c.finish(a, c.group.Reduce(ctx, &c.op, a.send, a.recv, count, root))
 }
 
 // AllGatherBytes is AllGather on raw bytes; count is per rank.
 func (c *Comm) AllGatherBytes(ctx context.Context, send, recv []byte, count int, dt DataType) error {
-	a := call{kind: opAllGather, dt: dt, count: count, send: send, sendN: count, recv: recv, recvN: count * c.size}
-	ctx, err := c.start(ctx, &a)
+	a := &call{kind: opAllGather, dt: dt, count: count, send: send, sendN: count, recv: recv, recvN: count * c.size}
+	ctx, err := c.start(ctx, a)
 	if ctx == nil {
 		return err
 	}
@@ -59,8 +59,8 @@ func (c *Comm) AllGatherBytes(ctx context.Context, send, recv []byte, count int,
 // ReduceScatterBytes is ReduceScatter on raw bytes; count is per rank (the
 // size of recv).
 func (c *Comm) ReduceScatterBytes(ctx context.Context, send, recv []byte, count int, dt DataType, op RedOp) error {
-	a := call{kind: opReduceScatter, dt: dt, op: op, count: count, send: send, sendN: count * c.size, recv: recv, recvN: count}
-	ctx, err := c.start(ctx, &a)
+	a := &call{kind: opReduceScatter, dt: dt, op: op, count: count, send: send, sendN: count * c.size, recv: recv, recvN: count}
+	ctx, err := c.start(ctx, a)
 	if ctx == nil {
 		return err
 	}
@@ -69,13 +69,13 @@ func (c *Comm) ReduceScatterBytes(ctx context.Context, send, recv []byte, count 
 	} else {
 		err = c.group.ReduceScatter(ctx, &c.op, a.send, a.recv, count)
 	}
-	return c.finish(&a, err)
+	return c.finish(a, err)
 }
 
 // AllToAllBytes is AllToAll on raw bytes; count is the elements per block.
 func (c *Comm) AllToAllBytes(ctx context.Context, send, recv []byte, count int, dt DataType) error {
-	a := call{kind: opAllToAll, dt: dt, count: count, send: send, sendN: count * c.size, recv: recv, recvN: count * c.size}
-	ctx, err := c.start(ctx, &a)
+	a := &call{kind: opAllToAll, dt: dt, count: count, send: send, sendN: count * c.size, recv: recv, recvN: count * c.size}
+	ctx, err := c.start(ctx, a)
 	if ctx == nil {
 		return err
 	}
@@ -108,14 +108,14 @@ func (c *Comm) SendRecvBytes(ctx context.Context, send []byte, sendPeer int, rec
 	if (sendPeer == c.rank) != (recvPeer == c.rank) {
 		return c.errorf(opSendRecv, 0, "%w: a send to self needs a receive from self (send peer %d, recv peer %d)", ErrInvalidArgument, sendPeer, recvPeer)
 	}
-	a := call{kind: opSendRecv, dt: dt, count: count, send: send, sendN: unused, recv: recv, recvN: unused}
+	a := &call{kind: opSendRecv, dt: dt, count: count, send: send, sendN: unused, recv: recv, recvN: unused}
 	if sendPeer >= 0 {
 		a.sendN = count
 	}
 	if recvPeer >= 0 {
 		a.recvN = count
 	}
-	ctx, err := c.start(ctx, &a)
+	ctx, err := c.start(ctx, a)
 	if ctx == nil {
 		return err
 	}

@@ -218,6 +218,7 @@ func TestBadInput(t *testing.T) {
 		{"bad root", goccl.Broadcast(ctx, c, []float32{1}, []float32{1}, 1, 3), []string{"Broadcast", "root 3"}},
 		{"bad reduce root", goccl.Reduce(ctx, c, []float32{1}, []float32{1}, 1, goccl.Sum, -1), []string{"Reduce", "root -1"}},
 		{"bad op", goccl.AllReduce(ctx, c, []float32{1}, []float32{1}, 1, goccl.RedOp(9)), []string{"reduction op 9"}},
+		{"bad type", c.AllGatherBytes(ctx, make([]byte, 4), make([]byte, 4), 1, goccl.DataType(42)), []string{"AllGather", "unknown data type 42"}},
 		{"send to self", goccl.Send(ctx, c, []float32{1}, 1, 0), []string{"Send to self"}},
 		{"peer out of range", goccl.Recv(ctx, c, []float32{1}, 1, 4), []string{"peer 4"}},
 	}

@@ -57,10 +57,10 @@ func (c *Comm) begin(ctx context.Context, kind opKind, dt DataType, op RedOp, ro
 	if kind != opSendRecv {
 		c.seq++
 	}
-	r := reduce.Op(op)
-	c.op.Header = transport.Header{Seq: c.seq, Op: uint8(kind), DType: uint8(dt), RedOp: uint8(r), Root: int32(root), Count: uint64(count)}
+	h := transport.Header{Seq: c.seq, Op: uint8(kind), DType: uint8(dt), RedOp: uint8(reduce.Op(op)), Root: int32(root), Count: uint64(count)}
+	c.op.Header = h
 	if kind != opSendRecv {
-		c.past[c.seq%pastOps] = c.op.Header
+		c.past[h.Seq%pastOps] = h
 	}
 	c.op.ElemSize = dt.Size()
 	c.op.Reduce, c.op.Reduce3 = nil, nil
@@ -162,41 +162,28 @@ const unused = -1
 // how), or the communicator has a single rank and start has done the call
 // (each collective is then a copy of send into recv).
 func (c *Comm) start(ctx context.Context, a *call) (context.Context, error) {
-	k, dt := a.kind, a.dt
-	if !dt.Valid() {
-		return nil, c.errorf(k, 0, "%w: unknown data type %d", ErrInvalidArgument, uint8(dt))
-	}
+	k, dt, es := a.kind, a.dt, a.dt.Size()
 	var op RedOp
 	if k.reducing() {
-		if op = a.op; !op.Valid() {
-			return nil, c.errorf(k, 0, "%w: unknown reduction op %d", ErrInvalidArgument, uint8(op))
-		}
-		if op == Avg && !dt.IsFloat() {
-			return nil, c.errorf(k, 0, "%w: avg is only defined for floating-point types, got %v", ErrInvalidArgument, dt)
-		}
+		op = a.op
 	}
 	root := -1
 	if k.rooted() {
-		if root = a.root; root < 0 || root >= c.size {
-			return nil, c.errorf(k, 0, "%w: root %d is outside [0, %d)", ErrInvalidArgument, root, c.size)
-		}
+		root = a.root
 		if c.rank != root && k == opBroadcast {
 			a.sendN = unused
 		} else if c.rank != root {
 			a.recvN = unused
 		}
 	}
-	if a.count < 0 {
-		return nil, c.errorf(k, 0, "%w: negative count %d", ErrInvalidArgument, a.count)
+	// One test on the way that succeeds; invalid finds what failed.
+	if !dt.Valid() || !op.Valid() || op == Avg && !dt.IsFloat() || k.rooted() && (root < 0 || root >= c.size) ||
+		a.count < 0 || len(a.send) < a.sendN*es || len(a.recv) < a.recvN*es {
+		return nil, c.invalid(a)
 	}
-	var err error
-	if a.send, err = c.buffer(k, "sendbuf", a.send, a.sendN, dt); err != nil {
-		return nil, err
-	}
-	if a.recv, err = c.buffer(k, "recvbuf", a.recv, a.recvN, dt); err != nil {
-		return nil, err
-	}
-	if ctx, err = c.begin(ctx, k, dt, op, root, a.count); err != nil {
+	a.send, a.recv = cut(a.send, a.sendN*es), cut(a.recv, a.recvN*es)
+	ctx, err := c.begin(ctx, k, dt, op, root, a.count)
+	if err != nil {
 		return nil, err
 	}
 	if c.group == nil {
@@ -219,17 +206,36 @@ func (c *Comm) start(ctx context.Context, a *call) (context.Context, error) {
 	return ctx, nil
 }
 
-// buffer checks that buf holds elems elements of dt and returns them (nil
-// when elems is unused).
-func (c *Comm) buffer(kind opKind, name string, buf []byte, elems int, dt DataType) ([]byte, error) {
-	if elems == unused {
-		return nil, nil
+// cut is b's first n bytes, or nil for n < 0 (an unused buffer).
+func cut(b []byte, n int) []byte {
+	if n < 0 {
+		return nil
 	}
-	need := elems * dt.Size()
-	if len(buf) < need {
-		return nil, c.errorf(kind, 0, "%w: %s holds %d elements of %v, the operation needs %d", ErrInvalidArgument, name, len(buf)/dt.Size(), dt, elems)
+	return b[:n]
+}
+
+// invalid is the error of a call whose arguments start refused: the first
+// check that fails, in the order type, reduction, root, count, buffers.
+func (c *Comm) invalid(a *call) error {
+	k, dt := a.kind, a.dt
+	reducing := k.reducing()
+	switch {
+	case !dt.Valid():
+		return c.errorf(k, 0, "%w: unknown data type %d", ErrInvalidArgument, uint8(dt))
+	case reducing && !a.op.Valid():
+		return c.errorf(k, 0, "%w: unknown reduction op %d", ErrInvalidArgument, uint8(a.op))
+	case reducing && a.op == Avg && !dt.IsFloat():
+		return c.errorf(k, 0, "%w: avg is only defined for floating-point types, got %v", ErrInvalidArgument, dt)
+	case k.rooted() && (a.root < 0 || a.root >= c.size):
+		return c.errorf(k, 0, "%w: root %d is outside [0, %d)", ErrInvalidArgument, a.root, c.size)
+	case a.count < 0:
+		return c.errorf(k, 0, "%w: negative count %d", ErrInvalidArgument, a.count)
 	}
-	return buf[:need], nil
+	name, buf, elems := "sendbuf", a.send, a.sendN
+	if len(buf) >= elems*dt.Size() {
+		name, buf, elems = "recvbuf", a.recv, a.recvN
+	}
+	return c.errorf(k, 0, "%w: %s holds %d elements of %v, the operation needs %d", ErrInvalidArgument, name, len(buf)/dt.Size(), dt, elems)
 }
 
 // finish ends a call (end); for an Avg reduction that succeeded it first
