@@ -31,25 +31,9 @@ func BenchmarkAllReduce(b *testing.B) {
 
 func benchAllReduce(b *testing.B, count int) {
 	ctx := context.Background()
-	store := rendezvous.NewMemStore()
-	comms := make([]*goccl.Comm, 2)
+	comms := initComms(b, 2, rendezvous.NewMemStore(), time.Minute)
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
-	for r := range comms {
-		wg.Add(1)
-		go func(r int) {
-			defer wg.Done()
-			comms[r], errs[r] = goccl.Init(ctx, goccl.WithRank(r), goccl.WithWorldSize(2),
-				goccl.WithStore(store), goccl.WithTimeout(time.Minute))
-		}(r)
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			b.Fatalf("rank %d: %v", r, err)
-		}
-		defer comms[r].Close()
-	}
 	bufs := [2][]float32{make([]float32, count), make([]float32, count)}
 	loop := func(r, n int, times []time.Duration) error {
 		for i := 0; i < n; i++ {

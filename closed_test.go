@@ -3,7 +3,6 @@ package goccl_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -69,23 +68,7 @@ func TestErrClosed(t *testing.T) {
 		t.Errorf("Init through a closed store: got %v, want ErrClosed", err)
 	}
 	store = rendezvous.NewMemStore()
-	var wg sync.WaitGroup
-	comms := make([]*goccl.Comm, 2)
-	errs := make([]error, 2)
-	for r := range comms {
-		wg.Add(1)
-		go func(r int) {
-			defer wg.Done()
-			comms[r], errs[r] = goccl.Init(ctx, goccl.WithRank(r), goccl.WithWorldSize(2), goccl.WithStore(store), goccl.WithTimeout(5*time.Second))
-		}(r)
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-		defer comms[r].Close()
-	}
+	comms := initComms(t, 2, store, 5*time.Second)
 	store.Close()
 	if _, err := comms[0].Split(ctx, 0, 0); !errors.Is(err, goccl.ErrClosed) {
 		t.Errorf("Split through a closed store: got %v, want ErrClosed", err)

@@ -166,6 +166,31 @@ func goroutineRanks(t *testing.T, n int, timeout time.Duration, f func(c *goccl.
 	return errs
 }
 
+// initComms makes n goroutine ranks of this process meet through store and
+// returns their communicators, closed when the test ends.
+func initComms(tb testing.TB, n int, store rendezvous.Store, timeout time.Duration) []*goccl.Comm {
+	tb.Helper()
+	comms := make([]*goccl.Comm, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range comms {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			comms[r], errs[r] = goccl.Init(context.Background(), goccl.WithRank(r), goccl.WithWorldSize(n),
+				goccl.WithStore(store), goccl.WithTimeout(timeout))
+		}(r)
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			tb.Fatalf("rank %d: %v", r, err)
+		}
+		tb.Cleanup(func() { comms[r].Close() })
+	}
+	return comms
+}
+
 // TestCollectivesInProcess runs a small matrix with goroutine ranks (this is
 // the part the race detector covers).
 func TestCollectivesInProcess(t *testing.T) {
