@@ -90,6 +90,9 @@ func Check(peer int, want, got *Header) error {
 	return nil
 }
 
+// mismatch builds Check's error, out of line: Check runs on every message.
+//
+//go:noinline
 func mismatch(peer int, field string, w, g uint64, want, got *Header) error {
 	return &MismatchError{Peer: peer, Field: field, Want: w, Got: g, Expected: *want, Sent: *got}
 }
