@@ -166,6 +166,31 @@ func goroutineRanks(t *testing.T, n int, timeout time.Duration, f func(c *goccl.
 	return errs
 }
 
+// initComms makes n goroutine ranks of this process meet through store and
+// returns their communicators, closed when the test ends.
+func initComms(tb testing.TB, n int, store rendezvous.Store, timeout time.Duration) []*goccl.Comm {
+	tb.Helper()
+	comms := make([]*goccl.Comm, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range comms {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			comms[r], errs[r] = goccl.Init(context.Background(), goccl.WithRank(r), goccl.WithWorldSize(n),
+				goccl.WithStore(store), goccl.WithTimeout(timeout))
+		}(r)
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			tb.Fatalf("rank %d: %v", r, err)
+		}
+		tb.Cleanup(func() { comms[r].Close() })
+	}
+	return comms
+}
+
 // TestCollectivesInProcess runs a small matrix with goroutine ranks (this is
 // the part the race detector covers).
 func TestCollectivesInProcess(t *testing.T) {
@@ -218,6 +243,7 @@ func TestBadInput(t *testing.T) {
 		{"bad root", goccl.Broadcast(ctx, c, []float32{1}, []float32{1}, 1, 3), []string{"Broadcast", "root 3"}},
 		{"bad reduce root", goccl.Reduce(ctx, c, []float32{1}, []float32{1}, 1, goccl.Sum, -1), []string{"Reduce", "root -1"}},
 		{"bad op", goccl.AllReduce(ctx, c, []float32{1}, []float32{1}, 1, goccl.RedOp(9)), []string{"reduction op 9"}},
+		{"bad type", c.AllGatherBytes(ctx, make([]byte, 4), make([]byte, 4), 1, goccl.DataType(42)), []string{"AllGather", "unknown data type 42"}},
 		{"send to self", goccl.Send(ctx, c, []float32{1}, 1, 0), []string{"Send to self"}},
 		{"peer out of range", goccl.Recv(ctx, c, []float32{1}, 1, 4), []string{"peer 4"}},
 	}
@@ -243,8 +269,9 @@ func TestBadInput(t *testing.T) {
 
 // TestMismatchAcrossRanks: differing counts, dtypes and op order give an error
 // on every rank, never a hang or garbage. (Differing roots can leave every rank
-// a sender with nothing to receive; catching that needs the fingerprint
-// exchange of GOCCL_DEBUG_CHECK, issue 4.)
+// a sender with nothing to receive: then the next operation reports it, see
+// TestRootMismatch; catching it on the call needs the fingerprint exchange of
+// GOCCL_DEBUG_CHECK, issue 4.)
 func TestMismatchAcrossRanks(t *testing.T) {
 	for _, check := range []string{"0", "1"} {
 		t.Setenv("GOCCL_DEBUG_CHECK", check)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/goccl/goccl/internal/config"
 	"github.com/goccl/goccl/internal/reduce"
 	"github.com/goccl/goccl/transport"
 )
@@ -15,8 +16,11 @@ import (
 // idea of TORCH_DISTRIBUTED_DEBUG=DETAIL. Every rank compares them and, if
 // any rank disagrees with rank 0, every rank fails with ErrMismatch naming
 // the first such rank and both calls. Without it, disagreements are still
-// caught from the header every message carries, except those that make no
-// rank receive anything unexpected (e.g. Broadcast roots that differ).
+// caught from the header every message carries, but only by a rank that
+// receives a message: when Broadcast or Reduce roots differ so that no rank
+// receives one from a rank with the other root (two ranks that both pass
+// themselves as root), the call returns nil and the next operation that
+// reads the message left over reports it, naming the earlier operation.
 //
 // Fingerprint (little-endian, fingerprintSize bytes):
 //
@@ -86,12 +90,12 @@ func (c *Comm) checkFingerprints(ctx context.Context) error {
 	err := c.group.AllGather(ctx, &c.op, tmp[:], c.checkBuf, fingerprintSize)
 	c.op = saved
 	if err != nil {
-		return fmt.Errorf("GOCCL_DEBUG_CHECK exchange: %w", err)
+		return fmt.Errorf("%s exchange: %w", config.DebugCheck.Name, err)
 	}
 	ref := getFingerprint(c.checkBuf)
 	for r := 1; r < P; r++ {
 		if f := getFingerprint(c.checkBuf[r*fingerprintSize:]); f != ref {
-			return fmt.Errorf("%w (GOCCL_DEBUG_CHECK): rank %d called %v, rank 0 called %v", ErrMismatch, r, f, ref)
+			return fmt.Errorf("%w (%s): rank %d called %v, rank 0 called %v", ErrMismatch, config.DebugCheck.Name, r, f, ref)
 		}
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/goccl/goccl/internal/closed"
 	"github.com/goccl/goccl/transport"
 )
 
@@ -11,10 +12,21 @@ import (
 var (
 	// ErrInvalidArgument: a bad count, buffer length, root, peer, type or op.
 	ErrInvalidArgument = errors.New("invalid argument")
-	// ErrClosed: the communicator was closed.
-	ErrClosed = errors.New("communicator closed")
+	// ErrClosed: something the operation needs was closed: this
+	// communicator (Close), a peer's end of a link (the peer called Abort,
+	// or closed its communicator), or the rendezvous store. It is one
+	// sentinel with transport.ErrClosed and rendezvous.ErrClosed: errors.Is
+	// matches any of the three against any other. A peer that was lost
+	// (ErrPeerLost) and this communicator's own Abort (ErrAborted) are
+	// reported as such instead.
+	ErrClosed = closed.New("communicator closed")
 	// ErrMismatch: ranks called different operations (count, type, op, root or
-	// order differ). errors.As with *MismatchError gives the details.
+	// order differ). errors.As with *MismatchError gives the details. A
+	// disagreement that no rank's schedule sees on the call itself (Broadcast
+	// or Reduce roots that differ so that no rank receives a message from
+	// a rank with the other root) is reported by the next operation that
+	// reads the message left over, naming the earlier operation
+	// (MismatchError.Of).
 	ErrMismatch = errors.New("ranks disagree on the operation")
 	// ErrPeerLost: a rank's process died or its connection broke. errors.As
 	// with *PeerLostError names the rank; every surviving rank's error names
@@ -62,14 +74,58 @@ func (e *Error) Is(target error) bool {
 	return false
 }
 
+// errorf is an *Error of this rank and operation kind (seq 0: none).
 func (c *Comm) errorf(kind opKind, seq uint64, format string, args ...any) error {
 	return &Error{Rank: c.rank, Op: kind.String(), Seq: seq, Err: fmt.Errorf(format, args...)}
 }
 
+// wrap makes err an *Error of this rank and operation, unless it is one.
 func (c *Comm) wrap(kind opKind, seq uint64, err error) error {
 	var e *Error
 	if errors.As(err, &e) {
 		return err
 	}
 	return &Error{Rank: c.rank, Op: kind.String(), Seq: seq, Err: err}
+}
+
+// pastOps is how many collectives back explainMismatch can name the
+// operation a peer's stray message belongs to.
+const pastOps = 16
+
+// explainMismatch completes the *MismatchError that err wraps, if any, for
+// the reader: it names operations, element types and reduction operators
+// instead of their codes and, when the peer's message belongs to an earlier
+// collective that this rank ran without receiving it, it reports the field
+// of that operation on which the two ranks disagree (the peer's schedule
+// sent this rank a message that its own did not expect: for Broadcast and
+// Reduce, a different root) instead of blaming the operation running now.
+func (c *Comm) explainMismatch(err error) {
+	var m *transport.MismatchError
+	if !errors.As(err, &m) || m.WantName != "" || m.Of != "" {
+		return
+	}
+	want, sent := m.Expected, m.Sent
+	collectives := opKind(want.Op) != opSendRecv && opKind(sent.Op) != opSendRecv && want.Seq > 0 && sent.Seq > 0
+	if collectives && sent.Seq < want.Seq {
+		if h := c.past[sent.Seq%pastOps]; h.Seq == sent.Seq {
+			h.Bytes = sent.Bytes
+			var d *transport.MismatchError
+			if errors.As(transport.Check(m.Peer, &h, &sent), &d) {
+				m.Field, m.Want, m.Got = d.Field, d.Want, d.Got
+				m.Of = fmt.Sprintf("%v (op #%d)", opKind(h.Op), h.Seq)
+			}
+		}
+	}
+	switch m.Field {
+	case "op":
+		m.WantName, m.GotName = opKind(m.Want).String(), opKind(m.Got).String()
+		if m.Of == "" && collectives && want.Seq != sent.Seq {
+			m.WantName += fmt.Sprintf(" (op #%d)", want.Seq)
+			m.GotName += fmt.Sprintf(" (op #%d)", sent.Seq)
+		}
+	case "dtype":
+		m.WantName, m.GotName = DataType(m.Want).String(), DataType(m.Got).String()
+	case "redop":
+		m.WantName, m.GotName = RedOp(m.Want).String(), RedOp(m.Got).String()
+	}
 }

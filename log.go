@@ -3,8 +3,9 @@ package goccl
 import (
 	"fmt"
 	"os"
-	"strings"
 	"sync"
+
+	"github.com/goccl/goccl/internal/config"
 )
 
 // logger prints GOCCL_DEBUG output (like NCCL_DEBUG): WARN (default) prints
@@ -17,8 +18,11 @@ type logger struct {
 }
 
 func newLogger(rank int) *logger {
-	lvl := strings.ToUpper(strings.TrimSpace(os.Getenv("GOCCL_DEBUG")))
-	return &logger{rank: rank, info: lvl == "INFO" || lvl == "TRACE"}
+	l := &logger{rank: rank, info: config.DebugInfo()}
+	if _, err := config.Debug.Word(); err != nil {
+		l.Warnf("%v; using WARN", err)
+	}
+	return l
 }
 
 func (l *logger) printf(level, format string, args ...any) {

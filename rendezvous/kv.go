@@ -2,13 +2,14 @@ package rendezvous
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/goccl/goccl/internal/closed"
 )
 
 // Limits shared by every Store in this package (and enforced on the TCP wire).
@@ -22,8 +23,8 @@ const (
 )
 
 // ErrClosed is wrapped by the errors of calls made on (or blocked in) a closed
-// Store.
-var ErrClosed = errors.New("rendezvous: store closed")
+// Store. errors.Is treats it, goccl.ErrClosed and transport.ErrClosed as one.
+var ErrClosed = closed.New("rendezvous: store closed")
 
 // checkKey validates a key against MaxKeyLen.
 func checkKey(key string) error {

@@ -12,6 +12,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
+
+	"github.com/goccl/goccl/internal/closed"
 )
 
 // Header describes the operation a message belongs to. The sender puts its own
@@ -70,33 +73,59 @@ const headerMagic = 0x6c63636f67_0001 // "goccl" v1
 func Check(peer int, want, got *Header) error {
 	switch {
 	case got.Op != want.Op:
-		return &MismatchError{Peer: peer, Field: "op", Want: uint64(want.Op), Got: uint64(got.Op)}
+		return mismatch(peer, "op", uint64(want.Op), uint64(got.Op), want, got)
 	case got.Seq != want.Seq:
-		return &MismatchError{Peer: peer, Field: "sequence", Want: want.Seq, Got: got.Seq}
+		return mismatch(peer, "sequence", want.Seq, got.Seq, want, got)
 	case got.DType != want.DType:
-		return &MismatchError{Peer: peer, Field: "dtype", Want: uint64(want.DType), Got: uint64(got.DType)}
+		return mismatch(peer, "dtype", uint64(want.DType), uint64(got.DType), want, got)
 	case got.RedOp != want.RedOp:
-		return &MismatchError{Peer: peer, Field: "redop", Want: uint64(want.RedOp), Got: uint64(got.RedOp)}
+		return mismatch(peer, "redop", uint64(want.RedOp), uint64(got.RedOp), want, got)
 	case got.Root != want.Root:
-		return &MismatchError{Peer: peer, Field: "root", Want: uint64(int64(want.Root)), Got: uint64(int64(got.Root))}
+		return mismatch(peer, "root", uint64(int64(want.Root)), uint64(int64(got.Root)), want, got)
 	case got.Count != want.Count:
-		return &MismatchError{Peer: peer, Field: "count", Want: want.Count, Got: got.Count}
+		return mismatch(peer, "count", want.Count, got.Count, want, got)
 	case got.Bytes != want.Bytes:
-		return &MismatchError{Peer: peer, Field: "message bytes", Want: want.Bytes, Got: got.Bytes}
+		return mismatch(peer, "message bytes", want.Bytes, got.Bytes, want, got)
 	}
 	return nil
+}
+
+// mismatch builds Check's error, out of line: Check runs on every message.
+//
+//go:noinline
+func mismatch(peer int, field string, w, g uint64, want, got *Header) error {
+	return &MismatchError{Peer: peer, Field: field, Want: w, Got: g, Expected: *want, Sent: *got}
 }
 
 // MismatchError reports that a peer's message belongs to a different operation
 // than the one this rank is running (different count, dtype, op, root or order).
 type MismatchError struct {
 	Peer      int
-	Field     string
-	Want, Got uint64
+	Field     string // "op", "sequence", "dtype", "redop", "root", "count" or "message bytes"
+	Want, Got uint64 // this rank's and the peer's value of Field
+	// Expected is the header this rank expected, Sent the one the peer sent.
+	Expected, Sent Header
+	// WantName and GotName, when set, are printed instead of Want and Got
+	// (the communicator sets the names of operations, types and reductions).
+	WantName, GotName string
+	// Of, when set, names the operation Field, Want and Got are about when it
+	// is not the one running (for example an earlier operation that left
+	// the peer's message unread: "Broadcast (op #3)").
+	Of string
 }
 
 func (e *MismatchError) Error() string {
-	return fmt.Sprintf("peer %d disagrees on %s: this rank has %d, peer sent %d", e.Peer, e.Field, int64(e.Want), int64(e.Got))
+	field, want, got := e.Field, e.WantName, e.GotName
+	if e.Of != "" {
+		field += " of " + e.Of
+	}
+	if want == "" {
+		want = strconv.FormatInt(int64(e.Want), 10)
+	}
+	if got == "" {
+		got = strconv.FormatInt(int64(e.Got), 10)
+	}
+	return fmt.Sprintf("peer %d disagrees on %s: this rank has %s, peer sent %s", e.Peer, field, want, got)
 }
 
 // ErrCorrupt is wrapped by errors that say a message arrived damaged: its
@@ -104,7 +133,8 @@ func (e *MismatchError) Error() string {
 var ErrCorrupt = errors.New("transport: data corrupted in transit")
 
 // ErrClosed is returned by a Link used after Close, or whose peer closed it.
-var ErrClosed = errors.New("transport: link closed")
+// errors.Is treats it, goccl.ErrClosed and rendezvous.ErrClosed as one.
+var ErrClosed = closed.New("transport: link closed")
 
 // ErrPeerLost is wrapped by errors that say a rank's process died or its
 // connection broke: a link whose peer vanished without closing it (EOF or a

@@ -63,6 +63,9 @@ type Var struct {
 	Min     int64  // Int: the smallest value accepted; Size: negative sizes are accepted when Min < 0
 	Max     int64  // Int: the largest value accepted
 	Words   []string
+	// WarnOnly: a value Check refuses is warned about by its reader and
+	// ignored (the default applies), not refused by CheckEnv.
+	WarnOnly bool
 }
 
 var all []*Var
@@ -81,7 +84,7 @@ func define(v Var) *Var {
 
 // The variables, in the order `goccl env` lists them.
 var (
-	Debug = define(Var{Name: "GOCCL_DEBUG", Kind: Enum, Default: "WARN", Words: []string{"WARN", "INFO", "TRACE"},
+	Debug = define(Var{Name: "GOCCL_DEBUG", Kind: Enum, Default: "WARN", Words: []string{"WARN", "INFO", "TRACE"}, WarnOnly: true,
 		Doc: "log level (as NCCL_DEBUG): WARN prints warnings; INFO adds the transport per peer, the algorithm per op kind and Init timings; TRACE adds per-connection detail"})
 	DebugCheck = define(Var{Name: "GOCCL_DEBUG_CHECK", Kind: Bool, Default: "0",
 		Doc: "exchange a fingerprint (op, count, type, root) before every collective so a mismatch is named before any data moves"})
@@ -250,12 +253,13 @@ func (v *Var) Word() (string, error) {
 	return w, err
 }
 
-// CheckEnv checks every goccl variable set in the environment and returns
-// the first bad one's error (Init calls it, so a typo in a value fails at
-// once with the variable's name instead of deep inside a transport).
+// CheckEnv checks every goccl variable set in the environment (but the
+// WarnOnly ones) and returns the first bad one's error (Init calls it, so a
+// typo in a value fails at once with the variable's name instead of deep
+// inside a transport).
 func CheckEnv() error {
 	for _, v := range all {
-		if s, ok := v.Lookup(); ok {
+		if s, ok := v.Lookup(); ok && !v.WarnOnly {
 			if err := v.Check(s); err != nil {
 				return err
 			}

@@ -129,3 +129,13 @@ func TestDebugLevel(t *testing.T) {
 		}
 	}
 }
+
+func TestWarnOnly(t *testing.T) {
+	t.Setenv(Debug.Name, "LOUD")
+	if err := CheckEnv(); err != nil {
+		t.Errorf("CheckEnv refused a WarnOnly variable: %v", err)
+	}
+	if err := Debug.Check("LOUD"); err == nil || !strings.Contains(err.Error(), "WARN, INFO or TRACE") {
+		t.Errorf("Check(LOUD): %v", err)
+	}
+}

@@ -1,0 +1,190 @@
+package goccl
+
+import "context"
+
+// AllReduceBytes is AllReduce on raw bytes: count elements of type dt.
+func (c *Comm) AllReduceBytes(ctx context.Context, send, recv []byte, count int, dt DataType, op RedOp) error {
+	a := &call{kind: opAllReduce, dt: dt, op: op, count: count, send: send, sendN: count, recv: recv, recvN: count}
+	ctx, err := c.start(ctx, a)
+	if ctx == nil {
+		return err
+	}
+	n := len(a.recv)
+	alg := c.chooseAllReduce(n, sameStart(a.send, a.recv))
+	c.logAlgo(opAllReduce, alg, alg.String(), n)
+	return c.finish(a, c.group.AllReduce(ctx, &c.op, a.send, a.recv, count, alg))
+}
+
+// BroadcastBytes is Broadcast on raw bytes.
+func (c *Comm) BroadcastBytes(ctx context.Context, send, recv []byte, count int, dt DataType, root int) error {
+	a := &call{kind: opBroadcast, dt: dt, root: root, count: count, send: send, sendN: count, recv: recv, recvN: count}
+	ctx, err := c.start(ctx, a)
+	if ctx == nil {
+		return err
+	}
+	if n := len(a.recv); c.useDirect(opBroadcast, n, n, "tree") {
+		err = c.group.BroadcastDirect(ctx, &c.op, a.send, a.recv, count, root)
+	} else {
+		err = c.group.Broadcast(ctx, &c.op, a.send, a.recv, count, root)
+	}
+	return c.end(opBroadcast, err)
+}
+
+// ReduceBytes is Reduce on raw bytes.
+func (c *Comm) ReduceBytes(ctx context.Context, send, recv []byte, count int, dt DataType, op RedOp, root int) error {
+	a := &call{kind: opReduce, dt: dt, op: op, root: root, count: count, send: send, sendN: count, recv: recv, recvN: count}
+	ctx, err := c.start(ctx, a)
+	if ctx == nil {
+		return err
+	}
+	c.logAlgo(opReduce, 0, "tree", len(a.send))
+	return c.finish(a, c.group.Reduce(ctx, &c.op, a.send, a.recv, count, root))
+}
+
+// AllGatherBytes is AllGather on raw bytes; count is per rank.
+func (c *Comm) AllGatherBytes(ctx context.Context, send, recv []byte, count int, dt DataType) error {
+	a := &call{kind: opAllGather, dt: dt, count: count, send: send, sendN: count, recv: recv, recvN: count * c.size}
+	ctx, err := c.start(ctx, a)
+	if ctx == nil {
+		return err
+	}
+	if c.useDirect(opAllGather, len(a.recv), len(a.send), "ring") {
+		err = c.group.AllGatherDirect(ctx, &c.op, a.send, a.recv, count)
+	} else {
+		err = c.group.AllGather(ctx, &c.op, a.send, a.recv, count)
+	}
+	return c.end(opAllGather, err)
+}
+
+// ReduceScatterBytes is ReduceScatter on raw bytes; count is per rank (the
+// size of recv).
+func (c *Comm) ReduceScatterBytes(ctx context.Context, send, recv []byte, count int, dt DataType, op RedOp) error {
+	a := &call{kind: opReduceScatter, dt: dt, op: op, count: count, send: send, sendN: count * c.size, recv: recv, recvN: count}
+	ctx, err := c.start(ctx, a)
+	if ctx == nil {
+		return err
+	}
+	if c.useDirect(opReduceScatter, len(a.send), len(a.recv), "ring") {
+		err = c.group.ReduceScatterDirect(ctx, &c.op, a.send, a.recv, count)
+	} else {
+		err = c.group.ReduceScatter(ctx, &c.op, a.send, a.recv, count)
+	}
+	return c.finish(a, err)
+}
+
+// AllToAllBytes is AllToAll on raw bytes; count is the elements per block.
+func (c *Comm) AllToAllBytes(ctx context.Context, send, recv []byte, count int, dt DataType) error {
+	a := &call{kind: opAllToAll, dt: dt, count: count, send: send, sendN: count * c.size, recv: recv, recvN: count * c.size}
+	ctx, err := c.start(ctx, a)
+	if ctx == nil {
+		return err
+	}
+	// In place, the pairwise exchange from a copy was faster than writing
+	// into peers that have just read their own buffers (2 ranks, 128 KiB:
+	// 11.8 against 16.5 µs).
+	n := len(a.send)
+	if !sameStart(a.send, a.recv) && c.useDirect(opAllToAll, n, n, "pairwise") {
+		return c.end(opAllToAll, c.group.AllToAllDirect(ctx, &c.op, a.send, a.recv, count))
+	}
+	c.logAlgo(opAllToAll, 0, "pairwise", n)
+	src := a.send
+	if sameStart(a.send, a.recv) && n > 0 {
+		if cap(c.scratch) < n {
+			c.scratch = make([]byte, n)
+		}
+		src = c.scratch[:n]
+		copy(src, a.send)
+	}
+	return c.end(opAllToAll, c.group.AllToAll(ctx, &c.op, src, a.recv, count))
+}
+
+// SendRecvBytes is SendRecv on raw bytes. A peer of -1 skips that half.
+func (c *Comm) SendRecvBytes(ctx context.Context, send []byte, sendPeer int, recv []byte, recvPeer int, count int, dt DataType) error {
+	for _, p := range [2]int{sendPeer, recvPeer} {
+		if p < -1 || p >= c.size {
+			return c.errorf(opSendRecv, 0, "%w: peer %d is outside [0, %d)", ErrInvalidArgument, p, c.size)
+		}
+	}
+	if (sendPeer == c.rank) != (recvPeer == c.rank) {
+		return c.errorf(opSendRecv, 0, "%w: a send to self needs a receive from self (send peer %d, recv peer %d)", ErrInvalidArgument, sendPeer, recvPeer)
+	}
+	a := &call{kind: opSendRecv, dt: dt, count: count, send: send, sendN: unused, recv: recv, recvN: unused}
+	if sendPeer >= 0 {
+		a.sendN = count
+	}
+	if recvPeer >= 0 {
+		a.recvN = count
+	}
+	ctx, err := c.start(ctx, a)
+	if ctx == nil {
+		return err
+	}
+	if sendPeer == c.rank {
+		copy(a.recv, a.send)
+		return c.end(opSendRecv, nil)
+	}
+	err = c.group.SendRecvP2P(ctx, &c.op, c.nextSend(sendPeer), sendPeer, a.send, c.nextRecv(recvPeer), recvPeer, a.recv)
+	return c.end(opSendRecv, err)
+}
+
+// nextSend is the sequence number of the next message to peer p (0 for no
+// peer, p < 0).
+func (c *Comm) nextSend(p int) uint64 {
+	if p < 0 {
+		return 0
+	}
+	c.sendSeq[p]++
+	return c.sendSeq[p]
+}
+
+// nextRecv is the sequence number of the next message from peer p (0 for no
+// peer, p < 0).
+func (c *Comm) nextRecv(p int) uint64 {
+	if p < 0 {
+		return 0
+	}
+	c.recvSeq[p]++
+	return c.recvSeq[p]
+}
+
+// SendBytes sends count elements of buf to peer.
+func (c *Comm) SendBytes(ctx context.Context, buf []byte, count int, dt DataType, peer int) error {
+	if err := c.checkPeer("Send to", peer); err != nil {
+		return err
+	}
+	return c.SendRecvBytes(ctx, buf, peer, nil, -1, count, dt)
+}
+
+// RecvBytes receives count elements from peer into buf.
+func (c *Comm) RecvBytes(ctx context.Context, buf []byte, count int, dt DataType, peer int) error {
+	if err := c.checkPeer("Recv from", peer); err != nil {
+		return err
+	}
+	return c.SendRecvBytes(ctx, nil, -1, buf, peer, count, dt)
+}
+
+// checkPeer checks the peer of a Send or Recv: not this rank (what says
+// which: "Send to", "Recv from"), not negative.
+func (c *Comm) checkPeer(what string, peer int) error {
+	if peer == c.rank {
+		return c.errorf(opSendRecv, 0, "%w: %s self (peer %d) would never complete; use SendRecv", ErrInvalidArgument, what, peer)
+	}
+	if peer < 0 {
+		return c.errorf(opSendRecv, 0, "%w: peer %d is outside [0, %d)", ErrInvalidArgument, peer, c.size)
+	}
+	return nil
+}
+
+// copyIfDifferent copies src into dst unless they start at the same element
+// (an in-place call).
+func copyIfDifferent(dst, src []byte) {
+	if !sameStart(dst, src) {
+		copy(dst, src)
+	}
+}
+
+// sameStart reports whether a and b start at the same element (true when
+// either is empty, so no copy is attempted).
+func sameStart(a, b []byte) bool {
+	return len(a) == 0 || len(b) == 0 || &a[0] == &b[0]
+}

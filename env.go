@@ -1,0 +1,123 @@
+package goccl
+
+import (
+	"fmt"
+
+	"github.com/goccl/goccl/internal/algo"
+	"github.com/goccl/goccl/internal/bootstrap"
+	"github.com/goccl/goccl/internal/config"
+	"github.com/goccl/goccl/rendezvous"
+)
+
+// fromEnv reads the GOCCL_* variables that Init uses, in one place, through
+// their declarations in internal/config: into c's settings (timeout, forced
+// algorithm, direct-schedule threshold, debug check) and, for a world of more
+// than one rank, into the bootstrap parameters p (the interface, job token,
+// shared memory, sockets per peer, checksums and TLS). Options in cfg win
+// over the environment. Every set GOCCL_* value is checked first, so a bad
+// one fails Init at once naming the variable (ErrInvalidArgument).
+// (GOCCL_DEBUG is read by the logger, the launchers' variables by
+// rendezvous.FromEnv.)
+func (c *Comm) fromEnv(cfg *options, p *bootstrap.Params) (err error) {
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+		}
+	}()
+	if err := config.CheckEnv(); err != nil {
+		return err
+	}
+	c.timeout = DefaultTimeout
+	if d, ok, err := config.Timeout.Duration(); err != nil {
+		return err
+	} else if ok {
+		c.timeout = d
+	}
+	if cfg.timeout > 0 {
+		c.timeout = cfg.timeout
+	}
+	if c.algoForced, err = algoFromEnv(); err != nil {
+		return err
+	}
+	c.directMin = directMinBytes
+	if n, ok, err := config.DirectMinBytes.Int(); err != nil {
+		return err
+	} else if ok {
+		c.directMin = n
+	}
+	if c.debugCheck, err = config.DebugCheck.Bool(); err != nil {
+		return err
+	}
+	if c.size == 1 {
+		return nil // no links
+	}
+	p.Iface = config.SocketIfname.Get()
+	if p.Token = cfg.token; p.Token == "" {
+		p.Token = config.JobToken.Get()
+	}
+	if p.Token == "" && p.Store == nil {
+		// Ranks that meet through the address file share a token through
+		// the store directory (the store uses it too: rendezvous.Connect).
+		e := p.Env
+		e.Rank, e.WorldSize = c.rank, c.size
+		if p.Token, err = rendezvous.DirToken(e); err != nil {
+			return err
+		}
+	}
+	p.ShmDir = config.ShmDir.Get()
+	if p.ShmDisable, err = config.ShmDisable.Bool(); err != nil {
+		return err
+	}
+	p.NSocks = defaultNSocks
+	if n, ok, err := config.NSocksPerPeer.Int(); err != nil {
+		return err
+	} else if ok {
+		p.NSocks = n
+	}
+	env, err := config.Checksum.Bool()
+	if err != nil {
+		return err
+	}
+	p.Checksum = cfg.checksum || env
+	return tlsFromEnv(cfg, p)
+}
+
+// tlsFromEnv settles the TCP links' TLS: WithTLS's configurations, else
+// GOCCL_TLS=1 with the certificate files GOCCL_TLS_CERT, GOCCL_TLS_KEY and
+// GOCCL_TLS_CA, else with keys made from the job token.
+func tlsFromEnv(cfg *options, p *bootstrap.Params) error {
+	p.TLSServer, p.TLSClient = cfg.tlsServer, cfg.tlsClient
+	if p.TLSServer != nil || p.TLSClient != nil {
+		if p.TLSServer == nil || p.TLSClient == nil {
+			return fmt.Errorf("WithTLS needs both a server and a client configuration")
+		}
+		return nil
+	}
+	on, err := config.TLS.Bool()
+	if err != nil || !on {
+		return err
+	}
+	p.MakeTLS = true
+	p.CertFile, p.KeyFile, p.CAFile = config.TLSCert.Get(), config.TLSKey.Get(), config.TLSCA.Get()
+	switch {
+	case p.CertFile != "" || p.KeyFile != "" || p.CAFile != "":
+		if p.CertFile == "" || p.KeyFile == "" || p.CAFile == "" {
+			return fmt.Errorf("%s, %s and %s go together (have %q, %q, %q)",
+				config.TLSCert.Name, config.TLSKey.Name, config.TLSCA.Name, p.CertFile, p.KeyFile, p.CAFile)
+		}
+	case p.Token == "":
+		return fmt.Errorf("%s=1 needs the job token (%s, set by goccl run) or certificate files (%s, %s, %s)",
+			config.TLS.Name, config.JobToken.Name, config.TLSCert.Name, config.TLSKey.Name, config.TLSCA.Name)
+	}
+	return nil
+}
+
+// algoFromEnv reads GOCCL_ALGO, the AllReduce algorithm to force (like
+// NCCL_ALGO): ring, rhd, rd, tree or direct; unset means the tuner decides.
+func algoFromEnv() (algo.Algorithm, error) {
+	w, err := config.Algo.Word()
+	if err != nil {
+		return 0, err
+	}
+	return map[string]algo.Algorithm{"": algo.Auto, "ring": algo.Ring, "rhd": algo.RHD, "tree": algo.Tree, "rd": algo.RD, "direct": algo.Direct}[w], nil
+}

@@ -1,0 +1,354 @@
+// Package bootstrap connects one rank of a communicator to every other rank:
+// from a rendezvous store and a rank to one transport.Link per peer.
+//
+// Connect publishes the rank's address card (host identity, TCP endpoint,
+// process id) in the store, reads everyone's, sets up shared-memory rings
+// with the ranks on the same host (shm.go) and TCP links with the others.
+// It knows nothing of communicators, collectives or the environment: the
+// caller passes plain parameters (Params) and gets the links back (Result).
+package bootstrap
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/goccl/goccl/rendezvous"
+	"github.com/goccl/goccl/transport"
+	"github.com/goccl/goccl/transport/tcp"
+)
+
+// Params describes this rank and how it links to the others.
+type Params struct {
+	Rank, Size int
+	// LocalRank is the rank among the ranks on this host; -1: this rank's
+	// position among the ranks whose address cards name the same host.
+	LocalRank int
+
+	// Store is the store the ranks meet through; nil: Connect connects to
+	// the one Env names (rank 0 serves it) with Env.Rank, Env.WorldSize
+	// and Env.Token set from these Params, and closes it with Result.Release.
+	Store rendezvous.Store
+	Env   rendezvous.Env
+	// Token is the job's shared secret ("": none): the store and every TCP
+	// link prove it.
+	Token string
+	// JobID names the job's shared-memory files and TCP handshakes; rank 0
+	// makes a random one when it is empty, and every rank uses rank 0's.
+	JobID string
+
+	Iface      string // the network interface to use ("": tcp.SelectInterface's choice)
+	NSocks     int    // TCP sockets per peer and direction (>= 1)
+	ShmDir     string // directory of the shared-memory rings ("": /dev/shm)
+	ShmDisable bool   // TCP between every pair of ranks
+	Checksum   bool   // CRC32C on every TCP chunk
+
+	// TLS for the TCP links: TLSServer and TLSClient when set (both); else,
+	// with MakeTLS, configurations made from CertFile, KeyFile and CAFile
+	// (all three, or none: then from keys derived from Token).
+	TLSServer, TLSClient      *tls.Config
+	MakeTLS                   bool
+	CertFile, KeyFile, CAFile string
+
+	// Infof and Warnf log (nil: discard).
+	Infof, Warnf func(format string, args ...any)
+}
+
+// Result is what a communicator keeps from Connect.
+type Result struct {
+	Links     []transport.Link // by rank; nil at Rank
+	LocalRank int
+	JobID     string
+	// Store is the store the ranks met through (Params.Store or the one
+	// Connect made), for later exchanges (Split).
+	Store rendezvous.Store
+	// Release closes what Connect made besides the links: the TCP endpoint,
+	// then the store it connected to, if any. Call it once, after closing
+	// the links.
+	Release func()
+	// TLSServer and TLSClient are the TLS configurations of the TCP links
+	// (nil: plain TCP).
+	TLSServer, TLSClient *tls.Config
+	// StoreReady and CardsRead are when the store was reached and when every
+	// address card had been read (for the caller's timing log).
+	StoreReady, CardsRead time.Time
+}
+
+// Connect links this rank to every other rank of the job, or returns an
+// error: the ranks whose address cards never arrived before ctx ended, a
+// *transport.LostError for a rank the store saw die (or rank 0, when the
+// store it serves goes away), or the failure of a store call or a link.
+// On failure it closes everything it made.
+func Connect(ctx context.Context, p Params) (res *Result, err error) {
+	if p.Infof == nil {
+		p.Infof = func(string, ...any) {}
+	}
+	if p.Warnf == nil {
+		p.Warnf = func(string, ...any) {}
+	}
+	b := &boot{p: p, links: make([]transport.Link, p.Size)}
+	defer func() {
+		if err != nil {
+			err = b.fail(err)
+		}
+	}()
+	iface, err := tcp.SelectInterface(p.Iface)
+	if err != nil {
+		return nil, err
+	}
+
+	// The store.
+	store := p.Store
+	if store == nil {
+		env := p.Env
+		env.Rank, env.WorldSize, env.Token = p.Rank, p.Size, p.Token
+		if b.made, err = rendezvous.Connect(ctx, env, iface.IP.String(), rendezvous.WithLog(p.Warnf)); err != nil {
+			return nil, fmt.Errorf("connecting to the rendezvous store: %w", err)
+		}
+		store = b.made
+	}
+	res = &Result{Store: store, LocalRank: p.LocalRank, StoreReady: time.Now()}
+
+	// The address cards.
+	if res.JobID, err = b.jobID(ctx, store); err != nil {
+		return nil, err
+	}
+	epOpts, err := b.endpointOptions(res)
+	if err != nil {
+		return nil, err
+	}
+	if b.ep, err = tcp.Listen(p.Rank, iface.IP, res.JobID, epOpts...); err != nil {
+		return nil, err
+	}
+	me := card{Host: hostIdentity(), Addr: b.ep.Addr(), Pid: os.Getpid()}
+	if err := store.Set(ctx, cardKey(p.Rank), []byte(me.String())); err != nil {
+		return nil, err
+	}
+	cards := make([]card, p.Size)
+	for r := range cards {
+		v, err := store.Get(ctx, cardKey(r))
+		if err != nil {
+			return nil, b.missingRanks(ctx, store, err)
+		}
+		if cards[r], err = parseCard(string(v)); err != nil {
+			return nil, fmt.Errorf("rank %d published a bad address card: %w", r, err)
+		}
+	}
+	if res.LocalRank < 0 {
+		res.LocalRank = 0
+		for r := 0; r < p.Rank; r++ {
+			if cards[r].Host == me.Host {
+				res.LocalRank++
+			}
+		}
+	}
+	res.CardsRead = time.Now()
+
+	// The links.
+	useShm := make([]bool, p.Size)
+	for r := range cards {
+		useShm[r] = r != p.Rank && !p.ShmDisable && cards[r].Host == me.Host
+	}
+	if err := b.connectShm(ctx, store, res.JobID, useShm, cards); err != nil {
+		return nil, err
+	}
+	if err := b.connectTCP(ctx, cards, useShm); err != nil {
+		return nil, err
+	}
+	for r, l := range b.links {
+		if l != nil {
+			p.Infof("peer %d via %s", r, l.Name())
+		}
+	}
+	res.Links = b.links
+	ep, made := b.ep, b.made
+	res.Release = func() {
+		ep.Close()
+		if made != nil {
+			made.Close()
+		}
+	}
+	return res, nil
+}
+
+// boot is one Connect call's state.
+type boot struct {
+	p     Params
+	made  rendezvous.Store // the store Connect connected to, if any
+	ep    *tcp.Endpoint
+	links []transport.Link
+}
+
+// fail closes what Connect made and names a lost rank in err when it shows
+// one: a rank the store saw die, or rank 0 (which serves the store) gone
+// from under this rank.
+func (b *boot) fail(err error) error {
+	for _, l := range b.links {
+		if l != nil {
+			l.Close()
+		}
+	}
+	if b.ep != nil {
+		b.ep.Close()
+	}
+	if b.made != nil {
+		b.made.Close()
+	}
+	var rl *rendezvous.RankLostError
+	switch {
+	case errors.Is(err, transport.ErrPeerLost):
+	case errors.As(err, &rl):
+		err = &transport.LostError{Rank: rl.Rank, Via: -1, Cause: errors.New(rl.Reason)}
+	case b.p.Rank != 0 && b.p.Store == nil && storeServerGone(err):
+		err = &transport.LostError{Rank: 0, Via: -1, Cause: fmt.Errorf("the store it served is gone: %w", err)}
+	}
+	return err
+}
+
+// jobID is Params.JobID, or a random one, published by rank 0 and read by
+// the others.
+func (b *boot) jobID(ctx context.Context, store rendezvous.Store) (string, error) {
+	if b.p.Rank != 0 {
+		v, err := store.Get(ctx, "goccl/jobid")
+		if err != nil {
+			return "", b.missingRanks(ctx, store, err)
+		}
+		return string(v), nil
+	}
+	id := b.p.JobID
+	if id == "" {
+		var r [8]byte
+		rand.Read(r[:])
+		id = hex.EncodeToString(r[:])
+	}
+	return id, store.Set(ctx, "goccl/jobid", []byte(id))
+}
+
+// endpointOptions are the TCP endpoint's options: the job token, the log,
+// checksums and TLS. It records the TLS configurations in res.
+func (b *boot) endpointOptions(res *Result) ([]tcp.EndpointOption, error) {
+	p := &b.p
+	opts := []tcp.EndpointOption{tcp.WithToken([]byte(p.Token)), tcp.WithLog(p.Warnf)}
+	if p.Checksum {
+		opts = append(opts, tcp.WithChecksum())
+	}
+	server, client := p.TLSServer, p.TLSClient
+	if server == nil && client == nil && p.MakeTLS {
+		var err error
+		if p.CertFile != "" {
+			server, client, err = tcp.FileTLS(p.CertFile, p.KeyFile, p.CAFile)
+		} else {
+			server, client, err = tcp.JobTLS([]byte(p.Token))
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if server != nil {
+		opts = append(opts, tcp.WithTLS(server, client))
+	}
+	res.TLSServer, res.TLSClient = server, client
+	return opts, nil
+}
+
+// connectTCP dials, in parallel, every peer that has no shared-memory link.
+func (b *boot) connectTCP(ctx context.Context, cards []card, useShm []bool) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(cards))
+	for r := range cards {
+		if r == b.p.Rank || useShm[r] {
+			continue
+		}
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			b.links[r], errs[r] = b.ep.Connect(ctx, r, cards[r].Addr, b.p.NSocks)
+		}(r)
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// missingRanks turns a store timeout into an error that names the ranks whose
+// address card never arrived.
+func (b *boot) missingRanks(ctx context.Context, store rendezvous.Store, err error) error {
+	if ctx.Err() == nil {
+		return err
+	}
+	var missing []string
+	for r := 0; r < b.p.Size && len(missing) < 16; r++ {
+		qctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		if _, gerr := store.Get(qctx, cardKey(r)); gerr != nil {
+			missing = append(missing, strconv.Itoa(r))
+		}
+		cancel()
+	}
+	if len(missing) == 0 {
+		return err
+	}
+	return fmt.Errorf("world size %d not reached: no word from rank(s) %s: %w", b.p.Size, strings.Join(missing, ","), err)
+}
+
+// storeServerGone reports whether a store call failed because the
+// connection to rank 0's server broke or was refused after it had worked
+// (not because a deadline expired first).
+func storeServerGone(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE)
+}
+
+// cardKey is the store key of rank r's address card.
+func cardKey(r int) string { return "goccl/card/" + strconv.Itoa(r) }
+
+// card is what each rank publishes in the store.
+type card struct {
+	Host string // host identity: same value means shared memory works
+	Addr string // TCP endpoint
+	Pid  int
+}
+
+func (c card) String() string { return c.Host + "|" + c.Addr + "|" + strconv.Itoa(c.Pid) }
+
+// parseCard reads a card written by card.String.
+func parseCard(s string) (card, error) {
+	f := strings.Split(s, "|")
+	if len(f) != 3 {
+		return card{}, fmt.Errorf("%q has %d fields, want 3", s, len(f))
+	}
+	pid, err := strconv.Atoi(f[2])
+	if err != nil {
+		return card{}, fmt.Errorf("%q: bad pid", s)
+	}
+	if _, _, err := net.SplitHostPort(f[1]); err != nil {
+		return card{}, fmt.Errorf("%q: bad address: %v", s, err)
+	}
+	return card{Host: f[0], Addr: f[1], Pid: pid}, nil
+}
+
+// hostIdentity is equal for two processes exactly when they can share memory
+// through the same /dev/shm: the kernel boot id, the hostname, and the device
+// number of the /dev/shm mount (different containers on one host differ).
+func hostIdentity() string {
+	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	host, _ := os.Hostname()
+	var dev uint64
+	var st syscall.Stat_t
+	if syscall.Stat("/dev/shm", &st) == nil {
+		dev = uint64(st.Dev)
+	}
+	return strings.TrimSpace(string(boot)) + "/" + host + "/" + strconv.FormatUint(dev, 16)
+}

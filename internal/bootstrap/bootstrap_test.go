@@ -1,0 +1,124 @@
+package bootstrap
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goccl/goccl/rendezvous"
+	"github.com/goccl/goccl/transport"
+)
+
+// connectAll runs Connect for n goroutine ranks sharing one in-memory store.
+func connectAll(t *testing.T, n int, tweak func(p *Params)) ([]*Result, []error) {
+	t.Helper()
+	store := rendezvous.NewMemStore()
+	t.Cleanup(func() { store.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res := make([]*Result, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := 0; r < n; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			p := Params{Rank: r, Size: n, LocalRank: -1, Store: store, NSocks: 1, Warnf: t.Logf}
+			if tweak != nil {
+				tweak(&p)
+			}
+			res[r], errs[r] = Connect(ctx, p)
+		}(r)
+	}
+	wg.Wait()
+	return res, errs
+}
+
+func release(res []*Result) {
+	for _, r := range res {
+		if r == nil {
+			continue
+		}
+		for _, l := range r.Links {
+			if l != nil {
+				l.Close()
+			}
+		}
+		r.Release()
+	}
+}
+
+// TestConnect links 3 ranks over shared memory and over TCP: every pair can
+// exchange a message, the ranks agree on the job id, local ranks follow the
+// ranks on this host, and no ring file is left in the shared-memory
+// directory.
+func TestConnect(t *testing.T) {
+	for _, shmOff := range []bool{false, true} {
+		dir := t.TempDir()
+		res, errs := connectAll(t, 3, func(p *Params) { p.ShmDir, p.ShmDisable = dir, shmOff })
+		defer release(res)
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("shm disabled %v: rank %d: %v", shmOff, r, err)
+			}
+		}
+		for r, x := range res {
+			if x.JobID == "" || x.JobID != res[0].JobID {
+				t.Errorf("rank %d: job id %q, rank 0 has %q", r, x.JobID, res[0].JobID)
+			}
+			if x.LocalRank != r {
+				t.Errorf("rank %d: local rank %d", r, x.LocalRank)
+			}
+			for p, l := range x.Links {
+				switch {
+				case p == r && l != nil, p != r && l == nil:
+					t.Fatalf("rank %d: link to %d is %v", r, p, l)
+				case p != r && (l.Name() == "shm") == shmOff:
+					t.Errorf("shm disabled %v: rank %d reaches %d via %s", shmOff, r, p, l.Name())
+				}
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		var wg sync.WaitGroup
+		for a := range res {
+			for b := range res {
+				if a == b {
+					continue
+				}
+				wg.Add(1)
+				go func(a, b int) {
+					defer wg.Done()
+					h := transport.Header{Seq: 1, Root: -1, Count: 1, Bytes: 1}
+					if err := res[a].Links[b].Send(ctx, &h, []byte{byte(a)}); err != nil {
+						t.Errorf("send %d->%d: %v", a, b, err)
+					}
+					got := make([]byte, 1)
+					if err := res[b].Links[a].Recv(ctx, &h, got, nil); err != nil || got[0] != byte(a) {
+						t.Errorf("recv %d->%d: %v %v", a, b, got, err)
+					}
+				}(a, b)
+			}
+		}
+		wg.Wait()
+		cancel()
+		if left, _ := os.ReadDir(dir); len(left) > 0 {
+			t.Errorf("files left in the shared-memory directory: %v", left)
+		}
+	}
+}
+
+// TestConnectMissingRank: a rank that never comes is named once ctx ends.
+func TestConnectMissingRank(t *testing.T) {
+	store := rendezvous.NewMemStore()
+	defer store.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err := Connect(ctx, Params{Rank: 0, Size: 2, LocalRank: -1, Store: store, NSocks: 1})
+	if err == nil || !strings.Contains(err.Error(), "no word from rank(s) 1") || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v, want a deadline error naming rank 1", err)
+	}
+}

@@ -1,0 +1,157 @@
+package bootstrap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"syscall"
+
+	"github.com/goccl/goccl/internal/config"
+	"github.com/goccl/goccl/rendezvous"
+	"github.com/goccl/goccl/transport/shm"
+)
+
+// connectShm creates this rank's inbound rings from every same-host peer,
+// opens the peers' rings for its outbound traffic, links each such pair
+// (b.links), and unlinks the files once every rank has mapped them (so
+// nothing is left in /dev/shm after a crash). The ring that carries rank
+// src's messages to rank dst is the file goccl-<job id>-<src>-<dst> of the
+// shared-memory directory; dst creates it, src opens it.
+//
+// A ring that cannot be created (typically /dev/shm too small: Docker gives
+// containers 64 MiB) is not fatal: the rank logs what is missing and how to
+// fix it, and publishes which inbound rings it has; a pair of ranks uses
+// shared memory only if both rings between them exist, and TCP otherwise
+// (useShm is cleared for it), so both sides always agree.
+func (b *boot) connectShm(ctx context.Context, store rendezvous.Store, jobID string, useShm []bool, cards []card) error {
+	rank, size, links := b.p.Rank, b.p.Size, b.links
+	dir := b.p.ShmDir
+	if dir == "" {
+		dir = "/dev/shm"
+	}
+	cfg := shm.Config{Dir: dir}
+	path := func(src, dst int) string {
+		return filepath.Join(dir, fmt.Sprintf("goccl-%s-%d-%d", jobID, src, dst))
+	}
+	in := make([]*shm.Ring, size)
+	have := make([]byte, size) // have[p] == '1': the ring from p to this rank exists
+	var failed []int
+	var firstFail error
+	for p, ok := range useShm {
+		have[p] = '0'
+		if !ok {
+			continue
+		}
+		r, err := shm.CreateRing(path(p, rank), cfg)
+		if err != nil {
+			failed = append(failed, p)
+			if firstFail == nil {
+				firstFail = err
+			}
+			continue
+		}
+		in[p], have[p] = r, '1'
+	}
+	if len(failed) > 0 {
+		b.p.Warnf("%v; using TCP instead of shared memory with rank(s) %v", shmAdvice(dir, cfg, useShm, firstFail), failed)
+	}
+	if err := store.Set(ctx, fmt.Sprintf("goccl/shm/%d", rank), have); err != nil {
+		for _, r := range in {
+			if r != nil {
+				r.Unlink()
+				r.Close()
+			}
+		}
+		return err
+	}
+	var firstErr error
+	var peerFailed []int
+	for p, ok := range useShm {
+		if !ok {
+			continue
+		}
+		var peerHas bool
+		if firstErr == nil {
+			v, err := store.Get(ctx, fmt.Sprintf("goccl/shm/%d", p))
+			switch {
+			case err != nil:
+				firstErr = fmt.Errorf("waiting for rank %d's shared memory: %w", p, err)
+			case len(v) != size:
+				firstErr = fmt.Errorf("rank %d published a bad shared-memory record %q", p, v)
+			default:
+				peerHas = v[rank] == '1'
+			}
+		}
+		if in[p] == nil || !peerHas {
+			// One of the two rings is missing: TCP for this pair.
+			useShm[p] = false
+			if in[p] != nil {
+				in[p].Unlink()
+				in[p].Close()
+				in[p] = nil
+				peerFailed = append(peerFailed, p)
+			}
+			continue
+		}
+		var out *shm.Ring
+		if firstErr == nil {
+			var err error
+			if out, err = shm.OpenRing(path(rank, p)); err != nil {
+				firstErr = fmt.Errorf("shared memory with rank %d: %w", p, err)
+			}
+		}
+		if out != nil {
+			// Watching the peer's pid turns its death into an error
+			// naming it within one futex timeout (10 ms).
+			links[p] = shm.NewLink(rank, p, out, in[p], shm.WithPeerPID(cards[p].Pid))
+		}
+	}
+	if len(peerFailed) > 0 {
+		b.p.Warnf("rank(s) %v could not create their shared memory for this rank (see their warnings); using TCP with them", peerFailed)
+	}
+	// Every rank reaches this barrier, with or without shared-memory peers.
+	if err := rendezvous.Barrier(ctx, store, "goccl/shm-mapped", size); err != nil && firstErr == nil {
+		firstErr = err
+	}
+	for _, r := range in {
+		if r != nil {
+			r.Unlink()
+		}
+	}
+	return firstErr
+}
+
+// shmAdvice explains a failed ring creation: for a full file system, how
+// much shared memory the job needs on this host and how to get it.
+func shmAdvice(dir string, cfg shm.Config, useShm []bool, err error) error {
+	if !errors.Is(err, syscall.ENOSPC) {
+		return err
+	}
+	ring, rerr := cfg.RingBytes()
+	if rerr != nil {
+		return err
+	}
+	local := 1
+	for _, ok := range useShm {
+		if ok {
+			local++
+		}
+	}
+	need := int64(local*(local-1)) * ring
+	var st syscall.Statfs_t
+	size, free := "unknown", "unknown"
+	if syscall.Statfs(dir, &st) == nil {
+		size = mib(int64(st.Blocks) * st.Bsize)
+		free = mib(int64(st.Bavail) * st.Bsize)
+	}
+	// Room for the rings plus a quarter for whatever else lives there.
+	suggest := (need + need/4 + (1<<20 - 1)) >> 20
+	return fmt.Errorf("%s is too small: %s, %s free; %d ranks on this host need %s of shared memory (%d rings of %s): "+
+		"give the container more (docker run --shm-size=%dm, or a Kubernetes emptyDir with medium: Memory mounted at /dev/shm), "+
+		"or set %s=1 to use TCP (%w)",
+		dir, size, free, local, mib(need), local*(local-1), mib(ring), suggest, config.ShmDisable.Name, err)
+}
+
+// mib formats a byte count in MiB.
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }

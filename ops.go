@@ -1,0 +1,257 @@
+package goccl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/goccl/goccl/internal/reduce"
+	"github.com/goccl/goccl/transport"
+)
+
+// opKind is the collective carried in transport headers.
+type opKind uint8
+
+const (
+	opAllReduce opKind = iota + 1
+	opBroadcast
+	opReduce
+	opAllGather
+	opReduceScatter
+	opAllToAll
+	opSendRecv
+	opBarrier
+	opCheck // GOCCL_DEBUG_CHECK fingerprint exchange
+	numOpKinds
+)
+
+var opNames = [...]string{"", "AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllToAll", "SendRecv", "Barrier", "DebugCheck"}
+
+// String is the operation's name in errors and logs ("AllReduce").
+func (k opKind) String() string {
+	if k < numOpKinds {
+		return opNames[k]
+	}
+	return "op(" + strconv.Itoa(int(k)) + ")"
+}
+
+// begin locks the communicator and prepares c.op and c.octx for one operation.
+// It returns the context the links must use.
+func (c *Comm) begin(ctx context.Context, kind opKind, dt DataType, op RedOp, root, count int) (context.Context, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, c.errorf(kind, 0, "%w", ErrClosed)
+	}
+	if c.aborted.Load() {
+		c.mu.Unlock()
+		return nil, c.errorf(kind, 0, "%w", ErrAborted)
+	}
+	if c.poison != nil {
+		c.mu.Unlock()
+		return nil, c.errorf(kind, 0, "communicator unusable after an earlier error: %w", c.poison)
+	}
+	if kind != opSendRecv {
+		c.seq++
+	}
+	h := transport.Header{Seq: c.seq, Op: uint8(kind), DType: uint8(dt), RedOp: uint8(reduce.Op(op)), Root: int32(root), Count: uint64(count)}
+	c.op.Header = h
+	if kind != opSendRecv {
+		c.past[h.Seq%pastOps] = h
+	}
+	c.op.ElemSize = dt.Size()
+	c.op.Reduce, c.op.Reduce3 = nil, nil
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if _, ok := ctx.Deadline(); !ok && c.timeout > 0 {
+		c.octx.parent = ctx
+		c.octx.deadline = time.Now().Add(c.timeout)
+		ctx = &c.octx
+	}
+	if c.debugCheck && c.group != nil && kind != opSendRecv {
+		if err := c.checkFingerprints(ctx); err != nil {
+			return nil, c.end(kind, err)
+		}
+	}
+	return ctx, nil
+}
+
+// end finishes an operation: on failure it poisons the communicator and
+// closes its links so that peers waiting on this rank fail fast.
+func (c *Comm) end(kind opKind, err error) error {
+	if err != nil {
+		if c.aborted.Load() {
+			err = c.errorf(kind, c.op.Header.Seq, "%w", ErrAborted)
+		} else {
+			if c.group != nil && kind != opSendRecv && errors.Is(err, context.DeadlineExceeded) {
+				if nh := c.group.NotHeard(c.op.Header.Seq); len(nh) > 0 {
+					err = fmt.Errorf("%w; no message of this operation yet from rank(s) %s", err, joinInts(nh))
+				}
+			}
+			c.explainMismatch(err)
+			err = c.wrap(kind, c.op.Header.Seq, err)
+		}
+		c.poison = err
+		c.setAsyncErr(err)
+		if c.group != nil {
+			// Peers blocked on this rank fail now, told which rank was
+			// lost if that is the cause.
+			c.group.AbortLost(transport.LostRank(err))
+		}
+	}
+	c.octx.parent = nil
+	c.mu.Unlock()
+	return err
+}
+
+// opContext is a reusable context that adds the communicator's operation
+// timeout to a context without one, without allocating per operation. Links
+// observe it through Deadline and Err; its Done channel is the parent's.
+type opContext struct {
+	parent   context.Context
+	deadline time.Time
+}
+
+func (o *opContext) Deadline() (time.Time, bool) { return o.deadline, true }
+func (o *opContext) Done() <-chan struct{}       { return o.parent.Done() }
+func (o *opContext) Value(key any) any           { return o.parent.Value(key) }
+func (o *opContext) Err() error {
+	if err := o.parent.Err(); err != nil {
+		return err
+	}
+	if !time.Now().Before(o.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// rooted reports whether operations of kind k have a root.
+func (k opKind) rooted() bool { return k == opBroadcast || k == opReduce }
+
+// reducing reports whether operations of kind k reduce (and take a RedOp).
+func (k opKind) reducing() bool { return k == opAllReduce || k == opReduce || k == opReduceScatter }
+
+// call describes one collective call for start, which checks its arguments
+// and begins it: the kind, the element type, the reduction (reducing kinds
+// only), the root (rooted kinds only), the count, and the buffers with the
+// elements each must hold (unused: none, this rank does not touch it; on a
+// rank other than the root, Broadcast does not read send and Reduce does
+// not write recv). start cuts send and recv to those elements (nil when
+// unused).
+type call struct {
+	kind         opKind
+	dt           DataType
+	op           RedOp
+	root         int
+	count        int
+	send, recv   []byte
+	sendN, recvN int
+}
+
+// unused in call.sendN or call.recvN: this rank does not touch that buffer.
+const unused = -1
+
+// start checks a call's arguments, begins it and, for a reducing kind, sets
+// up its reduction. It returns the context the links must use, after which
+// the caller runs the call and finishes it with end (or finish); or a nil
+// context when the call is over: its arguments were wrong (the error says
+// how), or the communicator has a single rank and start has done the call
+// (each collective is then a copy of send into recv).
+func (c *Comm) start(ctx context.Context, a *call) (context.Context, error) {
+	k, dt, es := a.kind, a.dt, a.dt.Size()
+	var op RedOp
+	if k.reducing() {
+		op = a.op
+	}
+	root := -1
+	if k.rooted() {
+		root = a.root
+		if c.rank != root && k == opBroadcast {
+			a.sendN = unused
+		} else if c.rank != root {
+			a.recvN = unused
+		}
+	}
+	// One test on the way that succeeds; invalid finds what failed.
+	if !dt.Valid() || !op.Valid() || op == Avg && !dt.IsFloat() || k.rooted() && (root < 0 || root >= c.size) ||
+		a.count < 0 || len(a.send) < a.sendN*es || len(a.recv) < a.recvN*es {
+		return nil, c.invalid(a)
+	}
+	a.send, a.recv = cut(a.send, a.sendN*es), cut(a.recv, a.recvN*es)
+	ctx, err := c.begin(ctx, k, dt, op, root, a.count)
+	if err != nil {
+		return nil, err
+	}
+	if c.group == nil {
+		if a.sendN != unused && a.recvN != unused {
+			copyIfDifferent(a.recv, a.send)
+		}
+		return nil, c.end(k, nil)
+	}
+	if !k.reducing() {
+		return ctx, nil
+	}
+	f, err := reduce.Func(reduce.DType(dt), reduce.Op(op))
+	if err == nil {
+		c.op.Reduce3, err = reduce.Func3(reduce.DType(dt), reduce.Op(op))
+	}
+	if err != nil {
+		return nil, c.end(k, c.errorf(k, 0, "%w: %v", ErrInvalidArgument, err))
+	}
+	c.op.Reduce = f
+	return ctx, nil
+}
+
+// cut is b's first n bytes, or nil for n < 0 (an unused buffer).
+func cut(b []byte, n int) []byte {
+	if n < 0 {
+		return nil
+	}
+	return b[:n]
+}
+
+// invalid is the error of a call whose arguments start refused: the first
+// check that fails, in the order type, reduction, root, count, buffers.
+func (c *Comm) invalid(a *call) error {
+	k, dt := a.kind, a.dt
+	reducing := k.reducing()
+	switch {
+	case !dt.Valid():
+		return c.errorf(k, 0, "%w: unknown data type %d", ErrInvalidArgument, uint8(dt))
+	case reducing && !a.op.Valid():
+		return c.errorf(k, 0, "%w: unknown reduction op %d", ErrInvalidArgument, uint8(a.op))
+	case reducing && a.op == Avg && !dt.IsFloat():
+		return c.errorf(k, 0, "%w: avg is only defined for floating-point types, got %v", ErrInvalidArgument, dt)
+	case k.rooted() && (a.root < 0 || a.root >= c.size):
+		return c.errorf(k, 0, "%w: root %d is outside [0, %d)", ErrInvalidArgument, a.root, c.size)
+	case a.count < 0:
+		return c.errorf(k, 0, "%w: negative count %d", ErrInvalidArgument, a.count)
+	}
+	name, buf, elems := "sendbuf", a.send, a.sendN
+	if len(buf) >= elems*dt.Size() {
+		name, buf, elems = "recvbuf", a.recv, a.recvN
+	}
+	return c.errorf(k, 0, "%w: %s holds %d elements of %v, the operation needs %d", ErrInvalidArgument, name, len(buf)/dt.Size(), dt, elems)
+}
+
+// finish ends a call (end); for an Avg reduction that succeeded it first
+// divides the result (recv) by the world size.
+func (c *Comm) finish(a *call, err error) error {
+	if err == nil && a.op == Avg && a.kind.reducing() && a.recv != nil {
+		err = reduce.DivideBy(reduce.DType(a.dt), a.recv, c.size)
+	}
+	return c.end(a.kind, err)
+}
+
+// joinInts formats ranks for error messages: "1,3,4".
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
+}

@@ -1,0 +1,83 @@
+package goccl
+
+import (
+	"github.com/goccl/goccl/internal/algo"
+)
+
+// The tuner, measured with 2 and (oversubscribed) 4 ranks on a 2-core host
+// over shared memory (docs/benchmarks.md, "tuner"):
+//   - every collective but Reduce runs a direct (single-copy) schedule when
+//     the group allows it (Group.Direct) from directMinBytes*(P-1) bytes of
+//     the operation's largest buffer: with 2 ranks the direct schedules won
+//     from 16 KiB on (at 16 KiB 1.5-2.6 against 1.8-2.9 µs, at 256 KiB 8-22
+//     against 16-26 µs) and lost below; with 4 ranks they lost at 16 KiB
+//     (24-32 against 16-17 µs) and won from 128 KiB (AllReduce at 1 MiB 293
+//     against 533 µs). Their control rounds grow with P-1.
+//
+// The AllReduce algorithms below it:
+//   - 2 ranks: recursive doubling, one exchange of the whole vector, where
+//     ring and halving-doubling are two exchanges of halves: the same bytes
+//     moved and one synchronisation fewer (8-byte latency 0.59 µs median
+//     against 1.15 µs; equal or better bandwidth from 64 KiB to 64 MiB out
+//     of place). In place it folds into the buffer it sends, which is only
+//     free once the link has taken the whole message; above
+//     rdMaxBytesInPlace2 it then needs a scratch pass and the ring wins
+//     (3.4 against 5.5 GB/s at 4 MiB).
+//   - more ranks: recursive doubling up to rdMaxBytes (it moves log2 P whole
+//     vectors, so it loses once bandwidth dominates), halving-doubling
+//     (log2 P latency terms) up to rhdMaxBytes, the ring (P-1 latency terms,
+//     no rank sends more than 2n(P-1)/P) above.
+const (
+	directMinBytes     = 16 << 10
+	rdMaxBytes         = 32 << 10
+	rdMaxBytesInPlace2 = 2 << 20
+	rhdMaxBytes        = 256 << 10
+)
+
+// chooseAllReduce picks the AllReduce algorithm for an nbytes vector: the
+// one GOCCL_ALGO forces (if the group can run it), else the tuner's choice.
+func (c *Comm) chooseAllReduce(nbytes int, inPlace bool) algo.Algorithm {
+	a := c.algoForced
+	if a == algo.Direct && !c.group.Direct() {
+		a = algo.Auto
+	}
+	if a == algo.Auto {
+		switch {
+		case c.group.Direct() && nbytes >= c.directMin*(c.size-1):
+			a = algo.Direct
+		case c.size == 2 && (!inPlace || nbytes <= rdMaxBytesInPlace2), nbytes <= rdMaxBytes:
+			a = algo.RD
+		case nbytes <= rhdMaxBytes:
+			a = algo.RHD
+		default:
+			a = algo.Ring
+		}
+	}
+	return a
+}
+
+// useDirect reports whether an operation of kind whose largest buffer is
+// nbytes runs its direct (single-copy) schedule rather than the one named
+// other, and logs which (once; size is the bytes the log reports).
+func (c *Comm) useDirect(kind opKind, nbytes, size int, other string) bool {
+	var direct bool
+	switch c.algoForced {
+	case algo.Auto, algo.Direct:
+		direct = c.group.Direct() && (nbytes >= c.directMin*(c.size-1) || c.algoForced == algo.Direct)
+	}
+	if direct {
+		c.logAlgo(kind, algo.Direct, "direct", size)
+	} else {
+		c.logAlgo(kind, 0, other, size)
+	}
+	return direct
+}
+
+// logAlgo reports, once per operation kind and algorithm, which algorithm ran
+// (GOCCL_DEBUG=INFO).
+func (c *Comm) logAlgo(kind opKind, a algo.Algorithm, name string, nbytes int) {
+	if bit := uint8(1) << a; c.loggedOp[kind]&bit == 0 && c.log.info {
+		c.loggedOp[kind] |= bit
+		c.log.Infof("%v uses %s (first use: %d bytes, %d ranks)", kind, name, nbytes, c.size)
+	}
+}
