@@ -28,10 +28,8 @@ func (c *Comm) fromEnv(cfg *options, p *bootstrap.Params) (err error) {
 		return err
 	}
 	c.timeout = DefaultTimeout
-	if d, ok, err := config.Timeout.Duration(); err != nil {
+	if err := apply(&c.timeout, config.Timeout.Duration); err != nil {
 		return err
-	} else if ok {
-		c.timeout = d
 	}
 	if cfg.timeout > 0 {
 		c.timeout = cfg.timeout
@@ -40,10 +38,8 @@ func (c *Comm) fromEnv(cfg *options, p *bootstrap.Params) (err error) {
 		return err
 	}
 	c.directMin = directMinBytes
-	if n, ok, err := config.DirectMinBytes.Int(); err != nil {
+	if err := apply(&c.directMin, config.DirectMinBytes.Int); err != nil {
 		return err
-	} else if ok {
-		c.directMin = n
 	}
 	if c.debugCheck, err = config.DebugCheck.Bool(); err != nil {
 		return err
@@ -69,10 +65,8 @@ func (c *Comm) fromEnv(cfg *options, p *bootstrap.Params) (err error) {
 		return err
 	}
 	p.NSocks = defaultNSocks
-	if n, ok, err := config.NSocksPerPeer.Int(); err != nil {
+	if err := apply(&p.NSocks, config.NSocksPerPeer.Int); err != nil {
 		return err
-	} else if ok {
-		p.NSocks = n
 	}
 	env, err := config.Checksum.Bool()
 	if err != nil {
@@ -80,6 +74,15 @@ func (c *Comm) fromEnv(cfg *options, p *bootstrap.Params) (err error) {
 	}
 	p.Checksum = cfg.checksum || env
 	return tlsFromEnv(cfg, p)
+}
+
+// apply sets *dst to a variable's value (or its default) when it has one.
+func apply[T any](dst *T, get func() (T, bool, error)) error {
+	v, ok, err := get()
+	if ok {
+		*dst = v
+	}
+	return err
 }
 
 // tlsFromEnv settles the TCP links' TLS: WithTLS's configurations, else
