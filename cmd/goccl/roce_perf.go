@@ -64,7 +64,7 @@ func runRocePerf(name string, args []string, stdout, stderr io.Writer) int {
 	}
 	size := sizeValue{v: &p.size}
 	p.size = defSize
-	fs.Var(size, "s", "message size in bytes (K, M suffixes)")
+	fs.Var(size, "s", "message size in bytes (K, M, G or T suffix, 1024-based)")
 	fs.Var(size, "size", "message size")
 	fs.BoolVar(&p.all, "a", false, "all sizes from 2 bytes to 8 MiB, doubling")
 	fs.IntVar(&p.iters, "n", defIters, "iterations per size")
