@@ -53,9 +53,16 @@ func runRanks(t *testing.T, n int, fn func(ctx context.Context, c *goccl.Comm) e
 	}
 }
 
+// loadOnce decodes the embedded files once for all the tests.
+var loadOnce = sync.OnceValues(func() ([2]*Dataset, error) {
+	train, test, err := loadMNIST()
+	return [2]*Dataset{train, test}, err
+})
+
 func loadForTest(t *testing.T) (train, test *Dataset) {
 	t.Helper()
-	train, test, err := loadMNIST()
+	sets, err := loadOnce()
+	train, test = sets[0], sets[1]
 	if err != nil {
 		t.Fatal(err)
 	}

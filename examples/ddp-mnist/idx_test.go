@@ -13,10 +13,7 @@ import (
 // TestLoadMNIST checks the embedded files against MNIST's published facts:
 // the set sizes, the per-digit counts, and the first labels.
 func TestLoadMNIST(t *testing.T) {
-	train, test, err := loadMNIST()
-	if err != nil {
-		t.Fatal(err)
-	}
+	train, test := loadForTest(t)
 	for _, tc := range []struct {
 		name   string
 		d      *Dataset
@@ -58,7 +55,7 @@ func TestLoadMNIST(t *testing.T) {
 func gz(t *testing.T, b []byte) []byte {
 	t.Helper()
 	var buf bytes.Buffer
-	w := gzip.NewWriter(&buf)
+	w, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
 	w.Write(b)
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
