@@ -80,9 +80,10 @@ func (t *Trainer) Step(ctx context.Context, d *Dataset, idx []int) (lossSum floa
 	}
 	lossSum, _ = t.model.lossGrad(x, y, t.grad)
 	if t.comm != nil {
-		w := float32(t.size*n) / float32(len(idx))
-		for i := range t.grad {
-			t.grad[i] *= w
+		if w := float32(t.size*n) / float32(len(idx)); w != 1 {
+			for i := range t.grad {
+				t.grad[i] *= w
+			}
 		}
 		start := time.Now()
 		err := goccl.AllReduce(ctx, t.comm, t.grad, t.grad, len(t.grad), goccl.Avg)

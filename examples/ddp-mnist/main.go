@@ -103,7 +103,7 @@ func train(ctx context.Context, c *goccl.Comm, cfg config, trainSet, testSet *Da
 		perm := rand.New(rand.NewPCG(cfg.seed, uint64(epoch))).Perm(n)
 		loss := []float64{0, 0} // summed loss, samples
 		t.commTime = 0
-		start, steps := time.Now(), 0
+		start := time.Now()
 		for s := 0; s < n; s += cfg.batch {
 			// Cosine decay of the learning rate from lr towards 0.
 			t.opt.lr = cfg.lr * 0.5 * (1 + math.Cos(math.Pi*float64(step)/float64(totalSteps)))
@@ -114,7 +114,6 @@ func train(ctx context.Context, c *goccl.Comm, cfg config, trainSet, testSet *Da
 			}
 			loss[0] += l
 			loss[1] += float64(k)
-			steps++
 		}
 		elapsed := time.Since(start)
 		if err := t.sumAll(ctx, loss); err != nil {
@@ -126,7 +125,7 @@ func train(ctx context.Context, c *goccl.Comm, cfg config, trainSet, testSet *Da
 		}
 		res.lastLoss, res.testAccuracy = loss[0]/loss[1], acc
 		fmt.Fprintf(out, "epoch %d loss %.4f test-accuracy %.4f step %.1f ms allreduce %.1f%%\n", epoch, res.lastLoss, acc,
-			float64(elapsed.Microseconds())/1e3/float64(steps), 100*t.commTime.Seconds()/elapsed.Seconds())
+			float64(elapsed.Microseconds())/1e3/float64(stepsPerEpoch), 100*t.commTime.Seconds()/elapsed.Seconds())
 	}
 	if res.identical, err = t.ParamsIdentical(ctx); err != nil {
 		return res, err
