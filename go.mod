@@ -10,3 +10,5 @@ require (
 	github.com/google/gopacket v1.1.19
 	golang.org/x/net v0.50.0
 )
+
+require gonum.org/v1/gonum v0.17.0

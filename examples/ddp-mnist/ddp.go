@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/goccl/goccl"
+)
+
+// shardRange returns the half-open range of a global batch of n samples that
+// rank takes out of size ranks: contiguous blocks, the first n%size ranks one
+// sample longer. A rank's block may be empty when n < size.
+func shardRange(n, size, rank int) (lo, hi int) {
+	q, r := n/size, n%size
+	lo = rank*q + min(rank, r)
+	hi = lo + q
+	if rank < r {
+		hi++
+	}
+	return lo, hi
+}
+
+// Trainer is one rank's replica of the data-parallel job.
+type Trainer struct {
+	comm  *goccl.Comm // nil: a single process, no collectives
+	rank  int
+	size  int
+	model *MLP
+	opt   *adam
+	// grad is the flat gradient, Params' layout; gradViews are its per-layer
+	// views. It is the one buffer the AllReduce sees, so that a bucketed,
+	// overlapping reducer can later take over the per-layer pieces.
+	grad      []float32
+	gradViews []layer
+	x         []float32 // this rank's shard of the batch, as model input
+
+	commTime time.Duration // time spent in the gradient AllReduce
+}
+
+// newTrainer builds the model from seed on every rank and then broadcasts
+// rank 0's parameters so all replicas start bit-identical.
+func newTrainer(ctx context.Context, c *goccl.Comm, sizes []int, seed uint64, lr float64) (*Trainer, error) {
+	m := newMLP(sizes, seed)
+	p := len(m.Params)
+	t := &Trainer{comm: c, size: 1, model: m, opt: newAdam(p, lr), grad: make([]float32, p)}
+	t.gradViews = views(sizes, t.grad)
+	if c != nil {
+		t.rank, t.size = c.Rank(), c.Size()
+		if err := goccl.Broadcast(ctx, c, m.Params, m.Params, p, 0); err != nil {
+			return nil, fmt.Errorf("broadcast of initial parameters: %w", err)
+		}
+	}
+	return t, nil
+}
+
+// Step does one synchronous data-parallel Adam step on the global batch idx
+// of d (every rank passes the same indices and uses only its shard). Each
+// rank computes the gradient g_r of the mean loss over its n_r samples and
+// scales it by size*n_r/B; ONE AllReduce(Avg) then gives every rank
+// sum_r n_r*g_r / B, the gradient of the mean loss over the whole batch of
+// B samples, however unevenly B splits. Every rank applies the same update
+// to the same reduced values. Step returns this rank's summed loss and its
+// sample count.
+func (t *Trainer) Step(ctx context.Context, d *Dataset, idx []int) (lossSum float64, n int, err error) {
+	if len(idx) == 0 {
+		return 0, 0, fmt.Errorf("step: empty batch")
+	}
+	lo, hi := shardRange(len(idx), t.size, t.rank)
+	n = hi - lo
+	if cap(t.x) < n*numFeatures {
+		t.x = make([]float32, n*numFeatures)
+	}
+	x := t.x[:n*numFeatures]
+	toInput(d, idx[lo:hi], x)
+	y := make([]uint8, n)
+	for k, i := range idx[lo:hi] {
+		y[k] = d.Labels[i]
+	}
+	lossSum, _ = t.model.lossGrad(x, y, t.grad)
+	if t.comm != nil {
+		if w := float32(t.size*n) / float32(len(idx)); w != 1 {
+			for i := range t.grad {
+				t.grad[i] *= w
+			}
+		}
+		start := time.Now()
+		err := goccl.AllReduce(ctx, t.comm, t.grad, t.grad, len(t.grad), goccl.Avg)
+		t.commTime += time.Since(start)
+		if err != nil {
+			return 0, 0, fmt.Errorf("gradient allreduce: %w", err)
+		}
+	}
+	t.opt.step(t.model.Params, t.grad)
+	return lossSum, n, nil
+}
+
+// sumAll adds v over the ranks (in place) with one AllReduce(Sum).
+func (t *Trainer) sumAll(ctx context.Context, v []float64) error {
+	if t.comm == nil {
+		return nil
+	}
+	return goccl.AllReduce(ctx, t.comm, v, v, len(v), goccl.Sum)
+}
+
+// Evaluate returns the accuracy of the model on d, each rank scoring its
+// shard in chunks and one AllReduce(Sum) adding up the counts.
+func (t *Trainer) Evaluate(ctx context.Context, d *Dataset) (float64, error) {
+	const chunk = 500
+	lo, hi := shardRange(d.Len(), t.size, t.rank)
+	x := make([]float32, chunk*numFeatures)
+	idx := make([]int, 0, chunk)
+	correct := 0
+	for s := lo; s < hi; s += chunk {
+		idx = idx[:0]
+		for i := s; i < min(s+chunk, hi); i++ {
+			idx = append(idx, i)
+		}
+		toInput(d, idx, x)
+		_, c := t.model.lossGrad(x[:len(idx)*numFeatures], d.Labels[s:s+len(idx)], nil)
+		correct += c
+	}
+	counts := []float64{float64(correct), float64(hi - lo)}
+	if err := t.sumAll(ctx, counts); err != nil {
+		return 0, fmt.Errorf("evaluation allreduce: %w", err)
+	}
+	if counts[1] != float64(d.Len()) {
+		return 0, fmt.Errorf("evaluation allreduce: ranks scored %v samples, want %d", counts[1], d.Len())
+	}
+	return counts[0] / counts[1], nil
+}
+
+// ParamsIdentical decides through collectives, not by assumption, whether
+// every rank holds bit-identical parameters: it reduces the parameters' bit
+// patterns with Max and with Min; they are identical everywhere exactly when
+// the two results agree in every element. All ranks get the same answer.
+func (t *Trainer) ParamsIdentical(ctx context.Context) (bool, error) {
+	if t.comm == nil {
+		return true, nil
+	}
+	p := len(t.model.Params)
+	hi := make([]uint32, p)
+	for i, v := range t.model.Params {
+		hi[i] = math.Float32bits(v)
+	}
+	lo := append([]uint32(nil), hi...)
+	if err := goccl.AllReduce(ctx, t.comm, hi, hi, p, goccl.Max); err != nil {
+		return false, fmt.Errorf("parameter check allreduce(max): %w", err)
+	}
+	if err := goccl.AllReduce(ctx, t.comm, lo, lo, p, goccl.Min); err != nil {
+		return false, fmt.Errorf("parameter check allreduce(min): %w", err)
+	}
+	for i := range hi {
+		if hi[i] != lo[i] {
+			return false, nil
+		}
+	}
+	return true, nil
+}

@@ -1,0 +1,243 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goccl/goccl"
+	"github.com/goccl/goccl/rendezvous"
+)
+
+// runRanks runs fn on n goroutine ranks that form one communicator through a
+// shared in-memory store, and fails the test with every rank's error.
+func runRanks(t *testing.T, n int, fn func(ctx context.Context, c *goccl.Comm) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	store := rendezvous.NewMemStore()
+	defer store.Close()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Go(func() {
+			c, err := goccl.Init(ctx, goccl.WithRank(r), goccl.WithWorldSize(n), goccl.WithStore(store))
+			if err != nil {
+				errs[r] = fmt.Errorf("rank %d: goccl.Init: %w", r, err)
+				cancel() // release the ranks waiting for this one
+				return
+			}
+			defer c.Close()
+			if err := fn(ctx, c); err != nil {
+				errs[r] = fmt.Errorf("rank %d: %w", r, err)
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+}
+
+// loadOnce decodes the embedded files once for all the tests.
+var loadOnce = sync.OnceValues(func() ([2]*Dataset, error) {
+	train, test, err := loadMNIST()
+	return [2]*Dataset{train, test}, err
+})
+
+func loadForTest(t *testing.T) (train, test *Dataset) {
+	t.Helper()
+	sets, err := loadOnce()
+	train, test = sets[0], sets[1]
+	if err != nil {
+		t.Fatal(err)
+	}
+	return train, test
+}
+
+// relDiff is ||a-b|| / ||b||.
+func relDiff(a, b []float32) float64 {
+	var num, den float64
+	for i := range a {
+		d := float64(a[i]) - float64(b[i])
+		num += d * d
+		den += float64(b[i]) * float64(b[i])
+	}
+	return math.Sqrt(num / den)
+}
+
+// stepResult is a replica's state after some steps on the same batch.
+type stepResult struct {
+	init, params []float32
+	grads        [][]float32 // the reduced gradient of each step
+}
+
+func doSteps(ctx context.Context, c *goccl.Comm, seed uint64, d *Dataset, idx []int, steps int) (stepResult, error) {
+	tr, err := newTrainer(ctx, c, []int{numFeatures, 64, 32, numClasses}, seed, 1e-3)
+	if err != nil {
+		return stepResult{}, err
+	}
+	res := stepResult{init: slices.Clone(tr.model.Params)}
+	for range steps {
+		if _, _, err := tr.Step(ctx, d, idx); err != nil {
+			return res, err
+		}
+		res.grads = append(res.grads, slices.Clone(tr.grad))
+	}
+	res.params = slices.Clone(tr.model.Params)
+	return res, nil
+}
+
+// TestDDPStepMatchesSingleRank: steps of 2 goroutine ranks, each on its half
+// of a batch, give every rank the reduced gradient and the parameters that one
+// rank gets on the whole batch (to float32 rounding), for an even split and an
+// odd one. Rank 1 starts from other random parameters, so this also checks
+// that rank 0's initialisation is broadcast. Adam's first step hardly depends
+// on the gradient's size, so the gradients are compared directly.
+func TestDDPStepMatchesSingleRank(t *testing.T) {
+	train, _ := loadForTest(t)
+	for _, tc := range []struct{ batch, steps int }{{2 * 32, 3}, {37, 2}} {
+		t.Run(fmt.Sprintf("batch%d", tc.batch), func(t *testing.T) {
+			idx := make([]int, tc.batch)
+			for i := range idx {
+				idx[i] = 7 * i
+			}
+			ref, err := doSteps(context.Background(), nil, 11, train, idx, tc.steps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make([]stepResult, 2)
+			runRanks(t, 2, func(ctx context.Context, c *goccl.Comm) (err error) {
+				got[c.Rank()], err = doSteps(ctx, c, 11+uint64(100*c.Rank()), train, idx, tc.steps)
+				return err
+			})
+			for r, g := range got {
+				if !slices.Equal(g.init, ref.init) {
+					t.Errorf("rank %d: initial parameters differ from rank 0's after the broadcast", r)
+				}
+				for s := range g.grads {
+					if d := relDiff(g.grads[s], ref.grads[s]); d > 1e-5 {
+						t.Errorf("rank %d step %d: reduced gradient differs from the 1-rank gradient by %.3g (relative)", r, s, d)
+					}
+				}
+				if d := relDiff(g.params, ref.params); d > 1e-5 {
+					t.Errorf("rank %d: parameters differ from the 1-rank steps by %.3g (relative)", r, d)
+				}
+				if !slices.Equal(g.params, got[0].params) {
+					t.Errorf("rank %d: parameters not bit-identical to rank 0's", r)
+				}
+			}
+			t.Logf("gradient rel diff %.3g, params rel diff %.3g",
+				relDiff(got[0].grads[0], ref.grads[0]), relDiff(got[0].params, ref.params))
+		})
+	}
+}
+
+// TestParamsIdentical: the collective check says yes for identical replicas
+// and no, on every rank, when one rank differs in one bit.
+func TestParamsIdentical(t *testing.T) {
+	const world = 3
+	for _, perturb := range []bool{false, true} {
+		answers := make([]bool, world)
+		runRanks(t, world, func(ctx context.Context, c *goccl.Comm) error {
+			tr, err := newTrainer(ctx, c, []int{numFeatures, 16, numClasses}, 5, 1e-3)
+			if err != nil {
+				return err
+			}
+			if perturb && c.Rank() == 2 {
+				p := tr.model.Params
+				p[len(p)/2] = math.Float32frombits(math.Float32bits(p[len(p)/2]) ^ 1)
+			}
+			answers[c.Rank()], err = tr.ParamsIdentical(ctx)
+			return err
+		})
+		for r, a := range answers {
+			if a == perturb {
+				t.Errorf("perturbed=%v: rank %d says identical=%v", perturb, r, a)
+			}
+		}
+	}
+}
+
+// checkOutput checks the lines rank 0 prints.
+func checkOutput(t *testing.T, out string, epochs, world int) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != epochs+3 {
+		t.Fatalf("%d lines, want %d:\n%s", len(lines), epochs+3, out)
+	}
+	for e := 1; e <= epochs; e++ {
+		if l := lines[e]; !strings.HasPrefix(l, fmt.Sprintf("epoch %d loss ", e)) || !strings.Contains(l, " ms allreduce ") {
+			t.Errorf("line %q", l)
+		}
+	}
+	if !strings.HasPrefix(lines[epochs+1], "final test accuracy: ") {
+		t.Errorf("line %q", lines[epochs+1])
+	}
+	if want := fmt.Sprintf("parameters identical on all %d ranks: yes", world); lines[epochs+2] != want {
+		t.Errorf("last line %q, want %q", lines[epochs+2], want)
+	}
+}
+
+// TestTrainTwoRanks trains a small model for two epochs on 20,000 training
+// images with 2 goroutine ranks; it must reach 93% on the 10,000 test images.
+func TestTrainTwoRanks(t *testing.T) {
+	const world = 2
+	train0, test0 := loadForTest(t)
+	train0 = train0.Subset(20000)
+	cfg := config{epochs: 2, batch: 64, hidden: []int{128}, lr: 2e-3, seed: 1}
+	var out bytes.Buffer
+	results := make([]result, world)
+	runRanks(t, world, func(ctx context.Context, c *goccl.Comm) (err error) {
+		w := io.Discard
+		if c.Rank() == 0 {
+			w = &out
+		}
+		results[c.Rank()], err = train(ctx, c, cfg, train0, test0, w)
+		return err
+	})
+	t.Logf("\n%s", out.String())
+	checkOutput(t, out.String(), cfg.epochs, world)
+	if results[1] != results[0] {
+		t.Errorf("rank 1 ended with %+v, rank 0 with %+v", results[1], results[0])
+	}
+	if acc := results[0].testAccuracy; acc < 0.93 {
+		t.Errorf("test accuracy %.4f, want >= 0.93", acc)
+	}
+}
+
+// TestRunWorldSizeOne runs the command's entry point as `go run` would with no
+// launcher environment: goccl.Init makes a world of size 1.
+func TestRunWorldSizeOne(t *testing.T) {
+	for _, k := range os.Environ() {
+		if name, _, _ := strings.Cut(k, "="); strings.HasPrefix(name, "GOCCL_") {
+			t.Setenv(name, "")
+			os.Unsetenv(name)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	rank, err := run(ctx, []string{"-epochs", "1", "-hidden", "16", "-batch", "256"}, &out)
+	if err != nil {
+		t.Fatalf("rank %d: %v", rank, err)
+	}
+	checkOutput(t, out.String(), 1, 1)
+	if _, err := parseFlags([]string{"-hidden", "64,x"}); err == nil {
+		t.Error("-hidden 64,x accepted")
+	}
+}

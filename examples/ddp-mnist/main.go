@@ -1,0 +1,187 @@
+// Command ddp-mnist trains a multi-layer perceptron (about a million
+// parameters) on MNIST with synchronous data-parallel Adam over goccl: every
+// rank holds a replica of the model, takes its shard of each global batch,
+// and one AllReduce(Avg) per step averages the flat float32 gradient. The
+// matrix products go through gonum's float32 BLAS.
+//
+//	go run ./cmd/goccl run -np 4 ./examples/ddp-mnist
+//	go run ./examples/ddp-mnist          # world size 1
+//
+// Rank 0 prints one line per epoch, the final test accuracy, and whether the
+// parameters ended up bit-identical on all ranks (checked with collectives).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/goccl/goccl"
+)
+
+// config holds the command-line settings.
+type config struct {
+	epochs int
+	batch  int   // global batch size, split over the ranks
+	hidden []int // hidden layer widths
+	lr     float64
+	seed   uint64
+}
+
+func (c config) sizes() []int {
+	return append(append([]int{numFeatures}, c.hidden...), numClasses)
+}
+
+func parseFlags(args []string) (config, error) {
+	var cfg config
+	var hidden string
+	fs := flag.NewFlagSet("ddp-mnist", flag.ContinueOnError)
+	fs.IntVar(&cfg.epochs, "epochs", 5, "training epochs")
+	fs.IntVar(&cfg.batch, "batch", 128, "global batch size (split over the ranks; need not divide evenly)")
+	fs.StringVar(&hidden, "hidden", "1024,256", "comma-separated hidden layer widths")
+	fs.Float64Var(&cfg.lr, "lr", 1e-3, "Adam learning rate at the start (cosine decay towards 0 over the run)")
+	fs.Uint64Var(&cfg.seed, "seed", 1, "seed of the initialisation and the shuffling")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	for _, f := range strings.Split(hidden, ",") {
+		w, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || w < 1 {
+			return cfg, fmt.Errorf("-hidden: %q is not a positive width", f)
+		}
+		cfg.hidden = append(cfg.hidden, w)
+	}
+	switch {
+	case cfg.epochs < 1:
+		return cfg, fmt.Errorf("-epochs must be >= 1")
+	case cfg.batch < 1:
+		return cfg, fmt.Errorf("-batch must be >= 1")
+	case !(cfg.lr > 0):
+		return cfg, fmt.Errorf("-lr must be > 0")
+	}
+	return cfg, nil
+}
+
+// result is what a training run ends with (the same on every rank).
+type result struct {
+	lastLoss     float64
+	testAccuracy float64
+	identical    bool
+	worldSize    int
+	numParams    int
+}
+
+// train runs the whole job on one rank (c == nil: a single process without
+// collectives). Only the writer out sees output; pass io.Discard on ranks
+// other than 0.
+func train(ctx context.Context, c *goccl.Comm, cfg config, trainSet, testSet *Dataset, out io.Writer) (result, error) {
+	t, err := newTrainer(ctx, c, cfg.sizes(), cfg.seed, cfg.lr)
+	if err != nil {
+		return result{}, err
+	}
+	n := trainSet.Len()
+	stepsPerEpoch := (n + cfg.batch - 1) / cfg.batch
+	totalSteps, step := cfg.epochs*stepsPerEpoch, 0
+	res := result{worldSize: t.size, numParams: len(t.model.Params)}
+	fmt.Fprintf(out, "MLP %v: %d parameters; %d ranks, global batch %d, %d train / %d test images\n",
+		cfg.sizes(), res.numParams, t.size, cfg.batch, n, testSet.Len())
+	for epoch := 1; epoch <= cfg.epochs; epoch++ {
+		// Every rank draws the same permutation: same seed, same epoch.
+		perm := rand.New(rand.NewPCG(cfg.seed, uint64(epoch))).Perm(n)
+		loss := []float64{0, 0} // summed loss, samples
+		t.commTime = 0
+		start := time.Now()
+		for s := 0; s < n; s += cfg.batch {
+			// Cosine decay of the learning rate from lr towards 0.
+			t.opt.lr = cfg.lr * 0.5 * (1 + math.Cos(math.Pi*float64(step)/float64(totalSteps)))
+			step++
+			l, k, err := t.Step(ctx, trainSet, perm[s:min(s+cfg.batch, n)])
+			if err != nil {
+				return res, fmt.Errorf("epoch %d: %w", epoch, err)
+			}
+			loss[0] += l
+			loss[1] += float64(k)
+		}
+		elapsed := time.Since(start)
+		if err := t.sumAll(ctx, loss); err != nil {
+			return res, fmt.Errorf("epoch %d: loss allreduce: %w", epoch, err)
+		}
+		acc, err := t.Evaluate(ctx, testSet)
+		if err != nil {
+			return res, fmt.Errorf("epoch %d: %w", epoch, err)
+		}
+		res.lastLoss, res.testAccuracy = loss[0]/loss[1], acc
+		fmt.Fprintf(out, "epoch %d loss %.4f test-accuracy %.4f step %.1f ms allreduce %.1f%%\n", epoch, res.lastLoss, acc,
+			float64(elapsed.Microseconds())/1e3/float64(stepsPerEpoch), 100*t.commTime.Seconds()/elapsed.Seconds())
+	}
+	if res.identical, err = t.ParamsIdentical(ctx); err != nil {
+		return res, err
+	}
+	yesNo := map[bool]string{true: "yes", false: "no"}
+	fmt.Fprintf(out, "final test accuracy: %.4f\n", res.testAccuracy)
+	fmt.Fprintf(out, "parameters identical on all %d ranks: %s\n", t.size, yesNo[res.identical])
+	return res, nil
+}
+
+func run(ctx context.Context, args []string, stdout io.Writer) (rank int, err error) {
+	rank = -1 // not known before Init
+	cfg, err := parseFlags(args)
+	if err != nil {
+		return rank, err
+	}
+	trainSet, testSet, err := loadMNIST()
+	if err != nil {
+		return rank, err
+	}
+	c, err := goccl.Init(ctx)
+	if err != nil {
+		return rank, fmt.Errorf("goccl.Init: %w", err)
+	}
+	defer func() {
+		if cerr := c.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("closing the communicator: %w", cerr)
+		}
+	}()
+	out := io.Discard
+	if c.Rank() == 0 {
+		out = stdout
+	}
+	res, err := train(ctx, c, cfg, trainSet, testSet, out)
+	if err != nil {
+		return c.Rank(), err
+	}
+	if !res.identical {
+		return c.Rank(), errors.New("the ranks' parameters diverged")
+	}
+	return c.Rank(), nil
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	rank, err := run(ctx, os.Args[1:], os.Stdout)
+	stop()
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(2)
+	}
+	if err != nil {
+		if rank >= 0 {
+			fmt.Fprintf(os.Stderr, "ddp-mnist: rank %d: %v\n", rank, err)
+		} else {
+			fmt.Fprintf(os.Stderr, "ddp-mnist: %v\n", err)
+		}
+		os.Exit(1)
+	}
+}

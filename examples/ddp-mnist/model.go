@@ -1,0 +1,194 @@
+package main
+
+import (
+	"math"
+	"math/rand/v2"
+
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas32"
+)
+
+// layer is a view of one dense layer's weights W (Out x In, row-major) and
+// biases b inside a flat vector.
+type layer struct {
+	In, Out int
+	W       blas32.General
+	B       []float32
+}
+
+// MLP is a multi-layer perceptron: dense layers with ReLU between them and a
+// softmax cross-entropy loss on the last one. All parameters live in one flat
+// slice, Params, laid out layer after layer as W [Out][In] | b [Out], so that
+// a gradient with the same layout (see views) is reduced with one collective.
+type MLP struct {
+	Sizes  []int // input, hidden..., classes
+	Params []float32
+	layers []layer
+}
+
+// numParams is the length of the flat parameter vector for the layer sizes.
+func numParams(sizes []int) int {
+	n := 0
+	for l := 1; l < len(sizes); l++ {
+		n += sizes[l]*sizes[l-1] + sizes[l]
+	}
+	return n
+}
+
+// views cuts a flat vector with the parameter layout into per-layer views.
+func views(sizes []int, p []float32) []layer {
+	ls := make([]layer, len(sizes)-1)
+	o := 0
+	for l := range ls {
+		in, out := sizes[l], sizes[l+1]
+		w := p[o : o+out*in : o+out*in]
+		o += out * in
+		ls[l] = layer{In: in, Out: out, W: blas32.General{Rows: out, Cols: in, Stride: in, Data: w}, B: p[o : o+out : o+out]}
+		o += out
+	}
+	return ls
+}
+
+// newMLP returns a model with He-normal weights in front of each ReLU,
+// Glorot-normal weights in the last layer and zero biases, drawn from a PCG
+// generator seeded by seed: the same seed gives the same parameters anywhere.
+func newMLP(sizes []int, seed uint64) *MLP {
+	m := &MLP{Sizes: sizes, Params: make([]float32, numParams(sizes))}
+	m.layers = views(sizes, m.Params)
+	rng := rand.New(rand.NewPCG(seed, 0x3157))
+	for l, ly := range m.layers {
+		sd := math.Sqrt(2 / float64(ly.In))
+		if l == len(m.layers)-1 {
+			sd = math.Sqrt(2 / float64(ly.In+ly.Out))
+		}
+		for i := range ly.W.Data {
+			ly.W.Data[i] = float32(rng.NormFloat64() * sd)
+		}
+	}
+	return m
+}
+
+// toInput scales the pixels of samples idx of d into x (len(idx) x numFeatures).
+func toInput(d *Dataset, idx []int, x []float32) {
+	for k, i := range idx {
+		row := x[k*numFeatures : (k+1)*numFeatures]
+		for j, p := range d.Image(i) {
+			row[j] = float32(p) * (1.0 / 255)
+		}
+	}
+}
+
+// forward runs the n x In batch x through the model and returns the
+// activations of every layer (acts[0] is x, the last is the logits).
+func (m *MLP) forward(x []float32, n int) []blas32.General {
+	acts := []blas32.General{{Rows: n, Cols: m.Sizes[0], Stride: m.Sizes[0], Data: x}}
+	for l, ly := range m.layers {
+		z := blas32.General{Rows: n, Cols: ly.Out, Stride: ly.Out, Data: make([]float32, n*ly.Out)}
+		for r := range n {
+			copy(z.Data[r*ly.Out:(r+1)*ly.Out], ly.B)
+		}
+		// Z = A W^T + b.
+		blas32.Gemm(blas.NoTrans, blas.Trans, 1, acts[l], ly.W, 1, z)
+		if l < len(m.layers)-1 {
+			for i, v := range z.Data {
+				z.Data[i] = max(v, 0)
+			}
+		}
+		acts = append(acts, z)
+	}
+	return acts
+}
+
+// lossGrad runs the n samples x (row-major, n x Sizes[0]) with labels y through
+// the model and returns the summed cross-entropy loss and the number of
+// samples classified correctly. If grad is not nil (Params' layout), it is
+// overwritten with the gradient of the mean loss over the n samples.
+func (m *MLP) lossGrad(x []float32, y []uint8, grad []float32) (lossSum float64, correct int) {
+	n := len(y)
+	if n == 0 {
+		clear(grad)
+		return 0, 0
+	}
+	acts := m.forward(x, n)
+	// Softmax cross-entropy, computed stably in float64; the logits become
+	// dLoss/dlogits = (softmax - onehot) / n.
+	z := acts[len(acts)-1]
+	for r, label := range y {
+		row := z.Data[r*z.Stride : r*z.Stride+z.Cols]
+		best := 0
+		for c, v := range row {
+			if v > row[best] {
+				best = c
+			}
+		}
+		if best == int(label) {
+			correct++
+		}
+		zmax, sum := float64(row[best]), 0.0
+		for _, v := range row {
+			sum += math.Exp(float64(v) - zmax)
+		}
+		lse := zmax + math.Log(sum)
+		lossSum += lse - float64(row[label])
+		for c, v := range row {
+			row[c] = float32(math.Exp(float64(v)-lse) / float64(n))
+		}
+		row[label] -= 1 / float32(n)
+	}
+	if grad == nil {
+		return lossSum, correct
+	}
+	gl := views(m.Sizes, grad)
+	delta := z // dLoss/dZ of layer l
+	for l := len(m.layers) - 1; l >= 0; l-- {
+		// dW = delta^T A, db = column sums of delta.
+		blas32.Gemm(blas.Trans, blas.NoTrans, 1, delta, acts[l], 0, gl[l].W)
+		db := gl[l].B
+		clear(db)
+		for r := range n {
+			for j, v := range delta.Data[r*delta.Stride : r*delta.Stride+delta.Cols] {
+				db[j] += v
+			}
+		}
+		if l == 0 {
+			break
+		}
+		// dA = delta W, then through the ReLU: zero where the unit was off.
+		a := acts[l]
+		da := blas32.General{Rows: n, Cols: a.Cols, Stride: a.Cols, Data: make([]float32, n*a.Cols)}
+		blas32.Gemm(blas.NoTrans, blas.NoTrans, 1, delta, m.layers[l].W, 0, da)
+		for i, v := range a.Data {
+			if v <= 0 {
+				da.Data[i] = 0
+			}
+		}
+		delta = da
+	}
+	return lossSum, correct
+}
+
+// adam is the Adam optimiser (Kingma & Ba) over a flat parameter vector.
+type adam struct {
+	lr, beta1, beta2, eps float64
+	t                     int
+	m, v                  []float32
+}
+
+func newAdam(n int, lr float64) *adam {
+	return &adam{lr: lr, beta1: 0.9, beta2: 0.999, eps: 1e-8, m: make([]float32, n), v: make([]float32, n)}
+}
+
+// step applies one update with gradient g to params.
+func (o *adam) step(params, g []float32) {
+	o.t++
+	b1, b2 := float32(o.beta1), float32(o.beta2)
+	// Fold both bias corrections into the step size.
+	lr := float32(o.lr * math.Sqrt(1-math.Pow(o.beta2, float64(o.t))) / (1 - math.Pow(o.beta1, float64(o.t))))
+	eps := float32(o.eps)
+	for i, gi := range g {
+		m := b1*o.m[i] + (1-b1)*gi
+		v := b2*o.v[i] + (1-b2)*gi*gi
+		o.m[i], o.v[i] = m, v
+		params[i] -= lr * m / (float32(math.Sqrt(float64(v))) + eps)
+	}
+}
