@@ -334,7 +334,17 @@ func TestNonBlockingMismatch(t *testing.T) {
 				return fmt.Errorf("op %d, at or after the mismatch: %v, want ErrMismatch", i, err)
 			}
 		}
-		// Again, now that every slot has been reused at least once.
+		// Again, once every slot has been reused since (by operations
+		// that fail at once).
+		for i := 0; i < goccl.QueueDepth; i++ {
+			q, err := goccl.IAllReduce(ctx, c, buf, buf, 8, goccl.Max)
+			if err != nil {
+				return err
+			}
+			if err := q.Wait(ctx); !errors.Is(err, goccl.ErrMismatch) {
+				return fmt.Errorf("op issued after the failure: %v", err)
+			}
+		}
 		if err := reqs[0].Wait(ctx); err != nil {
 			return fmt.Errorf("op 0 waited again: %v", err)
 		}
@@ -643,4 +653,30 @@ func iloopWorker(ctx context.Context, c *goccl.Comm) int {
 			return 3
 		}
 	}
+}
+
+// TestNonBlockingWorldSizeOne: on a single rank the I forms copy send into
+// recv in the background, and Close stops the worker.
+func TestNonBlockingWorldSizeOne(t *testing.T) {
+	base := runtime.NumGoroutine()
+	c, err := goccl.Init(context.Background(), goccl.WithRank(0), goccl.WithWorldSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := []float64{1, 2, 3}
+	recv := make([]float64, 3)
+	req, err := goccl.IAllReduce(context.Background(), c, send, recv, 3, goccl.Avg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := req.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if recv[0] != 1 || recv[1] != 2 || recv[2] != 3 {
+		t.Errorf("recv %v, want [1 2 3]", recv)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	checkGoroutines(t, base)
 }
