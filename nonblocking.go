@@ -81,6 +81,8 @@ type opQueue struct {
 	next    uint64    // ticket of the next operation issued
 	head    uint64    // ticket of the next operation to run
 	stopErr error     // set by Close and Abort: ErrClosed or ErrAborted
+	runner  bool      // a goroutine (the worker or a Wait) is running operations
+	c       *Comm
 	exited  chan struct{}
 	failAt  uint64 // ticket of the first operation that failed (0: none)
 	failErr error
@@ -162,6 +164,7 @@ func (q *opQueue) start(c *Comm) {
 	}
 	q.next, q.head = 1, 1
 	q.work.L = &q.mu
+	q.c = c
 	q.exited = make(chan struct{})
 	go q.worker(c)
 }
@@ -172,22 +175,35 @@ func (q *opQueue) worker(c *Comm) {
 	defer close(q.exited)
 	q.mu.Lock()
 	for {
-		for q.head == q.next && q.stopErr == nil {
+		for (q.head == q.next || q.runner) && q.stopErr == nil {
 			q.work.Wait()
 		}
 		if q.head == q.next {
 			q.mu.Unlock()
 			return
 		}
-		s := &q.slots[q.head%QueueDepth]
-		q.head++
-		q.mu.Unlock()
-		// The slot is the worker's until it is done: the issuer copied
-		// the call into it and takes it again only after that.
-		err := c.run(s.ctx, &s.a)
-		q.mu.Lock()
-		q.complete(s, err)
+		if q.runner { // stopped while a Wait runs operations: it drains them
+			q.work.Wait()
+			continue
+		}
+		q.runner = true
+		q.runNext(c)
+		q.runner = false
 	}
+}
+
+// runNext runs the operation at the head of the queue (q.mu held, released
+// while it runs; q.runner set by the caller, so that one goroutine at a
+// time runs operations, in issue order).
+func (q *opQueue) runNext(c *Comm) {
+	s := &q.slots[q.head%QueueDepth]
+	q.head++
+	q.mu.Unlock()
+	// The slot is the runner's until it is done: the issuer copied the
+	// call into it and takes it again only after that.
+	err := c.run(s.ctx, &s.a)
+	q.mu.Lock()
+	q.complete(s, err)
 }
 
 // complete records the end of the operation in s (q.mu held) and wakes its
@@ -231,26 +247,42 @@ func (q *opQueue) result(t uint64) (done bool, err error) {
 // takes one and finds the operation done leaves it for the next waiter; a
 // waiter that takes a leftover token of an earlier operation finds its own
 // not done and waits again. So any number of goroutines may wait, without
-// an allocation.
+// an allocation. A wait that nothing bounds (nil ctx, or one that is never
+// done) runs the operations up to t itself when no goroutine is running
+// them.
 func (q *opQueue) wait(ctx context.Context, t uint64) error {
 	var done <-chan struct{}
 	if ctx != nil {
 		done = ctx.Done()
 	}
 	s := &q.slots[t%QueueDepth]
+	q.mu.Lock()
 	for {
-		q.mu.Lock()
 		ok, err := q.result(t)
-		q.mu.Unlock()
 		if ok {
+			q.mu.Unlock()
 			passOn(s.wake)
 			return err
 		}
+		if done == nil && !q.runner && q.head <= t {
+			// Nothing bounds this wait and no goroutine runs
+			// operations: run them here, up to t, instead of waiting
+			// for the worker to wake up and then wake this one.
+			q.runner = true
+			for q.head <= t && q.stopErr == nil {
+				q.runNext(q.c)
+			}
+			q.runner = false
+			q.work.Signal() // the worker: more operations, or stopped
+			continue
+		}
+		q.mu.Unlock()
 		select {
 		case <-s.wake:
 		case <-done:
 			return ctx.Err()
 		}
+		q.mu.Lock()
 	}
 }
 
