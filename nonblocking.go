@@ -7,10 +7,9 @@ import (
 	"sync/atomic"
 )
 
-// QueueDepth is how many non-blocking operations a communicator holds at
-// once (queued, running, or finished but with a slot not yet reused). An I
-// form issued when all are taken waits, within its context, until the
-// oldest one finishes.
+// QueueDepth is how many non-blocking operations may be outstanding (issued
+// and not done) on a communicator. An I form issued when that many are
+// outstanding waits, within its context, until the oldest one is done.
 const QueueDepth = 64
 
 // Request is a handle on a non-blocking operation, returned by the I forms
@@ -35,7 +34,9 @@ var errZeroRequest = &Error{Rank: -1, Op: "Wait", Err: fmt.Errorf("%w: zero Requ
 // success). ctx bounds the wait only: when it ends first, Wait returns
 // ctx.Err() and the operation goes on (wait again, or Abort the
 // communicator). The operation's own deadline is the context given to the I
-// form.
+// form. When ctx can never end (context.Background, nil) and no goroutine
+// is running the communicator's operations, Wait runs the queued ones, up to
+// its own, on the calling goroutine, which saves two goroutine hand-offs.
 func (r Request) Wait(ctx context.Context) error {
 	if r.q == nil {
 		return errZeroRequest
