@@ -10,7 +10,8 @@ import (
 )
 
 // TestSteadyStateAllocations: after warm-up, collectives allocate nothing per
-// operation (both ranks run in this process, so AllocsPerRun counts both).
+// operation (both ranks run in this process, so AllocsPerRun counts both),
+// blocking or non-blocking (issued together, then waited for).
 func TestSteadyStateAllocations(t *testing.T) {
 	if testing.Short() {
 		t.Skip("allocation counts are checked by the full suite (the race detector allocates)")
@@ -19,7 +20,7 @@ func TestSteadyStateAllocations(t *testing.T) {
 		t.Setenv("GOCCL_SHM_DISABLE", shmOff)
 		for _, n := range []int{2, 1 << 18, 1 << 20} { // 1<<20: 4 MiB, striped over TCP sockets
 			name := fmt.Sprintf("shm_disable=%s/count=%d", shmOff, n)
-			var allocs float64
+			var allocs, iallocs float64
 			errs := goroutineRanks(t, 2, time.Minute, func(c *goccl.Comm) error {
 				ctx := context.Background()
 				buf := make([]float32, n)
@@ -42,15 +43,39 @@ func TestSteadyStateAllocations(t *testing.T) {
 						panic(err)
 					}
 				}
+				var reqs [5]goccl.Request
+				must := func(r goccl.Request, err error) goccl.Request {
+					if err != nil {
+						panic(err)
+					}
+					return r
+				}
+				iop := func() {
+					reqs[0] = must(goccl.IAllReduce(ctx, c, buf, buf, n, goccl.Sum))
+					reqs[1] = must(goccl.IAllGather(ctx, c, buf, out, n))
+					reqs[2] = must(goccl.IBroadcast(ctx, c, buf, buf, n, 1))
+					reqs[3] = must(goccl.IReduceScatter(ctx, c, out, buf, n, goccl.Max))
+					reqs[4] = must(goccl.IAllToAll(ctx, c, out, out2, n))
+					for _, r := range reqs {
+						if err := r.Wait(ctx); err != nil {
+							panic(err)
+						}
+					}
+				}
 				for i := 0; i < 5; i++ {
 					op()
+					iop()
 				}
 				const runs = 20
 				if c.Rank() == 0 {
 					allocs = testing.AllocsPerRun(runs, op)
+					iallocs = testing.AllocsPerRun(runs, iop)
 				} else {
 					for i := 0; i < runs+1; i++ {
 						op()
+					}
+					for i := 0; i < runs+1; i++ {
+						iop()
 					}
 				}
 				return nil
@@ -62,6 +87,9 @@ func TestSteadyStateAllocations(t *testing.T) {
 			}
 			if allocs != 0 {
 				t.Errorf("%s: %.1f allocations per round of 5 collectives, want 0", name, allocs)
+			}
+			if iallocs != 0 {
+				t.Errorf("%s: %.1f allocations per round of 5 non-blocking collectives (issue, then Wait), want 0", name, iallocs)
 			}
 		}
 	}

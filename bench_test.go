@@ -23,13 +23,29 @@ func BenchmarkAllReduce(b *testing.B) {
 		for _, size := range []int{8, 64 << 10} {
 			b.Run(fmt.Sprintf("%s/%dB", tr.name, size), func(b *testing.B) {
 				b.Setenv("GOCCL_SHM_DISABLE", tr.shmOff)
-				benchAllReduce(b, size/4)
+				benchAllReduce(b, size/4, false)
 			})
 		}
 	}
 }
 
-func benchAllReduce(b *testing.B, count int) {
+// BenchmarkIAllReduce is BenchmarkAllReduce with the non-blocking form: each
+// operation is issued (IAllReduce) and waited for (Request.Wait), so it
+// times the queue and the worker's hand-offs on top of the operation:
+//
+//	go test -run XXX -bench 'IAllReduce/shm/8B' -count 5 .
+func BenchmarkIAllReduce(b *testing.B) {
+	for _, tr := range []struct{ name, shmOff string }{{"shm", "0"}, {"tcp", "1"}} {
+		for _, size := range []int{8, 64 << 10} {
+			b.Run(fmt.Sprintf("%s/%dB", tr.name, size), func(b *testing.B) {
+				b.Setenv("GOCCL_SHM_DISABLE", tr.shmOff)
+				benchAllReduce(b, size/4, true)
+			})
+		}
+	}
+}
+
+func benchAllReduce(b *testing.B, count int, nonBlocking bool) {
 	ctx := context.Background()
 	comms := initComms(b, 2, rendezvous.NewMemStore(), time.Minute)
 	errs := make([]error, 2)
@@ -38,7 +54,15 @@ func benchAllReduce(b *testing.B, count int) {
 	loop := func(r, n int, times []time.Duration) error {
 		for i := 0; i < n; i++ {
 			t0 := time.Now()
-			if err := goccl.AllReduce(ctx, comms[r], bufs[r], bufs[r], count, goccl.Sum); err != nil {
+			if nonBlocking {
+				req, err := goccl.IAllReduce(ctx, comms[r], bufs[r], bufs[r], count, goccl.Sum)
+				if err == nil {
+					err = req.Wait(ctx)
+				}
+				if err != nil {
+					return err
+				}
+			} else if err := goccl.AllReduce(ctx, comms[r], bufs[r], bufs[r], count, goccl.Sum); err != nil {
 				return err
 			}
 			if times != nil {

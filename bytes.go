@@ -2,129 +2,182 @@ package goccl
 
 import "context"
 
+// Each *Bytes method describes its call (a call) and hands it to do, which
+// runs it on this goroutine when no non-blocking operation is outstanding,
+// and otherwise queues it behind them and waits (nonblocking.go). run is
+// where a call is executed, one at a time, in issue order.
+
 // AllReduceBytes is AllReduce on raw bytes: count elements of type dt.
 func (c *Comm) AllReduceBytes(ctx context.Context, send, recv []byte, count int, dt DataType, op RedOp) error {
-	a := &call{kind: opAllReduce, dt: dt, op: op, count: count, send: send, sendN: count, recv: recv, recvN: count}
-	ctx, err := c.start(ctx, a)
-	if ctx == nil {
-		return err
-	}
-	n := len(a.recv)
-	alg := c.chooseAllReduce(n, sameStart(a.send, a.recv))
-	c.logAlgo(opAllReduce, alg, alg.String(), n)
-	return c.finish(a, c.group.AllReduce(ctx, &c.op, a.send, a.recv, count, alg))
+	a := allReduceCall(send, recv, count, dt, op)
+	return c.do(ctx, &a)
+}
+
+func allReduceCall(send, recv []byte, count int, dt DataType, op RedOp) call {
+	return call{kind: opAllReduce, dt: dt, op: op, count: count, send: send, sendN: count, recv: recv, recvN: count}
 }
 
 // BroadcastBytes is Broadcast on raw bytes.
 func (c *Comm) BroadcastBytes(ctx context.Context, send, recv []byte, count int, dt DataType, root int) error {
-	a := &call{kind: opBroadcast, dt: dt, root: root, count: count, send: send, sendN: count, recv: recv, recvN: count}
-	ctx, err := c.start(ctx, a)
-	if ctx == nil {
-		return err
-	}
-	if n := len(a.recv); c.useDirect(opBroadcast, n, n, "tree") {
-		err = c.group.BroadcastDirect(ctx, &c.op, a.send, a.recv, count, root)
-	} else {
-		err = c.group.Broadcast(ctx, &c.op, a.send, a.recv, count, root)
-	}
-	return c.end(opBroadcast, err)
+	a := broadcastCall(send, recv, count, dt, root)
+	return c.do(ctx, &a)
+}
+
+func broadcastCall(send, recv []byte, count int, dt DataType, root int) call {
+	return call{kind: opBroadcast, dt: dt, root: root, count: count, send: send, sendN: count, recv: recv, recvN: count}
 }
 
 // ReduceBytes is Reduce on raw bytes.
 func (c *Comm) ReduceBytes(ctx context.Context, send, recv []byte, count int, dt DataType, op RedOp, root int) error {
-	a := &call{kind: opReduce, dt: dt, op: op, root: root, count: count, send: send, sendN: count, recv: recv, recvN: count}
-	ctx, err := c.start(ctx, a)
-	if ctx == nil {
-		return err
-	}
-	c.logAlgo(opReduce, 0, "tree", len(a.send))
-	return c.finish(a, c.group.Reduce(ctx, &c.op, a.send, a.recv, count, root))
+	a := reduceCall(send, recv, count, dt, op, root)
+	return c.do(ctx, &a)
+}
+
+func reduceCall(send, recv []byte, count int, dt DataType, op RedOp, root int) call {
+	return call{kind: opReduce, dt: dt, op: op, root: root, count: count, send: send, sendN: count, recv: recv, recvN: count}
 }
 
 // AllGatherBytes is AllGather on raw bytes; count is per rank.
 func (c *Comm) AllGatherBytes(ctx context.Context, send, recv []byte, count int, dt DataType) error {
-	a := &call{kind: opAllGather, dt: dt, count: count, send: send, sendN: count, recv: recv, recvN: count * c.size}
-	ctx, err := c.start(ctx, a)
-	if ctx == nil {
-		return err
-	}
-	if c.useDirect(opAllGather, len(a.recv), len(a.send), "ring") {
-		err = c.group.AllGatherDirect(ctx, &c.op, a.send, a.recv, count)
-	} else {
-		err = c.group.AllGather(ctx, &c.op, a.send, a.recv, count)
-	}
-	return c.end(opAllGather, err)
+	a := c.allGatherCall(send, recv, count, dt)
+	return c.do(ctx, &a)
+}
+
+func (c *Comm) allGatherCall(send, recv []byte, count int, dt DataType) call {
+	return call{kind: opAllGather, dt: dt, count: count, send: send, sendN: count, recv: recv, recvN: count * c.size}
 }
 
 // ReduceScatterBytes is ReduceScatter on raw bytes; count is per rank (the
 // size of recv).
 func (c *Comm) ReduceScatterBytes(ctx context.Context, send, recv []byte, count int, dt DataType, op RedOp) error {
-	a := &call{kind: opReduceScatter, dt: dt, op: op, count: count, send: send, sendN: count * c.size, recv: recv, recvN: count}
-	ctx, err := c.start(ctx, a)
-	if ctx == nil {
-		return err
-	}
-	if c.useDirect(opReduceScatter, len(a.send), len(a.recv), "ring") {
-		err = c.group.ReduceScatterDirect(ctx, &c.op, a.send, a.recv, count)
-	} else {
-		err = c.group.ReduceScatter(ctx, &c.op, a.send, a.recv, count)
-	}
-	return c.finish(a, err)
+	a := c.reduceScatterCall(send, recv, count, dt, op)
+	return c.do(ctx, &a)
+}
+
+func (c *Comm) reduceScatterCall(send, recv []byte, count int, dt DataType, op RedOp) call {
+	return call{kind: opReduceScatter, dt: dt, op: op, count: count, send: send, sendN: count * c.size, recv: recv, recvN: count}
 }
 
 // AllToAllBytes is AllToAll on raw bytes; count is the elements per block.
 func (c *Comm) AllToAllBytes(ctx context.Context, send, recv []byte, count int, dt DataType) error {
-	a := &call{kind: opAllToAll, dt: dt, count: count, send: send, sendN: count * c.size, recv: recv, recvN: count * c.size}
-	ctx, err := c.start(ctx, a)
-	if ctx == nil {
-		return err
-	}
-	// In place, the pairwise exchange from a copy was faster than writing
-	// into peers that have just read their own buffers (2 ranks, 128 KiB:
-	// 11.8 against 16.5 µs).
-	n := len(a.send)
-	if !sameStart(a.send, a.recv) && c.useDirect(opAllToAll, n, n, "pairwise") {
-		return c.end(opAllToAll, c.group.AllToAllDirect(ctx, &c.op, a.send, a.recv, count))
-	}
-	c.logAlgo(opAllToAll, 0, "pairwise", n)
-	src := a.send
-	if sameStart(a.send, a.recv) && n > 0 {
-		if cap(c.scratch) < n {
-			c.scratch = make([]byte, n)
-		}
-		src = c.scratch[:n]
-		copy(src, a.send)
-	}
-	return c.end(opAllToAll, c.group.AllToAll(ctx, &c.op, src, a.recv, count))
+	a := c.allToAllCall(send, recv, count, dt)
+	return c.do(ctx, &a)
+}
+
+func (c *Comm) allToAllCall(send, recv []byte, count int, dt DataType) call {
+	return call{kind: opAllToAll, dt: dt, count: count, send: send, sendN: count * c.size, recv: recv, recvN: count * c.size}
 }
 
 // SendRecvBytes is SendRecv on raw bytes. A peer of -1 skips that half.
 func (c *Comm) SendRecvBytes(ctx context.Context, send []byte, sendPeer int, recv []byte, recvPeer int, count int, dt DataType) error {
-	for _, p := range [2]int{sendPeer, recvPeer} {
-		if p < -1 || p >= c.size {
-			return c.errorf(opSendRecv, 0, "%w: peer %d is outside [0, %d)", ErrInvalidArgument, p, c.size)
-		}
-	}
-	if (sendPeer == c.rank) != (recvPeer == c.rank) {
-		return c.errorf(opSendRecv, 0, "%w: a send to self needs a receive from self (send peer %d, recv peer %d)", ErrInvalidArgument, sendPeer, recvPeer)
-	}
-	a := &call{kind: opSendRecv, dt: dt, count: count, send: send, sendN: unused, recv: recv, recvN: unused}
+	a := sendRecvCall(send, sendPeer, recv, recvPeer, count, dt)
+	return c.do(ctx, &a)
+}
+
+func sendRecvCall(send []byte, sendPeer int, recv []byte, recvPeer int, count int, dt DataType) call {
+	a := call{kind: opSendRecv, dt: dt, count: count, send: send, sendN: unused, recv: recv, recvN: unused, sendPeer: sendPeer, recvPeer: recvPeer}
 	if sendPeer >= 0 {
 		a.sendN = count
 	}
 	if recvPeer >= 0 {
 		a.recvN = count
 	}
+	return a
+}
+
+// checkPeers checks a SendRecv's peers (before its buffers, as start does).
+func (c *Comm) checkPeers(a *call) error {
+	for _, p := range [2]int{a.sendPeer, a.recvPeer} {
+		if p < -1 || p >= c.size {
+			return c.errorf(opSendRecv, 0, "%w: peer %d is outside [0, %d)", ErrInvalidArgument, p, c.size)
+		}
+	}
+	if (a.sendPeer == c.rank) != (a.recvPeer == c.rank) {
+		return c.errorf(opSendRecv, 0, "%w: a send to self needs a receive from self (send peer %d, recv peer %d)", ErrInvalidArgument, a.sendPeer, a.recvPeer)
+	}
+	return nil
+}
+
+// barrierCall describes a Barrier: no buffers, no elements.
+func barrierCall() call {
+	return call{kind: opBarrier, dt: Uint8, root: -1, sendN: unused, recvN: unused}
+}
+
+// run executes a call on this goroutine: it begins it (start), runs its
+// schedule and ends it. Calls run one at a time (start locks c.mu, end
+// unlocks it).
+func (c *Comm) run(ctx context.Context, a *call) error {
+	if a.kind == opBarrier {
+		return c.barrier(ctx)
+	}
+	if a.kind == opSendRecv {
+		if err := c.checkPeers(a); err != nil {
+			return err
+		}
+	}
 	ctx, err := c.start(ctx, a)
 	if ctx == nil {
 		return err
 	}
-	if sendPeer == c.rank {
-		copy(a.recv, a.send)
-		return c.end(opSendRecv, nil)
+	count, root := a.count, a.root
+	switch a.kind {
+	case opAllReduce:
+		n := len(a.recv)
+		alg := c.chooseAllReduce(n, sameStart(a.send, a.recv))
+		c.logAlgo(opAllReduce, alg, alg.String(), n)
+		return c.finish(a, c.group.AllReduce(ctx, &c.op, a.send, a.recv, count, alg))
+	case opBroadcast:
+		if n := len(a.recv); c.useDirect(opBroadcast, n, n, "tree") {
+			err = c.group.BroadcastDirect(ctx, &c.op, a.send, a.recv, count, root)
+		} else {
+			err = c.group.Broadcast(ctx, &c.op, a.send, a.recv, count, root)
+		}
+		return c.end(opBroadcast, err)
+	case opReduce:
+		c.logAlgo(opReduce, 0, "tree", len(a.send))
+		return c.finish(a, c.group.Reduce(ctx, &c.op, a.send, a.recv, count, root))
+	case opAllGather:
+		if c.useDirect(opAllGather, len(a.recv), len(a.send), "ring") {
+			err = c.group.AllGatherDirect(ctx, &c.op, a.send, a.recv, count)
+		} else {
+			err = c.group.AllGather(ctx, &c.op, a.send, a.recv, count)
+		}
+		return c.end(opAllGather, err)
+	case opReduceScatter:
+		if c.useDirect(opReduceScatter, len(a.send), len(a.recv), "ring") {
+			err = c.group.ReduceScatterDirect(ctx, &c.op, a.send, a.recv, count)
+		} else {
+			err = c.group.ReduceScatter(ctx, &c.op, a.send, a.recv, count)
+		}
+		return c.finish(a, err)
+	case opAllToAll:
+		// In place, the pairwise exchange from a copy was faster than
+		// writing into peers that have just read their own buffers (2
+		// ranks, 128 KiB: 11.8 against 16.5 µs).
+		n := len(a.send)
+		if !sameStart(a.send, a.recv) && c.useDirect(opAllToAll, n, n, "pairwise") {
+			return c.end(opAllToAll, c.group.AllToAllDirect(ctx, &c.op, a.send, a.recv, count))
+		}
+		c.logAlgo(opAllToAll, 0, "pairwise", n)
+		src := a.send
+		if sameStart(a.send, a.recv) && n > 0 {
+			if cap(c.scratch) < n {
+				c.scratch = make([]byte, n)
+			}
+			src = c.scratch[:n]
+			copy(src, a.send)
+		}
+		return c.end(opAllToAll, c.group.AllToAll(ctx, &c.op, src, a.recv, count))
+	case opSendRecv:
+		sendPeer, recvPeer := a.sendPeer, a.recvPeer
+		if sendPeer == c.rank {
+			copy(a.recv, a.send)
+			return c.end(opSendRecv, nil)
+		}
+		err = c.group.SendRecvP2P(ctx, &c.op, c.nextSend(sendPeer), sendPeer, a.send, c.nextRecv(recvPeer), recvPeer, a.recv)
+		return c.end(opSendRecv, err)
 	}
-	err = c.group.SendRecvP2P(ctx, &c.op, c.nextSend(sendPeer), sendPeer, a.send, c.nextRecv(recvPeer), recvPeer, a.recv)
-	return c.end(opSendRecv, err)
+	return c.end(a.kind, c.errorf(a.kind, 0, "%w: no such operation", ErrInvalidArgument))
 }
 
 // nextSend is the sequence number of the next message to peer p (0 for no

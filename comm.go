@@ -17,8 +17,10 @@ const DefaultTimeout = 5 * time.Minute
 
 // Comm is a communicator: a group of ranks that run collectives together.
 //
-// A Comm runs one operation at a time: calls from several goroutines are
-// serialized, and every rank must issue the same collectives in the same order.
+// A Comm runs one operation at a time, in the order they are issued: calls
+// from several goroutines are serialized, non-blocking operations (the I
+// forms, which return a Request) run in the background in issue order, and
+// every rank must issue the same collectives in the same order.
 // After an operation fails the communicator is poisoned: later calls return an
 // error wrapping the first failure.
 type Comm struct {
@@ -52,6 +54,8 @@ type Comm struct {
 	aborted  atomic.Bool
 	asyncMu  sync.Mutex
 	asyncErr error // the first failure, for Err (any goroutine)
+
+	q opQueue // non-blocking operations (nonblocking.go)
 }
 
 // Rank is this process's rank in [0, Size()).
@@ -64,8 +68,11 @@ func (c *Comm) Size() int { return c.size }
 func (c *Comm) LocalRank() int { return c.localRank }
 
 // Close releases the communicator's links and files. Messages already sent are
-// still delivered to peers. Close is idempotent.
+// still delivered to peers. A non-blocking operation that is running when
+// Close is called finishes first (Abort does not wait); those queued behind
+// it fail with an error wrapping ErrClosed. Close is idempotent.
 func (c *Comm) Close() error {
+	c.stopQueue(ErrClosed)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -96,6 +103,7 @@ func (c *Comm) Abort() {
 	if c.group != nil {
 		c.group.Abort()
 	}
+	c.q.stop(c, ErrAborted)
 }
 
 // Err returns the error that made the communicator unusable (a failed
@@ -136,6 +144,12 @@ func (c *Comm) agreeDirect(ctx context.Context) error {
 
 // Barrier returns once every rank has entered it.
 func (c *Comm) Barrier(ctx context.Context) error {
+	a := barrierCall()
+	return c.do(ctx, &a)
+}
+
+// barrier runs a Barrier (run).
+func (c *Comm) barrier(ctx context.Context) error {
 	ctx, err := c.begin(ctx, opBarrier, Uint8, 0, -1, 0)
 	if err != nil {
 		return err

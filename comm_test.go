@@ -61,6 +61,9 @@ func worker(mode string) int {
 	if mode == "loop" {
 		return loopWorker(ctx, c)
 	}
+	if f := extraWorkers[mode]; f != nil {
+		return f(ctx, c)
+	}
 	if mode == "checked" {
 		return checkedWorker(ctx, c)
 	}

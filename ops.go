@@ -150,6 +150,8 @@ type call struct {
 	count        int
 	send, recv   []byte
 	sendN, recvN int
+
+	sendPeer, recvPeer int // SendRecv only: -1 skips that half
 }
 
 // unused in call.sendN or call.recvN: this rank does not touch that buffer.
@@ -162,7 +164,10 @@ const unused = -1
 // how), or the communicator has a single rank and start has done the call
 // (each collective is then a copy of send into recv).
 func (c *Comm) start(ctx context.Context, a *call) (context.Context, error) {
-	k, dt, es := a.kind, a.dt, a.dt.Size()
+	if err := c.prepare(a); err != nil {
+		return nil, err
+	}
+	k, dt := a.kind, a.dt
 	var op RedOp
 	if k.reducing() {
 		op = a.op
@@ -170,18 +175,7 @@ func (c *Comm) start(ctx context.Context, a *call) (context.Context, error) {
 	root := -1
 	if k.rooted() {
 		root = a.root
-		if c.rank != root && k == opBroadcast {
-			a.sendN = unused
-		} else if c.rank != root {
-			a.recvN = unused
-		}
 	}
-	// One test on the way that succeeds; invalid finds what failed.
-	if !dt.Valid() || !op.Valid() || op == Avg && !dt.IsFloat() || k.rooted() && (root < 0 || root >= c.size) ||
-		a.count < 0 || len(a.send) < a.sendN*es || len(a.recv) < a.recvN*es {
-		return nil, c.invalid(a)
-	}
-	a.send, a.recv = cut(a.send, a.sendN*es), cut(a.recv, a.recvN*es)
 	ctx, err := c.begin(ctx, k, dt, op, root, a.count)
 	if err != nil {
 		return nil, err
@@ -204,6 +198,31 @@ func (c *Comm) start(ctx context.Context, a *call) (context.Context, error) {
 	}
 	c.op.Reduce = f
 	return ctx, nil
+}
+
+// prepare checks a call's arguments and cuts its buffers (see call). It
+// touches nothing an operation in progress uses, so a non-blocking call is
+// checked by its issuer; doing it twice is harmless.
+func (c *Comm) prepare(a *call) error {
+	k, dt, es := a.kind, a.dt, a.dt.Size()
+	var op RedOp
+	if k.reducing() {
+		op = a.op
+	}
+	if k.rooted() {
+		if c.rank != a.root && k == opBroadcast {
+			a.sendN = unused
+		} else if c.rank != a.root {
+			a.recvN = unused
+		}
+	}
+	// One test on the way that succeeds; invalid finds what failed.
+	if !dt.Valid() || !op.Valid() || op == Avg && !dt.IsFloat() || k.rooted() && (a.root < 0 || a.root >= c.size) ||
+		a.count < 0 || len(a.send) < a.sendN*es || len(a.recv) < a.recvN*es {
+		return c.invalid(a)
+	}
+	a.send, a.recv = cut(a.send, a.sendN*es), cut(a.recv, a.recvN*es)
+	return nil
 }
 
 // cut is b's first n bytes, or nil for n < 0 (an unused buffer).

@@ -1,0 +1,319 @@
+package goccl
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// QueueDepth is how many non-blocking operations may be outstanding (issued
+// and not done) on a communicator. An I form issued when that many are
+// outstanding waits, within its context, until the oldest one is done.
+const QueueDepth = 64
+
+// Request is a handle on a non-blocking operation, returned by the I forms
+// (IAllReduceBytes, IAllReduce, ...). It is a small value: copy it freely.
+// Wait and Test may be called any number of times, from any goroutine; each
+// reports the operation's own result, also after the communicator has moved
+// on, been closed or been aborted. The zero Request is not an operation:
+// Wait and Test report ErrInvalidArgument.
+//
+// The operation's buffers belong to it until Wait or Test reports that it is
+// done: the caller must not write send buffers nor read or write receive
+// buffers before then.
+type Request struct {
+	q      *opQueue
+	ticket uint64 // the operation's place in the communicator's issue order (from 1)
+}
+
+// errZeroRequest is what Wait and Test say of a Request no I form returned.
+var errZeroRequest = &Error{Rank: -1, Op: "Wait", Err: fmt.Errorf("%w: zero Request (not returned by an I form)", ErrInvalidArgument)}
+
+// Wait blocks until the operation is done and returns its error (nil on
+// success). ctx bounds the wait only: when it ends first, Wait returns
+// ctx.Err() and the operation goes on (wait again, or Abort the
+// communicator). The operation's own deadline is the context given to the I
+// form. When ctx can never end (context.Background, nil) and no goroutine
+// is running the communicator's operations, Wait runs the queued ones, up to
+// its own, on the calling goroutine, which saves two goroutine hand-offs.
+func (r Request) Wait(ctx context.Context) error {
+	if r.q == nil {
+		return errZeroRequest
+	}
+	return r.q.wait(ctx, r.ticket)
+}
+
+// Test reports whether the operation is done and, if it is, its error. It
+// never blocks.
+func (r Request) Test() (bool, error) {
+	if r.q == nil {
+		return true, errZeroRequest
+	}
+	r.q.mu.Lock()
+	defer r.q.mu.Unlock()
+	return r.q.result(r.ticket)
+}
+
+// slot is one operation of the queue: the call (a copy of the caller's
+// descriptor), its context, and once done its error.
+type slot struct {
+	a      call
+	ctx    context.Context
+	ticket uint64 // the operation in the slot (0: never used)
+	done   bool
+	err    error
+	wake   chan struct{} // capacity 1: a token when the operation is done (see wait)
+}
+
+// opQueue runs a communicator's non-blocking operations, in issue order, on
+// a worker goroutine started by the first one. Operation t (its ticket, from
+// 1) uses slot t % QueueDepth, which is taken again (by t + QueueDepth) only
+// once t is done. Because operations run in order and a failed one poisons
+// the communicator, an operation whose slot was taken again failed exactly
+// when its ticket is at or after the first failure's (failAt): so each
+// Request keeps its own result without the queue keeping every one.
+type opQueue struct {
+	outstanding atomic.Int64 // issued and not done: blocking calls run inline when 0
+
+	mu      sync.Mutex
+	work    sync.Cond // the worker waits on it for operations
+	slots   []slot    // nil until the first non-blocking operation
+	next    uint64    // ticket of the next operation issued
+	head    uint64    // ticket of the next operation to run
+	stopErr error     // set by Close and Abort: ErrClosed or ErrAborted
+	runner  bool      // a goroutine (the worker or a Wait) is running operations
+	c       *Comm
+	exited  chan struct{}
+	failAt  uint64 // ticket of the first operation that failed (0: none)
+	failErr error
+}
+
+// do runs a blocking call: inline when no non-blocking operation is
+// outstanding (the fast path, exactly as without the queue), else behind
+// them, waiting for its turn and its end.
+func (c *Comm) do(ctx context.Context, a *call) error {
+	if c.q.outstanding.Load() == 0 {
+		return c.run(ctx, a)
+	}
+	r, err := c.issue(ctx, a)
+	if err != nil {
+		return err
+	}
+	return r.q.wait(nil, r.ticket)
+}
+
+// check is the argument check of a call at issue time (start repeats it).
+func (c *Comm) check(a *call) error {
+	switch a.kind {
+	case opBarrier:
+		return nil
+	case opSendRecv:
+		if err := c.checkPeers(a); err != nil {
+			return err
+		}
+	}
+	return c.prepare(a)
+}
+
+// issue checks a call and queues a copy of it, waiting within ctx for a
+// slot when the queue is full.
+func (c *Comm) issue(ctx context.Context, a *call) (Request, error) {
+	if err := c.check(a); err != nil {
+		return Request{}, err
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	q := &c.q
+	q.mu.Lock()
+	for {
+		if q.stopErr != nil {
+			err := q.stopErr
+			q.mu.Unlock()
+			return Request{}, c.errorf(a.kind, 0, "%w", err)
+		}
+		if q.slots == nil {
+			q.start(c)
+		}
+		s := &q.slots[q.next%QueueDepth]
+		if s.ticket == 0 || s.done {
+			break
+		}
+		t := s.ticket
+		q.mu.Unlock()
+		if err := q.wait(ctx, t); err != nil && ctx.Err() != nil {
+			return Request{}, c.errorf(a.kind, 0, "waiting for room in the queue of non-blocking operations (%d): %w", QueueDepth, ctx.Err())
+		}
+		q.mu.Lock()
+	}
+	t := q.next
+	q.next++
+	s := &q.slots[t%QueueDepth]
+	s.a, s.ctx, s.ticket, s.done, s.err = *a, ctx, t, false, nil
+	q.outstanding.Add(1)
+	q.work.Signal()
+	q.mu.Unlock()
+	return Request{q: q, ticket: t}, nil
+}
+
+// start makes the slots and starts the worker (q.mu held).
+func (q *opQueue) start(c *Comm) {
+	q.slots = make([]slot, QueueDepth)
+	for i := range q.slots {
+		q.slots[i].wake = make(chan struct{}, 1)
+	}
+	q.next, q.head = 1, 1
+	q.work.L = &q.mu
+	q.c = c
+	q.exited = make(chan struct{})
+	go q.worker(c)
+}
+
+// worker runs the queued operations in order until the queue is stopped and
+// has none left.
+func (q *opQueue) worker(c *Comm) {
+	defer close(q.exited)
+	q.mu.Lock()
+	for {
+		for (q.head == q.next || q.runner) && q.stopErr == nil {
+			q.work.Wait()
+		}
+		if q.head == q.next {
+			q.mu.Unlock()
+			return
+		}
+		if q.runner { // stopped while a Wait runs operations: it drains them
+			q.work.Wait()
+			continue
+		}
+		q.runner = true
+		q.runNext(c)
+		q.runner = false
+	}
+}
+
+// runNext runs the operation at the head of the queue (q.mu held, released
+// while it runs; q.runner set by the caller, so that one goroutine at a
+// time runs operations, in issue order).
+func (q *opQueue) runNext(c *Comm) {
+	s := &q.slots[q.head%QueueDepth]
+	q.head++
+	q.mu.Unlock()
+	// The slot is the runner's until it is done: the issuer copied the
+	// call into it and takes it again only after that.
+	err := c.run(s.ctx, &s.a)
+	q.mu.Lock()
+	q.complete(s, err)
+}
+
+// complete records the end of the operation in s (q.mu held) and wakes its
+// waiters.
+func (q *opQueue) complete(s *slot, err error) {
+	s.done, s.err = true, err
+	s.a, s.ctx = call{}, nil // do not keep the caller's buffers
+	if err != nil && q.failAt == 0 {
+		q.failAt, q.failErr = s.ticket, err
+	}
+	q.outstanding.Add(-1)
+	passOn(s.wake)
+}
+
+// passOn leaves a token in wake unless one is there.
+func passOn(wake chan struct{}) {
+	select {
+	case wake <- struct{}{}:
+	default:
+	}
+}
+
+// result is operation t's state (q.mu held).
+func (q *opQueue) result(t uint64) (done bool, err error) {
+	s := &q.slots[t%QueueDepth]
+	switch {
+	case s.ticket == t:
+		return s.done, s.err
+	case s.ticket > t: // done long ago, slot taken again: see opQueue
+		if q.failAt != 0 && t >= q.failAt {
+			return true, q.failErr
+		}
+		return true, nil
+	}
+	return true, &Error{Rank: -1, Op: "Wait", Err: fmt.Errorf("%w: Request #%d was not issued on this communicator", ErrInvalidArgument, t)}
+}
+
+// wait waits for operation t and returns its error, or ctx's if ctx ends
+// first (nil ctx: no bound). Each slot's wake channel holds at most one
+// token: the worker leaves one when the operation ends, and a waiter that
+// takes one and finds the operation done leaves it for the next waiter; a
+// waiter that takes a leftover token of an earlier operation finds its own
+// not done and waits again. So any number of goroutines may wait, without
+// an allocation. A wait that nothing bounds (nil ctx, or one that is never
+// done) runs the operations up to t itself when no goroutine is running
+// them.
+func (q *opQueue) wait(ctx context.Context, t uint64) error {
+	var done <-chan struct{}
+	if ctx != nil {
+		done = ctx.Done()
+	}
+	s := &q.slots[t%QueueDepth]
+	q.mu.Lock()
+	for {
+		ok, err := q.result(t)
+		if ok {
+			q.mu.Unlock()
+			passOn(s.wake)
+			return err
+		}
+		if done == nil && !q.runner && q.head <= t {
+			// Nothing bounds this wait and no goroutine runs
+			// operations: run them here, up to t, instead of waiting
+			// for the worker to wake up and then wake this one.
+			q.runner = true
+			for q.head <= t && q.stopErr == nil {
+				q.runNext(q.c)
+			}
+			q.runner = false
+			q.work.Signal() // the worker: more operations, or stopped
+			continue
+		}
+		q.mu.Unlock()
+		select {
+		case <-s.wake:
+		case <-done:
+			return ctx.Err()
+		}
+		q.mu.Lock()
+	}
+}
+
+// stop fails the queued operations that have not started with an error
+// wrapping why (ErrClosed, ErrAborted), refuses later ones, and lets the
+// worker exit after the operation it runs. It does not wait.
+func (q *opQueue) stop(c *Comm, why error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.stopErr != nil {
+		return
+	}
+	q.stopErr = why
+	if q.slots == nil {
+		return
+	}
+	for ; q.head < q.next; q.head++ {
+		s := &q.slots[q.head%QueueDepth]
+		q.complete(s, c.errorf(s.a.kind, 0, "%w", why))
+	}
+	q.work.Broadcast()
+}
+
+// stopQueue stops the queue (stop) and waits for the worker to exit.
+func (c *Comm) stopQueue(why error) {
+	c.q.stop(c, why)
+	c.q.mu.Lock()
+	exited := c.q.exited
+	c.q.mu.Unlock()
+	if exited != nil {
+		<-exited
+	}
+}

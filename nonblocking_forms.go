@@ -1,0 +1,129 @@
+package goccl
+
+import "context"
+
+// The I forms below issue an operation and return at once with a Request
+// (see Request for when its buffers may be touched again). Their arguments
+// are checked as the blocking forms check them, and an error there is
+// returned at once, with nothing issued. Operations run in the background,
+// one at a time, in the order they were issued on the communicator, blocking
+// calls included (a blocking call waits for the non-blocking ones issued
+// before it); every rank must issue the same sequence, as for blocking
+// calls. ctx is the operation's context: its cancellation and deadline bound
+// the operation itself, and without a deadline the communicator's operation
+// timeout applies, counted from when the operation starts to run. When
+// QueueDepth operations are outstanding the I form waits for the oldest to
+// end, within ctx; if ctx ends first the operation is not issued and the
+// error wraps ctx's (peers that issued it then fail it; Abort is the way out).
+// A failed operation poisons the communicator as a blocking one does: it and
+// every operation issued after it report an error wrapping the same cause.
+
+// IAllReduceBytes is the non-blocking AllReduceBytes.
+func (c *Comm) IAllReduceBytes(ctx context.Context, send, recv []byte, count int, dt DataType, op RedOp) (Request, error) {
+	a := allReduceCall(send, recv, count, dt, op)
+	return c.issue(ctx, &a)
+}
+
+// IBroadcastBytes is the non-blocking BroadcastBytes.
+func (c *Comm) IBroadcastBytes(ctx context.Context, send, recv []byte, count int, dt DataType, root int) (Request, error) {
+	a := broadcastCall(send, recv, count, dt, root)
+	return c.issue(ctx, &a)
+}
+
+// IReduceBytes is the non-blocking ReduceBytes.
+func (c *Comm) IReduceBytes(ctx context.Context, send, recv []byte, count int, dt DataType, op RedOp, root int) (Request, error) {
+	a := reduceCall(send, recv, count, dt, op, root)
+	return c.issue(ctx, &a)
+}
+
+// IAllGatherBytes is the non-blocking AllGatherBytes.
+func (c *Comm) IAllGatherBytes(ctx context.Context, send, recv []byte, count int, dt DataType) (Request, error) {
+	a := c.allGatherCall(send, recv, count, dt)
+	return c.issue(ctx, &a)
+}
+
+// IReduceScatterBytes is the non-blocking ReduceScatterBytes.
+func (c *Comm) IReduceScatterBytes(ctx context.Context, send, recv []byte, count int, dt DataType, op RedOp) (Request, error) {
+	a := c.reduceScatterCall(send, recv, count, dt, op)
+	return c.issue(ctx, &a)
+}
+
+// IAllToAllBytes is the non-blocking AllToAllBytes.
+func (c *Comm) IAllToAllBytes(ctx context.Context, send, recv []byte, count int, dt DataType) (Request, error) {
+	a := c.allToAllCall(send, recv, count, dt)
+	return c.issue(ctx, &a)
+}
+
+// ISendRecvBytes is the non-blocking SendRecvBytes.
+func (c *Comm) ISendRecvBytes(ctx context.Context, send []byte, sendPeer int, recv []byte, recvPeer int, count int, dt DataType) (Request, error) {
+	a := sendRecvCall(send, sendPeer, recv, recvPeer, count, dt)
+	return c.issue(ctx, &a)
+}
+
+// ISendBytes is the non-blocking SendBytes.
+func (c *Comm) ISendBytes(ctx context.Context, buf []byte, count int, dt DataType, peer int) (Request, error) {
+	if err := c.checkPeer("Send to", peer); err != nil {
+		return Request{}, err
+	}
+	return c.ISendRecvBytes(ctx, buf, peer, nil, -1, count, dt)
+}
+
+// IRecvBytes is the non-blocking RecvBytes.
+func (c *Comm) IRecvBytes(ctx context.Context, buf []byte, count int, dt DataType, peer int) (Request, error) {
+	if err := c.checkPeer("Recv from", peer); err != nil {
+		return Request{}, err
+	}
+	return c.ISendRecvBytes(ctx, nil, -1, buf, peer, count, dt)
+}
+
+// IBarrier is the non-blocking Barrier: its Request is done once every rank
+// has entered it.
+func (c *Comm) IBarrier(ctx context.Context) (Request, error) {
+	a := barrierCall()
+	return c.issue(ctx, &a)
+}
+
+// IAllReduce is the non-blocking AllReduce.
+func IAllReduce[T Element](ctx context.Context, c *Comm, sendbuf, recvbuf []T, count int, op RedOp) (Request, error) {
+	return c.IAllReduceBytes(ctx, asBytes(sendbuf), asBytes(recvbuf), count, TypeOf[T](), op)
+}
+
+// IBroadcast is the non-blocking Broadcast.
+func IBroadcast[T Element](ctx context.Context, c *Comm, sendbuf, recvbuf []T, count int, root int) (Request, error) {
+	return c.IBroadcastBytes(ctx, asBytes(sendbuf), asBytes(recvbuf), count, TypeOf[T](), root)
+}
+
+// IReduce is the non-blocking Reduce.
+func IReduce[T Element](ctx context.Context, c *Comm, sendbuf, recvbuf []T, count int, op RedOp, root int) (Request, error) {
+	return c.IReduceBytes(ctx, asBytes(sendbuf), asBytes(recvbuf), count, TypeOf[T](), op, root)
+}
+
+// IAllGather is the non-blocking AllGather.
+func IAllGather[T Element](ctx context.Context, c *Comm, sendbuf, recvbuf []T, count int) (Request, error) {
+	return c.IAllGatherBytes(ctx, asBytes(sendbuf), asBytes(recvbuf), count, TypeOf[T]())
+}
+
+// IReduceScatter is the non-blocking ReduceScatter.
+func IReduceScatter[T Element](ctx context.Context, c *Comm, sendbuf, recvbuf []T, count int, op RedOp) (Request, error) {
+	return c.IReduceScatterBytes(ctx, asBytes(sendbuf), asBytes(recvbuf), count, TypeOf[T](), op)
+}
+
+// IAllToAll is the non-blocking AllToAll.
+func IAllToAll[T Element](ctx context.Context, c *Comm, sendbuf, recvbuf []T, count int) (Request, error) {
+	return c.IAllToAllBytes(ctx, asBytes(sendbuf), asBytes(recvbuf), count, TypeOf[T]())
+}
+
+// ISend is the non-blocking Send.
+func ISend[T Element](ctx context.Context, c *Comm, buf []T, count int, peer int) (Request, error) {
+	return c.ISendBytes(ctx, asBytes(buf), count, TypeOf[T](), peer)
+}
+
+// IRecv is the non-blocking Recv.
+func IRecv[T Element](ctx context.Context, c *Comm, buf []T, count int, peer int) (Request, error) {
+	return c.IRecvBytes(ctx, asBytes(buf), count, TypeOf[T](), peer)
+}
+
+// ISendRecv is the non-blocking SendRecv.
+func ISendRecv[T Element](ctx context.Context, c *Comm, sendbuf []T, sendPeer int, recvbuf []T, recvPeer int, count int) (Request, error) {
+	return c.ISendRecvBytes(ctx, asBytes(sendbuf), sendPeer, asBytes(recvbuf), recvPeer, count, TypeOf[T]())
+}
