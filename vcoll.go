@@ -103,7 +103,8 @@ func (c *Comm) AllToAllvBytes(ctx context.Context, send []byte, sendCounts, send
 
 // checkLayout checks one side of an AllToAllv (which: "send" or "recv"):
 // Size() counts and displacements, none negative, every region inside buf.
-// It returns the elements of buf the regions span.
+// It returns the elements of buf the regions span (empty ones included, so
+// that every region can be sliced from buf cut to the span).
 func (c *Comm) checkLayout(which string, buf []byte, counts, displs []int, dt DataType) (span int, err error) {
 	const k = opAllToAllv
 	if len(counts) != c.size || len(displs) != c.size {
@@ -122,9 +123,7 @@ func (c *Comm) checkLayout(which string, buf []byte, counts, displs []int, dt Da
 			return 0, c.errorf(k, 0, "%w: peer %d: %sdispl %d + %scount %d is past %sbuf's %d elements of %v", ErrInvalidArgument,
 				p, which, d, which, n, which, elems, dt)
 		}
-		if n > 0 {
-			span = max(span, d+n)
-		}
+		span = max(span, d+n)
 	}
 	return span, nil
 }
