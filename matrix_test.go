@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 
 	"github.com/goccl/goccl"
 	"github.com/x448/float16"
@@ -109,6 +110,13 @@ type matrix struct {
 func (m *matrix) run() error {
 	for _, dt := range goccl.DataTypes() {
 		var err error
+		if os.Getenv("GOCCL_TEST_VCOLL_ONLY") == "1" {
+			err = runVColl(m, dt)
+			if err != nil {
+				return err
+			}
+			continue
+		}
 		switch dt {
 		case goccl.Int8:
 			err = runTyped[int8](m, dt)
@@ -130,6 +138,9 @@ func (m *matrix) run() error {
 			err = runTyped[float32](m, dt)
 		case goccl.Float64:
 			err = runTyped[float64](m, dt)
+		}
+		if err == nil {
+			err = runVColl(m, dt)
 		}
 		if err != nil {
 			return err
@@ -311,4 +322,131 @@ func (m *matrix) pointToPoint() error {
 		}
 	}
 	return c.Barrier(ctx)
+}
+
+// runVColl runs AllToAllv, Gather and Scatter for dt.
+func runVColl(m *matrix, dt goccl.DataType) error {
+	switch dt {
+	case goccl.Int8:
+		return runVTyped[int8](m, dt)
+	case goccl.Uint8:
+		return runVTyped[uint8](m, dt)
+	case goccl.Int32:
+		return runVTyped[int32](m, dt)
+	case goccl.Uint32:
+		return runVTyped[uint32](m, dt)
+	case goccl.Int64:
+		return runVTyped[int64](m, dt)
+	case goccl.Uint64:
+		return runVTyped[uint64](m, dt)
+	case goccl.Float16Type:
+		return runVTyped[goccl.Float16](m, dt)
+	case goccl.BFloat16Type:
+		return runVTyped[goccl.BFloat16](m, dt)
+	case goccl.Float32:
+		return runVTyped[float32](m, dt)
+	case goccl.Float64:
+		return runVTyped[float64](m, dt)
+	}
+	return fmt.Errorf("no AllToAllv test for %v", dt)
+}
+
+// vCount is how many elements rank src sends rank dst in the AllToAllv
+// matrix: rank-dependent, and zero for some pairs at every count.
+func vCount(src, dst, count int) int { return (count*(src+1) + 3*dst) % (count + 2) }
+
+// vLayout places the blocks of sizes cnt(0..P-1) in reverse rank order,
+// each after a one-element gap; it returns the displacements and the
+// elements spanned.
+func vLayout(P int, cnt func(p int) int) (displs []int, span int) {
+	displs = make([]int, P)
+	for p := P - 1; p >= 0; p-- {
+		span++
+		displs[p] = span
+		span += cnt(p)
+	}
+	return displs, span
+}
+
+func runVTyped[T goccl.Element](m *matrix, dt goccl.DataType) error {
+	cv := convFor[T]()
+	c, ctx := m.c, m.ctx
+	P, r := c.Size(), c.Rank()
+	for _, count := range m.counts {
+		for _, inPlace := range []bool{false, true} {
+			where := func(coll string) string {
+				return fmt.Sprintf("rank %d %s %v count %d inplace %v", r, coll, dt, count, inPlace)
+			}
+			// AllToAllv: uneven counts, scattered displacements; in place
+			// is one buffer for both sides.
+			sc, rc := make([]int, P), make([]int, P)
+			for p := 0; p < P; p++ {
+				sc[p], rc[p] = vCount(r, p, count), vCount(p, r, count)
+			}
+			sd, sspan := vLayout(P, func(p int) int { return sc[p] })
+			rd, rspan := vLayout(P, func(p int) int { return rc[p] })
+			send := make([]T, sspan)
+			recv := make([]T, rspan)
+			if inPlace {
+				send = make([]T, max(sspan, rspan))
+				recv = send
+			}
+			fill(cv, dt, send, r, 0)
+			m.ops++
+			if err := goccl.AllToAllv(ctx, c, send, sc, sd, recv, rc, rd); err != nil {
+				return fmt.Errorf("%s: %w", where("AllToAllv"), err)
+			}
+			for q := 0; q < P; q++ {
+				qd, _ := vLayout(P, func(p int) int { return vCount(q, p, count) })
+				for i := 0; i < rc[q]; i++ {
+					if w := float64(val(dt, q, qd[r]+i)); !cv.same(recv[rd[q]+i], w) {
+						return fmt.Errorf("%s: from rank %d elem %d = %v, want %v", where("AllToAllv"), q, i, cv.to(recv[rd[q]+i]), w)
+					}
+				}
+			}
+			// Gather, root rotating; in place: the root's send is its block.
+			root := m.ops % P
+			send = make([]T, count)
+			recv = nil
+			if r == root {
+				recv = make([]T, P*count)
+				if inPlace {
+					send = recv[r*count : (r+1)*count]
+				}
+			}
+			fill(cv, dt, send, r, 0)
+			m.ops++
+			if err := goccl.Gather(ctx, c, send, recv, count, root); err != nil {
+				return fmt.Errorf("%s root %d: %w", where("Gather"), root, err)
+			}
+			for q := 0; q < P && r == root; q++ {
+				for i := 0; i < count; i++ {
+					if w := float64(val(dt, q, i)); !cv.same(recv[q*count+i], w) {
+						return fmt.Errorf("%s root %d: block %d elem %d = %v, want %v", where("Gather"), root, q, i, cv.to(recv[q*count+i]), w)
+					}
+				}
+			}
+			// Scatter, root rotating; in place: the root's recv is its block.
+			root = m.ops % P
+			send = nil
+			recv = make([]T, count)
+			if r == root {
+				send = make([]T, P*count)
+				fill(cv, dt, send, r, 0)
+				if inPlace {
+					recv = send[r*count : (r+1)*count]
+				}
+			}
+			m.ops++
+			if err := goccl.Scatter(ctx, c, send, recv, count, root); err != nil {
+				return fmt.Errorf("%s root %d: %w", where("Scatter"), root, err)
+			}
+			for i := range recv {
+				if w := float64(val(dt, root, r*count+i)); !cv.same(recv[i], w) {
+					return fmt.Errorf("%s root %d: elem %d = %v, want %v", where("Scatter"), root, i, cv.to(recv[i]), w)
+				}
+			}
+		}
+	}
+	return nil
 }

@@ -25,10 +25,13 @@ const (
 	opSendRecv
 	opBarrier
 	opCheck // GOCCL_DEBUG_CHECK fingerprint exchange
+	opAllToAllv
+	opGather
+	opScatter
 	numOpKinds
 )
 
-var opNames = [...]string{"", "AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllToAll", "SendRecv", "Barrier", "DebugCheck"}
+var opNames = [...]string{"", "AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllToAll", "SendRecv", "Barrier", "DebugCheck", "AllToAllv", "Gather", "Scatter"}
 
 // String is the operation's name in errors and logs ("AllReduce").
 func (k opKind) String() string {

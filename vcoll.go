@@ -1,0 +1,219 @@
+package goccl
+
+import (
+	"context"
+	"unsafe"
+)
+
+// AllToAllv, Gather and Scatter: the collectives with per-peer counts or a
+// root that owns all the blocks. Counts and displacements are in elements.
+
+// AllToAllv sends sendCounts[p] elements of sendbuf, starting at element
+// sendDispls[p], to rank p, and receives recvCounts[p] elements from rank p
+// into recvbuf starting at element recvDispls[p] (MPI_Alltoallv; the
+// expert-parallel exchange of mixture-of-experts layers). All four slices
+// have Size() entries. What rank a sends to rank b (sendCounts[b] on a) must
+// be what b expects from a (recvCounts[a] on b): a disagreement fails the
+// call with ErrMismatch naming both counts. sendCounts[Rank()] must equal
+// recvCounts[Rank()]. Counts may be zero. Receive regions with elements must
+// not overlap one another; send regions may. sendbuf and recvbuf may overlap
+// (the same buffer, in place): the call then sends from a copy of sendbuf.
+func AllToAllv[T Element](ctx context.Context, c *Comm, sendbuf []T, sendCounts, sendDispls []int, recvbuf []T, recvCounts, recvDispls []int) error {
+	return c.AllToAllvBytes(ctx, asBytes(sendbuf), sendCounts, sendDispls, asBytes(recvbuf), recvCounts, recvDispls, TypeOf[T]())
+}
+
+// Gather collects count elements of sendbuf from every rank on root:
+// recvbuf[p*count:(p+1)*count] receives rank p's sendbuf (MPI_Gather).
+// recvbuf is only written on root (it may be nil elsewhere) and holds
+// Size()*count elements there. In place: on root, sendbuf may be root's own
+// block of recvbuf, recvbuf[root*count:(root+1)*count]; any other overlap of
+// the two on root is refused.
+func Gather[T Element](ctx context.Context, c *Comm, sendbuf, recvbuf []T, count int, root int) error {
+	return c.GatherBytes(ctx, asBytes(sendbuf), asBytes(recvbuf), count, TypeOf[T](), root)
+}
+
+// Scatter hands out root's sendbuf (Size()*count elements): rank p receives
+// sendbuf[p*count:(p+1)*count] in recvbuf (count elements) (MPI_Scatter).
+// sendbuf is only read on root (it may be nil elsewhere). In place: on root,
+// recvbuf may be root's own block of sendbuf,
+// sendbuf[root*count:(root+1)*count]; any other overlap of the two on root is
+// refused.
+func Scatter[T Element](ctx context.Context, c *Comm, sendbuf, recvbuf []T, count int, root int) error {
+	return c.ScatterBytes(ctx, asBytes(sendbuf), asBytes(recvbuf), count, TypeOf[T](), root)
+}
+
+// AllToAllvBytes is AllToAllv on raw bytes; counts and displacements are in
+// elements of dt.
+//
+// The header of each message carries that message's element count, which
+// the receiver checks against its recvCounts entry; the operation's own
+// count (in GOCCL_DEBUG_CHECK fingerprints) is 0, since the ranks' counts
+// legitimately differ.
+func (c *Comm) AllToAllvBytes(ctx context.Context, send []byte, sendCounts, sendDispls []int, recv []byte, recvCounts, recvDispls []int, dt DataType) error {
+	const k = opAllToAllv
+	if !dt.Valid() {
+		return c.errorf(k, 0, "%w: unknown data type %d", ErrInvalidArgument, uint8(dt))
+	}
+	es := dt.Size()
+	sspan, err := c.checkLayout("send", send, sendCounts, sendDispls, dt)
+	if err != nil {
+		return err
+	}
+	rspan, err := c.checkLayout("recv", recv, recvCounts, recvDispls, dt)
+	if err != nil {
+		return err
+	}
+	if sc, rc := sendCounts[c.rank], recvCounts[c.rank]; sc != rc {
+		return c.errorf(k, 0, "%w: peer %d (this rank): sendcounts has %d, recvcounts %d", ErrInvalidArgument, c.rank, sc, rc)
+	}
+	// Receive regions must not overlap (P is small; no allocation).
+	for p := range recvCounts {
+		if recvCounts[p] == 0 {
+			continue
+		}
+		lo, hi := recvDispls[p], recvDispls[p]+recvCounts[p]
+		for q := p + 1; q < len(recvCounts); q++ {
+			if recvCounts[q] != 0 && recvDispls[q] < hi && lo < recvDispls[q]+recvCounts[q] {
+				return c.errorf(k, 0, "%w: receive regions of peers %d [%d, %d) and %d [%d, %d) overlap", ErrInvalidArgument,
+					p, lo, hi, q, recvDispls[q], recvDispls[q]+recvCounts[q])
+			}
+		}
+	}
+	send, recv = send[:sspan*es], recv[:rspan*es]
+	ctx, err = c.begin(ctx, k, dt, 0, -1, 0)
+	if err != nil {
+		return err
+	}
+	if overlaps(send, recv) {
+		if cap(c.scratch) < len(send) {
+			c.scratch = make([]byte, len(send))
+		}
+		src := c.scratch[:len(send)]
+		copy(src, send)
+		send = src
+	}
+	if c.group == nil {
+		d, s := recvDispls[0]*es, sendDispls[0]*es
+		copy(recv[d:d+recvCounts[0]*es], send[s:s+sendCounts[0]*es])
+		return c.end(k, nil)
+	}
+	c.logAlgo(k, 0, "pairwise", len(recv))
+	return c.end(k, c.group.AllToAllv(ctx, &c.op, send, sendCounts, sendDispls, recv, recvCounts, recvDispls))
+}
+
+// checkLayout checks one side of an AllToAllv (which: "send" or "recv"):
+// Size() counts and displacements, none negative, every region inside buf.
+// It returns the elements of buf the regions span (empty ones included, so
+// that every region can be sliced from buf cut to the span).
+func (c *Comm) checkLayout(which string, buf []byte, counts, displs []int, dt DataType) (span int, err error) {
+	const k = opAllToAllv
+	if len(counts) != c.size || len(displs) != c.size {
+		return 0, c.errorf(k, 0, "%w: %scounts has %d entries and %sdispls %d, want one per rank (%d)", ErrInvalidArgument,
+			which, len(counts), which, len(displs), c.size)
+	}
+	elems := len(buf) / dt.Size()
+	for p, n := range counts {
+		d := displs[p]
+		switch {
+		case n < 0:
+			return 0, c.errorf(k, 0, "%w: peer %d: negative %scount %d", ErrInvalidArgument, p, which, n)
+		case d < 0:
+			return 0, c.errorf(k, 0, "%w: peer %d: negative %sdispl %d", ErrInvalidArgument, p, which, d)
+		case d > elems || n > elems-d:
+			return 0, c.errorf(k, 0, "%w: peer %d: %sdispl %d + %scount %d is past %sbuf's %d elements of %v", ErrInvalidArgument,
+				p, which, d, which, n, which, elems, dt)
+		}
+		span = max(span, d+n)
+	}
+	return span, nil
+}
+
+// GatherBytes is Gather on raw bytes.
+func (c *Comm) GatherBytes(ctx context.Context, send, recv []byte, count int, dt DataType, root int) error {
+	const k = opGather
+	recvN := unused
+	if c.rank == root {
+		recvN = count * c.size
+	}
+	if err := c.checkRooted(k, dt, root, count, send, count, recv, recvN); err != nil {
+		return err
+	}
+	es := dt.Size()
+	send, recv = cut(send, count*es), cut(recv, recvN*es)
+	if c.rank == root && overlaps(send, recv) && !sameBlock(send, recv, root*count*es) {
+		return c.errorf(k, 0, "%w: on root %d, sendbuf overlaps recvbuf other than as the root's block %d (in place)", ErrInvalidArgument, root, root)
+	}
+	ctx, err := c.begin(ctx, k, dt, 0, root, count)
+	if err != nil {
+		return err
+	}
+	if c.group == nil {
+		copyIfDifferent(recv, send)
+		return c.end(k, nil)
+	}
+	c.logAlgo(k, 0, "flat", len(send))
+	return c.end(k, c.group.Gather(ctx, &c.op, send, recv, count, root))
+}
+
+// ScatterBytes is Scatter on raw bytes.
+func (c *Comm) ScatterBytes(ctx context.Context, send, recv []byte, count int, dt DataType, root int) error {
+	const k = opScatter
+	sendN := unused
+	if c.rank == root {
+		sendN = count * c.size
+	}
+	if err := c.checkRooted(k, dt, root, count, send, sendN, recv, count); err != nil {
+		return err
+	}
+	es := dt.Size()
+	send, recv = cut(send, sendN*es), cut(recv, count*es)
+	if c.rank == root && overlaps(send, recv) && !sameBlock(recv, send, root*count*es) {
+		return c.errorf(k, 0, "%w: on root %d, recvbuf overlaps sendbuf other than as the root's block %d (in place)", ErrInvalidArgument, root, root)
+	}
+	ctx, err := c.begin(ctx, k, dt, 0, root, count)
+	if err != nil {
+		return err
+	}
+	if c.group == nil {
+		copyIfDifferent(recv, send)
+		return c.end(k, nil)
+	}
+	c.logAlgo(k, 0, "flat", len(recv))
+	return c.end(k, c.group.Scatter(ctx, &c.op, send, recv, count, root))
+}
+
+// checkRooted checks the arguments of a Gather or Scatter: the element
+// type, the root, the count, and that send and recv hold sendN and recvN
+// elements (unused: not touched on this rank).
+func (c *Comm) checkRooted(k opKind, dt DataType, root, count int, send []byte, sendN int, recv []byte, recvN int) error {
+	switch {
+	case !dt.Valid():
+		return c.errorf(k, 0, "%w: unknown data type %d", ErrInvalidArgument, uint8(dt))
+	case root < 0 || root >= c.size:
+		return c.errorf(k, 0, "%w: root %d is outside [0, %d)", ErrInvalidArgument, root, c.size)
+	case count < 0:
+		return c.errorf(k, 0, "%w: negative count %d", ErrInvalidArgument, count)
+	}
+	es := dt.Size()
+	if len(send) < sendN*es {
+		return c.errorf(k, 0, "%w: sendbuf holds %d elements of %v, the operation needs %d", ErrInvalidArgument, len(send)/es, dt, sendN)
+	}
+	if len(recv) < recvN*es {
+		return c.errorf(k, 0, "%w: recvbuf holds %d elements of %v, the operation needs %d", ErrInvalidArgument, len(recv)/es, dt, recvN)
+	}
+	return nil
+}
+
+// overlaps reports whether a and b share a byte.
+func overlaps(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	a0, b0 := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return a0 < b0+uintptr(len(b)) && b0 < a0+uintptr(len(a))
+}
+
+// sameBlock reports whether blk is exactly whole[off:off+len(blk)].
+func sameBlock(blk, whole []byte, off int) bool {
+	return off+len(blk) <= len(whole) && unsafe.SliceData(blk) == unsafe.SliceData(whole[off:])
+}
