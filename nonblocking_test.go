@@ -680,3 +680,74 @@ func TestNonBlockingWorldSizeOne(t *testing.T) {
 	}
 	checkGoroutines(t, base)
 }
+
+// TestNonBlockingThenVColl: blocking AllToAllv, Gather and Scatter issued
+// while non-blocking operations are outstanding run after them, in issue
+// order, on every rank.
+func TestNonBlockingThenVColl(t *testing.T) {
+	const n, count = 3, 1 << 12
+	errs := goroutineRanks(t, n, time.Minute, func(c *goccl.Comm) error {
+		ctx := context.Background()
+		r := c.Rank()
+		for round := 0; round < 20; round++ {
+			bufs := make([][]float32, 4+round%2*40)
+			reqs := make([]goccl.Request, len(bufs))
+			for i := range bufs {
+				bufs[i] = make([]float32, count>>(uint(i%2)*10))
+				for j := range bufs[i] {
+					bufs[i][j] = float32(r + i + round)
+				}
+				var err error
+				if reqs[i], err = goccl.IAllReduce(ctx, c, bufs[i], bufs[i], len(bufs[i]), goccl.Sum); err != nil {
+					return err
+				}
+			}
+			// Each rank sends rank+1 elements to every peer.
+			sc, sd, rc, rd := make([]int, n), make([]int, n), make([]int, n), make([]int, n)
+			send := make([]int32, n*(r+1))
+			for p := 0; p < n; p++ {
+				sc[p], sd[p], rc[p], rd[p] = r+1, p*(r+1), p+1, p*(p+1)/2
+				for j := 0; j < r+1; j++ {
+					send[p*(r+1)+j] = int32(100*r + p)
+				}
+			}
+			recv := make([]int32, n*(n+1)/2)
+			if err := goccl.AllToAllv(ctx, c, send, sc, sd, recv, rc, rd); err != nil {
+				return fmt.Errorf("round %d: AllToAllv: %w", round, err)
+			}
+			for p := 0; p < n; p++ {
+				for j := 0; j < p+1; j++ {
+					if got, want := recv[rd[p]+j], int32(100*p+r); got != want {
+						return fmt.Errorf("round %d: AllToAllv from %d: got %d, want %d", round, p, got, want)
+					}
+				}
+			}
+			g := make([]int32, n)
+			if err := goccl.Gather(ctx, c, []int32{int32(r + round)}, g, 1, round%n); err != nil {
+				return fmt.Errorf("round %d: Gather: %w", round, err)
+			}
+			if r == round%n {
+				for p := range g {
+					if g[p] != int32(p+round) {
+						return fmt.Errorf("round %d: Gather block %d = %d", round, p, g[p])
+					}
+				}
+			}
+			for i, req := range reqs {
+				if err := req.Wait(ctx); err != nil {
+					return fmt.Errorf("round %d: IAllReduce %d: %w", round, i, err)
+				}
+				want := float32(n*(i+round) + n*(n-1)/2)
+				if bufs[i][0] != want || bufs[i][len(bufs[i])-1] != want {
+					return fmt.Errorf("round %d: IAllReduce %d: got %v, want %v", round, i, bufs[i][0], want)
+				}
+			}
+		}
+		return nil
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+}

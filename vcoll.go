@@ -80,6 +80,7 @@ func (c *Comm) AllToAllvBytes(ctx context.Context, send []byte, sendCounts, send
 		}
 	}
 	send, recv = send[:sspan*es], recv[:rspan*es]
+	c.drain()
 	ctx, err = c.begin(ctx, k, dt, 0, -1, 0)
 	if err != nil {
 		return err
@@ -143,6 +144,7 @@ func (c *Comm) GatherBytes(ctx context.Context, send, recv []byte, count int, dt
 	if c.rank == root && overlaps(send, recv) && !sameBlock(send, recv, root*count*es) {
 		return c.errorf(k, 0, "%w: on root %d, sendbuf overlaps recvbuf other than as the root's block %d (in place)", ErrInvalidArgument, root, root)
 	}
+	c.drain()
 	ctx, err := c.begin(ctx, k, dt, 0, root, count)
 	if err != nil {
 		return err
@@ -170,6 +172,7 @@ func (c *Comm) ScatterBytes(ctx context.Context, send, recv []byte, count int, d
 	if c.rank == root && overlaps(send, recv) && !sameBlock(recv, send, root*count*es) {
 		return c.errorf(k, 0, "%w: on root %d, recvbuf overlaps sendbuf other than as the root's block %d (in place)", ErrInvalidArgument, root, root)
 	}
+	c.drain()
 	ctx, err := c.begin(ctx, k, dt, 0, root, count)
 	if err != nil {
 		return err
