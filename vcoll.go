@@ -131,46 +131,36 @@ func (c *Comm) checkLayout(which string, buf []byte, counts, displs []int, dt Da
 
 // GatherBytes is Gather on raw bytes.
 func (c *Comm) GatherBytes(ctx context.Context, send, recv []byte, count int, dt DataType, root int) error {
-	const k = opGather
-	recvN := unused
-	if c.rank == root {
-		recvN = count * c.size
-	}
-	if err := c.checkRooted(k, dt, root, count, send, count, recv, recvN); err != nil {
-		return err
-	}
-	es := dt.Size()
-	send, recv = cut(send, count*es), cut(recv, recvN*es)
-	if c.rank == root && overlaps(send, recv) && !sameBlock(send, recv, root*count*es) {
-		return c.errorf(k, 0, "%w: on root %d, sendbuf overlaps recvbuf other than as the root's block %d (in place)", ErrInvalidArgument, root, root)
-	}
-	c.drain()
-	ctx, err := c.begin(ctx, k, dt, 0, root, count)
-	if err != nil {
-		return err
-	}
-	if c.group == nil {
-		copyIfDifferent(recv, send)
-		return c.end(k, nil)
-	}
-	c.logAlgo(k, 0, "flat", len(send))
-	return c.end(k, c.group.Gather(ctx, &c.op, send, recv, count, root))
+	return c.rootedBytes(ctx, opGather, send, recv, count, dt, root)
 }
 
 // ScatterBytes is Scatter on raw bytes.
 func (c *Comm) ScatterBytes(ctx context.Context, send, recv []byte, count int, dt DataType, root int) error {
-	const k = opScatter
-	sendN := unused
+	return c.rootedBytes(ctx, opScatter, send, recv, count, dt, root)
+}
+
+// rootedBytes runs Gather (the root's recv holds every rank's block) or
+// Scatter (the root's send does); the other buffer holds one block.
+func (c *Comm) rootedBytes(ctx context.Context, k opKind, send, recv []byte, count int, dt DataType, root int) error {
+	whole := unused
 	if c.rank == root {
-		sendN = count * c.size
+		whole = count * c.size
 	}
-	if err := c.checkRooted(k, dt, root, count, send, sendN, recv, count); err != nil {
+	sendN, recvN := count, whole
+	if k == opScatter {
+		sendN, recvN = whole, count
+	}
+	if err := c.checkRooted(k, dt, root, count, send, sendN, recv, recvN); err != nil {
 		return err
 	}
 	es := dt.Size()
-	send, recv = cut(send, sendN*es), cut(recv, count*es)
-	if c.rank == root && overlaps(send, recv) && !sameBlock(recv, send, root*count*es) {
-		return c.errorf(k, 0, "%w: on root %d, recvbuf overlaps sendbuf other than as the root's block %d (in place)", ErrInvalidArgument, root, root)
+	send, recv = cut(send, sendN*es), cut(recv, recvN*es)
+	block, all, blockName, allName := send, recv, "sendbuf", "recvbuf"
+	if k == opScatter {
+		block, all, blockName, allName = recv, send, "recvbuf", "sendbuf"
+	}
+	if c.rank == root && overlaps(send, recv) && !sameBlock(block, all, root*count*es) {
+		return c.errorf(k, 0, "%w: on root %d, %s overlaps %s other than as the root's block %d (in place)", ErrInvalidArgument, root, blockName, allName, root)
 	}
 	c.drain()
 	ctx, err := c.begin(ctx, k, dt, 0, root, count)
@@ -181,8 +171,13 @@ func (c *Comm) ScatterBytes(ctx context.Context, send, recv []byte, count int, d
 		copyIfDifferent(recv, send)
 		return c.end(k, nil)
 	}
-	c.logAlgo(k, 0, "flat", len(recv))
-	return c.end(k, c.group.Scatter(ctx, &c.op, send, recv, count, root))
+	c.logAlgo(k, 0, "flat", len(block))
+	if k == opGather {
+		err = c.group.Gather(ctx, &c.op, send, recv, count, root)
+	} else {
+		err = c.group.Scatter(ctx, &c.op, send, recv, count, root)
+	}
+	return c.end(k, err)
 }
 
 // checkRooted checks the arguments of a Gather or Scatter: the element
