@@ -237,6 +237,10 @@ func (d *DDP) Buckets() []Bucket {
 	return bs
 }
 
+// Issued is the number of this step's buckets whose communication has been
+// issued (buckets 0 to Issued()-1).
+func (d *DDP) Issued() int { return d.nextIssue }
+
 // ZeroGrad sets every gradient to zero. It must not be called while buckets
 // are in flight (between the first issue of a step and its Wait).
 func (d *DDP) ZeroGrad() {

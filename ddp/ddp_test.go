@@ -347,8 +347,10 @@ func TestErrors(t *testing.T) {
 	})
 }
 
-// TestOutOfOrder: marking in forward order (against the buckets) still
-// issues the buckets in bucket order and gives the average.
+// TestOutOfOrder: marking in forward order (against the buckets), or in
+// mixed orders that differ between ranks, still issues the buckets in bucket
+// order, each as soon as it and every earlier one are complete, and gives the
+// average.
 func TestOutOfOrder(t *testing.T) {
 	runRanks(t, 3, func(ctx context.Context, c *goccl.Comm) error {
 		params := [][]float32{make([]float32, 3), make([]float32, 5), make([]float32, 7)}
@@ -360,19 +362,32 @@ func TestOutOfOrder(t *testing.T) {
 		if c.Rank() == 1 {
 			order = []int{1, 0, 2}
 		}
+		// Buckets {2}, {1}, {0}: marking 0 and 1 issues nothing before 2 is
+		// marked, then all three at once, in bucket order.
+		issued := []int{0, 0, 3}
+		if c.Rank() == 2 {
+			order = []int{2, 0, 1}
+			issued = []int{1, 1, 3}
+		}
 		for step := range 3 {
 			for i := range 3 {
 				for k := range d.Grad(i) {
 					d.Grad(i)[k] = float32(c.Rank()*10 + i + k + step)
 				}
 			}
-			for _, i := range order {
+			for k, i := range order {
 				if err := d.MarkReady(i); err != nil {
 					return err
+				}
+				if n := d.Issued(); n != issued[k] {
+					return fmt.Errorf("after marking %v: %d buckets issued, want %d", order[:k+1], n, issued[k])
 				}
 			}
 			if err := d.Wait(ctx); err != nil {
 				return err
+			}
+			if n := d.Issued(); n != 0 {
+				return fmt.Errorf("after Wait: Issued %d", n)
 			}
 			for i := range 3 {
 				for k, g := range d.Grad(i) {
