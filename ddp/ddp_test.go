@@ -481,3 +481,25 @@ func TestStats(t *testing.T) {
 		return nil
 	})
 }
+
+// TestFP16NoOverflow: gradients whose sum over the ranks exceeds float16's
+// range but whose average does not come back finite through FP16Compress.
+func TestFP16NoOverflow(t *testing.T) {
+	runRanks(t, 4, func(ctx context.Context, c *goccl.Comm) error {
+		d, err := ddp.New(ctx, c, [][]float32{make([]float32, 3)}, ddp.Options{Hook: ddp.FP16Compress()})
+		if err != nil {
+			return err
+		}
+		copy(d.Grad(0), []float32{40000, -40000, 1})
+		if err := d.MarkReady(0); err != nil {
+			return err
+		}
+		if err := d.Wait(ctx); err != nil {
+			return err
+		}
+		if g := d.Grad(0); !slices.Equal(g, []float32{40000, -40000, 1}) {
+			return fmt.Errorf("gradient %v, want [40000 -40000 1]", g)
+		}
+		return nil
+	})
+}

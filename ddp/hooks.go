@@ -11,11 +11,15 @@ import (
 // converts the bucket into a per-bucket buffer of T (kept from step to step),
 // issues IAllReduce(Avg) in T on it, and on Wait converts the result back
 // into the bucket. Halves the bytes on the wire at the cost of T's precision
-// (the sum over the ranks is accumulated in T by goccl's reduction).
+// (goccl's reduction rounds each partial sum over the ranks to T). With
+// prescale it divides by the world size while converting and reduces with
+// Sum instead: the partial sums then stay within the range of the average,
+// which matters for Float16 (largest finite 65504).
 type compressed[T goccl.Float16 | goccl.BFloat16] struct {
-	to    func(float32) T
-	from  func(T) float32
-	works []*compressedWork[T] // per bucket
+	prescale bool
+	to       func(float32) T
+	from     func(T) float32
+	works    []*compressedWork[T] // per bucket
 }
 
 type compressedWork[T goccl.Float16 | goccl.BFloat16] struct {
@@ -29,10 +33,13 @@ type compressedWork[T goccl.Float16 | goccl.BFloat16] struct {
 
 // FP16Compress returns a Hook that reduces each bucket in IEEE binary16
 // (goccl.Float16): about 3 significant decimal digits, magnitudes from 6e-8
-// (subnormal) to 65504, beyond which values become infinite. Each DDP needs
+// (subnormal) to 65504, beyond which values become infinite. The gradients
+// are divided by the world size before the conversion and summed, so that
+// the partial sums do not overflow where the average would not (tiny
+// gradients lose precision instead, in the subnormal range). Each DDP needs
 // its own hook value.
 func FP16Compress() Hook {
-	return &compressed[goccl.Float16]{
+	return &compressed[goccl.Float16]{prescale: true,
 		to:   float16.Fromfloat32,
 		from: goccl.Float16.Float32,
 	}
@@ -54,12 +61,20 @@ func (h *compressed[T]) Issue(ctx context.Context, c *goccl.Comm, b int, grad []
 		w.buf = make([]T, len(grad))
 	}
 	w.buf = w.buf[:len(grad)]
-	for i, v := range grad {
-		w.buf[i] = h.to(v)
+	op := goccl.Avg
+	if s := float32(c.Size()); h.prescale && s != 1 {
+		op = goccl.Sum
+		for i, v := range grad {
+			w.buf[i] = h.to(v / s)
+		}
+	} else {
+		for i, v := range grad {
+			w.buf[i] = h.to(v)
+		}
 	}
 	w.dst, w.done, w.err = grad, false, nil
 	var err error
-	w.req, err = goccl.IAllReduce(ctx, c, w.buf, w.buf, len(w.buf), goccl.Avg)
+	w.req, err = goccl.IAllReduce(ctx, c, w.buf, w.buf, len(w.buf), op)
 	if err != nil {
 		return nil, err
 	}
