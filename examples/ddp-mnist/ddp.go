@@ -4,9 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"time"
 
 	"github.com/goccl/goccl"
+	"github.com/goccl/goccl/ddp"
+	"gonum.org/v1/gonum/blas/blas32"
 )
 
 // shardRange returns the half-open range of a global batch of n samples that
@@ -29,38 +30,67 @@ type Trainer struct {
 	size  int
 	model *MLP
 	opt   *adam
-	// grad is the flat gradient, Params' layout; gradViews are its per-layer
-	// views. It is the one buffer the AllReduce sees, so that a bucketed,
-	// overlapping reducer can later take over the per-layer pieces.
-	grad      []float32
+	// dp holds the gradients in its buckets and reduces them: parameter 2l
+	// is layer l's W, 2l+1 its b (forward order). gradViews are the layers'
+	// views of dp's gradients, which the backward pass writes into.
+	dp        *ddp.DDP
+	params    [][]float32 // the registered tensors: views of model.Params
+	grads     [][]float32 // dp.Grad(i) for each
 	gradViews []layer
+	overlap   bool      // mark each layer ready as the backward finishes it (else all at the end)
 	x         []float32 // this rank's shard of the batch, as model input
-
-	commTime time.Duration // time spent in the gradient AllReduce
 }
 
-// newTrainer builds the model from seed on every rank and then broadcasts
-// rank 0's parameters so all replicas start bit-identical.
-func newTrainer(ctx context.Context, c *goccl.Comm, sizes []int, seed uint64, lr float64) (*Trainer, error) {
+// trainerOptions are the data-parallel settings of a Trainer.
+type trainerOptions struct {
+	noOverlap bool    // mark the gradients ready only after the whole backward pass
+	bucketMB  float64 // ddp.Options.BucketCapMB (0: its default)
+}
+
+// newTrainer builds the model from seed on every rank; ddp.New then
+// broadcasts rank 0's parameters so all replicas start bit-identical.
+func newTrainer(ctx context.Context, c *goccl.Comm, sizes []int, seed uint64, lr float64, o trainerOptions) (*Trainer, error) {
 	m := newMLP(sizes, seed)
-	p := len(m.Params)
-	t := &Trainer{comm: c, size: 1, model: m, opt: newAdam(p, lr), grad: make([]float32, p)}
-	t.gradViews = views(sizes, t.grad)
+	t := &Trainer{comm: c, size: 1, model: m, opt: newAdam(len(m.Params), lr), overlap: !o.noOverlap}
 	if c != nil {
 		t.rank, t.size = c.Rank(), c.Size()
-		if err := goccl.Broadcast(ctx, c, m.Params, m.Params, p, 0); err != nil {
-			return nil, fmt.Errorf("broadcast of initial parameters: %w", err)
-		}
+	}
+	for _, ly := range m.layers {
+		t.params = append(t.params, ly.W.Data, ly.B)
+	}
+	dp, err := ddp.New(ctx, c, t.params, ddp.Options{BucketCapMB: o.bucketMB})
+	if err != nil {
+		return nil, fmt.Errorf("data-parallel setup: %w", err)
+	}
+	t.dp = dp
+	for i := range t.params {
+		t.grads = append(t.grads, dp.Grad(i))
+	}
+	for l, ly := range m.layers {
+		t.gradViews = append(t.gradViews, layer{In: ly.In, Out: ly.Out,
+			W: blas32.General{Rows: ly.Out, Cols: ly.In, Stride: ly.In, Data: t.grads[2*l]}, B: t.grads[2*l+1]})
 	}
 	return t, nil
+}
+
+// flatGrad returns a copy of the gradient in Params' layout.
+func (t *Trainer) flatGrad() []float32 {
+	g := make([]float32, 0, len(t.model.Params))
+	for _, x := range t.grads {
+		g = append(g, x...)
+	}
+	return g
 }
 
 // Step does one synchronous data-parallel Adam step on the global batch idx
 // of d (every rank passes the same indices and uses only its shard). Each
 // rank computes the gradient g_r of the mean loss over its n_r samples and
-// scales it by size*n_r/B; ONE AllReduce(Avg) then gives every rank
-// sum_r n_r*g_r / B, the gradient of the mean loss over the whole batch of
-// B samples, however unevenly B splits. Every rank applies the same update
+// scales it by size*n_r/B; the DDP's AllReduce(Avg) of the buckets then
+// gives every rank sum_r n_r*g_r / B, the gradient of the mean loss over the
+// whole batch of B samples, however unevenly B splits. With overlap, each
+// layer's gradient is scaled and marked ready as soon as the backward pass
+// has computed it, so the buckets of the last layers are reduced while the
+// first layers' gradients are computed. Every rank applies the same update
 // to the same reduced values. Step returns this rank's summed loss and its
 // sample count.
 func (t *Trainer) Step(ctx context.Context, d *Dataset, idx []int) (lossSum float64, n int, err error) {
@@ -78,21 +108,35 @@ func (t *Trainer) Step(ctx context.Context, d *Dataset, idx []int) (lossSum floa
 	for k, i := range idx[lo:hi] {
 		y[k] = d.Labels[i]
 	}
-	lossSum, _ = t.model.lossGrad(x, y, t.grad)
-	if t.comm != nil {
-		if w := float32(t.size*n) / float32(len(idx)); w != 1 {
-			for i := range t.grad {
-				t.grad[i] *= w
+	w := float32(t.size*n) / float32(len(idx))
+	ready := func(l int) error {
+		for _, g := range [][]float32{t.gradViews[l].B, t.gradViews[l].W.Data} {
+			if w != 1 {
+				for i := range g {
+					g[i] *= w
+				}
 			}
 		}
-		start := time.Now()
-		err := goccl.AllReduce(ctx, t.comm, t.grad, t.grad, len(t.grad), goccl.Avg)
-		t.commTime += time.Since(start)
-		if err != nil {
-			return 0, 0, fmt.Errorf("gradient allreduce: %w", err)
+		if err := t.dp.MarkReady(2*l + 1); err != nil {
+			return err
+		}
+		return t.dp.MarkReady(2 * l)
+	}
+	if t.overlap {
+		lossSum, _, err = t.model.lossGradLayers(x, y, t.gradViews, ready)
+	} else {
+		lossSum, _, err = t.model.lossGradLayers(x, y, t.gradViews, nil)
+		for l := len(t.gradViews) - 1; l >= 0 && err == nil; l-- {
+			err = ready(l)
 		}
 	}
-	t.opt.step(t.model.Params, t.grad)
+	if err != nil {
+		return 0, 0, fmt.Errorf("backward: %w", err)
+	}
+	if err := t.dp.Wait(ctx); err != nil {
+		return 0, 0, fmt.Errorf("gradient allreduce: %w", err)
+	}
+	t.opt.stepTensors(t.params, t.grads)
 	return lossSum, n, nil
 }
 

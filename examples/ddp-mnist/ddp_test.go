@@ -86,8 +86,8 @@ type stepResult struct {
 	grads        [][]float32 // the reduced gradient of each step
 }
 
-func doSteps(ctx context.Context, c *goccl.Comm, seed uint64, d *Dataset, idx []int, steps int) (stepResult, error) {
-	tr, err := newTrainer(ctx, c, []int{numFeatures, 64, 32, numClasses}, seed, 1e-3)
+func doSteps(ctx context.Context, c *goccl.Comm, seed uint64, d *Dataset, idx []int, steps int, o trainerOptions) (stepResult, error) {
+	tr, err := newTrainer(ctx, c, []int{numFeatures, 64, 32, numClasses}, seed, 1e-3, o)
 	if err != nil {
 		return stepResult{}, err
 	}
@@ -96,7 +96,7 @@ func doSteps(ctx context.Context, c *goccl.Comm, seed uint64, d *Dataset, idx []
 		if _, _, err := tr.Step(ctx, d, idx); err != nil {
 			return res, err
 		}
-		res.grads = append(res.grads, slices.Clone(tr.grad))
+		res.grads = append(res.grads, tr.flatGrad())
 	}
 	res.params = slices.Clone(tr.model.Params)
 	return res, nil
@@ -105,24 +105,33 @@ func doSteps(ctx context.Context, c *goccl.Comm, seed uint64, d *Dataset, idx []
 // TestDDPStepMatchesSingleRank: steps of 2 goroutine ranks, each on its half
 // of a batch, give every rank the reduced gradient and the parameters that one
 // rank gets on the whole batch (to float32 rounding), for an even split and an
-// odd one. Rank 1 starts from other random parameters, so this also checks
+// odd one, with the buckets reduced during the backward pass (overlap) or
+// after it, and with one bucket or several. Rank 1 starts from other random parameters, so this also checks
 // that rank 0's initialisation is broadcast. Adam's first step hardly depends
 // on the gradient's size, so the gradients are compared directly.
 func TestDDPStepMatchesSingleRank(t *testing.T) {
 	train, _ := loadForTest(t)
-	for _, tc := range []struct{ batch, steps int }{{2 * 32, 3}, {37, 2}} {
-		t.Run(fmt.Sprintf("batch%d", tc.batch), func(t *testing.T) {
+	for _, tc := range []struct {
+		batch, steps int
+		o            trainerOptions
+	}{
+		{2 * 32, 3, trainerOptions{}},
+		{37, 2, trainerOptions{}},
+		{37, 2, trainerOptions{noOverlap: true}},
+		{2 * 32, 2, trainerOptions{bucketMB: 0.01}}, // a bucket per tensor but the first (3 tensors)
+	} {
+		t.Run(fmt.Sprintf("batch%d/overlap=%v/bucketMB=%g", tc.batch, !tc.o.noOverlap, tc.o.bucketMB), func(t *testing.T) {
 			idx := make([]int, tc.batch)
 			for i := range idx {
 				idx[i] = 7 * i
 			}
-			ref, err := doSteps(context.Background(), nil, 11, train, idx, tc.steps)
+			ref, err := doSteps(context.Background(), nil, 11, train, idx, tc.steps, tc.o)
 			if err != nil {
 				t.Fatal(err)
 			}
 			got := make([]stepResult, 2)
 			runRanks(t, 2, func(ctx context.Context, c *goccl.Comm) (err error) {
-				got[c.Rank()], err = doSteps(ctx, c, 11+uint64(100*c.Rank()), train, idx, tc.steps)
+				got[c.Rank()], err = doSteps(ctx, c, 11+uint64(100*c.Rank()), train, idx, tc.steps, tc.o)
 				return err
 			})
 			for r, g := range got {
@@ -154,7 +163,7 @@ func TestParamsIdentical(t *testing.T) {
 	for _, perturb := range []bool{false, true} {
 		answers := make([]bool, world)
 		runRanks(t, world, func(ctx context.Context, c *goccl.Comm) error {
-			tr, err := newTrainer(ctx, c, []int{numFeatures, 16, numClasses}, 5, 1e-3)
+			tr, err := newTrainer(ctx, c, []int{numFeatures, 16, numClasses}, 5, 1e-3, trainerOptions{})
 			if err != nil {
 				return err
 			}
@@ -239,5 +248,11 @@ func TestRunWorldSizeOne(t *testing.T) {
 	checkOutput(t, out.String(), 1, 1)
 	if _, err := parseFlags([]string{"-hidden", "64,x"}); err == nil {
 		t.Error("-hidden 64,x accepted")
+	}
+	if _, err := parseFlags([]string{"-bucket-mb", "0"}); err == nil {
+		t.Error("-bucket-mb 0 accepted")
+	}
+	if cfg, err := parseFlags([]string{"-overlap=false", "-bucket-mb", "2"}); err != nil || !cfg.tr.noOverlap || cfg.tr.bucketMB != 2 {
+		t.Errorf("-overlap=false -bucket-mb 2: %+v, %v", cfg.tr, err)
 	}
 }

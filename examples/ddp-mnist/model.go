@@ -104,10 +104,32 @@ func (m *MLP) forward(x []float32, n int) []blas32.General {
 // samples classified correctly. If grad is not nil (Params' layout), it is
 // overwritten with the gradient of the mean loss over the n samples.
 func (m *MLP) lossGrad(x []float32, y []uint8, grad []float32) (lossSum float64, correct int) {
+	var gl []layer
+	if grad != nil {
+		gl = views(m.Sizes, grad)
+	}
+	lossSum, correct, _ = m.lossGradLayers(x, y, gl, nil)
+	return lossSum, correct
+}
+
+// lossGradLayers is lossGrad with the gradient in per-layer views gl (nil: no
+// gradient), which it overwrites layer by layer, last layer first; after
+// layer l's gradient is final it calls done(l) when done is not nil (a data-
+// parallel reducer starts that layer's communication there) and stops at
+// the first error done returns.
+func (m *MLP) lossGradLayers(x []float32, y []uint8, gl []layer, done func(l int) error) (lossSum float64, correct int, err error) {
 	n := len(y)
 	if n == 0 {
-		clear(grad)
-		return 0, 0
+		for l := len(gl) - 1; l >= 0; l-- {
+			clear(gl[l].W.Data)
+			clear(gl[l].B)
+			if done != nil {
+				if err := done(l); err != nil {
+					return 0, 0, err
+				}
+			}
+		}
+		return 0, 0, nil
 	}
 	acts := m.forward(x, n)
 	// Softmax cross-entropy, computed stably in float64; the logits become
@@ -135,10 +157,9 @@ func (m *MLP) lossGrad(x []float32, y []uint8, grad []float32) (lossSum float64,
 		}
 		row[label] -= 1 / float32(n)
 	}
-	if grad == nil {
-		return lossSum, correct
+	if gl == nil {
+		return lossSum, correct, nil
 	}
-	gl := views(m.Sizes, grad)
 	delta := z // dLoss/dZ of layer l
 	for l := len(m.layers) - 1; l >= 0; l-- {
 		// dW = delta^T A, db = column sums of delta.
@@ -148,6 +169,11 @@ func (m *MLP) lossGrad(x []float32, y []uint8, grad []float32) (lossSum float64,
 		for r := range n {
 			for j, v := range delta.Data[r*delta.Stride : r*delta.Stride+delta.Cols] {
 				db[j] += v
+			}
+		}
+		if done != nil {
+			if err := done(l); err != nil {
+				return lossSum, correct, err
 			}
 		}
 		if l == 0 {
@@ -164,7 +190,7 @@ func (m *MLP) lossGrad(x []float32, y []uint8, grad []float32) (lossSum float64,
 		}
 		delta = da
 	}
-	return lossSum, correct
+	return lossSum, correct, nil
 }
 
 // adam is the Adam optimiser (Kingma & Ba) over a flat parameter vector.
@@ -180,15 +206,26 @@ func newAdam(n int, lr float64) *adam {
 
 // step applies one update with gradient g to params.
 func (o *adam) step(params, g []float32) {
+	o.stepTensors([][]float32{params}, [][]float32{g})
+}
+
+// stepTensors applies one update to the parameter tensors params, laid out one
+// after the other in the optimiser's state, with the gradients grads.
+func (o *adam) stepTensors(params, grads [][]float32) {
 	o.t++
 	b1, b2 := float32(o.beta1), float32(o.beta2)
 	// Fold both bias corrections into the step size.
 	lr := float32(o.lr * math.Sqrt(1-math.Pow(o.beta2, float64(o.t))) / (1 - math.Pow(o.beta1, float64(o.t))))
 	eps := float32(o.eps)
-	for i, gi := range g {
-		m := b1*o.m[i] + (1-b1)*gi
-		v := b2*o.v[i] + (1-b2)*gi*gi
-		o.m[i], o.v[i] = m, v
-		params[i] -= lr * m / (float32(math.Sqrt(float64(v))) + eps)
+	off := 0
+	for t, p := range params {
+		om, ov := o.m[off:off+len(p)], o.v[off:off+len(p)]
+		for i, gi := range grads[t][:len(p)] {
+			m := b1*om[i] + (1-b1)*gi
+			v := b2*ov[i] + (1-b2)*gi*gi
+			om[i], ov[i] = m, v
+			p[i] -= lr * m / (float32(math.Sqrt(float64(v))) + eps)
+		}
+		off += len(p)
 	}
 }
