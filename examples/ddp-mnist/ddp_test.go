@@ -14,43 +14,13 @@ import (
 	"time"
 
 	"github.com/goccl/goccl"
-	"github.com/goccl/goccl/rendezvous"
+	"github.com/goccl/goccl/internal/ranktest"
 )
 
-// runRanks runs fn on n goroutine ranks that form one communicator through a
-// shared in-memory store, and fails the test with every rank's error.
+// runRanks runs fn on n goroutine ranks of one communicator (ranktest.Run).
 func runRanks(t *testing.T, n int, fn func(ctx context.Context, c *goccl.Comm) error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	store := rendezvous.NewMemStore()
-	defer store.Close()
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Go(func() {
-			c, err := goccl.Init(ctx, goccl.WithRank(r), goccl.WithWorldSize(n), goccl.WithStore(store))
-			if err != nil {
-				errs[r] = fmt.Errorf("rank %d: goccl.Init: %w", r, err)
-				cancel() // release the ranks waiting for this one
-				return
-			}
-			defer c.Close()
-			if err := fn(ctx, c); err != nil {
-				errs[r] = fmt.Errorf("rank %d: %w", r, err)
-				cancel()
-			}
-		})
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			t.Error(err)
-		}
-	}
-	if t.Failed() {
-		t.FailNow()
-	}
+	ranktest.Run(t, n, 30*time.Second, fn)
 }
 
 // loadOnce decodes the embedded files once for all the tests.
