@@ -472,3 +472,32 @@ func TestFP16NoOverflow(t *testing.T) {
 		return nil
 	})
 }
+
+func TestIdenticalAndShard(t *testing.T) {
+	runRanks(t, 3, func(ctx context.Context, c *goccl.Comm) error {
+		p := []float32{1, 2, float32(math.NaN()), -0}
+		if ok, err := ddp.Identical(ctx, c, p); err != nil || !ok {
+			return fmt.Errorf("same parameters: identical %v, %v", ok, err)
+		}
+		if c.Rank() == 2 {
+			p[1] = math.Nextafter32(p[1], 3) // one ulp
+		}
+		if ok, err := ddp.Identical(ctx, c, p); err != nil || ok {
+			return fmt.Errorf("one ulp apart on rank 2: identical %v, %v", ok, err)
+		}
+		return nil
+	})
+	for _, n := range []int{0, 1, 2, 7, 128} {
+		next := 0
+		for r := range 3 {
+			lo, hi := ddp.Shard(n, 3, r)
+			if lo != next || hi < lo || hi-lo > n/3+1 {
+				t.Fatalf("Shard(%d, 3, %d) = [%d, %d), want it to start at %d", n, r, lo, hi, next)
+			}
+			next = hi
+		}
+		if next != n {
+			t.Fatalf("Shard(%d, 3, ·) covers [0, %d)", n, next)
+		}
+	}
+}

@@ -3,23 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"math"
 
 	"github.com/goccl/goccl"
+	"github.com/goccl/goccl/ddp"
 )
-
-// shardRange returns the half-open range of a global batch of n samples that
-// rank takes out of size ranks: contiguous blocks, the first n%size ranks one
-// sample longer. A rank's block may be empty when n < size.
-func shardRange(n, size, rank int) (lo, hi int) {
-	q, r := n/size, n%size
-	lo = rank*q + min(rank, r)
-	hi = lo + q
-	if rank < r {
-		hi++
-	}
-	return lo, hi
-}
 
 // Trainer is one rank's replica of the data-parallel job.
 type Trainer struct {
@@ -66,7 +53,7 @@ func (t *Trainer) Step(ctx context.Context, x []float32, y []int) (float64, erro
 	if len(y) == 0 || len(x) != len(y)*numFeatures {
 		return 0, fmt.Errorf("step: %d features for %d samples", len(x), len(y))
 	}
-	lo, hi := shardRange(len(y), t.size, t.rank)
+	lo, hi := ddp.Shard(len(y), t.size, t.rank)
 	n := hi - lo
 	meanLoss := t.model.meanGrad(x[lo*numFeatures:hi*numFeatures], y[lo:hi], t.grad)
 	p := t.numParam
@@ -96,7 +83,7 @@ func (t *Trainer) Step(ctx context.Context, x []float32, y []int) (float64, erro
 // Evaluate returns the accuracy of the model on d, each rank scoring its
 // shard and one AllReduce(Sum) adding up the counts.
 func (t *Trainer) Evaluate(ctx context.Context, d *Dataset) (float64, error) {
-	lo, hi := shardRange(d.Len(), t.size, t.rank)
+	lo, hi := ddp.Shard(d.Len(), t.size, t.rank)
 	_, correct := t.model.lossGrad(d.X[lo*numFeatures:hi*numFeatures], d.Y[lo:hi], nil)
 	counts := []int64{int64(correct), int64(hi - lo)}
 	if t.comm != nil {
@@ -115,26 +102,5 @@ func (t *Trainer) Evaluate(ctx context.Context, d *Dataset) (float64, error) {
 // patterns with Max and with Min; they are identical everywhere exactly when
 // the two results agree in every element. All ranks get the same answer.
 func (t *Trainer) ParamsIdentical(ctx context.Context) (bool, error) {
-	p := t.numParam
-	hi := make([]uint32, p)
-	for i, v := range t.model.Params {
-		hi[i] = math.Float32bits(v)
-	}
-	if t.comm == nil {
-		return true, nil
-	}
-	lo := make([]uint32, p)
-	copy(lo, hi)
-	if err := goccl.AllReduce(ctx, t.comm, hi, hi, p, goccl.Max); err != nil {
-		return false, fmt.Errorf("parameter check allreduce(max): %w", err)
-	}
-	if err := goccl.AllReduce(ctx, t.comm, lo, lo, p, goccl.Min); err != nil {
-		return false, fmt.Errorf("parameter check allreduce(min): %w", err)
-	}
-	for i := range hi {
-		if hi[i] != lo[i] {
-			return false, nil
-		}
-	}
-	return true, nil
+	return ddp.Identical(ctx, t.comm, t.model.Params)
 }

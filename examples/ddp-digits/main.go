@@ -17,11 +17,9 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/goccl/goccl"
+	"github.com/goccl/goccl/examples/internal/exmain"
 )
 
 // config holds the command-line settings.
@@ -154,19 +152,4 @@ func run(ctx context.Context, args []string, stdout io.Writer) (rank int, err er
 	return c.Rank(), nil
 }
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	rank, err := run(ctx, os.Args[1:], os.Stdout)
-	stop()
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(2)
-	}
-	if err != nil {
-		if rank >= 0 {
-			fmt.Fprintf(os.Stderr, "ddp-digits: rank %d: %v\n", rank, err)
-		} else {
-			fmt.Fprintf(os.Stderr, "ddp-digits: %v\n", err)
-		}
-		os.Exit(1)
-	}
-}
+func main() { exmain.Main("ddp-digits", run) }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/goccl/goccl/ddp"
 )
 
 func TestLoadDigits(t *testing.T) {
@@ -165,9 +167,9 @@ func TestShardRange(t *testing.T) {
 		for n := 0; n <= 70; n++ {
 			next := 0
 			for r := range size {
-				lo, hi := shardRange(n, size, r)
+				lo, hi := ddp.Shard(n, size, r)
 				if lo != next || hi < lo || hi-lo < n/size || hi-lo > n/size+1 {
-					t.Fatalf("shardRange(%d,%d,%d) = [%d,%d), next %d", n, size, r, lo, hi, next)
+					t.Fatalf("ddp.Shard(%d,%d,%d) = [%d,%d), next %d", n, size, r, lo, hi, next)
 				}
 				next = hi
 			}
@@ -198,7 +200,7 @@ func TestWeightedShardGradients(t *testing.T) {
 			g := make([]float64, p)
 			var lossSum float64
 			for r := range size {
-				lo, hi := shardRange(b, size, r)
+				lo, hi := ddp.Shard(b, size, r)
 				l := m.meanGrad(x[lo*numFeatures:hi*numFeatures], y[lo:hi], g)
 				for i := range g {
 					sum[i] += g[i] * float64(hi-lo)

@@ -3,25 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"math"
 
 	"github.com/goccl/goccl"
 	"github.com/goccl/goccl/ddp"
 	"gonum.org/v1/gonum/blas/blas32"
 )
-
-// shardRange returns the half-open range of a global batch of n samples that
-// rank takes out of size ranks: contiguous blocks, the first n%size ranks one
-// sample longer. A rank's block may be empty when n < size.
-func shardRange(n, size, rank int) (lo, hi int) {
-	q, r := n/size, n%size
-	lo = rank*q + min(rank, r)
-	hi = lo + q
-	if rank < r {
-		hi++
-	}
-	return lo, hi
-}
 
 // Trainer is one rank's replica of the data-parallel job.
 type Trainer struct {
@@ -97,7 +83,7 @@ func (t *Trainer) Step(ctx context.Context, d *Dataset, idx []int) (lossSum floa
 	if len(idx) == 0 {
 		return 0, 0, fmt.Errorf("step: empty batch")
 	}
-	lo, hi := shardRange(len(idx), t.size, t.rank)
+	lo, hi := ddp.Shard(len(idx), t.size, t.rank)
 	n = hi - lo
 	if cap(t.x) < n*numFeatures {
 		t.x = make([]float32, n*numFeatures)
@@ -152,7 +138,7 @@ func (t *Trainer) sumAll(ctx context.Context, v []float64) error {
 // shard in chunks and one AllReduce(Sum) adding up the counts.
 func (t *Trainer) Evaluate(ctx context.Context, d *Dataset) (float64, error) {
 	const chunk = 500
-	lo, hi := shardRange(d.Len(), t.size, t.rank)
+	lo, hi := ddp.Shard(d.Len(), t.size, t.rank)
 	x := make([]float32, chunk*numFeatures)
 	idx := make([]int, 0, chunk)
 	correct := 0
@@ -180,25 +166,5 @@ func (t *Trainer) Evaluate(ctx context.Context, d *Dataset) (float64, error) {
 // patterns with Max and with Min; they are identical everywhere exactly when
 // the two results agree in every element. All ranks get the same answer.
 func (t *Trainer) ParamsIdentical(ctx context.Context) (bool, error) {
-	if t.comm == nil {
-		return true, nil
-	}
-	p := len(t.model.Params)
-	hi := make([]uint32, p)
-	for i, v := range t.model.Params {
-		hi[i] = math.Float32bits(v)
-	}
-	lo := append([]uint32(nil), hi...)
-	if err := goccl.AllReduce(ctx, t.comm, hi, hi, p, goccl.Max); err != nil {
-		return false, fmt.Errorf("parameter check allreduce(max): %w", err)
-	}
-	if err := goccl.AllReduce(ctx, t.comm, lo, lo, p, goccl.Min); err != nil {
-		return false, fmt.Errorf("parameter check allreduce(min): %w", err)
-	}
-	for i := range hi {
-		if hi[i] != lo[i] {
-			return false, nil
-		}
-	}
-	return true, nil
+	return ddp.Identical(ctx, t.comm, t.model.Params)
 }

@@ -24,15 +24,13 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
-	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/goccl/goccl"
 	"github.com/goccl/goccl/ddp"
+	"github.com/goccl/goccl/examples/internal/exmain"
 )
 
 // config holds the command-line settings.
@@ -184,19 +182,4 @@ func run(ctx context.Context, args []string, stdout io.Writer) (rank int, err er
 	return c.Rank(), nil
 }
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	rank, err := run(ctx, os.Args[1:], os.Stdout)
-	stop()
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(2)
-	}
-	if err != nil {
-		if rank >= 0 {
-			fmt.Fprintf(os.Stderr, "ddp-mnist: rank %d: %v\n", rank, err)
-		} else {
-			fmt.Fprintf(os.Stderr, "ddp-mnist: %v\n", err)
-		}
-		os.Exit(1)
-	}
-}
+func main() { exmain.Main("ddp-mnist", run) }

@@ -1,0 +1,34 @@
+// Package exmain is the main function the training examples share: run the
+// example with a context that SIGINT and SIGTERM cancel, and turn its error
+// into a message naming the rank and an exit status.
+package exmain
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Main runs run with the command-line arguments and standard output, then
+// exits: 0 on success, 2 for -h, 1 with "NAME: rank R: error" (or
+// "NAME: error" when the rank is not known, rank < 0) on failure.
+func Main(name string, run func(ctx context.Context, args []string, stdout io.Writer) (rank int, err error)) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	rank, err := run(ctx, os.Args[1:], os.Stdout)
+	stop()
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		os.Exit(2)
+	case err != nil && rank >= 0:
+		fmt.Fprintf(os.Stderr, "%s: rank %d: %v\n", name, rank, err)
+		os.Exit(1)
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		os.Exit(1)
+	}
+}
