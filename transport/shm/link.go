@@ -50,15 +50,20 @@ func yieldPhaseOver(i int, since *time.Time) bool {
 // futexSleeps counts futex sleeps (slow path only), for tests.
 var futexSleeps atomic.Uint64
 
-// state bits of a link: closedBit | number of calls in flight.
-const closedBit = 1 << 63
+// state bits of a link: closedBit | unmappedBit | number of calls in flight.
+const (
+	closedBit   = 1 << 63
+	unmappedBit = 1 << 62 // set (with closedBit) by whoever unmaps the rings
+)
 
 type link struct {
 	self, peer int
 	out, in    *Ring
 
-	// closedBit | calls currently using the mappings. The mappings are
-	// unmapped by whoever brings it to exactly closedBit.
+	// closedBit | unmappedBit | calls currently using the mappings. The
+	// mappings are unmapped by whoever brings it to exactly closedBit and
+	// then wins the swap to closedBit|unmappedBit (a call registering in
+	// between keeps them mapped and unmaps them when it leaves).
 	state atomic.Uint64
 	_     [56]byte
 
@@ -137,7 +142,7 @@ func (l *link) enter() bool {
 }
 
 func (l *link) leave() {
-	if l.state.Add(^uint64(0)) == closedBit {
+	if l.state.Add(^uint64(0)) == closedBit && l.state.CompareAndSwap(closedBit, closedBit|unmappedBit) {
 		l.out.unmap()
 		l.in.unmap()
 	}
@@ -167,9 +172,10 @@ func (l *link) Close() error { return l.Abort(transport.NoLostRank) }
 // transport.Link).
 func (l *link) Abort(lost int) error {
 	// Registering keeps the mappings alive while we write the flags, unless
-	// they are gone already: the state was exactly closedBit (closed, no
-	// call in flight), so whoever brought it there unmapped them.
-	if l.state.Add(1) != closedBit+1 {
+	// they are gone already (unmappedBit). A count of calls in flight does
+	// not prove they are mapped: a call that found the link closed
+	// registers for a moment after the rings were unmapped.
+	if l.state.Add(1)&unmappedBit == 0 {
 		l.shutdown(lost)
 		// The peer may be reading this side's memory (a CMA message or a
 		// ReadPeer of an exposed buffer), also if an error closed the

@@ -438,3 +438,28 @@ func testFourRanksAllToAll(t *testing.T, cmaThreshold int) {
 	}
 	t.Logf("%d ranks x %d peers x %d rounds of %d bytes in %v", n, n-1, rounds, size, time.Since(start))
 }
+
+// TestCloseAfterUnmap: Close and Abort on a link whose rings are already
+// unmapped, while other calls register for a moment (and find it closed),
+// must not touch the unmapped rings (it once read the reader-active flag of
+// an unmapped ring and crashed with SIGSEGV).
+func TestCloseAfterUnmap(t *testing.T) {
+	for range 200 {
+		a, _ := newPair(t, Config{SlotSize: 64, Slots: 2})
+		a.Close() // unmaps: no call in flight
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Go(func() {
+				h := transport.Header{}
+				for range 200 {
+					if g%2 == 0 {
+						a.TrySend(&h, nil) // enters and leaves a closed link
+					} else {
+						a.Abort(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+}
