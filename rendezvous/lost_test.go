@@ -97,10 +97,14 @@ func TestLingerBounded(t *testing.T) {
 		start := time.Now()
 		s0.Close()
 		d := time.Since(start)
+		// Only the bound is asserted: whether the idle client counts as
+		// untold when Close starts depends on scheduling (under the race
+		// detector and load it was once told already, and Close returned
+		// at once).
 		switch {
-		case die && (d < lingerTimeout || d > lingerTimeout+time.Second):
-			t.Errorf("with an idle client after a loss, Close took %v, want about %v", d, lingerTimeout)
-		case !die && d > lingerTimeout/2:
+		case die && d > lingerTimeout+time.Second:
+			t.Errorf("with an idle client after a loss, Close took %v, want at most about %v", d, lingerTimeout)
+		case !die && d > lingerTimeout:
 			t.Errorf("without a loss, Close took %v", d)
 		}
 		idle.Close()
