@@ -107,10 +107,17 @@ func barrierCall() call {
 // schedule and ends it. Calls run one at a time (start locks c.mu, end
 // unlocks it).
 func (c *Comm) run(ctx context.Context, a *call) error {
-	if a.kind == opBarrier {
+	switch a.kind {
+	case opBarrier:
 		return c.barrier(ctx)
-	}
-	if a.kind == opSendRecv {
+	case opGroup:
+		return c.runGroup(ctx, a.grp)
+	case opAllToAllv:
+		if err := c.checkAllToAllv(a); err != nil {
+			return err
+		}
+		return c.runAllToAllv(ctx, a)
+	case opSendRecv:
 		if err := c.checkPeers(a); err != nil {
 			return err
 		}
@@ -168,6 +175,14 @@ func (c *Comm) run(ctx context.Context, a *call) error {
 			copy(src, a.send)
 		}
 		return c.end(opAllToAll, c.group.AllToAll(ctx, &c.op, src, a.recv, count))
+	case opGather, opScatter:
+		c.logAlgo(a.kind, 0, "flat", count*a.dt.Size())
+		if a.kind == opGather {
+			err = c.group.Gather(ctx, &c.op, a.send, a.recv, count, root)
+		} else {
+			err = c.group.Scatter(ctx, &c.op, a.send, a.recv, count, root)
+		}
+		return c.end(a.kind, err)
 	case opSendRecv:
 		sendPeer, recvPeer := a.sendPeer, a.recvPeer
 		if sendPeer == c.rank {

@@ -368,14 +368,30 @@ func vLayout(P int, cnt func(p int) int) (displs []int, span int) {
 	return displs, span
 }
 
+// blockingOrNot runs the blocking form of an operation, or (nb) its I form
+// and waits for the Request.
+func blockingOrNot(ctx context.Context, nb bool, blocking func() error, issue func() (goccl.Request, error)) error {
+	if !nb {
+		return blocking()
+	}
+	req, err := issue()
+	if err != nil {
+		return err
+	}
+	return req.Wait(ctx)
+}
+
 func runVTyped[T goccl.Element](m *matrix, dt goccl.DataType) error {
 	cv := convFor[T]()
 	c, ctx := m.c, m.ctx
 	P, r := c.Size(), c.Rank()
-	for _, count := range m.counts {
+	for ci, count := range m.counts {
+		// Every other count runs the non-blocking forms (IAllToAllv,
+		// IGather, IScatter), waited for at once.
+		nb := ci%2 == 1
 		for _, inPlace := range []bool{false, true} {
 			where := func(coll string) string {
-				return fmt.Sprintf("rank %d %s %v count %d inplace %v", r, coll, dt, count, inPlace)
+				return fmt.Sprintf("rank %d %s %v count %d inplace %v nonblocking %v", r, coll, dt, count, inPlace, nb)
 			}
 			// AllToAllv: uneven counts, scattered displacements; in place
 			// is one buffer for both sides.
@@ -393,7 +409,8 @@ func runVTyped[T goccl.Element](m *matrix, dt goccl.DataType) error {
 			}
 			fill(cv, dt, send, r, 0)
 			m.ops++
-			if err := goccl.AllToAllv(ctx, c, send, sc, sd, recv, rc, rd); err != nil {
+			if err := blockingOrNot(ctx, nb, func() error { return goccl.AllToAllv(ctx, c, send, sc, sd, recv, rc, rd) },
+				func() (goccl.Request, error) { return goccl.IAllToAllv(ctx, c, send, sc, sd, recv, rc, rd) }); err != nil {
 				return fmt.Errorf("%s: %w", where("AllToAllv"), err)
 			}
 			for q := 0; q < P; q++ {
@@ -416,7 +433,8 @@ func runVTyped[T goccl.Element](m *matrix, dt goccl.DataType) error {
 			}
 			fill(cv, dt, send, r, 0)
 			m.ops++
-			if err := goccl.Gather(ctx, c, send, recv, count, root); err != nil {
+			if err := blockingOrNot(ctx, nb, func() error { return goccl.Gather(ctx, c, send, recv, count, root) },
+				func() (goccl.Request, error) { return goccl.IGather(ctx, c, send, recv, count, root) }); err != nil {
 				return fmt.Errorf("%s root %d: %w", where("Gather"), root, err)
 			}
 			for q := 0; q < P && r == root; q++ {
@@ -438,7 +456,8 @@ func runVTyped[T goccl.Element](m *matrix, dt goccl.DataType) error {
 				}
 			}
 			m.ops++
-			if err := goccl.Scatter(ctx, c, send, recv, count, root); err != nil {
+			if err := blockingOrNot(ctx, nb, func() error { return goccl.Scatter(ctx, c, send, recv, count, root) },
+				func() (goccl.Request, error) { return goccl.IScatter(ctx, c, send, recv, count, root) }); err != nil {
 				return fmt.Errorf("%s root %d: %w", where("Scatter"), root, err)
 			}
 			for i := range recv {

@@ -103,28 +103,13 @@ func (c *Comm) do(ctx context.Context, a *call) error {
 	return r.q.wait(nil, r.ticket)
 }
 
-// drain waits until every non-blocking operation issued so far is done (or
-// failed: the poisoned communicator then refuses the next call), for the
-// blocking calls that do not go through the queue (AllToAllv, Gather,
-// Scatter), so they too run in issue order.
-func (c *Comm) drain() {
-	q := &c.q
-	if q.outstanding.Load() == 0 {
-		return
-	}
-	q.mu.Lock()
-	last := q.next - 1
-	q.mu.Unlock()
-	if last > 0 {
-		q.wait(nil, last)
-	}
-}
-
 // check is the argument check of a call at issue time (start repeats it).
 func (c *Comm) check(a *call) error {
 	switch a.kind {
-	case opBarrier:
-		return nil
+	case opBarrier, opGroup:
+		return nil // a group's operations were checked as they were posted
+	case opAllToAllv:
+		return c.checkAllToAllv(a)
 	case opSendRecv:
 		if err := c.checkPeers(a); err != nil {
 			return err

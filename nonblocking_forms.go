@@ -127,3 +127,39 @@ func IRecv[T Element](ctx context.Context, c *Comm, buf []T, count int, peer int
 func ISendRecv[T Element](ctx context.Context, c *Comm, sendbuf []T, sendPeer int, recvbuf []T, recvPeer int, count int) (Request, error) {
 	return c.ISendRecvBytes(ctx, asBytes(sendbuf), sendPeer, asBytes(recvbuf), recvPeer, count, TypeOf[T]())
 }
+
+// IAllToAllvBytes is the non-blocking AllToAllvBytes. The four count and
+// displacement slices, like the buffers, belong to the operation until it
+// is done: do not modify them before.
+func (c *Comm) IAllToAllvBytes(ctx context.Context, send []byte, sendCounts, sendDispls []int, recv []byte, recvCounts, recvDispls []int, dt DataType) (Request, error) {
+	a := allToAllvCall(send, sendCounts, sendDispls, recv, recvCounts, recvDispls, dt)
+	return c.issue(ctx, &a)
+}
+
+// IGatherBytes is the non-blocking GatherBytes.
+func (c *Comm) IGatherBytes(ctx context.Context, send, recv []byte, count int, dt DataType, root int) (Request, error) {
+	a := c.gatherCall(send, recv, count, dt, root)
+	return c.issue(ctx, &a)
+}
+
+// IScatterBytes is the non-blocking ScatterBytes.
+func (c *Comm) IScatterBytes(ctx context.Context, send, recv []byte, count int, dt DataType, root int) (Request, error) {
+	a := c.scatterCall(send, recv, count, dt, root)
+	return c.issue(ctx, &a)
+}
+
+// IAllToAllv is the non-blocking AllToAllv (see IAllToAllvBytes for the
+// counts and displacements).
+func IAllToAllv[T Element](ctx context.Context, c *Comm, sendbuf []T, sendCounts, sendDispls []int, recvbuf []T, recvCounts, recvDispls []int) (Request, error) {
+	return c.IAllToAllvBytes(ctx, asBytes(sendbuf), sendCounts, sendDispls, asBytes(recvbuf), recvCounts, recvDispls, TypeOf[T]())
+}
+
+// IGather is the non-blocking Gather.
+func IGather[T Element](ctx context.Context, c *Comm, sendbuf, recvbuf []T, count int, root int) (Request, error) {
+	return c.IGatherBytes(ctx, asBytes(sendbuf), asBytes(recvbuf), count, TypeOf[T](), root)
+}
+
+// IScatter is the non-blocking Scatter.
+func IScatter[T Element](ctx context.Context, c *Comm, sendbuf, recvbuf []T, count int, root int) (Request, error) {
+	return c.IScatterBytes(ctx, asBytes(sendbuf), asBytes(recvbuf), count, TypeOf[T](), root)
+}

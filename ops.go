@@ -28,10 +28,11 @@ const (
 	opAllToAllv
 	opGather
 	opScatter
+	opGroup // a group of operations (group.go); never in a header
 	numOpKinds
 )
 
-var opNames = [...]string{"", "AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllToAll", "SendRecv", "Barrier", "DebugCheck", "AllToAllv", "Gather", "Scatter"}
+var opNames = [...]string{"", "AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllToAll", "SendRecv", "Barrier", "DebugCheck", "AllToAllv", "Gather", "Scatter", "Group"}
 
 // String is the operation's name in errors and logs ("AllReduce").
 func (k opKind) String() string {
@@ -133,7 +134,9 @@ func (o *opContext) Err() error {
 }
 
 // rooted reports whether operations of kind k have a root.
-func (k opKind) rooted() bool { return k == opBroadcast || k == opReduce }
+func (k opKind) rooted() bool {
+	return k == opBroadcast || k == opReduce || k == opGather || k == opScatter
+}
 
 // reducing reports whether operations of kind k reduce (and take a RedOp).
 func (k opKind) reducing() bool { return k == opAllReduce || k == opReduce || k == opReduceScatter }
@@ -155,6 +158,11 @@ type call struct {
 	sendN, recvN int
 
 	sendPeer, recvPeer int // SendRecv only: -1 skips that half
+
+	// AllToAllv only: per-peer counts and displacements, in elements.
+	sendCounts, sendDispls, recvCounts, recvDispls []int
+
+	grp *Group // opGroup only: the operations of the group
 }
 
 // unused in call.sendN or call.recvN: this rank does not touch that buffer.
@@ -212,10 +220,12 @@ func (c *Comm) prepare(a *call) error {
 	if k.reducing() {
 		op = a.op
 	}
-	if k.rooted() {
-		if c.rank != a.root && k == opBroadcast {
+	if k.rooted() && c.rank != a.root {
+		// Off the root, Broadcast and Scatter only receive, Reduce and
+		// Gather only send.
+		if k == opBroadcast || k == opScatter {
 			a.sendN = unused
-		} else if c.rank != a.root {
+		} else {
 			a.recvN = unused
 		}
 	}
@@ -225,6 +235,9 @@ func (c *Comm) prepare(a *call) error {
 		return c.invalid(a)
 	}
 	a.send, a.recv = cut(a.send, a.sendN*es), cut(a.recv, a.recvN*es)
+	if (k == opGather || k == opScatter) && c.rank == a.root {
+		return c.checkInPlace(a)
+	}
 	return nil
 }
 

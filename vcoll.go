@@ -50,20 +50,34 @@ func Scatter[T Element](ctx context.Context, c *Comm, sendbuf, recvbuf []T, coun
 // count (in GOCCL_DEBUG_CHECK fingerprints) is 0, since the ranks' counts
 // legitimately differ.
 func (c *Comm) AllToAllvBytes(ctx context.Context, send []byte, sendCounts, sendDispls []int, recv []byte, recvCounts, recvDispls []int, dt DataType) error {
+	a := allToAllvCall(send, sendCounts, sendDispls, recv, recvCounts, recvDispls, dt)
+	return c.do(ctx, &a)
+}
+
+func allToAllvCall(send []byte, sendCounts, sendDispls []int, recv []byte, recvCounts, recvDispls []int, dt DataType) call {
+	return call{kind: opAllToAllv, dt: dt, root: -1, send: send, recv: recv,
+		sendCounts: sendCounts, sendDispls: sendDispls, recvCounts: recvCounts, recvDispls: recvDispls}
+}
+
+// checkAllToAllv checks an AllToAllv's arguments and cuts its buffers to the
+// elements their regions span (doing it twice is harmless).
+func (c *Comm) checkAllToAllv(a *call) error {
 	const k = opAllToAllv
+	dt := a.dt
 	if !dt.Valid() {
 		return c.errorf(k, 0, "%w: unknown data type %d", ErrInvalidArgument, uint8(dt))
 	}
 	es := dt.Size()
-	sspan, err := c.checkLayout("send", send, sendCounts, sendDispls, dt)
+	sspan, err := c.checkLayout("send", a.send, a.sendCounts, a.sendDispls, dt)
 	if err != nil {
 		return err
 	}
-	rspan, err := c.checkLayout("recv", recv, recvCounts, recvDispls, dt)
+	rspan, err := c.checkLayout("recv", a.recv, a.recvCounts, a.recvDispls, dt)
 	if err != nil {
 		return err
 	}
-	if sc, rc := sendCounts[c.rank], recvCounts[c.rank]; sc != rc {
+	recvCounts, recvDispls := a.recvCounts, a.recvDispls
+	if sc, rc := a.sendCounts[c.rank], recvCounts[c.rank]; sc != rc {
 		return c.errorf(k, 0, "%w: peer %d (this rank): sendcounts has %d, recvcounts %d", ErrInvalidArgument, c.rank, sc, rc)
 	}
 	// Receive regions must not overlap (P is small; no allocation).
@@ -79,12 +93,18 @@ func (c *Comm) AllToAllvBytes(ctx context.Context, send []byte, sendCounts, send
 			}
 		}
 	}
-	send, recv = send[:sspan*es], recv[:rspan*es]
-	c.drain()
-	ctx, err = c.begin(ctx, k, dt, 0, -1, 0)
+	a.send, a.recv = a.send[:sspan*es], a.recv[:rspan*es]
+	return nil
+}
+
+// runAllToAllv runs a checked AllToAllv (see run).
+func (c *Comm) runAllToAllv(ctx context.Context, a *call) error {
+	const k = opAllToAllv
+	ctx, err := c.begin(ctx, k, a.dt, 0, -1, 0)
 	if err != nil {
 		return err
 	}
+	es, send, recv := a.dt.Size(), a.send, a.recv
 	if overlaps(send, recv) {
 		if cap(c.scratch) < len(send) {
 			c.scratch = make([]byte, len(send))
@@ -94,12 +114,12 @@ func (c *Comm) AllToAllvBytes(ctx context.Context, send []byte, sendCounts, send
 		send = src
 	}
 	if c.group == nil {
-		d, s := recvDispls[0]*es, sendDispls[0]*es
-		copy(recv[d:d+recvCounts[0]*es], send[s:s+sendCounts[0]*es])
+		d, s := a.recvDispls[0]*es, a.sendDispls[0]*es
+		copy(recv[d:d+a.recvCounts[0]*es], send[s:s+a.sendCounts[0]*es])
 		return c.end(k, nil)
 	}
 	c.logAlgo(k, 0, "pairwise", len(recv))
-	return c.end(k, c.group.AllToAllv(ctx, &c.op, send, sendCounts, sendDispls, recv, recvCounts, recvDispls))
+	return c.end(k, c.group.AllToAllv(ctx, &c.op, send, a.sendCounts, a.sendDispls, recv, a.recvCounts, a.recvDispls))
 }
 
 // checkLayout checks one side of an AllToAllv (which: "send" or "recv"):
@@ -131,73 +151,37 @@ func (c *Comm) checkLayout(which string, buf []byte, counts, displs []int, dt Da
 
 // GatherBytes is Gather on raw bytes.
 func (c *Comm) GatherBytes(ctx context.Context, send, recv []byte, count int, dt DataType, root int) error {
-	return c.rootedBytes(ctx, opGather, send, recv, count, dt, root)
+	a := c.gatherCall(send, recv, count, dt, root)
+	return c.do(ctx, &a)
 }
 
 // ScatterBytes is Scatter on raw bytes.
 func (c *Comm) ScatterBytes(ctx context.Context, send, recv []byte, count int, dt DataType, root int) error {
-	return c.rootedBytes(ctx, opScatter, send, recv, count, dt, root)
+	a := c.scatterCall(send, recv, count, dt, root)
+	return c.do(ctx, &a)
 }
 
-// rootedBytes runs Gather (the root's recv holds every rank's block) or
-// Scatter (the root's send does); the other buffer holds one block.
-func (c *Comm) rootedBytes(ctx context.Context, k opKind, send, recv []byte, count int, dt DataType, root int) error {
-	whole := unused
-	if c.rank == root {
-		whole = count * c.size
-	}
-	sendN, recvN := count, whole
-	if k == opScatter {
-		sendN, recvN = whole, count
-	}
-	if err := c.checkRooted(k, dt, root, count, send, sendN, recv, recvN); err != nil {
-		return err
-	}
-	es := dt.Size()
-	send, recv = cut(send, sendN*es), cut(recv, recvN*es)
-	block, all, blockName, allName := send, recv, "sendbuf", "recvbuf"
-	if k == opScatter {
-		block, all, blockName, allName = recv, send, "recvbuf", "sendbuf"
-	}
-	if c.rank == root && overlaps(send, recv) && !sameBlock(block, all, root*count*es) {
-		return c.errorf(k, 0, "%w: on root %d, %s overlaps %s other than as the root's block %d (in place)", ErrInvalidArgument, root, blockName, allName, root)
-	}
-	c.drain()
-	ctx, err := c.begin(ctx, k, dt, 0, root, count)
-	if err != nil {
-		return err
-	}
-	if c.group == nil {
-		copyIfDifferent(recv, send)
-		return c.end(k, nil)
-	}
-	c.logAlgo(k, 0, "flat", len(block))
-	if k == opGather {
-		err = c.group.Gather(ctx, &c.op, send, recv, count, root)
-	} else {
-		err = c.group.Scatter(ctx, &c.op, send, recv, count, root)
-	}
-	return c.end(k, err)
+// gatherCall and scatterCall describe a Gather and a Scatter as the root
+// sees them (the root's recv, resp. send, holds every rank's block);
+// prepare marks the whole buffer unused on the other ranks.
+func (c *Comm) gatherCall(send, recv []byte, count int, dt DataType, root int) call {
+	return call{kind: opGather, dt: dt, root: root, count: count, send: send, sendN: count, recv: recv, recvN: count * c.size}
 }
 
-// checkRooted checks the arguments of a Gather or Scatter: the element
-// type, the root, the count, and that send and recv hold sendN and recvN
-// elements (unused: not touched on this rank).
-func (c *Comm) checkRooted(k opKind, dt DataType, root, count int, send []byte, sendN int, recv []byte, recvN int) error {
-	switch {
-	case !dt.Valid():
-		return c.errorf(k, 0, "%w: unknown data type %d", ErrInvalidArgument, uint8(dt))
-	case root < 0 || root >= c.size:
-		return c.errorf(k, 0, "%w: root %d is outside [0, %d)", ErrInvalidArgument, root, c.size)
-	case count < 0:
-		return c.errorf(k, 0, "%w: negative count %d", ErrInvalidArgument, count)
+func (c *Comm) scatterCall(send, recv []byte, count int, dt DataType, root int) call {
+	return call{kind: opScatter, dt: dt, root: root, count: count, send: send, sendN: count * c.size, recv: recv, recvN: count}
+}
+
+// checkInPlace checks the buffers of a Gather or Scatter on its root: they
+// may overlap only as in place, the single block being the root's own block
+// of the whole buffer.
+func (c *Comm) checkInPlace(a *call) error {
+	block, all, blockName, allName := a.send, a.recv, "sendbuf", "recvbuf"
+	if a.kind == opScatter {
+		block, all, blockName, allName = a.recv, a.send, "recvbuf", "sendbuf"
 	}
-	es := dt.Size()
-	if len(send) < sendN*es {
-		return c.errorf(k, 0, "%w: sendbuf holds %d elements of %v, the operation needs %d", ErrInvalidArgument, len(send)/es, dt, sendN)
-	}
-	if len(recv) < recvN*es {
-		return c.errorf(k, 0, "%w: recvbuf holds %d elements of %v, the operation needs %d", ErrInvalidArgument, len(recv)/es, dt, recvN)
+	if overlaps(a.send, a.recv) && !sameBlock(block, all, a.root*a.count*a.dt.Size()) {
+		return c.errorf(a.kind, 0, "%w: on root %d, %s overlaps %s other than as the root's block %d (in place)", ErrInvalidArgument, a.root, blockName, allName, a.root)
 	}
 	return nil
 }
