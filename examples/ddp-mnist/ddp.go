@@ -6,7 +6,6 @@ import (
 
 	"github.com/goccl/goccl"
 	"github.com/goccl/goccl/ddp"
-	"gonum.org/v1/gonum/blas/blas32"
 )
 
 // Trainer is one rank's replica of the data-parallel job.
@@ -16,33 +15,50 @@ type Trainer struct {
 	size  int
 	model *MLP
 	opt   *adam
-	// dp holds the gradients in its buckets and reduces them: parameter 2l
-	// is layer l's W, 2l+1 its b (forward order). gradViews are the layers'
-	// views of dp's gradients, which the backward pass writes into.
-	dp        *ddp.DDP
-	params    [][]float32 // the registered tensors: views of model.Params
-	grads     [][]float32 // dp.Grad(i) for each
-	gradViews []layer
-	overlap   bool      // mark each layer ready as the backward finishes it (else all at the end)
-	x         []float32 // this rank's shard of the batch, as model input
+	// dp holds the gradients in its buckets and reduces them. The
+	// registered tensors (params, forward order) are, per layer, its
+	// weight matrix in blocks of at most chunkRows rows (contiguous in the
+	// row-major layout), then its bias; wID[l][k] is the tensor of layer
+	// l's k-th block (in rowBlocks order), bID[l] its bias's. gradLayers
+	// are dp's gradients as the backward pass writes them.
+	dp         *ddp.DDP
+	params     [][]float32 // the registered tensors: views of model.Params
+	grads      [][]float32 // dp.Grad(i) for each
+	wID        [][]int
+	bID        []int
+	gradLayers []gradLayer
+	chunkRows  int
+	overlap    bool      // mark each part ready as the backward finishes it (else all at the end)
+	x          []float32 // this rank's shard of the batch, as model input
+	scale      float32   // the current step's gradient scale (see Step)
 }
 
 // trainerOptions are the data-parallel settings of a Trainer.
 type trainerOptions struct {
 	noOverlap bool    // mark the gradients ready only after the whole backward pass
 	bucketMB  float64 // ddp.Options.BucketCapMB (0: its default)
+	chunkRows int     // rows per weight-gradient block (0: whole matrices)
 }
 
 // newTrainer builds the model from seed on every rank; ddp.New then
 // broadcasts rank 0's parameters so all replicas start bit-identical.
 func newTrainer(ctx context.Context, c *goccl.Comm, sizes []int, seed uint64, lr float64, o trainerOptions) (*Trainer, error) {
 	m := newMLP(sizes, seed)
-	t := &Trainer{comm: c, size: 1, model: m, opt: newAdam(len(m.Params), lr), overlap: !o.noOverlap}
+	t := &Trainer{comm: c, size: 1, model: m, opt: newAdam(len(m.Params), lr), overlap: !o.noOverlap, chunkRows: o.chunkRows}
 	if c != nil {
 		t.rank, t.size = c.Rank(), c.Size()
 	}
 	for _, ly := range m.layers {
-		t.params = append(t.params, ly.W.Data, ly.B)
+		blocks := rowBlocks(ly.Out, t.chunkRows)
+		ids := make([]int, len(blocks))
+		for k := len(blocks) - 1; k >= 0; k-- { // registered first rows first
+			b := blocks[k]
+			ids[k] = len(t.params)
+			t.params = append(t.params, ly.W.Data[b[0]*ly.In:b[1]*ly.In])
+		}
+		t.wID = append(t.wID, ids)
+		t.bID = append(t.bID, len(t.params))
+		t.params = append(t.params, ly.B)
 	}
 	dp, err := ddp.New(ctx, c, t.params, ddp.Options{BucketCapMB: o.bucketMB})
 	if err != nil {
@@ -53,8 +69,11 @@ func newTrainer(ctx context.Context, c *goccl.Comm, sizes []int, seed uint64, lr
 		t.grads = append(t.grads, dp.Grad(i))
 	}
 	for l, ly := range m.layers {
-		t.gradViews = append(t.gradViews, layer{In: ly.In, Out: ly.Out,
-			W: blas32.General{Rows: ly.Out, Cols: ly.In, Stride: ly.In, Data: t.grads[2*l]}, B: t.grads[2*l+1]})
+		gl := gradLayer{Out: ly.Out, B: t.grads[t.bID[l]]}
+		for _, id := range t.wID[l] {
+			gl.W = append(gl.W, t.grads[id])
+		}
+		t.gradLayers = append(t.gradLayers, gl)
 	}
 	return t, nil
 }
@@ -94,26 +113,13 @@ func (t *Trainer) Step(ctx context.Context, d *Dataset, idx []int) (lossSum floa
 	for k, i := range idx[lo:hi] {
 		y[k] = d.Labels[i]
 	}
-	w := float32(t.size*n) / float32(len(idx))
-	ready := func(l int) error {
-		for _, g := range [][]float32{t.gradViews[l].B, t.gradViews[l].W.Data} {
-			if w != 1 {
-				for i := range g {
-					g[i] *= w
-				}
-			}
-		}
-		if err := t.dp.MarkReady(2*l + 1); err != nil {
-			return err
-		}
-		return t.dp.MarkReady(2 * l)
-	}
+	t.scale = float32(t.size*n) / float32(len(idx))
 	if t.overlap {
-		lossSum, _, err = t.model.lossGradLayers(x, y, t.gradViews, ready)
+		lossSum, _, err = t.model.lossGradLayers(x, y, t.gradLayers, t.chunkRows, t)
 	} else {
-		lossSum, _, err = t.model.lossGradLayers(x, y, t.gradViews, nil)
-		for l := len(t.gradViews) - 1; l >= 0 && err == nil; l-- {
-			err = ready(l)
+		lossSum, _, err = t.model.lossGradLayers(x, y, t.gradLayers, t.chunkRows, nil)
+		for l := len(t.gradLayers) - 1; l >= 0 && err == nil; l-- {
+			err = tell(t, l, t.gradLayers[l].Out, t.chunkRows)
 		}
 	}
 	if err != nil {
@@ -124,6 +130,33 @@ func (t *Trainer) Step(ctx context.Context, d *Dataset, idx []int) (lossSum floa
 	}
 	t.opt.stepTensors(t.params, t.grads)
 	return lossSum, n, nil
+}
+
+// bias and rows make the Trainer the backward pass's gradSink: each part of
+// the gradient is scaled (see Step) and marked ready, which issues its
+// bucket's AllReduce once the bucket is complete.
+func (t *Trainer) bias(l int) error {
+	scaleBy(t.gradLayers[l].B, t.scale)
+	return t.dp.MarkReady(t.bID[l])
+}
+
+func (t *Trainer) rows(l, r0, r1 int) error {
+	// Blocks are cut from the last row: block k ends at Out - k*chunk.
+	k := 0
+	if t.chunkRows > 0 {
+		k = (t.gradLayers[l].Out - r1) / t.chunkRows
+	}
+	scaleBy(t.gradLayers[l].W[k], t.scale)
+	return t.dp.MarkReady(t.wID[l][k])
+}
+
+func scaleBy(g []float32, w float32) {
+	if w == 1 {
+		return
+	}
+	for i := range g {
+		g[i] *= w
+	}
 }
 
 // sumAll adds v over the ranks (in place) with one AllReduce(Sum).

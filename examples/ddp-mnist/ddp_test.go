@@ -88,9 +88,11 @@ func TestDDPStepMatchesSingleRank(t *testing.T) {
 		{2 * 32, 3, trainerOptions{}},
 		{37, 2, trainerOptions{}},
 		{37, 2, trainerOptions{noOverlap: true}},
-		{2 * 32, 2, trainerOptions{bucketMB: 0.01}}, // a bucket per tensor but the first (3 tensors)
+		{2 * 32, 2, trainerOptions{bucketMB: 0.01}},            // a bucket per tensor but the first (3 tensors)
+		{37, 2, trainerOptions{bucketMB: 0.01, chunkRows: 3}},  // weight gradients in blocks, a bucket each
+		{37, 2, trainerOptions{chunkRows: 5, noOverlap: true}}, // blocks, marked after the backward
 	} {
-		t.Run(fmt.Sprintf("batch%d/overlap=%v/bucketMB=%g", tc.batch, !tc.o.noOverlap, tc.o.bucketMB), func(t *testing.T) {
+		t.Run(fmt.Sprintf("batch%d/overlap=%v/bucketMB=%g/chunk=%d", tc.batch, !tc.o.noOverlap, tc.o.bucketMB, tc.o.chunkRows), func(t *testing.T) {
 			idx := make([]int, tc.batch)
 			for i := range idx {
 				idx[i] = 7 * i

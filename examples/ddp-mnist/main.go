@@ -58,6 +58,7 @@ func parseFlags(args []string) (config, error) {
 	fs.Uint64Var(&cfg.seed, "seed", 1, "seed of the initialisation and the shuffling")
 	overlap := fs.Bool("overlap", true, "reduce each gradient bucket as soon as the backward pass has finished it (false: all after the backward pass)")
 	fs.Float64Var(&cfg.tr.bucketMB, "bucket-mb", ddp.DefaultBucketCapMB, "gradient bucket cap in MiB (the first bucket: 1 MiB)")
+	fs.IntVar(&cfg.tr.chunkRows, "chunk-rows", 0, "compute and register weight gradients in blocks of this many rows, so a large layer's gradient spans several buckets (0: whole matrices)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -81,6 +82,8 @@ func parseFlags(args []string) (config, error) {
 		return cfg, fmt.Errorf("-lr must be > 0")
 	case !(cfg.tr.bucketMB > 0):
 		return cfg, fmt.Errorf("-bucket-mb must be > 0")
+	case cfg.tr.chunkRows < 0:
+		return cfg, fmt.Errorf("-chunk-rows must be >= 0")
 	}
 	return cfg, nil
 }

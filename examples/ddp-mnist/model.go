@@ -104,29 +104,49 @@ func (m *MLP) forward(x []float32, n int) []blas32.General {
 // samples classified correctly. If grad is not nil (Params' layout), it is
 // overwritten with the gradient of the mean loss over the n samples.
 func (m *MLP) lossGrad(x []float32, y []uint8, grad []float32) (lossSum float64, correct int) {
-	var gl []layer
+	var gl []gradLayer
 	if grad != nil {
-		gl = views(m.Sizes, grad)
+		for _, ly := range views(m.Sizes, grad) {
+			gl = append(gl, gradLayer{Out: ly.Out, W: [][]float32{ly.W.Data}, B: ly.B})
+		}
 	}
-	lossSum, correct, _ = m.lossGradLayers(x, y, gl, nil)
+	lossSum, correct, _ = m.lossGradLayers(x, y, gl, 0, nil)
 	return lossSum, correct
 }
 
-// lossGradLayers is lossGrad with the gradient in per-layer views gl (nil: no
-// gradient), which it overwrites layer by layer, last layer first; after
-// layer l's gradient is final it calls done(l) when done is not nil (a data-
-// parallel reducer starts that layer's communication there) and stops at
-// the first error done returns.
-func (m *MLP) lossGradLayers(x []float32, y []uint8, gl []layer, done func(l int) error) (lossSum float64, correct int, err error) {
+// gradLayer is where the backward pass writes one layer's gradient: the
+// bias, and the weight matrix (Out x In, row-major) in row blocks, in the
+// order of rowBlocks (last rows first); the blocks need not be contiguous.
+type gradLayer struct {
+	Out int
+	W   [][]float32
+	B   []float32
+}
+
+// gradSink follows the backward pass of lossGradLayers: it is told when a
+// part of the gradient is final, so that a data-parallel reducer can start
+// that part's communication while the rest is computed.
+type gradSink interface {
+	bias(l int) error         // layer l's bias gradient is final
+	rows(l, r0, r1 int) error // rows [r0, r1) of layer l's weight gradient are final
+}
+
+// lossGradLayers is lossGrad with the gradient in gl (nil: no gradient),
+// which it overwrites layer by layer, last layer first. Within a layer it
+// computes the bias gradient, then the weight gradient in blocks of at most
+// chunkRows rows (0: all at once; gl's blocks must be cut the same way),
+// last block first; after each part it tells sink (nil: nobody) and stops
+// at the first error sink returns.
+func (m *MLP) lossGradLayers(x []float32, y []uint8, gl []gradLayer, chunkRows int, sink gradSink) (lossSum float64, correct int, err error) {
 	n := len(y)
 	if n == 0 {
 		for l := len(gl) - 1; l >= 0; l-- {
-			clear(gl[l].W.Data)
+			for _, w := range gl[l].W {
+				clear(w)
+			}
 			clear(gl[l].B)
-			if done != nil {
-				if err := done(l); err != nil {
-					return 0, 0, err
-				}
+			if err := tell(sink, l, gl[l].Out, chunkRows); err != nil {
+				return 0, 0, err
 			}
 		}
 		return 0, 0, nil
@@ -162,8 +182,7 @@ func (m *MLP) lossGradLayers(x []float32, y []uint8, gl []layer, done func(l int
 	}
 	delta := z // dLoss/dZ of layer l
 	for l := len(m.layers) - 1; l >= 0; l-- {
-		// dW = delta^T A, db = column sums of delta.
-		blas32.Gemm(blas.Trans, blas.NoTrans, 1, delta, acts[l], 0, gl[l].W)
+		// db = column sums of delta, dW = delta^T A by blocks of rows.
 		db := gl[l].B
 		clear(db)
 		for r := range n {
@@ -171,9 +190,20 @@ func (m *MLP) lossGradLayers(x []float32, y []uint8, gl []layer, done func(l int
 				db[j] += v
 			}
 		}
-		if done != nil {
-			if err := done(l); err != nil {
+		if sink != nil {
+			if err := sink.bias(l); err != nil {
 				return lossSum, correct, err
+			}
+		}
+		in := m.layers[l].In
+		for k, b := range rowBlocks(gl[l].Out, chunkRows) {
+			d := blas32.General{Rows: n, Cols: b[1] - b[0], Stride: delta.Stride, Data: delta.Data[b[0]:]}
+			dw := blas32.General{Rows: b[1] - b[0], Cols: in, Stride: in, Data: gl[l].W[k]}
+			blas32.Gemm(blas.Trans, blas.NoTrans, 1, d, acts[l], 0, dw)
+			if sink != nil {
+				if err := sink.rows(l, b[0], b[1]); err != nil {
+					return lossSum, correct, err
+				}
 			}
 		}
 		if l == 0 {
@@ -191,6 +221,36 @@ func (m *MLP) lossGradLayers(x []float32, y []uint8, gl []layer, done func(l int
 		delta = da
 	}
 	return lossSum, correct, nil
+}
+
+// rowBlocks cuts rows into blocks of at most chunk rows (0: one block),
+// last block first: the order in which lossGradLayers computes them.
+func rowBlocks(rows, chunk int) [][2]int {
+	if chunk <= 0 || chunk > rows {
+		chunk = max(rows, 1)
+	}
+	var bs [][2]int
+	for r1 := rows; r1 > 0; r1 -= chunk {
+		bs = append(bs, [2]int{max(r1-chunk, 0), r1})
+	}
+	return bs
+}
+
+// tell reports all of layer l's gradient final to sink (nil: nobody), in
+// the order lossGradLayers does.
+func tell(sink gradSink, l, rows, chunk int) error {
+	if sink == nil {
+		return nil
+	}
+	if err := sink.bias(l); err != nil {
+		return err
+	}
+	for _, b := range rowBlocks(rows, chunk) {
+		if err := sink.rows(l, b[0], b[1]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // adam is the Adam optimiser (Kingma & Ba) over a flat parameter vector.

@@ -61,3 +61,63 @@ func TestGradientCheck(t *testing.T) {
 	}
 	t.Logf("%d parameters, largest |backward - finite difference| %.3g", len(m.Params), worst)
 }
+
+// recordSink records the order in which the backward pass reports parts.
+type recordSink struct{ parts [][3]int } // layer, r0, r1 (r0 = r1 = -1: bias)
+
+func (s *recordSink) bias(l int) error { s.parts = append(s.parts, [3]int{l, -1, -1}); return nil }
+func (s *recordSink) rows(l, r0, r1 int) error {
+	s.parts = append(s.parts, [3]int{l, r0, r1})
+	return nil
+}
+
+// TestChunkedBackward: the weight gradient computed in row blocks of 3
+// (into separate slices) equals the one computed whole, and the parts are
+// reported last layer first, bias first, last rows first.
+func TestChunkedBackward(t *testing.T) {
+	sizes := []int{5, 7, 4}
+	m := newMLP(sizes, 3)
+	rng := rand.New(rand.NewPCG(1, 2))
+	x := make([]float32, 6*sizes[0])
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	y := []uint8{0, 1, 2, 3, 1, 0}
+	whole := make([]float32, len(m.Params))
+	m.lossGrad(x, y, whole)
+	var gl []gradLayer
+	for _, ly := range m.layers {
+		g := gradLayer{Out: ly.Out, B: make([]float32, ly.Out)}
+		for _, b := range rowBlocks(ly.Out, 3) {
+			g.W = append(g.W, make([]float32, (b[1]-b[0])*ly.In))
+		}
+		gl = append(gl, g)
+	}
+	var sink recordSink
+	if _, _, err := m.lossGradLayers(x, y, gl, 3, &sink); err != nil {
+		t.Fatal(err)
+	}
+	want := [][3]int{{1, -1, -1}, {1, 1, 4}, {1, 0, 1}, {0, -1, -1}, {0, 4, 7}, {0, 1, 4}, {0, 0, 1}}
+	if len(sink.parts) != len(want) {
+		t.Fatalf("parts reported: %v, want %v", sink.parts, want)
+	}
+	for i := range want {
+		if sink.parts[i] != want[i] {
+			t.Fatalf("parts reported: %v, want %v", sink.parts, want)
+		}
+	}
+	for l, ly := range views(sizes, whole) {
+		for k, b := range rowBlocks(ly.Out, 3) {
+			for i, v := range gl[l].W[k] {
+				if w := ly.W.Data[b[0]*ly.In+i]; v != w {
+					t.Fatalf("layer %d block %d element %d: %v, whole %v", l, k, i, v, w)
+				}
+			}
+		}
+		for i, v := range gl[l].B {
+			if v != ly.B[i] {
+				t.Fatalf("layer %d bias %d: %v, whole %v", l, i, v, ly.B[i])
+			}
+		}
+	}
+}
