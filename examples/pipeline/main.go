@@ -42,6 +42,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -68,6 +69,7 @@ type config struct {
 // single-process gradient accepted as equal.
 const maxTol = 1e-5
 
+// parseFlags parses the command line; the usage and flag errors go to out.
 func parseFlags(args []string, out io.Writer) (config, error) {
 	var cfg config
 	var compute, ms string
@@ -217,7 +219,7 @@ func printTable(out io.Writer, rows []row, p int, cfg config) {
 
 func run(ctx context.Context, args []string, stdout io.Writer) (rank int, err error) {
 	rank = -1 // not known before Init
-	cfg, err := parseFlags(args, stdout)
+	cfg, err := parseFlags(args, os.Stderr)
 	if err != nil {
 		return rank, err
 	}

@@ -126,6 +126,24 @@ func bubbleFormula(p, m int) float64 {
 // It returns each stage's idle share of the makespan, or an error if the
 // schedules deadlock.
 func simulate(sch Schedule, p, m int, fwd, bwd float64) ([]float64, error) {
+	all := make([][]Op, p)
+	for s := range p {
+		ops, err := stageOps(sch, p, m, s)
+		if err != nil {
+			return nil, err
+		}
+		all[s] = ops
+	}
+	idle, err := simulateOps(all, fwd, bwd)
+	if err != nil {
+		return nil, fmt.Errorf("schedule %v p=%d m=%d: %w", sch, p, m, err)
+	}
+	return idle, nil
+}
+
+// simulateOps is simulate for the operations all[s] of each stage s.
+func simulateOps(all [][]Op, fwd, bwd float64) ([]float64, error) {
+	p := len(all)
 	type msg struct {
 		from, to int
 		grad     bool // a gradient (backward), else an activation
@@ -159,13 +177,12 @@ func simulate(sch Schedule, p, m int, fwd, bwd float64) ([]float64, error) {
 		return nil
 	}
 	st := make([]*stageState, p)
-	for s := range p {
-		ops, err := stageOps(sch, p, m, s)
-		if err != nil {
-			return nil, err
-		}
+	for s, ops := range all {
 		// Every stage starts in the comm step before its first op.
-		st[s] = &stageState{ops: ops, recv: input(s, ops[0])}
+		st[s] = &stageState{ops: ops}
+		if len(ops) > 0 {
+			st[s].recv = input(s, ops[0])
+		}
 	}
 	for progress := true; progress; {
 		progress = false
@@ -209,10 +226,10 @@ func simulate(sch Schedule, p, m int, fwd, bwd float64) ([]float64, error) {
 			}
 		}
 	}
-	makespan := 0.0
+	makespan := 1e-300
 	for s, x := range st {
 		if !x.finished {
-			return nil, fmt.Errorf("schedule %v p=%d m=%d deadlocks: stage %d stuck after op %d of %d", sch, p, m, s, x.next, len(x.ops))
+			return nil, fmt.Errorf("deadlock: stage %d stuck after op %d of %d (%s)", s, x.next, len(x.ops), formatOps(x.ops))
 		}
 		makespan = max(makespan, x.stepEnd)
 	}
