@@ -25,8 +25,11 @@
 //     (a stage's wall time not spent in forward or backward passes, from a
 //     barrier before the pass to a barrier after it, over the wall time;
 //     mean and max over the stages, averaged over -steps passes) beside the
-//     formula (p-1)/(m+p-1), and each stage's largest number of micro-batches
-//     in flight (forwarded, not yet backwarded: the activations it holds).
+//     formula (p-1)/(m+p-1), the share of the wall time blocked in SendRecv
+//     waiting for a neighbour's activation or gradient (mean over the stages;
+//     the rest of the bubble is the wait at the barrier that ends the pass),
+//     and each stage's largest number of micro-batches in flight (forwarded,
+//     not yet backwarded: the activations it holds).
 //
 // -compute=gemm does the real matrix products (gonum's float32 BLAS);
 // -compute=fixed models compute instead: a forward pass sleeps -unit and a
@@ -173,6 +176,7 @@ type row struct {
 	m          int
 	meanBubble float64
 	maxBubble  float64
+	blocked    float64 // mean over stages of the share of the wall time in SendRecv
 	formula    float64
 	inFlight   []int // per stage
 }
@@ -182,7 +186,8 @@ type row struct {
 func measure(ctx context.Context, c *goccl.Comm, st *stage, cfg config, pc pipeConfig, x []float32, y []uint8) (row, error) {
 	p := c.Size()
 	r := row{compute: pc.compute, sch: pc.sch, m: pc.m, formula: bubbleFormula(p, pc.m)}
-	mine := []float64{0, 0}
+	const k = 3 // bubble, blocked share, in flight
+	mine := make([]float64, k)
 	for i := range cfg.steps + 1 {
 		ps, err := pipelinePass(ctx, c, st, pc, cfg.batch, x, y)
 		if err != nil {
@@ -190,30 +195,32 @@ func measure(ctx context.Context, c *goccl.Comm, st *stage, cfg config, pc pipeC
 		}
 		if i > 0 {
 			mine[0] += ps.bubble() / float64(cfg.steps)
+			mine[1] += ps.blocked.Seconds() / ps.wall.Seconds() / float64(cfg.steps)
 		}
-		mine[1] = float64(ps.maxInFlight)
+		mine[2] = float64(ps.maxInFlight)
 	}
-	all := make([]float64, 2*p)
-	if err := goccl.AllGather(ctx, c, mine, all, 2); err != nil {
+	all := make([]float64, k*p)
+	if err := goccl.AllGather(ctx, c, mine, all, k); err != nil {
 		return r, fmt.Errorf("%v m=%d: AllGather of the stages' bubbles: %w", pc.sch, pc.m, err)
 	}
 	for s := range p {
-		b := all[2*s]
+		b := all[k*s]
 		r.meanBubble += b / float64(p)
 		r.maxBubble = max(r.maxBubble, b)
-		r.inFlight = append(r.inFlight, int(all[2*s+1]))
+		r.blocked += all[k*s+1] / float64(p)
+		r.inFlight = append(r.inFlight, int(all[k*s+2]))
 	}
 	return r, nil
 }
 
 func printTable(out io.Writer, rows []row, p int, cfg config) {
-	fmt.Fprintf(out, "%-7s %-8s %4s %14s %13s %9s  %s\n", "compute", "schedule", "m", "bubble (mean)", "bubble (max)", "formula", "max in-flight micro-batches per stage")
+	fmt.Fprintf(out, "%-7s %-8s %4s %14s %13s %9s %9s  %s\n", "compute", "schedule", "m", "bubble (mean)", "bubble (max)", "formula", "SendRecv", "max in-flight micro-batches per stage")
 	for _, r := range rows {
 		fl := make([]string, len(r.inFlight))
 		for i, v := range r.inFlight {
 			fl[i] = strconv.Itoa(v)
 		}
-		fmt.Fprintf(out, "%-7v %-8v %4d %14.3f %13.3f %9.3f  %s\n", r.compute, r.sch, r.m, r.meanBubble, r.maxBubble, r.formula, strings.Join(fl, " "))
+		fmt.Fprintf(out, "%-7v %-8v %4d %14.3f %13.3f %9.3f %9.3f  %s\n", r.compute, r.sch, r.m, r.meanBubble, r.maxBubble, r.formula, r.blocked, strings.Join(fl, " "))
 	}
 }
 
@@ -292,8 +299,8 @@ func lab(ctx context.Context, c *goccl.Comm, cfg config, out io.Writer) error {
 			}
 		}
 	}
-	fmt.Fprintf(out, "bubble: share of a stage's wall time (barrier to barrier) not in forward/backward passes; mean of %d passes; p = %d; formula (p-1)/(m+p-1); fixed: forward %v, backward %v\n",
-		cfg.steps, p, cfg.unit, 2*cfg.unit)
+	fmt.Fprintf(out, "bubble: share of a stage's wall time (barrier to barrier) not in forward/backward passes, mean of %d passes; p = %d; formula (p-1)/(m+p-1);\n", cfg.steps, p)
+	fmt.Fprintf(out, "SendRecv: share of the wall time blocked in SendRecv (mean over stages; the rest of the bubble is the wait at the closing barrier); fixed: forward %v, backward %v\n", cfg.unit, 2*cfg.unit)
 	printTable(out, rows, p, cfg)
 	return nil
 }
