@@ -122,7 +122,7 @@ func bubbleFormula(p, m int) float64 {
 // (rendezvous: a send does not complete before the matching receive is
 // posted, the strictest semantics a transport can have). Between two
 // operations a stage posts the send of the previous operation's output and
-// the receive of the next one's input together, as run does with SendRecv.
+// the receive of the next one's input together, as pipelinePass does with SendRecv.
 // It returns each stage's idle share of the makespan, or an error if the
 // schedules deadlock.
 func simulate(sch Schedule, p, m int, fwd, bwd float64) ([]float64, error) {
