@@ -108,9 +108,17 @@ type Stats struct {
 	// the moment the DDP saw it done (it looks at a MarkReady and in Wait,
 	// so this is an upper bound).
 	BucketComm []time.Duration
+	// CommBytes is the gradient payload this rank handed to AllReduce in
+	// the last step: the buckets' lengths times 4 bytes (float32), or 2
+	// with FP16Compress and BF16Compress (a Hook from outside this package
+	// counts as float32); 0 when the DDP has no communicator. A ring
+	// AllReduce over P ranks sends (and receives) about 2(P-1)/P times
+	// that per rank.
+	CommBytes int64
 
 	// Sums over the Steps steps.
 	TotalStep, TotalCompute, TotalExposed time.Duration
+	TotalCommBytes                        int64
 }
 
 // DDP is one rank's data-parallel state. Its methods are for one goroutine
@@ -119,6 +127,7 @@ type DDP struct {
 	ctx  context.Context
 	c    *goccl.Comm // nil: world size 1, no communication
 	hook Hook
+	elem int64 // payload bytes per gradient element (Stats.CommBytes)
 
 	params   [][]float32
 	grads    [][]float32 // views of the buckets
@@ -132,6 +141,7 @@ type DDP struct {
 
 	stepStart time.Time
 	lastMark  time.Time
+	stepBytes int64 // payload issued this step
 	stats     Stats
 }
 
@@ -197,8 +207,11 @@ func New(ctx context.Context, c *goccl.Comm, params [][]float32, opts Options) (
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	d := &DDP{ctx: ctx, c: c, hook: opts.Hook, params: params, sync: true,
+	d := &DDP{ctx: ctx, c: c, hook: opts.Hook, elem: 4, params: params, sync: true,
 		grads: make([][]float32, len(params)), bucketOf: make([]int, len(params)), ready: make([]bool, len(params))}
+	if h, ok := opts.Hook.(payloadSizer); ok {
+		d.elem = h.elemBytes()
+	}
 	for b, bk := range AssignBuckets(lens, opts.FirstBucketMB, opts.BucketCapMB) {
 		buf := make([]float32, bk.Len)
 		o := 0
@@ -302,6 +315,7 @@ func (d *DDP) issue(b int) {
 		bk.done = true
 		return
 	}
+	d.stepBytes += d.elem * int64(len(bk.buf))
 	if d.hook != nil {
 		bk.work, bk.err = d.hook.Issue(d.ctx, d.c, b, bk.buf)
 	} else {
@@ -345,6 +359,7 @@ func (d *DDP) resetMarks() {
 		bk.comm = 0
 	}
 	d.nextIssue = 0
+	d.stepBytes = 0
 }
 
 // Wait waits for every bucket of the step and ends the step: afterwards each
@@ -411,12 +426,14 @@ func (d *DDP) Wait(ctx context.Context) error {
 	s.Step = end.Sub(d.stepStart)
 	s.Compute = d.lastMark.Sub(d.stepStart)
 	s.Exposed = end.Sub(blockStart)
+	s.CommBytes = d.stepBytes
 	for b := range d.buckets {
 		s.BucketComm[b] = d.buckets[b].comm
 	}
 	s.TotalStep += s.Step
 	s.TotalCompute += s.Compute
 	s.TotalExposed += s.Exposed
+	s.TotalCommBytes += s.CommBytes
 	d.resetMarks()
 	d.stepStart = end
 	return first

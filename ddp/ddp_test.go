@@ -451,6 +451,71 @@ func TestStats(t *testing.T) {
 	})
 }
 
+// TestCommBytes: Stats.CommBytes is the payload of the step's buckets, 4
+// bytes per gradient element in float32 and 2 with the 16-bit hooks; NoSync
+// micro-steps add nothing, and without a communicator it is 0.
+func TestCommBytes(t *testing.T) {
+	const n0, n1 = 1000, 300
+	step := func(d *ddp.DDP, ctx context.Context) error {
+		for i := 1; i >= 0; i-- {
+			if err := d.MarkReady(i); err != nil {
+				return err
+			}
+		}
+		return d.Wait(ctx)
+	}
+	for _, tc := range []struct {
+		name string
+		hook func() ddp.Hook
+		elem int64
+	}{
+		{"fp32", func() ddp.Hook { return nil }, 4},
+		{"fp16", ddp.FP16Compress, 2},
+		{"bf16", ddp.BF16Compress, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			runRanks(t, 2, func(ctx context.Context, c *goccl.Comm) error {
+				params := [][]float32{make([]float32, n0), make([]float32, n1)}
+				d, err := ddp.New(ctx, c, params, ddp.Options{Hook: tc.hook(), FirstBucketMB: 1e-6, BucketCapMB: 1e-6})
+				if err != nil {
+					return err
+				}
+				if err := d.NoSync(func() error { return step(d, ctx) }); err != nil {
+					return err
+				}
+				for range 3 {
+					if err := step(d, ctx); err != nil {
+						return err
+					}
+				}
+				s, want := d.Stats(), tc.elem*(n0+n1)
+				if len(s.BucketComm) != 2 || s.CommBytes != want || s.TotalCommBytes != 3*want {
+					return fmt.Errorf("%d buckets, CommBytes %d, TotalCommBytes %d; want 2, %d, %d", len(s.BucketComm), s.CommBytes, s.TotalCommBytes, want, 3*want)
+				}
+				d.ResetStats()
+				if s := d.Stats(); s.CommBytes != 0 || s.TotalCommBytes != 0 {
+					return fmt.Errorf("after ResetStats: CommBytes %d, TotalCommBytes %d", s.CommBytes, s.TotalCommBytes)
+				}
+				return nil
+			})
+		})
+	}
+	ctx := context.Background()
+	d, err := ddp.New(ctx, nil, [][]float32{make([]float32, 10)}, ddp.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.MarkReady(0); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := d.Stats(); s.Steps != 1 || s.CommBytes != 0 {
+		t.Errorf("no communicator: %d steps, CommBytes %d; want 1, 0", s.Steps, s.CommBytes)
+	}
+}
+
 // TestFP16NoOverflow: gradients whose sum over the ranks exceeds float16's
 // range but whose average does not come back finite through FP16Compress.
 func TestFP16NoOverflow(t *testing.T) {

@@ -52,6 +52,12 @@ func BF16Compress() Hook {
 	return &compressed[goccl.BFloat16]{to: goccl.BFloat16From, from: goccl.BFloat16.Float32}
 }
 
+// payloadSizer is a Hook that tells the bytes per gradient element it hands
+// to AllReduce (Stats.CommBytes).
+type payloadSizer interface{ elemBytes() int64 }
+
+func (h *compressed[T]) elemBytes() int64 { return 2 }
+
 func (h *compressed[T]) Issue(ctx context.Context, c *goccl.Comm, b int, grad []float32) (Work, error) {
 	for len(h.works) <= b {
 		h.works = append(h.works, &compressedWork[T]{h: h})

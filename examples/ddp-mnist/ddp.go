@@ -38,6 +38,7 @@ type trainerOptions struct {
 	noOverlap bool    // mark the gradients ready only after the whole backward pass
 	bucketMB  float64 // ddp.Options.BucketCapMB (0: its default)
 	chunkRows int     // rows per weight-gradient block (0: whole matrices)
+	compress  string  // "", "none", "fp16" or "bf16": ddp.FP16Compress, ddp.BF16Compress
 }
 
 // newTrainer builds the model from seed on every rank; ddp.New then
@@ -60,7 +61,17 @@ func newTrainer(ctx context.Context, c *goccl.Comm, sizes []int, seed uint64, lr
 		t.bID = append(t.bID, len(t.params))
 		t.params = append(t.params, ly.B)
 	}
-	dp, err := ddp.New(ctx, c, t.params, ddp.Options{BucketCapMB: o.bucketMB})
+	opts := ddp.Options{BucketCapMB: o.bucketMB}
+	switch o.compress {
+	case "", "none":
+	case "fp16":
+		opts.Hook = ddp.FP16Compress()
+	case "bf16":
+		opts.Hook = ddp.BF16Compress()
+	default:
+		return nil, fmt.Errorf("gradient compression %q: want none, fp16 or bf16", o.compress)
+	}
+	dp, err := ddp.New(ctx, c, t.params, opts)
 	if err != nil {
 		return nil, fmt.Errorf("data-parallel setup: %w", err)
 	}

@@ -154,12 +154,13 @@ func TestParamsIdentical(t *testing.T) {
 	}
 }
 
-// checkOutput checks the lines rank 0 prints.
-func checkOutput(t *testing.T, out string, epochs, world int) {
+// checkOutput checks the lines rank 0 prints and returns the summary line's
+// fields.
+func checkOutput(t *testing.T, out string, epochs, world int) map[string]string {
 	t.Helper()
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != epochs+3 {
-		t.Fatalf("%d lines, want %d:\n%s", len(lines), epochs+3, out)
+	if len(lines) != epochs+4 {
+		t.Fatalf("%d lines, want %d:\n%s", len(lines), epochs+4, out)
 	}
 	for e := 1; e <= epochs; e++ {
 		if l := lines[e]; !strings.HasPrefix(l, fmt.Sprintf("epoch %d loss ", e)) || !strings.Contains(l, " ms allreduce ") {
@@ -170,8 +171,29 @@ func checkOutput(t *testing.T, out string, epochs, world int) {
 		t.Errorf("line %q", lines[epochs+1])
 	}
 	if want := fmt.Sprintf("parameters identical on all %d ranks: yes", world); lines[epochs+2] != want {
-		t.Errorf("last line %q, want %q", lines[epochs+2], want)
+		t.Errorf("line %q, want %q", lines[epochs+2], want)
 	}
+	rest, ok := strings.CutPrefix(lines[epochs+3], "summary: ")
+	if !ok {
+		t.Fatalf("last line %q, want the summary", lines[epochs+3])
+	}
+	kv := map[string]string{}
+	for _, f := range strings.Fields(rest) {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok {
+			t.Fatalf("summary field %q is not KEY=VALUE", f)
+		}
+		kv[k] = v
+	}
+	for _, k := range []string{"ranks", "batch", "steps", "warmup", "step_ms", "compute_ms", "wait_ms", "bytes_per_step", "accuracy", "loss", "overlap", "bucket_mb", "compress"} {
+		if _, ok := kv[k]; !ok {
+			t.Errorf("summary %q lacks %s=", lines[epochs+3], k)
+		}
+	}
+	if kv["ranks"] != fmt.Sprint(world) {
+		t.Errorf("summary %q: want ranks=%d", lines[epochs+3], world)
+	}
+	return kv
 }
 
 // TestTrainTwoRanks trains a small model for two epochs on 20,000 training
@@ -192,7 +214,10 @@ func TestTrainTwoRanks(t *testing.T) {
 		return err
 	})
 	t.Logf("\n%s", out.String())
-	checkOutput(t, out.String(), cfg.epochs, world)
+	kv := checkOutput(t, out.String(), cfg.epochs, world)
+	if want := fmt.Sprint(cfg.epochs * (20000 + 63) / 64); kv["steps"] != want {
+		t.Errorf("summary: steps=%s, want %s", kv["steps"], want)
+	}
 	if results[1] != results[0] {
 		t.Errorf("rank 1 ended with %+v, rank 0 with %+v", results[1], results[0])
 	}
@@ -217,7 +242,10 @@ func TestRunWorldSizeOne(t *testing.T) {
 	if err != nil {
 		t.Fatalf("rank %d: %v", rank, err)
 	}
-	checkOutput(t, out.String(), 1, 1)
+	kv := checkOutput(t, out.String(), 1, 1)
+	if kv["steps"] != "235" || kv["compress"] != "none" {
+		t.Errorf("summary %v: want steps=235 compress=none", kv)
+	}
 	if _, err := parseFlags([]string{"-hidden", "64,x"}); err == nil {
 		t.Error("-hidden 64,x accepted")
 	}
@@ -226,5 +254,51 @@ func TestRunWorldSizeOne(t *testing.T) {
 	}
 	if cfg, err := parseFlags([]string{"-overlap=false", "-bucket-mb", "2"}); err != nil || !cfg.tr.noOverlap || cfg.tr.bucketMB != 2 {
 		t.Errorf("-overlap=false -bucket-mb 2: %+v, %v", cfg.tr, err)
+	}
+	for _, bad := range [][]string{{"-steps", "-1"}, {"-compress", "fp8"}} {
+		if _, err := parseFlags(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+// TestStepsAndCompress: -steps stops after that many steps (the last epoch
+// partial), and the summary reports the gradient bytes per step, halved by
+// -compress fp16 and bf16.
+func TestStepsAndCompress(t *testing.T) {
+	const world = 2
+	train0, test0 := loadForTest(t)
+	train0, test0 = train0.Subset(1000), test0.Subset(500)
+	for _, compress := range []string{"none", "fp16", "bf16"} {
+		t.Run(compress, func(t *testing.T) {
+			args := []string{"-steps", "20", "-batch", "64", "-hidden", "32", "-compress", compress}
+			cfg, err := parseFlags(args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			results := make([]result, world)
+			runRanks(t, world, func(ctx context.Context, c *goccl.Comm) (err error) {
+				w := io.Discard
+				if c.Rank() == 0 {
+					w = &out
+				}
+				results[c.Rank()], err = train(ctx, c, cfg, train0, test0, w)
+				return err
+			})
+			// 1000 images in batches of 64: 16 steps per epoch, so 2 epochs.
+			kv := checkOutput(t, out.String(), 2, world)
+			elem := map[string]int{"none": 4, "fp16": 2, "bf16": 2}[compress]
+			want := map[string]string{"steps": "20", "warmup": "10", "compress": compress,
+				"bytes_per_step": fmt.Sprint(elem * results[0].numParams)}
+			for k, v := range want {
+				if kv[k] != v {
+					t.Errorf("summary: %s=%s, want %s", k, kv[k], v)
+				}
+			}
+			if results[0].steps != 20 || !results[0].identical {
+				t.Errorf("result %+v", results[0])
+			}
+		})
 	}
 }
