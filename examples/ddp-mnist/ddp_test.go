@@ -159,6 +159,13 @@ func TestParamsIdentical(t *testing.T) {
 func checkOutput(t *testing.T, out string, epochs, world int) map[string]string {
 	t.Helper()
 	lines := strings.Split(strings.TrimSpace(out), "\n")
+	// With -overlap=ab (the default) a line compares the two settings.
+	if len(lines) == epochs+5 {
+		if l := lines[epochs+3]; !strings.HasPrefix(l, "exposed communication per step: with overlap ") || !strings.Contains(l, ", without ") {
+			t.Errorf("line %q", l)
+		}
+		lines = append(lines[:epochs+3], lines[epochs+4])
+	}
 	if len(lines) != epochs+4 {
 		t.Fatalf("%d lines, want %d:\n%s", len(lines), epochs+4, out)
 	}
@@ -255,7 +262,12 @@ func TestRunWorldSizeOne(t *testing.T) {
 	if cfg, err := parseFlags([]string{"-overlap=false", "-bucket-mb", "2"}); err != nil || !cfg.tr.noOverlap || cfg.tr.bucketMB != 2 {
 		t.Errorf("-overlap=false -bucket-mb 2: %+v, %v", cfg.tr, err)
 	}
-	for _, bad := range [][]string{{"-steps", "-1"}, {"-compress", "fp8"}} {
+	for args, want := range map[string]overlapMode{"": overlapAB, "-overlap": overlapOn, "-overlap=ab": overlapAB, "-overlap=off": overlapOff, "-overlap=true": overlapOn} {
+		if cfg, err := parseFlags(strings.Fields(args)); err != nil || cfg.overlap != want || cfg.tr.noOverlap != (want == overlapOff) {
+			t.Errorf("%q: overlap %v (noOverlap %v), %v; want %v", args, cfg.overlap.String(), cfg.tr.noOverlap, err, want.String())
+		}
+	}
+	for _, bad := range [][]string{{"-steps", "-1"}, {"-compress", "fp8"}, {"-overlap=maybe"}, {"-chunk-rows", "-2"}} {
 		if _, err := parseFlags(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}

@@ -45,14 +45,48 @@ import (
 
 // config holds the command-line settings.
 type config struct {
-	epochs int
-	steps  int   // > 0: stop after this many steps in total (and -epochs is ignored)
-	batch  int   // global batch size, split over the ranks
-	hidden []int // hidden layer widths
-	lr     float64
-	seed   uint64
-	tr     trainerOptions
+	epochs  int
+	steps   int   // > 0: stop after this many steps in total (and -epochs is ignored)
+	batch   int   // global batch size, split over the ranks
+	hidden  []int // hidden layer widths
+	lr      float64
+	seed    uint64
+	tr      trainerOptions
+	overlap overlapMode
 }
+
+// overlapMode is the -overlap flag: on, off, or ab (the odd steps with
+// overlap, the even ones without: both measured in one run, under the same
+// conditions, for a side-by-side figure; the arithmetic is the same either
+// way, so the training is too).
+type overlapMode int
+
+const (
+	overlapAB overlapMode = iota
+	overlapOn
+	overlapOff
+)
+
+func (m *overlapMode) String() string {
+	return [...]string{"ab", "true", "false"}[*m]
+}
+
+func (m *overlapMode) Set(v string) error {
+	switch v {
+	case "ab":
+		*m = overlapAB
+	case "true", "on", "1":
+		*m = overlapOn
+	case "false", "off", "0":
+		*m = overlapOff
+	default:
+		return fmt.Errorf("want true, false or ab")
+	}
+	return nil
+}
+
+// IsBoolFlag lets -overlap alone mean -overlap=true.
+func (m *overlapMode) IsBoolFlag() bool { return true }
 
 func (c config) sizes() []int {
 	return append(append([]int{numFeatures}, c.hidden...), numClasses)
@@ -67,7 +101,8 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&hidden, "hidden", "1024,256", "comma-separated hidden layer widths")
 	fs.Float64Var(&cfg.lr, "lr", 1e-3, "Adam learning rate at the start (cosine decay towards 0 over the run)")
 	fs.Uint64Var(&cfg.seed, "seed", 1, "seed of the initialisation and the shuffling")
-	overlap := fs.Bool("overlap", true, "reduce each gradient bucket as soon as the backward pass has finished it (false: all after the backward pass)")
+	cfg.overlap = overlapAB
+	fs.Var(&cfg.overlap, "overlap", "true: reduce each gradient bucket as soon as the backward pass has finished it; false: all after the backward pass; ab: alternate the two step by step and report both")
 	fs.Float64Var(&cfg.tr.bucketMB, "bucket-mb", ddp.DefaultBucketCapMB, "gradient bucket cap in MiB (the first bucket: 1 MiB)")
 	fs.IntVar(&cfg.tr.chunkRows, "chunk-rows", 0, "compute and register weight gradients in blocks of this many rows, so a large layer's gradient spans several buckets (0: whole matrices)")
 	fs.IntVar(&cfg.steps, "steps", 0, "stop after this many steps in total, the last epoch partial (0: -epochs full epochs)")
@@ -75,7 +110,7 @@ func parseFlags(args []string) (config, error) {
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
-	cfg.tr.noOverlap = !*overlap
+	cfg.tr.noOverlap = cfg.overlap == overlapOff
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
@@ -136,30 +171,40 @@ func train(ctx context.Context, c *goccl.Comm, cfg config, trainSet, testSet *Da
 	warmup := warmupSteps(totalSteps)
 	var timed, waited time.Duration // over the steps after the warm-up
 	var bytesPerStep int64
+	var modes [2]modeStats // [0]: steps without overlap, [1]: with, after the warm-up
 	res := result{worldSize: t.size, numParams: len(t.model.Params)}
 	fmt.Fprintf(out, "MLP %v: %d parameters; %d ranks, global batch %d, %d train / %d test images; %d gradient buckets, overlap %v\n",
-		cfg.sizes(), res.numParams, t.size, cfg.batch, n, testSet.Len(), len(t.dp.Buckets()), t.overlap)
+		cfg.sizes(), res.numParams, t.size, cfg.batch, n, testSet.Len(), len(t.dp.Buckets()), cfg.overlap.String())
 	for epoch := 1; epoch <= epochs; epoch++ {
 		// Every rank draws the same permutation: same seed, same epoch.
 		perm := rand.New(rand.NewPCG(cfg.seed, uint64(epoch))).Perm(n)
 		loss := []float64{0, 0} // summed loss, samples
-		t.dp.ResetStats()
+		var epochModes [2]modeStats
 		start, epochSteps := time.Now(), 0
 		for s := 0; s < n && step < totalSteps; s += cfg.batch {
 			// Cosine decay of the learning rate from lr towards 0.
 			t.opt.lr = cfg.lr * 0.5 * (1 + math.Cos(math.Pi*float64(step)/float64(totalSteps)))
 			step++
 			epochSteps++
+			if cfg.overlap == overlapAB {
+				t.overlap = step%2 == 1
+			}
 			t0 := time.Now()
 			l, k, err := t.Step(ctx, trainSet, perm[s:min(s+cfg.batch, n)])
 			if err != nil {
 				return res, fmt.Errorf("epoch %d: %w", epoch, err)
 			}
+			dt, st := time.Since(t0), t.dp.Stats()
+			m := 0
+			if t.overlap {
+				m = 1
+			}
+			epochModes[m].add(dt, st.Exposed)
 			if step > warmup {
-				timed += time.Since(t0)
-				st := t.dp.Stats()
+				timed += dt
 				waited += st.Exposed
 				bytesPerStep = st.CommBytes
+				modes[m].add(dt, st.Exposed)
 			}
 			loss[0] += l
 			loss[1] += float64(k)
@@ -175,9 +220,8 @@ func train(ctx context.Context, c *goccl.Comm, cfg config, trainSet, testSet *Da
 		res.lastLoss, res.testAccuracy = loss[0]/loss[1], acc
 		// Exposed communication: the time Wait was blocked, i.e. the gradient
 		// AllReduce not hidden behind the backward pass.
-		st := t.dp.Stats()
-		fmt.Fprintf(out, "epoch %d loss %.4f test-accuracy %.4f step %.1f ms allreduce exposed %.1f%% of step\n", epoch, res.lastLoss, acc,
-			float64(elapsed.Microseconds())/1e3/float64(epochSteps), 100*st.TotalExposed.Seconds()/elapsed.Seconds())
+		fmt.Fprintf(out, "epoch %d loss %.4f test-accuracy %.4f step %.1f ms allreduce exposed %s\n", epoch, res.lastLoss, acc,
+			float64(elapsed.Microseconds())/1e3/float64(epochSteps), exposedText(epochModes))
 	}
 	res.steps = step
 	if res.identical, err = t.ParamsIdentical(ctx); err != nil {
@@ -186,10 +230,48 @@ func train(ctx context.Context, c *goccl.Comm, cfg config, trainSet, testSet *Da
 	yesNo := map[bool]string{true: "yes", false: "no"}
 	fmt.Fprintf(out, "final test accuracy: %.4f\n", res.testAccuracy)
 	fmt.Fprintf(out, "parameters identical on all %d ranks: %s\n", t.size, yesNo[res.identical])
+	if modes[0].steps > 0 && modes[1].steps > 0 {
+		fmt.Fprintf(out, "exposed communication per step: with overlap %.2f ms (%.1f%% of %.1f ms), without %.2f ms (%.1f%% of %.1f ms)\n",
+			modes[1].exposedMS(), modes[1].exposedPct(), modes[1].stepMS(), modes[0].exposedMS(), modes[0].exposedPct(), modes[0].stepMS())
+	}
 	ms := func(d time.Duration) float64 { return d.Seconds() * 1e3 / float64(max(step-warmup, 1)) }
-	fmt.Fprintf(out, "summary: ranks=%d batch=%d steps=%d warmup=%d step_ms=%.3f compute_ms=%.3f wait_ms=%.3f bytes_per_step=%d accuracy=%.4f loss=%.4f overlap=%v bucket_mb=%g compress=%s\n",
-		t.size, cfg.batch, step, warmup, ms(timed), ms(timed-waited), ms(waited), bytesPerStep, res.testAccuracy, res.lastLoss, t.overlap, cfg.tr.bucketMB, cmp.Or(cfg.tr.compress, "none"))
+	fmt.Fprintf(out, "summary: ranks=%d batch=%d steps=%d warmup=%d step_ms=%.3f compute_ms=%.3f wait_ms=%.3f bytes_per_step=%d accuracy=%.4f loss=%.4f overlap=%v bucket_mb=%g compress=%s wait_ms_overlap=%.3f wait_ms_nooverlap=%.3f chunk_rows=%d\n",
+		t.size, cfg.batch, step, warmup, ms(timed), ms(timed-waited), ms(waited), bytesPerStep, res.testAccuracy, res.lastLoss, cfg.overlap.String(), cfg.tr.bucketMB, cmp.Or(cfg.tr.compress, "none"),
+		modes[1].exposedMS(), modes[0].exposedMS(), cfg.tr.chunkRows)
 	return res, nil
+}
+
+// modeStats sums the steps of one overlap setting.
+type modeStats struct {
+	steps         int
+	step, exposed time.Duration
+}
+
+func (m *modeStats) add(step, exposed time.Duration) {
+	m.steps++
+	m.step += step
+	m.exposed += exposed
+}
+
+func (m modeStats) stepMS() float64    { return m.step.Seconds() * 1e3 / float64(max(m.steps, 1)) }
+func (m modeStats) exposedMS() float64 { return m.exposed.Seconds() * 1e3 / float64(max(m.steps, 1)) }
+func (m modeStats) exposedPct() float64 {
+	if m.step == 0 {
+		return 0
+	}
+	return 100 * m.exposed.Seconds() / m.step.Seconds()
+}
+
+// exposedText is the exposed communication of an epoch's steps: the share
+// of the step time, per overlap setting when both ran.
+func exposedText(ms [2]modeStats) string {
+	switch {
+	case ms[0].steps > 0 && ms[1].steps > 0:
+		return fmt.Sprintf("%.1f%% of step with overlap, %.1f%% without", ms[1].exposedPct(), ms[0].exposedPct())
+	case ms[1].steps > 0:
+		return fmt.Sprintf("%.1f%% of step", ms[1].exposedPct())
+	}
+	return fmt.Sprintf("%.1f%% of step", ms[0].exposedPct())
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) (rank int, err error) {
