@@ -46,7 +46,7 @@ run() {
   local f="$OUT/$1.$2.$3"
   echo "# $1, $2 rank(s), global batch $3, $STEPS steps" >&2
   if [ "$1" = goccl ]; then
-    GOMAXPROCS=$GMP "$OUT/goccl" run -np "$2" "$OUT/ddp-mnist" -steps "$STEPS" -batch "$3" > "$f" 2>&1 || { cat "$f" >&2; exit 1; }
+    GOMAXPROCS=$GMP "$OUT/goccl" run -np "$2" "$OUT/ddp-mnist" -steps "$STEPS" -batch "$3" -overlap=true > "$f" 2>&1 || { cat "$f" >&2; exit 1; }
   else
     "$PYTHON" scripts/torch_ddp_mnist.py -np "$2" -steps "$STEPS" -batch "$3" -threads "$THREADS" > "$f" 2>&1 || { cat "$f" >&2; exit 1; }
   fi
