@@ -33,6 +33,9 @@ func worker(mode string) int {
 	if mode == "victim" {
 		return victimWorker(ctx)
 	}
+	if mode == "reinit" {
+		return reinitWorker(ctx)
+	}
 	c, err := goccl.Init(ctx)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "init:", err)

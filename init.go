@@ -34,6 +34,13 @@ const defaultNSocks = 2
 // them). It returns an error naming the missing ranks when the world does
 // not assemble before ctx's deadline, or the operation timeout when ctx has
 // none.
+//
+// A process may Init again, after Close or not, to make another
+// communicator from the environment, provided every rank calls Init as many
+// times (as every rank calls ncclCommInitRank for each communicator): rank
+// 0 serves a new store at the same address each time, and the other ranks
+// wait for it rather than use its previous one (see
+// rendezvous.WithGeneration).
 func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	start := time.Now()
 	cfg := options{rank: -1, size: -1, localRank: -1}

@@ -22,6 +22,11 @@ import (
 // address file and the server they reached belong to the same launch.
 const nonceKey = "goccl/rendezvous/addr-nonce"
 
+// generationKey is the store key under which rank 0's server holds its
+// WithGeneration count from its start; other ranks use a store only if it
+// holds theirs (checkGeneration).
+const generationKey = "goccl/rendezvous/generation"
+
 // AddrFilePath returns the address file Connect uses when env has no
 // StoreAddr: <dir>/goccl-store-<JobID>.addr, dir being env.StoreDir or
 // os.TempDir(), and the JobID escaped to a safe file name.
@@ -64,7 +69,7 @@ func AddrFilePath(env Env) string {
 // token (see the handshake in handshake.go): env.Token, or without one, when
 // the ranks meet through the address file, the token they share through
 // the token file next to it (DirToken); opts add to that (WithLog for rank
-// 0's server).
+// 0's server, WithGeneration for successive stores at the same address).
 func Connect(ctx context.Context, env Env, hostIP string, opts ...Option) (Store, error) {
 	if env.WorldSize < 1 || env.Rank < 0 || env.Rank >= env.WorldSize {
 		return nil, fmt.Errorf("rendezvous: connect: rank %d out of range for world size %d", env.Rank, env.WorldSize)
@@ -98,7 +103,7 @@ func Connect(ctx context.Context, env Env, hostIP string, opts ...Option) (Store
 
 func connectAddr(ctx context.Context, env Env, hostIP string, opts []Option) (Store, error) {
 	if env.Rank != 0 {
-		return DialTCP(ctx, env.StoreAddr, opts...)
+		return dialGeneration(ctx, env, opts)
 	}
 	host, _, err := net.SplitHostPort(env.StoreAddr)
 	if err != nil {
@@ -122,6 +127,64 @@ func connectAddr(ctx context.Context, env Env, hostIP string, opts []Option) (St
 		return nil, err
 	}
 	return &servingStore{TCPStore: cl, srv: srv}, nil
+}
+
+// dialGeneration dials the store at env.StoreAddr (DialTCP) until it
+// reaches one of this rank's generation (WithGeneration; without one, or
+// at a store without one, the first store it reaches): a store of an
+// earlier generation is the one rank 0 served for a previous rendezvous and
+// has not closed yet, so this rank closes its connection and tries again
+// until ctx ends.
+func dialGeneration(ctx context.Context, env Env, opts []Option) (Store, error) {
+	o := makeOptions(opts)
+	start := time.Now()
+	bo := backoff{cur: 10 * time.Millisecond, max: 200 * time.Millisecond}
+	for {
+		cl, err := DialTCP(ctx, env.StoreAddr, opts...)
+		if err != nil {
+			return nil, err
+		}
+		retry, err := checkGeneration(ctx, cl)
+		if err == nil {
+			return cl, nil
+		}
+		cl.Close()
+		if !retry {
+			return nil, err
+		}
+		if serr := sleepCtx(ctx, nil, bo.next()); serr != nil {
+			return nil, fmt.Errorf("rendezvous: connect: rank %d found no store of its generation %d at %s after %v: %w (last problem: %v)",
+				env.Rank, o.generation, env.StoreAddr, time.Since(start).Round(time.Millisecond), serr, err)
+		}
+	}
+}
+
+// checkGeneration returns nil when the store cl reached holds the
+// generation of cl's WithGeneration, or when either has none (a store served
+// without WithGeneration holds none: its counter reads 0). Otherwise retry
+// says whether another attempt may succeed: the store's generation is
+// earlier (rank 0's previous store, still up), or the store went away before
+// it answered (the previous store, closed just then), not later. A
+// TCPServer holds its generation from its start, so the call never waits.
+func checkGeneration(ctx context.Context, cl *TCPStore) (retry bool, err error) {
+	want := cl.opts.generation
+	if want == 0 {
+		return false, nil
+	}
+	got, err := cl.Add(ctx, generationKey, 0)
+	switch {
+	case err != nil:
+		return true, fmt.Errorf("reading the store's generation: %w", err)
+	case got == 0:
+		return false, nil
+	case uint64(got) < want:
+		return true, fmt.Errorf("the store at %s is rank 0's generation %d, rank %d's is %d (rank 0 has not closed its previous store yet)",
+			cl.addr, got, cl.opts.rank, want)
+	case uint64(got) > want:
+		return false, fmt.Errorf("rendezvous: connect: the store at %s is rank 0's generation %d, rank %d's is %d: "+
+			"every rank must rendezvous as often as rank 0 (call Init as many times)", cl.addr, got, cl.opts.rank, want)
+	}
+	return false, nil
 }
 
 // storeBinds returns the addresses rank 0 serves the store on when the
@@ -268,8 +331,9 @@ func dialAddrFile(ctx context.Context, env Env, opts []Option) (Store, error) {
 	last := "the file does not exist"
 	o := makeOptions(opts)
 	for {
-		if cl := tryAddrFile(ctx, path, &last, &o); cl != nil {
-			return cl, nil
+		cl, err := tryAddrFile(ctx, path, &last, &o)
+		if cl != nil || err != nil {
+			return cl, err
 		}
 		if err := sleepCtx(ctx, nil, bo.next()); err != nil {
 			return nil, fmt.Errorf("rendezvous: connect: rank %d found no live store through %s after %v: %w (last problem: %s); "+
@@ -280,43 +344,53 @@ func dialAddrFile(ctx context.Context, env Env, opts []Option) (Store, error) {
 }
 
 // tryAddrFile makes one attempt to use the address file; on failure it
-// returns nil and records why in last. A store that refuses this rank's job
+// returns nil and records why in last, or an error when trying again cannot
+// help (a store of a later generation). A store that refuses this rank's job
 // token (or has none) is retried too: it is most likely another job's, at a
-// stale address, like a store that does not hold the file's nonce.
-func tryAddrFile(ctx context.Context, path string, last *string, o *options) *TCPStore {
+// stale address, like a store that does not hold the file's nonce or holds
+// an earlier generation.
+func tryAddrFile(ctx context.Context, path string, last *string, o *options) (*TCPStore, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			*last = err.Error()
 		}
-		return nil
+		return nil, nil
 	}
 	addr, nonce, ok := parseAddrFile(b)
 	if !ok {
 		*last = "malformed address file"
-		return nil
+		return nil, nil
 	}
 	// One short attempt: the address may be stale. The nonce check bounds the
 	// time spent on a port now owned by something else.
 	actx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	c, br, err := dialOnce(actx, addr, o)
+	c, br, inst, err := dialOnce(actx, addr, o)
 	if errors.Is(err, ErrAuth) {
 		*last = fmt.Sprintf("the server at %s is not the one that wrote the file (%v)", addr, err)
-		return nil
+		return nil, nil
 	}
 	if err != nil {
 		*last = fmt.Sprintf("dial %s: %v", addr, err)
-		return nil
+		return nil, nil
 	}
-	cl := newTCPStore(addr, c, br, *o)
+	cl := newTCPStore(addr, c, br, inst, *o)
 	got, err := cl.Get(actx, nonceKey)
 	if err != nil || string(got) != nonce {
 		cl.Close()
 		*last = fmt.Sprintf("the server at %s is not the one that wrote the file", addr)
-		return nil
+		return nil, nil
 	}
-	return cl
+	if retry, err := checkGeneration(ctx, cl); err != nil {
+		cl.Close()
+		if !retry {
+			return nil, err
+		}
+		*last = err.Error()
+		return nil, nil
+	}
+	return cl, nil
 }
 
 // servingStore is rank 0's store: a client of its own server.

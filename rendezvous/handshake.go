@@ -27,7 +27,7 @@ import (
 //	  0 [8]  magic "GOCCLSTS"
 //	  8 u16  protocol version
 //	 10 u16  flags: bit 0 = the server has a job token
-//	 12 u32  zero
+//	 12 u32  server instance: random, nonzero, fixed for the server's life
 //	 16 [16] server nonce
 //	 32 [32] server proof: HMAC-SHA256(token, "goccl store server v1" || hello || challenge[0:32])
 //	proof     client -> server, 32 bytes
@@ -38,6 +38,12 @@ import (
 // whose proof is wrong (a client without the token, or of another job); a
 // client with a token refuses a server that does not prove it (package auth).
 // The whole handshake must complete within handshakeTimeout on the server.
+//
+// The server instance tells a client that redials after a lost connection
+// whether it reached the same server: a store served again at the same
+// address (rank 0 of a later Init) is another instance, with none of the
+// keys this client's job wrote, and a client that went on there would wait
+// for them forever; it fails instead (ErrReplaced).
 //
 // The rank in the hello lets the server tell the ranks apart: when the
 // connection of a rank closes without the goodbye request (opBye) that a
@@ -74,6 +80,12 @@ var handshakeTimeout = 5 * time.Second
 // tokens differ (or only one side has one).
 var ErrAuth = auth.ErrAuth
 
+// errHungUp is wrapped, beside ErrAuth, by the error of a handshake that
+// the server ended by closing the connection: how a server with a token
+// refuses a client, but also what a client sees when the server is closed
+// during the handshake (DialTCP tries again once).
+var errHungUp = errors.New("the server closed the connection")
+
 // RankLostError is returned by store calls that waited for data while the
 // connection of Rank to the TCP store, authenticated by the job token, closed
 // without a goodbye: that rank's process most likely died.
@@ -89,9 +101,11 @@ func (e *RankLostError) Error() string { return fmt.Sprintf("rank %d lost: %s", 
 type Option func(*options)
 
 type options struct {
-	token []byte
-	rank  int
-	logf  func(format string, args ...any)
+	token      []byte
+	rank       int
+	logf       func(format string, args ...any)
+	generation uint64 // WithGeneration's (0: none)
+	instance   uint32 // a server's instance (TCPServer only)
 }
 
 func makeOptions(opts []Option) options {
@@ -112,6 +126,18 @@ func WithToken(token []byte) Option {
 // the rank's death to the others (with WithToken only: see RankLostError).
 func WithRank(rank int) Option { return func(o *options) { o.rank = rank } }
 
+// WithGeneration makes Connect tell the successive stores of one job apart
+// when they are served at the same address (or address file): rank 0's
+// store holds gen from its start, and every other rank uses a store only if
+// it holds the same gen (or none: a store served without WithGeneration),
+// closing one that holds an earlier gen (the store of a previous rendezvous
+// that rank 0 has not closed yet) and trying again, and failing at once on a
+// later gen. gen counts the rendezvous of this rank with the job (1, 2, ...;
+// every rank makes as many): package goccl's Init passes its count of
+// Inits. 0 (the default): no check. A TCPServer made with it holds gen
+// from its start.
+func WithGeneration(gen uint64) Option { return func(o *options) { o.generation = gen } }
+
 // WithLog gives the server a logger for rejected connections.
 func WithLog(logf func(format string, args ...any)) Option {
 	return func(o *options) { o.logf = logf }
@@ -124,8 +150,9 @@ func hasTokenFlag(token []byte) uint16 {
 	return 0
 }
 
-// clientHandshake runs the client side on c, whose deadline the caller set.
-func clientHandshake(c net.Conn, br *bufio.Reader, addr string, o *options) error {
+// clientHandshake runs the client side on c, whose deadline the caller set,
+// and returns the server's instance.
+func clientHandshake(c net.Conn, br *bufio.Reader, addr string, o *options) (uint32, error) {
 	var hello [storeHelloSize]byte
 	copy(hello[0:8], helloMagicStore)
 	binary.BigEndian.PutUint16(hello[8:], storeProtoVersion)
@@ -138,23 +165,23 @@ func clientHandshake(c net.Conn, br *bufio.Reader, addr string, o *options) erro
 	nonce := auth.Nonce()
 	copy(hello[16:], nonce[:])
 	if _, err := c.Write(hello[:]); err != nil {
-		return fmt.Errorf("handshake: %w", err)
+		return 0, fmt.Errorf("handshake: %w", err)
 	}
 	var ch [storeChallengeSize]byte
 	if _, err := io.ReadFull(br, ch[:]); err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return fmt.Errorf("handshake: the server closed the connection (%w: does rank 0 use another %s?)", ErrAuth, config.JobToken.Name)
+			return 0, fmt.Errorf("handshake: %w (%w: does rank 0 use another %s?)", errHungUp, ErrAuth, config.JobToken.Name)
 		}
-		return fmt.Errorf("handshake: %w", err)
+		return 0, fmt.Errorf("handshake: %w", err)
 	}
 	if err := decodeChallenge(ch[:], hello[:], addr, o.token); err != nil {
-		return err
+		return 0, err
 	}
 	proof := auth.MAC(o.token, labelStoreClient, hello[:], ch[0:32])
 	if _, err := c.Write(proof[:]); err != nil {
-		return fmt.Errorf("handshake: %w", err)
+		return 0, fmt.Errorf("handshake: %w", err)
 	}
-	return nil
+	return binary.BigEndian.Uint32(ch[12:]), nil
 }
 
 // serverHandshake runs the server side on c and returns the client's rank
@@ -172,6 +199,7 @@ func serverHandshake(c net.Conn, br *bufio.Reader, o *options) (int, error) {
 	copy(ch[0:8], challengeMagicStore)
 	binary.BigEndian.PutUint16(ch[8:], storeProtoVersion)
 	binary.BigEndian.PutUint16(ch[10:], hasTokenFlag(o.token))
+	binary.BigEndian.PutUint32(ch[12:], o.instance)
 	nonce := auth.Nonce()
 	copy(ch[16:32], nonce[:])
 	mac := auth.MAC(o.token, labelStoreServer, hello[:], ch[0:32])

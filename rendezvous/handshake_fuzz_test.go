@@ -167,7 +167,7 @@ func FuzzStoreChallenge(f *testing.F) {
 
 		// The whole client side, with a fresh nonce in its hello.
 		c, br := newMemConn(in)
-		err = clientHandshake(c, br, "fuzz", &options{token: token, rank: 7})
+		_, err = clientHandshake(c, br, "fuzz", &options{token: token, rank: 7})
 		out := c.w.Bytes()
 		if len(out) < storeHelloSize {
 			t.Fatalf("the client wrote %d bytes, want a %d-byte hello first", len(out), storeHelloSize)

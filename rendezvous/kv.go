@@ -2,6 +2,7 @@ package rendezvous
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -25,6 +26,13 @@ const (
 // ErrClosed is wrapped by the errors of calls made on (or blocked in) a closed
 // Store. errors.Is treats it, goccl.ErrClosed and transport.ErrClosed as one.
 var ErrClosed = closed.New("rendezvous: store closed")
+
+// ErrReplaced is wrapped by the errors of TCPStore calls that had to
+// reconnect and found another server instance at the store's address: the
+// server this client used is gone (its rank 0 closed it, and possibly
+// served a new store there), and none of what this client's job stored is
+// there. The client does not go on with the new server.
+var ErrReplaced = errors.New("rendezvous: the store server was replaced by another instance")
 
 // checkKey validates a key against MaxKeyLen.
 func checkKey(key string) error {

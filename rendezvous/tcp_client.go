@@ -34,6 +34,10 @@ type TCPStore struct {
 	closeCtx    context.Context
 	cancelClose context.CancelFunc
 
+	// instance is the server instance of the first connection; a redial
+	// that reaches another fails (ErrReplaced).
+	instance uint32
+
 	mu   sync.Mutex // serializes calls; guards conn and br
 	conn net.Conn   // nil after a failure, until the next call redials
 	br   *bufio.Reader
@@ -44,20 +48,26 @@ type TCPStore struct {
 // doubling to 500 ms) until it succeeds or ctx ends, so ranks may start before
 // rank 0's server is up. The error then names addr, how long it tried, the
 // last dial error and ctx's error. WithToken and WithRank configure the
-// handshake; a refused token (ErrAuth) is not retried.
+// handshake; a refused token (ErrAuth) is not retried (a server that closes
+// the connection during the handshake gets one more attempt).
 func DialTCP(ctx context.Context, addr string, opts ...Option) (*TCPStore, error) {
 	o := makeOptions(opts)
 	start := time.Now()
 	bo := backoff{cur: 10 * time.Millisecond, max: 500 * time.Millisecond}
 	var lastErr error
+	hungUp := false // the last attempt's server closed the handshake
 	for attempt := 1; ; attempt++ {
-		c, br, err := dialOnce(ctx, addr, &o)
+		c, br, inst, err := dialOnce(ctx, addr, &o)
 		if err == nil {
-			return newTCPStore(addr, c, br, o), nil
+			return newTCPStore(addr, c, br, inst, o), nil
 		}
-		if errors.Is(err, ErrAuth) {
+		// A server that closes the connection in the handshake refuses the
+		// token, or is being closed (rank 0 closing the store of an
+		// earlier Init at this address): the next attempt tells which.
+		if errors.Is(err, ErrAuth) && (hungUp || !errors.Is(err, errHungUp)) {
 			return nil, fmt.Errorf("rendezvous: TCP store at %s: %w", addr, err)
 		}
+		hungUp = errors.Is(err, errHungUp)
 		lastErr = err
 		if ctx.Err() == nil {
 			err = sleepCtx(ctx, nil, bo.next())
@@ -72,12 +82,12 @@ func DialTCP(ctx context.Context, addr string, opts ...Option) (*TCPStore, error
 }
 
 // dialOnce connects to addr and runs the handshake, within ctx and
-// handshakeTimeout.
-func dialOnce(ctx context.Context, addr string, o *options) (net.Conn, *bufio.Reader, error) {
+// handshakeTimeout; it returns the connection and the server's instance.
+func dialOnce(ctx context.Context, addr string, o *options) (net.Conn, *bufio.Reader, uint32, error) {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
 	dl := time.Now().Add(handshakeTimeout)
 	if cdl, ok := ctx.Deadline(); ok && cdl.Before(dl) {
@@ -86,21 +96,21 @@ func dialOnce(ctx context.Context, addr string, o *options) (net.Conn, *bufio.Re
 	c.SetDeadline(dl)
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(longAgo) })
 	br := bufio.NewReader(c)
-	err = clientHandshake(c, br, addr, o)
+	inst, err := clientHandshake(c, br, addr, o)
 	stop()
 	if err == nil && ctx.Err() != nil {
 		err = ctx.Err()
 	}
 	if err != nil {
 		c.Close()
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
 	c.SetDeadline(time.Time{})
-	return c, br, nil
+	return c, br, inst, nil
 }
 
-func newTCPStore(addr string, c net.Conn, br *bufio.Reader, o options) *TCPStore {
-	s := &TCPStore{addr: addr, opts: o}
+func newTCPStore(addr string, c net.Conn, br *bufio.Reader, instance uint32, o options) *TCPStore {
+	s := &TCPStore{addr: addr, opts: o, instance: instance}
 	s.closeCtx, s.cancelClose = context.WithCancel(context.Background())
 	s.setConn(c, br)
 	return s
@@ -190,14 +200,21 @@ func (s *TCPStore) roundTrip(ctx context.Context, what string, req request) ([]b
 }
 
 // redial replaces a connection dropped by an earlier failure: one attempt,
-// bounded by ctx and by Close.
+// bounded by ctx and by Close. It fails with ErrReplaced, and keeps no
+// connection, when the server it reaches is another instance than the one
+// this client first connected to: that server holds none of the job's keys
+// (see the handshake).
 func (s *TCPStore) redial(ctx context.Context) error {
 	dctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := context.AfterFunc(s.closeCtx, cancel)
 	defer stop()
-	c, br, err := dialOnce(dctx, s.addr, &s.opts)
+	c, br, inst, err := dialOnce(dctx, s.addr, &s.opts)
 	switch {
+	case err == nil && inst != s.instance:
+		s.setConn(c, br)
+		s.dropConn() // with a goodbye: this rank is not dead
+		return fmt.Errorf("reconnect: %w (instance %08x, this client's was %08x)", ErrReplaced, inst, s.instance)
 	case err == nil:
 		s.setConn(c, br)
 		return nil

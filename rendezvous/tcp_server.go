@@ -5,7 +5,10 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"math"
+	"math/rand/v2"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,7 +52,8 @@ type TCPServer struct {
 
 // NewTCPServer listens on addr ("127.0.0.1:0", ":29500", ...) and serves in
 // background goroutines until Close. WithToken makes it require the job
-// token of every client; WithLog gives it a logger for refused connections.
+// token of every client; WithLog gives it a logger for refused connections;
+// WithGeneration makes it hold that generation from the start.
 func NewTCPServer(addr string, opts ...Option) (*TCPServer, error) {
 	return newTCPServer([]string{addr}, opts...)
 }
@@ -77,6 +81,14 @@ func newTCPServer(addrs []string, opts ...Option) (*TCPServer, error) {
 		conns:  make(map[net.Conn]struct{}),
 		untold: make(map[net.Conn]struct{}),
 		told:   make(chan struct{}, 1),
+	}
+	for s.opts.instance == 0 {
+		s.opts.instance = rand.Uint32()
+	}
+	if g := s.opts.generation; g > 0 && g <= math.MaxInt64 {
+		// Before any client can ask (Connect's checkGeneration), as the
+		// decimal counter that Add reads.
+		s.kv.set(generationKey, []byte(strconv.FormatUint(g, 10)))
 	}
 	for _, ln := range lns {
 		s.wg.Add(1)
@@ -158,7 +170,11 @@ func (s *TCPServer) serveConn(c net.Conn) {
 	c.SetDeadline(time.Now().Add(handshakeTimeout))
 	rank, err := serverHandshake(c, br, &s.opts)
 	if err != nil {
-		s.reject(c, err)
+		select {
+		case <-s.done: // Close cut the handshake short: nothing to report
+		default:
+			s.reject(c, err)
+		}
 		c.Close()
 		s.mu.Lock()
 		delete(s.conns, c)

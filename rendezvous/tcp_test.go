@@ -42,7 +42,7 @@ func rawConn(t *testing.T, addr string) net.Conn {
 	c := rawUnshaken(t, addr)
 	o := options{rank: -1}
 	c.SetDeadline(time.Now().Add(5 * time.Second))
-	if err := clientHandshake(c, bufio.NewReader(c), addr, &o); err != nil {
+	if _, err := clientHandshake(c, bufio.NewReader(c), addr, &o); err != nil {
 		t.Fatal(err)
 	}
 	c.SetDeadline(time.Time{})

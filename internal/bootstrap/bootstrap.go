@@ -11,6 +11,7 @@ package bootstrap
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
 	"errors"
@@ -113,7 +114,8 @@ func Connect(ctx context.Context, p Params) (res *Result, err error) {
 	if store == nil {
 		env := p.Env
 		env.Rank, env.WorldSize, env.Token = p.Rank, p.Size, p.Token
-		if b.made, err = rendezvous.Connect(ctx, env, iface.IP.String(), rendezvous.WithLog(p.Warnf)); err != nil {
+		gen := nextGeneration(env)
+		if b.made, err = rendezvous.Connect(ctx, env, iface.IP.String(), rendezvous.WithLog(p.Warnf), rendezvous.WithGeneration(gen)); err != nil {
 			return nil, fmt.Errorf("connecting to the rendezvous store: %w", err)
 		}
 		store = b.made
@@ -182,6 +184,37 @@ func Connect(ctx context.Context, p Params) (res *Result, err error) {
 	return res, nil
 }
 
+// generations counts, per rendezvous (store address or address file, rank
+// and world size), the Connect calls of this process that made their store.
+var generations struct {
+	sync.Mutex
+	n map[string]uint64
+}
+
+// nextGeneration returns the count of this process's Connect calls that
+// meet at env's store, this one included (1, 2, ...), for
+// rendezvous.WithGeneration. Rank 0 serves every such store at the same
+// address, so a rank that connects again (a later Init) may reach rank 0's
+// previous store, still up until rank 0's Close; the generation makes it
+// wait for the new one. All ranks call Init the same number of times (as
+// every rank calls ncclCommInitRank for each communicator), so the counts
+// agree. The count is per rank so that ranks run as goroutines of one
+// process (tests) each have their own.
+func nextGeneration(env rendezvous.Env) uint64 {
+	where := env.StoreAddr
+	if where == "" {
+		where = rendezvous.AddrFilePath(env)
+	}
+	key := fmt.Sprintf("%s|%d|%d", where, env.Rank, env.WorldSize)
+	generations.Lock()
+	defer generations.Unlock()
+	if generations.n == nil {
+		generations.n = make(map[string]uint64)
+	}
+	generations.n[key]++
+	return generations.n[key]
+}
+
 // boot is one Connect call's state.
 type boot struct {
 	p     Params
@@ -216,8 +249,11 @@ func (b *boot) fail(err error) error {
 	return err
 }
 
-// jobID is Params.JobID, or a random one, published by rank 0 and read by
-// the others.
+// jobID is made by rank 0, published and read by the others: Params.JobID
+// with a random suffix, or a random one. The suffix makes every Connect's
+// id its own, so that successive or concurrent communicators of one job
+// (Init again, Init with WithStore) never share shared-memory ring names or
+// TCP handshakes.
 func (b *boot) jobID(ctx context.Context, store rendezvous.Store) (string, error) {
 	if b.p.Rank != 0 {
 		v, err := store.Get(ctx, "goccl/jobid")
@@ -226,11 +262,15 @@ func (b *boot) jobID(ctx context.Context, store rendezvous.Store) (string, error
 		}
 		return string(v), nil
 	}
-	id := b.p.JobID
-	if id == "" {
-		var r [8]byte
-		rand.Read(r[:])
-		id = hex.EncodeToString(r[:])
+	var r [8]byte
+	rand.Read(r[:])
+	id := hex.EncodeToString(r[:])
+	if b.p.JobID != "" {
+		id = b.p.JobID + "-" + id
+		if len(id) > 100 { // the TCP handshake takes at most 128 bytes
+			sum := sha256.Sum256([]byte(id))
+			id = hex.EncodeToString(sum[:16])
+		}
 	}
 	return id, store.Set(ctx, "goccl/jobid", []byte(id))
 }
@@ -301,14 +341,15 @@ func (b *boot) missingRanks(ctx context.Context, store rendezvous.Store, err err
 }
 
 // storeServerGone reports whether a store call failed because the
-// connection to rank 0's server broke or was refused after it had worked
-// (not because a deadline expired first).
+// connection to rank 0's server broke or was refused after it had worked,
+// or another server now answers at its address (not because a deadline
+// expired first).
 func storeServerGone(err error) bool {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return false
 	}
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE)
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) || errors.Is(err, rendezvous.ErrReplaced)
 }
 
 // cardKey is the store key of rank r's address card.

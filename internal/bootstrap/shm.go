@@ -56,34 +56,39 @@ func (b *boot) connectShm(ctx context.Context, store rendezvous.Store, jobID str
 	if len(failed) > 0 {
 		b.p.Warnf("%v; using TCP instead of shared memory with rank(s) %v", shmAdvice(dir, cfg, useShm, firstFail), failed)
 	}
-	if err := store.Set(ctx, fmt.Sprintf("goccl/shm/%d", rank), have); err != nil {
-		for _, r := range in {
+	// On failure: remove this rank's rings (the files and the mappings not
+	// yet owned by a link; Connect's failure path closes the links).
+	abort := func(err error) error {
+		for p, r := range in {
 			if r != nil {
 				r.Unlink()
-				r.Close()
+				if links[p] == nil {
+					r.Close()
+				}
 			}
 		}
 		return err
 	}
-	var firstErr error
+	if err := store.Set(ctx, fmt.Sprintf("goccl/shm/%d", rank), have); err != nil {
+		return abort(err)
+	}
 	var peerFailed []int
 	for p, ok := range useShm {
 		if !ok {
 			continue
 		}
-		var peerHas bool
-		if firstErr == nil {
-			v, err := store.Get(ctx, fmt.Sprintf("goccl/shm/%d", p))
-			switch {
-			case err != nil:
-				firstErr = fmt.Errorf("waiting for rank %d's shared memory: %w", p, err)
-			case len(v) != size:
-				firstErr = fmt.Errorf("rank %d published a bad shared-memory record %q", p, v)
-			default:
-				peerHas = v[rank] == '1'
-			}
+		// Any failure ends the exchange here, before the barrier below: a
+		// store call that failed may have been the last one this client
+		// made on its server (see rendezvous.ErrReplaced), and a rank that
+		// cannot finish must not make the others wait for it there.
+		v, err := store.Get(ctx, fmt.Sprintf("goccl/shm/%d", p))
+		switch {
+		case err != nil:
+			return abort(fmt.Errorf("waiting for rank %d's shared memory: %w", p, err))
+		case len(v) != size:
+			return abort(fmt.Errorf("rank %d published a bad shared-memory record %q", p, v))
 		}
-		if in[p] == nil || !peerHas {
+		if in[p] == nil || v[rank] != '1' {
 			// One of the two rings is missing: TCP for this pair.
 			useShm[p] = false
 			if in[p] != nil {
@@ -94,32 +99,27 @@ func (b *boot) connectShm(ctx context.Context, store rendezvous.Store, jobID str
 			}
 			continue
 		}
-		var out *shm.Ring
-		if firstErr == nil {
-			var err error
-			if out, err = shm.OpenRing(path(rank, p)); err != nil {
-				firstErr = fmt.Errorf("shared memory with rank %d: %w", p, err)
-			}
+		out, err := shm.OpenRing(path(rank, p))
+		if err != nil {
+			return abort(fmt.Errorf("shared memory with rank %d: %w", p, err))
 		}
-		if out != nil {
-			// Watching the peer's pid turns its death into an error
-			// naming it within one futex timeout (10 ms).
-			links[p] = shm.NewLink(rank, p, out, in[p], shm.WithPeerPID(cards[p].Pid))
-		}
+		// Watching the peer's pid turns its death into an error naming it
+		// within one futex timeout (10 ms).
+		links[p] = shm.NewLink(rank, p, out, in[p], shm.WithPeerPID(cards[p].Pid))
 	}
 	if len(peerFailed) > 0 {
 		b.p.Warnf("rank(s) %v could not create their shared memory for this rank (see their warnings); using TCP with them", peerFailed)
 	}
 	// Every rank reaches this barrier, with or without shared-memory peers.
-	if err := rendezvous.Barrier(ctx, store, "goccl/shm-mapped", size); err != nil && firstErr == nil {
-		firstErr = err
+	if err := rendezvous.Barrier(ctx, store, "goccl/shm-mapped", size); err != nil {
+		return abort(err)
 	}
 	for _, r := range in {
 		if r != nil {
 			r.Unlink()
 		}
 	}
-	return firstErr
+	return nil
 }
 
 // shmAdvice explains a failed ring creation: for a full file system, how
