@@ -28,6 +28,7 @@ type Comm struct {
 	timeout               time.Duration
 	algoForced            algo.Algorithm
 	directMin             int // smallest buffer (bytes) for the direct schedules (GOCCL_DIRECT_MIN_BYTES)
+	progressNice          int // nice value of the non-blocking worker's thread (GOCCL_PROGRESS_NICE; 0: unchanged)
 	log                   *logger
 
 	mu        sync.Mutex

@@ -44,6 +44,10 @@ func (c *Comm) fromEnv(cfg *options, p *bootstrap.Params) (err error) {
 	if c.debugCheck, err = config.DebugCheck.Bool(); err != nil {
 		return err
 	}
+	c.progressNice = defaultProgressNice
+	if err := apply(&c.progressNice, config.ProgressNice.Int); err != nil {
+		return err
+	}
 	if c.size == 1 {
 		return nil // no links
 	}

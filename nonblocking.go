@@ -3,8 +3,11 @@ package goccl
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
+
+	"golang.org/x/sys/unix"
 )
 
 // QueueDepth is how many non-blocking operations may be outstanding (issued
@@ -176,6 +179,7 @@ func (q *opQueue) start(c *Comm) {
 // has none left.
 func (q *opQueue) worker(c *Comm) {
 	defer close(q.exited)
+	q.raisePriority(c)
 	q.mu.Lock()
 	for {
 		for (q.head == q.next || q.runner) && q.stopErr == nil {
@@ -192,6 +196,30 @@ func (q *opQueue) worker(c *Comm) {
 		q.runner = true
 		q.runNext(c)
 		q.runner = false
+	}
+}
+
+// defaultProgressNice is GOCCL_PROGRESS_NICE's default.
+const defaultProgressNice = -10
+
+// raisePriority gives the worker's thread the nice value c.progressNice
+// (GOCCL_PROGRESS_NICE), the CPU counterpart of the high-priority streams
+// NCCL and PyTorch give communication: an operation issued during compute
+// mostly waits for peers, and each time one answers, its thread must run at
+// once for the operation to move on, instead of waiting for a time slice
+// behind the compute threads. With more ranks than cores that made the
+// difference between overlap hiding communication and not (docs/
+// benchmarks.md, issue 14). The goroutine keeps its thread (LockOSThread,
+// never undone: the thread ends with it, so the priority goes nowhere else).
+// Lowering the nice value needs CAP_SYS_NICE (or RLIMIT_NICE); without it
+// the thread keeps the process's priority and an INFO line says so.
+func (q *opQueue) raisePriority(c *Comm) {
+	if c.progressNice == 0 {
+		return
+	}
+	runtime.LockOSThread()
+	if err := unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), c.progressNice); err != nil {
+		c.log.Infof("non-blocking operations run at the process's priority: nice %d refused (%v)", c.progressNice, err)
 	}
 }
 

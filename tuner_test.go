@@ -16,6 +16,7 @@ func TestConfigDefaults(t *testing.T) {
 		{config.DirectMinBytes, strconv.Itoa(directMinBytes)},
 		{config.NSocksPerPeer, strconv.Itoa(defaultNSocks)},
 		{config.Timeout, DefaultTimeout.String()},
+		{config.ProgressNice, strconv.Itoa(defaultProgressNice)},
 	} {
 		got := c.v.Default
 		if c.v == config.Timeout {

@@ -3,8 +3,13 @@
 // rank holds a replica of the model, takes its shard of each global batch,
 // and package ddp averages the float32 gradients: they live in buckets, and
 // each bucket's AllReduce(Avg) is issued as soon as the backward pass has
-// finished its layers (-overlap=false: only after the whole backward pass).
-// The matrix products go through gonum's float32 BLAS.
+// finished its part of the gradient (weight gradients are computed in blocks
+// of -chunk-rows rows, so a large layer spans several buckets). By default
+// (-overlap=ab) the odd steps do that and the even ones reduce every bucket
+// only after the whole backward pass, so one run measures the exposed
+// communication with and without overlap under the same conditions; the
+// arithmetic, hence the training, is the same either way. The matrix
+// products go through gonum's float32 BLAS.
 //
 //	go run ./cmd/goccl run -np 4 ./examples/ddp-mnist
 //	go run ./cmd/goccl run -np 4 ./examples/ddp-mnist -overlap=false
@@ -12,17 +17,21 @@
 //	go run ./examples/ddp-mnist          # world size 1
 //
 // Rank 0 prints one line per epoch (with the share of the step time the
-// gradient communication was exposed, i.e. Wait was blocked), the final test
-// accuracy, whether the parameters ended up bit-identical on all ranks
-// (checked with collectives), and a summary line for scripts:
+// gradient communication was exposed, i.e. Wait was blocked, per overlap
+// setting), the final test accuracy, whether the parameters ended up
+// bit-identical on all ranks (checked with collectives), the exposed
+// communication per step with and without overlap, and a summary line for
+// scripts:
 //
-//	summary: ranks=4 batch=128 steps=200 warmup=10 step_ms=21.5 compute_ms=16.2 wait_ms=5.3 bytes_per_step=4275240 accuracy=0.9512 loss=0.1623 overlap=true bucket_mb=25 compress=none
+//	summary: ranks=4 batch=128 steps=200 warmup=10 step_ms=21.5 compute_ms=16.2 wait_ms=5.3 bytes_per_step=4275240 accuracy=0.9512 loss=0.1623 overlap=true bucket_mb=0.5 compress=none wait_ms_overlap=5.3 wait_ms_nooverlap=0 chunk_rows=128
 //
 // step_ms is rank 0's mean wall time of a whole step (batch preparation,
 // forward, backward, gradient reduction, Adam update) over the steps after
 // the first warmup; wait_ms the mean time ddp's Wait was blocked in them
 // (Stats.Exposed), compute_ms their difference; bytes_per_step the gradient
-// payload rank 0 put into AllReduce per step (Stats.CommBytes).
+// payload rank 0 put into AllReduce per step (Stats.CommBytes);
+// wait_ms_overlap and wait_ms_nooverlap wait_ms over the steps of each
+// overlap setting.
 package main
 
 import (
@@ -39,8 +48,19 @@ import (
 	"time"
 
 	"github.com/goccl/goccl"
-	"github.com/goccl/goccl/ddp"
 	"github.com/goccl/goccl/examples/internal/exmain"
+)
+
+// The example's gradient layout. With ddp's defaults (PyTorch's 25 MiB cap)
+// this 4.3 MB model has two buckets, the second holding the first layer's
+// whole 3.2 MB weight gradient, which is final only when the backward pass
+// ends, so almost nothing can overlap. Computed in blocks of 128 rows, each
+// block its own ddp tensor, with a 0.5 MiB cap it spans 8 buckets, all but
+// one issued while later blocks are computed (10 buckets in all). Measured
+// on 2 cores (docs/benchmarks.md, issue 14).
+const (
+	defaultChunkRows = 128
+	defaultBucketMB  = 0.5
 )
 
 // config holds the command-line settings.
@@ -103,8 +123,8 @@ func parseFlags(args []string) (config, error) {
 	fs.Uint64Var(&cfg.seed, "seed", 1, "seed of the initialisation and the shuffling")
 	cfg.overlap = overlapAB
 	fs.Var(&cfg.overlap, "overlap", "true: reduce each gradient bucket as soon as the backward pass has finished it; false: all after the backward pass; ab: alternate the two step by step and report both")
-	fs.Float64Var(&cfg.tr.bucketMB, "bucket-mb", ddp.DefaultBucketCapMB, "gradient bucket cap in MiB (the first bucket: 1 MiB)")
-	fs.IntVar(&cfg.tr.chunkRows, "chunk-rows", 0, "compute and register weight gradients in blocks of this many rows, so a large layer's gradient spans several buckets (0: whole matrices)")
+	fs.Float64Var(&cfg.tr.bucketMB, "bucket-mb", defaultBucketMB, "gradient bucket cap in MiB (the first bucket: 1 MiB; ddp's default is PyTorch's 25)")
+	fs.IntVar(&cfg.tr.chunkRows, "chunk-rows", defaultChunkRows, "compute and register weight gradients in blocks of this many rows, so a large layer's gradient spans several buckets (0: whole matrices)")
 	fs.IntVar(&cfg.steps, "steps", 0, "stop after this many steps in total, the last epoch partial (0: -epochs full epochs)")
 	fs.StringVar(&cfg.tr.compress, "compress", "none", "gradient compression hook: none, fp16 (ddp.FP16Compress) or bf16 (ddp.BF16Compress)")
 	if err := fs.Parse(args); err != nil {

@@ -106,6 +106,8 @@ var (
 		Doc: "let shared-memory links move large messages by Cross Memory Attach (process_vm_readv) instead of through the ring"})
 	ShmCMAThreshold = define(Var{Name: "GOCCL_SHM_CMA_THRESHOLD", Kind: Size, Min: -1,
 		Doc: "smallest message in bytes moved by Cross Memory Attach (default: the ring's own; 0 or negative: never)"})
+	ProgressNice = define(Var{Name: "GOCCL_PROGRESS_NICE", Kind: Int, Default: "-10", Min: -20, Max: 19,
+		Doc: "nice value of the thread that runs non-blocking operations, so that communication issued during compute proceeds as soon as peers answer (lowering it needs CAP_SYS_NICE; 0: the process's own)"})
 	Checksum = define(Var{Name: "GOCCL_CHECKSUM", Kind: Bool, Default: "0",
 		Doc: "CRC32C on every TCP chunk, checked on receipt (all ranks must agree)"})
 	TLS = define(Var{Name: "GOCCL_TLS", Kind: Bool, Default: "0",
