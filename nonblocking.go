@@ -179,7 +179,7 @@ func (q *opQueue) start(c *Comm) {
 // has none left.
 func (q *opQueue) worker(c *Comm) {
 	defer close(q.exited)
-	q.raisePriority(c)
+	defer q.raisePriority(c)()
 	q.mu.Lock()
 	for {
 		for (q.head == q.next || q.runner) && q.stopErr == nil {
@@ -209,17 +209,30 @@ const defaultProgressNice = -10
 // once for the operation to move on, instead of waiting for a time slice
 // behind the compute threads. With more ranks than cores that made the
 // difference between overlap hiding communication and not (docs/
-// benchmarks.md, issue 14). The goroutine keeps its thread (LockOSThread,
-// never undone: the thread ends with it, so the priority goes nowhere else).
-// Lowering the nice value needs CAP_SYS_NICE (or RLIMIT_NICE); without it
-// the thread keeps the process's priority and an INFO line says so.
-func (q *opQueue) raisePriority(c *Comm) {
+// benchmarks.md, issue 14). The goroutine keeps its thread (LockOSThread)
+// until the returned function, which the worker defers, has put the thread's
+// nice value back: the thread may be the process's main thread, which
+// outlives the goroutine. Lowering the nice value needs CAP_SYS_NICE (or
+// RLIMIT_NICE); without it the thread keeps the process's priority and an
+// INFO line says so.
+func (q *opQueue) raisePriority(c *Comm) (restore func()) {
 	if c.progressNice == 0 {
-		return
+		return func() {}
 	}
 	runtime.LockOSThread()
-	if err := unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), c.progressNice); err != nil {
+	tid := unix.Gettid()
+	raw, err := unix.Getpriority(unix.PRIO_PROCESS, tid) // 20 - nice, as the system call returns it
+	if err == nil {
+		err = unix.Setpriority(unix.PRIO_PROCESS, tid, c.progressNice)
+	}
+	if err != nil {
 		c.log.Infof("non-blocking operations run at the process's priority: nice %d refused (%v)", c.progressNice, err)
+		runtime.UnlockOSThread()
+		return func() {}
+	}
+	return func() {
+		unix.Setpriority(unix.PRIO_PROCESS, tid, 20-raw)
+		runtime.UnlockOSThread()
 	}
 }
 
