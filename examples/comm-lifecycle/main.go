@@ -4,7 +4,7 @@
 // -n float32 (and, in a second set of rows, of -small float32), checked.
 //
 //	go run ./cmd/goccl run -np 4 ./examples/comm-lifecycle
-//	go run ./cmd/goccl run -np 2 ./examples/comm-lifecycle -naive -timeout 10s
+//	go run ./cmd/goccl run -np 2 ./examples/comm-lifecycle -naive
 //
 // The modes:
 //
@@ -21,11 +21,8 @@
 //   - reused: one communicator, made before the timed steps, for all of them.
 //
 // -naive runs the loop a naive job would write instead: goccl.Init(ctx)
-// from the environment and Close, every step, with nothing else. That races
-// (see README.md): a rank that re-Inits first can reach rank 0's previous
-// store server, still up on the same address, and read the previous step's
-// job id and address cards; it then fails, at once or (its store client
-// redialling the address, now rank 0's new server) at the -timeout deadline.
+// from the environment and Close, every step, with nothing else (README.md:
+// why that once failed, and what makes it work).
 //
 // Rank 0 prints, per mode and size, the mean time per step (its own clock)
 // and the part of it spent opening (Init or Split), closing, and in
@@ -66,7 +63,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.small, "small", 256, "float32 elements of the small size (0: skip it)")
 	fs.IntVar(&cfg.steps, "steps", 20, "timed steps per mode and size")
 	fs.StringVar(&modes, "modes", strings.Join(allModes, ","), "comma-separated modes: init+close, split+close, reused")
-	fs.BoolVar(&cfg.naive, "naive", false, "run only the naive loop, goccl.Init(ctx) from the environment and Close every step (races; see README.md)")
+	fs.BoolVar(&cfg.naive, "naive", false, "run only the naive loop, goccl.Init(ctx) from the environment and Close every step (see README.md)")
 	fs.DurationVar(&cfg.timeout, "timeout", 2*time.Minute, "deadline of the whole run")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
