@@ -129,27 +129,13 @@ func run(ctx context.Context, args []string, stdout io.Writer) (rank int, err er
 		return rank, err
 	}
 	trainSet, testSet := splitTrainTest(all, cfg.seed)
-	c, err := goccl.Init(ctx)
-	if err != nil {
-		return rank, fmt.Errorf("goccl.Init: %w", err)
-	}
-	defer func() {
-		if cerr := c.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("closing the communicator: %w", cerr)
+	return exmain.WithComm(ctx, stdout, func(c *goccl.Comm, out io.Writer) error {
+		res, err := train(ctx, c, cfg, trainSet, testSet, out)
+		if err == nil && !res.identical {
+			err = errors.New("the ranks' parameters diverged")
 		}
-	}()
-	out := io.Discard
-	if c.Rank() == 0 {
-		out = stdout
-	}
-	res, err := train(ctx, c, cfg, trainSet, testSet, out)
-	if err != nil {
-		return c.Rank(), err
-	}
-	if !res.identical {
-		return c.Rank(), errors.New("the ranks' parameters diverged")
-	}
-	return c.Rank(), nil
+		return err
+	})
 }
 
 func main() { exmain.Main("ddp-digits", run) }

@@ -230,20 +230,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) (rank int, err er
 	if err != nil {
 		return rank, err
 	}
-	c, err := goccl.Init(ctx)
-	if err != nil {
-		return rank, fmt.Errorf("goccl.Init: %w", err)
-	}
-	defer func() {
-		if cerr := c.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("closing the communicator: %w", cerr)
-		}
-	}()
-	out := io.Discard
-	if c.Rank() == 0 {
-		out = stdout
-	}
-	return c.Rank(), lab(ctx, c, cfg, out)
+	return exmain.WithComm(ctx, stdout, func(c *goccl.Comm, out io.Writer) error {
+		return lab(ctx, c, cfg, out)
+	})
 }
 
 // lab is the whole example on one rank; only out (io.Discard but on rank 0)

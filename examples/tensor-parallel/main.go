@@ -230,27 +230,13 @@ func run(ctx context.Context, args []string, stdout io.Writer) (rank int, err er
 	if err != nil {
 		return rank, err
 	}
-	c, err := goccl.Init(ctx)
-	if err != nil {
-		return rank, fmt.Errorf("goccl.Init: %w", err)
-	}
-	defer func() {
-		if cerr := c.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("closing the communicator: %w", cerr)
+	return exmain.WithComm(ctx, stdout, func(c *goccl.Comm, out io.Writer) error {
+		res, err := runTP(ctx, c, cfg, out)
+		if err == nil && !res.equal {
+			err = fmt.Errorf("the tensor-parallel block differs from the single-rank one by more than %.2g: %v", tolerance(cfg.hidden), res.maxRel)
 		}
-	}()
-	out := io.Discard
-	if c.Rank() == 0 {
-		out = stdout
-	}
-	res, err := runTP(ctx, c, cfg, out)
-	if err != nil {
-		return c.Rank(), err
-	}
-	if !res.equal {
-		return c.Rank(), fmt.Errorf("the tensor-parallel block differs from the single-rank one by more than %.2g: %v", tolerance(cfg.hidden), res.maxRel)
-	}
-	return c.Rank(), nil
+		return err
+	})
 }
 
 func main() { exmain.Main("tensor-parallel", run) }

@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/goccl/goccl"
 )
 
 // Main runs run with the command-line arguments and standard output, then
@@ -31,4 +33,25 @@ func Main(name string, run func(ctx context.Context, args []string, stdout io.Wr
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		os.Exit(1)
 	}
+}
+
+// WithComm makes a communicator from the environment (goccl.Init), runs fn
+// with it and with the writer for output (stdout on rank 0, io.Discard on
+// the others), and closes it. It returns the rank (-1 when Init failed) and
+// fn's error, else Close's.
+func WithComm(ctx context.Context, stdout io.Writer, fn func(c *goccl.Comm, out io.Writer) error) (rank int, err error) {
+	c, err := goccl.Init(ctx)
+	if err != nil {
+		return -1, fmt.Errorf("goccl.Init: %w", err)
+	}
+	defer func() {
+		if cerr := c.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("closing the communicator: %w", cerr)
+		}
+	}()
+	out := io.Discard
+	if c.Rank() == 0 {
+		out = stdout
+	}
+	return c.Rank(), fn(c, out)
 }
