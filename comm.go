@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/goccl/goccl/internal/algo"
+	"github.com/goccl/goccl/internal/trace"
 	"github.com/goccl/goccl/rendezvous"
 	"github.com/goccl/goccl/transport"
 )
@@ -29,7 +30,16 @@ type Comm struct {
 	algoForced            algo.Algorithm
 	directMin             int // smallest buffer (bytes) for the direct schedules (GOCCL_DIRECT_MIN_BYTES)
 	progressNice          int // nice value of the non-blocking worker's thread (GOCCL_PROGRESS_NICE; 0: unchanged)
-	log                   *logger
+
+	// The operation recorder (GOCCL_TRACE_FILE, GOCCL_FLIGHT_RECORDER; nil:
+	// off) and the running operation's start, bytes (sent plus received for
+	// a group) and schedule.
+	rec      *trace.Recorder
+	recStart time.Time
+	recBytes int64
+	recAlgo  string
+	recName  string // the event's name when not the operation kind's ("Group")
+	log      *logger
 
 	mu        sync.Mutex
 	group     *algo.Group // nil when size == 1
@@ -86,6 +96,9 @@ func (c *Comm) Close() error {
 	}
 	if c.release != nil {
 		c.release()
+	}
+	if terr := c.rec.Close(); err == nil && terr != nil {
+		err = &Error{Rank: c.rank, Op: "Close", Err: terr}
 	}
 	return err
 }

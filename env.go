@@ -6,6 +6,7 @@ import (
 	"github.com/goccl/goccl/internal/algo"
 	"github.com/goccl/goccl/internal/bootstrap"
 	"github.com/goccl/goccl/internal/config"
+	"github.com/goccl/goccl/internal/trace"
 	"github.com/goccl/goccl/rendezvous"
 )
 
@@ -46,6 +47,9 @@ func (c *Comm) fromEnv(cfg *options, p *bootstrap.Params) (err error) {
 	}
 	c.progressNice = defaultProgressNice
 	if err := apply(&c.progressNice, config.ProgressNice.Int); err != nil {
+		return err
+	}
+	if err := c.traceFromEnv(); err != nil {
 		return err
 	}
 	if c.size == 1 {
@@ -127,4 +131,29 @@ func algoFromEnv() (algo.Algorithm, error) {
 		return 0, err
 	}
 	return map[string]algo.Algorithm{"": algo.Auto, "ring": algo.Ring, "rhd": algo.RHD, "tree": algo.Tree, "rd": algo.RD, "direct": algo.Direct}[w], nil
+}
+
+// traceFromEnv sets up the operation recorder from GOCCL_TRACE_FILE and
+// GOCCL_FLIGHT_RECORDER (none when both are unset: then nothing is timed).
+func (c *Comm) traceFromEnv() error {
+	keep := 0
+	if err := apply(&keep, config.FlightRecorder.Int); err != nil {
+		return err
+	}
+	path := config.TraceFile.Get()
+	if path == "" && keep == 0 {
+		return nil
+	}
+	if keep == 0 {
+		keep = defaultFlightRecorder
+	}
+	if path != "" {
+		path = trace.ExpandPath(path, c.rank)
+	}
+	rec, err := trace.New(c.rank, keep, path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", config.TraceFile.Name, err)
+	}
+	c.rec = rec
+	return nil
 }

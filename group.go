@@ -233,6 +233,13 @@ func (c *Comm) runP2P(ctx context.Context, calls []call) error {
 			recvs = append(recvs, m)
 		}
 	}
+	if c.rec != nil {
+		var n int64
+		for i := range calls {
+			n += int64(len(calls[i].send) + len(calls[i].recv))
+		}
+		c.recBytes, c.recName = n, "Group"
+	}
 	if c.group == nil {
 		for i := range recvs { // world size 1: every message is to self
 			copy(recvs[i].Buf, sends[i].Buf)

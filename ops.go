@@ -1,6 +1,7 @@
 package goccl
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/goccl/goccl/internal/reduce"
+	"github.com/goccl/goccl/internal/trace"
 	"github.com/goccl/goccl/transport"
 )
 
@@ -68,6 +70,9 @@ func (c *Comm) begin(ctx context.Context, kind opKind, dt DataType, op RedOp, ro
 	}
 	c.op.ElemSize = dt.Size()
 	c.op.Reduce, c.op.Reduce3 = nil, nil
+	if c.rec != nil {
+		c.recStart, c.recBytes, c.recAlgo, c.recName = time.Now(), int64(count)*int64(dt.Size()), "", ""
+	}
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -107,9 +112,49 @@ func (c *Comm) end(kind opKind, err error) error {
 			c.group.AbortLost(transport.LostRank(err))
 		}
 	}
+	if c.rec != nil {
+		c.record(kind, err)
+	}
 	c.octx.parent = nil
 	c.mu.Unlock()
 	return err
+}
+
+// record adds the operation that ends to the recorder; on failure it prints
+// the flight recorder's last operations and flushes the trace file.
+func (c *Comm) record(kind opKind, err error) {
+	e := trace.Event{Name: cmp.Or(c.recName, kind.String()), Seq: c.op.Header.Seq, Bytes: c.recBytes, Algo: c.recAlgo, Start: c.recStart, End: time.Now()}
+	if kind == opSendRecv {
+		e.Seq = 0 // point to point is numbered per pair, not in the collective sequence
+	}
+	if err != nil {
+		e.Err = err.Error()
+	}
+	c.rec.Record(&e)
+	if err != nil {
+		c.log.Warnf("the last operations of this rank, oldest first (flight recorder):%s", c.rec.Dump(flightDump))
+		c.rec.Flush()
+	}
+}
+
+// defaultFlightRecorder is how many operations the recorder keeps when
+// GOCCL_TRACE_FILE is set without GOCCL_FLIGHT_RECORDER; flightDump is how
+// many of them a failure prints at most.
+const (
+	defaultFlightRecorder = 64
+	flightDump            = 16
+)
+
+// TraceSpan adds a span of the program's own (name, from start to end) to
+// the trace file (GOCCL_TRACE_FILE) on a track beside the communicator's
+// operations, for example the compute phases of a training step, so that a
+// trace viewer shows which communication they overlapped. Without a trace
+// it does nothing. Package ddp uses it for its steps' compute and waits.
+func (c *Comm) TraceSpan(name string, start, end time.Time) {
+	if c == nil || c.rec == nil {
+		return
+	}
+	c.rec.Record(&trace.Event{Name: name, Track: 1, Start: start, End: end})
 }
 
 // opContext is a reusable context that adds the communicator's operation

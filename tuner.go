@@ -76,6 +76,7 @@ func (c *Comm) useDirect(kind opKind, nbytes, size int, other string) bool {
 // logAlgo reports, once per operation kind and algorithm, which algorithm ran
 // (GOCCL_DEBUG=INFO).
 func (c *Comm) logAlgo(kind opKind, a algo.Algorithm, name string, nbytes int) {
+	c.recAlgo = name
 	if bit := uint8(1) << a; c.loggedOp[kind]&bit == 0 && c.log.info {
 		c.loggedOp[kind] |= bit
 		c.log.Infof("%v uses %s (first use: %d bytes, %d ranks)", kind, name, nbytes, c.size)

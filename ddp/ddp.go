@@ -421,6 +421,10 @@ func (d *DDP) Wait(ctx context.Context) error {
 		}
 		return err
 	}
+	// On the communicator's trace (GOCCL_TRACE_FILE), beside the buckets'
+	// AllReduces: the step's compute, then the time Wait was blocked.
+	d.c.TraceSpan("ddp compute", d.stepStart, d.lastMark)
+	d.c.TraceSpan("ddp wait", blockStart, end)
 	s := &d.stats
 	s.Steps++
 	s.Step = end.Sub(d.stepStart)

@@ -1,0 +1,141 @@
+package trace
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// CheckFile parses a trace file and checks it against the trace-event
+// format (JSON Array form): every element an object with a string name, a
+// phase, integer pid and tid; complete events ("X") with numeric ts and
+// non-negative dur; metadata events ("M") with args. It returns the
+// complete events.
+func CheckFile(t *testing.T, path string) []map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []map[string]any
+	if err := json.Unmarshal(b, &all); err != nil {
+		t.Fatalf("%s is not a JSON array of objects: %v\n%s", path, err, b)
+	}
+	var events []map[string]any
+	for i, e := range all {
+		name, _ := e["name"].(string)
+		ph, _ := e["ph"].(string)
+		pid, okPid := e["pid"].(float64)
+		tid, okTid := e["tid"].(float64)
+		if name == "" || !okPid || !okTid || pid != float64(int(pid)) || tid != float64(int(tid)) {
+			t.Fatalf("%s: event %d lacks name, pid or tid: %v", path, i, e)
+		}
+		switch ph {
+		case "X":
+			ts, okTs := e["ts"].(float64)
+			dur, okDur := e["dur"].(float64)
+			if !okTs || !okDur || dur < 0 || ts <= 0 {
+				t.Fatalf("%s: complete event %d has ts %v, dur %v", path, i, e["ts"], e["dur"])
+			}
+			events = append(events, e)
+		case "M":
+			if _, ok := e["args"].(map[string]any); !ok {
+				t.Fatalf("%s: metadata event %d has no args: %v", path, i, e)
+			}
+		default:
+			t.Fatalf("%s: event %d has phase %q", path, i, ph)
+		}
+	}
+	return events
+}
+
+func TestFileFormat(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "t.json")
+	r, err := New(3, 4, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(1700000000, 123456789)
+	r.Record(&Event{Name: "AllReduce", Seq: 1, Bytes: 4096, Algo: "ring", Start: t0, End: t0.Add(1500 * time.Nanosecond)})
+	r.Record(&Event{Name: `odd "name"`, Track: 1, Start: t0, End: t0.Add(time.Millisecond)})
+	r.Record(&Event{Name: "Broadcast", Seq: 2, Start: t0, End: t0, Err: "peer 1 lost"})
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ev := CheckFile(t, path)
+	if len(ev) != 3 {
+		t.Fatalf("%d complete events, want 3", len(ev))
+	}
+	e := ev[0]
+	if e["name"] != "AllReduce" || e["pid"] != 3.0 || e["tid"] != 0.0 || e["ts"] != 1700000000123456.789 || e["dur"] != 1.5 {
+		t.Errorf("first event: %v", e)
+	}
+	args := e["args"].(map[string]any)
+	if args["seq"] != 1.0 || args["bytes"] != 4096.0 || args["algorithm"] != "ring" {
+		t.Errorf("first event's args: %v", args)
+	}
+	if ev[1]["name"] != `odd "name"` || ev[1]["tid"] != 1.0 {
+		t.Errorf("span: %v", ev[1])
+	}
+	if ev[2]["args"].(map[string]any)["error"] != "peer 1 lost" {
+		t.Errorf("failed event: %v", ev[2])
+	}
+}
+
+// TestRing: the ring keeps the last operations (not the spans), oldest
+// first, and Dump names them.
+func TestRing(t *testing.T) {
+	r, err := New(0, 3, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	for i := 1; i <= 5; i++ {
+		r.Record(&Event{Name: "AllReduce", Seq: uint64(i), Start: t0, End: t0})
+		r.Record(&Event{Name: "span", Track: 1, Start: t0, End: t0})
+	}
+	last := r.Last(10)
+	if len(last) != 3 || last[0].Seq != 3 || last[2].Seq != 5 {
+		t.Fatalf("Last: %+v", last)
+	}
+	if d := r.Dump(2); !strings.Contains(d, "AllReduce #4") || !strings.Contains(d, "AllReduce #5") || strings.Contains(d, "#3") {
+		t.Errorf("Dump(2): %q", d)
+	}
+	var nilRec *Recorder
+	nilRec.Record(&Event{})
+	if nilRec.Last(1) != nil || nilRec.Close() != nil {
+		t.Error("a nil Recorder records something")
+	}
+}
+
+// TestRecordAllocs: recording an operation allocates nothing, with or
+// without a file.
+func TestRecordAllocs(t *testing.T) {
+	for _, path := range []string{"", filepath.Join(t.TempDir(), "a.json")} {
+		r, err := New(0, 8, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := &Event{Name: "AllReduce", Seq: 1, Bytes: 8, Algo: "ring", Start: time.Now(), End: time.Now()}
+		if n := testing.AllocsPerRun(1000, func() { r.Record(e) }); n != 0 {
+			t.Errorf("file %q: %v allocations per Record", path, n)
+		}
+		r.Close()
+	}
+}
+
+func TestExpandPath(t *testing.T) {
+	host, _ := os.Hostname()
+	got := ExpandPath("/tmp/t-%r-%p-%h.json", 7)
+	want := "/tmp/t-7-" + strconv.Itoa(os.Getpid()) + "-" + host + ".json"
+	if got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if ExpandPath("plain.json", 1) != "plain.json" {
+		t.Error("a path without % changed")
+	}
+}
