@@ -6,13 +6,14 @@ import (
 	"io"
 	"os"
 
+	"github.com/goccl/goccl/internal/config"
 	"github.com/goccl/goccl/internal/trace"
 )
 
-const traceUsage = `usage: goccl trace merge [-o OUT] FILE...
+var traceUsage = `usage: goccl trace merge [-o OUT] FILE...
 
-merge joins the trace files of a job's ranks (written by GOCCL_TRACE_FILE,
-e.g. GOCCL_TRACE_FILE=trace-%r.json) into one Chrome trace-event JSON file
+merge joins the trace files of a job's ranks (written by ` + config.TraceFile.Name + `,
+e.g. ` + config.TraceFile.Name + `=trace-%r.json) into one Chrome trace-event JSON file
 that Perfetto (https://ui.perfetto.dev) or chrome://tracing opens with every
 rank on one timeline (each rank is a process; its operations and the
 program's spans, such as ddp's compute and wait, are two tracks). Files of
@@ -23,7 +24,7 @@ complete event.
 func init() {
 	register(&command{
 		name:    "trace",
-		summary: "merge the per-rank trace files of GOCCL_TRACE_FILE into one (Perfetto)",
+		summary: "merge the per-rank trace files of " + config.TraceFile.Name + " into one (Perfetto)",
 		usage:   "goccl trace merge [-o OUT] FILE...",
 		run:     runTrace,
 	})
