@@ -38,7 +38,8 @@ type Comm struct {
 	recStart time.Time
 	recBytes int64
 	recAlgo  string
-	recName  string // the event's name when not the operation kind's ("Group")
+	recName  string   // the event's name when not the operation kind's ("Group")
+	met      *metrics // Prometheus series (WithMetrics, GOCCL_METRICS_ADDR; nil: off)
 	log      *logger
 
 	mu        sync.Mutex
@@ -97,6 +98,7 @@ func (c *Comm) Close() error {
 	if c.release != nil {
 		c.release()
 	}
+	c.met.close()
 	if terr := c.rec.Close(); err == nil && terr != nil {
 		err = &Error{Rank: c.rank, Op: "Close", Err: terr}
 	}

@@ -233,7 +233,7 @@ func (c *Comm) runP2P(ctx context.Context, calls []call) error {
 			recvs = append(recvs, m)
 		}
 	}
-	if c.rec != nil {
+	if c.rec != nil || c.met != nil {
 		var n int64
 		for i := range calls {
 			n += int64(len(calls[i].send) + len(calls[i].recv))

@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/goccl/goccl/internal/algo"
 	"github.com/goccl/goccl/internal/bootstrap"
+	"github.com/goccl/goccl/internal/config"
 	"github.com/goccl/goccl/rendezvous"
 )
 
@@ -95,6 +97,9 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		if c.localRank < 0 {
 			c.localRank = 0
 		}
+		if err := c.setupMetrics(&cfg); err != nil {
+			return fail(err)
+		}
 		return c, nil
 	}
 	if _, ok := ctx.Deadline(); !ok && c.timeout > 0 {
@@ -128,5 +133,39 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	c.log.Infof("init: %d ranks, store %v, address exchange %v, links %v, barrier %v, total %v",
 		c.size, res.StoreReady.Sub(start).Round(time.Microsecond), res.CardsRead.Sub(res.StoreReady).Round(time.Microsecond),
 		tLinks.Sub(res.CardsRead).Round(time.Microsecond), time.Since(tLinks).Round(time.Microsecond), time.Since(start).Round(time.Microsecond))
+	if err := c.setupMetrics(&cfg); err != nil {
+		return fail(err)
+	}
 	return c, nil
+}
+
+// setupMetrics registers the communicator's Prometheus series with
+// WithMetrics's registerer or, with GOCCL_METRICS_ADDR, the process's
+// /metrics server's registry; neither: no metrics.
+func (c *Comm) setupMetrics(cfg *options) error {
+	reg := cfg.metrics
+	if reg == nil {
+		addr := config.MetricsAddr.Get()
+		if addr == "" {
+			return nil
+		}
+		r, err := serveMetrics(addr, c.localRank)
+		if err != nil {
+			return err
+		}
+		reg = r
+	}
+	m, err := newMetrics(reg, c.rank, cmp.Or(c.jobID, "local"))
+	if err != nil {
+		return err
+	}
+	if c.group != nil {
+		for p := 0; p < c.size; p++ {
+			if l := c.group.Link(p); l != nil {
+				m.links.WithLabelValues(strconv.Itoa(p), l.Name()).Set(1)
+			}
+		}
+	}
+	c.met = m
+	return nil
 }

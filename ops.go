@@ -70,7 +70,7 @@ func (c *Comm) begin(ctx context.Context, kind opKind, dt DataType, op RedOp, ro
 	}
 	c.op.ElemSize = dt.Size()
 	c.op.Reduce, c.op.Reduce3 = nil, nil
-	if c.rec != nil {
+	if c.rec != nil || c.met != nil {
 		c.recStart, c.recBytes, c.recAlgo, c.recName = time.Now(), int64(count)*int64(dt.Size()), "", ""
 	}
 	if ctx == nil {
@@ -114,6 +114,9 @@ func (c *Comm) end(kind opKind, err error) error {
 	}
 	if c.rec != nil {
 		c.record(kind, err)
+	}
+	if c.met != nil {
+		c.met.observe(kind, c.recBytes, time.Since(c.recStart), err)
 	}
 	c.octx.parent = nil
 	c.mu.Unlock()

@@ -2,6 +2,7 @@ package goccl
 
 import (
 	"crypto/tls"
+	"github.com/prometheus/client_golang/prometheus"
 	"time"
 
 	"github.com/goccl/goccl/rendezvous"
@@ -20,6 +21,7 @@ type options struct {
 	checksum              bool
 	jobID                 string // set by Split: the new communicator's job id
 	tlsServer, tlsClient  *tls.Config
+	metrics               prometheus.Registerer // WithMetrics (nil: GOCCL_METRICS_ADDR's, or none)
 }
 
 // WithStore makes Init rendezvous through an existing store (for example one

@@ -110,6 +110,8 @@ var (
 		Doc: "write every operation as Chrome trace-event JSON (Perfetto) to this file; %r: rank, %p: pid, %h: host (trace-%r.json)"})
 	FlightRecorder = define(Var{Name: "GOCCL_FLIGHT_RECORDER", Kind: Int, Default: "0", Min: 0, Max: 1 << 20,
 		Doc: "keep the last N operations and print them when an operation fails (0: off; 64 when GOCCL_TRACE_FILE is set)"})
+	MetricsAddr = define(Var{Name: "GOCCL_METRICS_ADDR", Kind: String,
+		Doc: "serve the communicators' Prometheus metrics at http://ADDR/metrics, the port moved up by the local rank (:9400: local rank 1 on 9401)"})
 	ProgressNice = define(Var{Name: "GOCCL_PROGRESS_NICE", Kind: Int, Default: "-10", Min: -20, Max: 19,
 		Doc: "nice value of the thread that runs non-blocking operations, so that communication issued during compute proceeds as soon as peers answer (lowering it needs CAP_SYS_NICE; 0: the process's own)"})
 	Checksum = define(Var{Name: "GOCCL_CHECKSUM", Kind: Bool, Default: "0",

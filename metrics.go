@@ -1,0 +1,161 @@
+package goccl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// The Prometheus series of a communicator, all with the constant labels
+// rank and comm (the communicator's job id, unique per Init or Split):
+//
+//	goccl_operations_total{op}                  operations completed (failed ones included)
+//	goccl_operation_bytes_total{op}             bytes the caller's operations named (count x element size; a group: sent plus received)
+//	goccl_operation_duration_seconds{op}        histogram of operation times, start to end on this rank
+//	goccl_operation_failures_total{op,reason}   failed operations by cause: peer_lost, aborted, timeout, mismatch, closed, corrupt, invalid, other
+//	goccl_link_info{peer,transport}             1 for each peer, naming its link's transport (shm, tcp, ...)
+//
+// op is the operation's name (AllReduce, ..., Group). Counting allocates
+// nothing; with metrics off (the default) an operation pays one nil check.
+
+// WithMetrics registers the communicator's series (see above) with reg, for
+// programs that serve their own /metrics. Close unregisters them.
+func WithMetrics(reg prometheus.Registerer) Option { return func(c *options) { c.metrics = reg } }
+
+// metrics holds a communicator's series, resolved per operation kind in
+// advance so that counting looks nothing up.
+type metrics struct {
+	reg      prometheus.Registerer
+	ops      [numOpKinds]prometheus.Counter
+	bytes    [numOpKinds]prometheus.Counter
+	seconds  [numOpKinds]prometheus.Observer
+	failures *prometheus.CounterVec
+	links    *prometheus.GaugeVec
+	all      []prometheus.Collector
+}
+
+// newMetrics makes the series and registers them with reg.
+func newMetrics(reg prometheus.Registerer, rank int, comm string) (*metrics, error) {
+	cl := prometheus.Labels{"rank": strconv.Itoa(rank), "comm": comm}
+	ops := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "goccl_operations_total", ConstLabels: cl,
+		Help: "Operations completed on the communicator (failed ones included)."}, []string{"op"})
+	bytes := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "goccl_operation_bytes_total", ConstLabels: cl,
+		Help: "Bytes the operations named (count times element size; a group: sent plus received)."}, []string{"op"})
+	secs := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "goccl_operation_duration_seconds", ConstLabels: cl,
+		Help:    "Time of an operation on this rank, start to end.",
+		Buckets: prometheus.ExponentialBuckets(1e-6, 4, 14)}, []string{"op"}) // 1 µs to 67 s
+	m := &metrics{reg: reg,
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "goccl_operation_failures_total", ConstLabels: cl,
+			Help: "Failed operations by cause."}, []string{"op", "reason"}),
+		links: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "goccl_link_info", ConstLabels: cl,
+			Help: "1 for each peer, labelled with the transport of its link."}, []string{"peer", "transport"}),
+	}
+	m.all = []prometheus.Collector{ops, bytes, secs, m.failures, m.links}
+	for k := opKind(1); k < numOpKinds; k++ {
+		m.ops[k] = ops.WithLabelValues(k.String())
+		m.bytes[k] = bytes.WithLabelValues(k.String())
+		m.seconds[k] = secs.WithLabelValues(k.String())
+	}
+	for i, col := range m.all {
+		if err := reg.Register(col); err != nil {
+			for _, done := range m.all[:i] {
+				reg.Unregister(done)
+			}
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// observe counts one finished operation.
+func (m *metrics) observe(kind opKind, bytes int64, d time.Duration, err error) {
+	m.ops[kind].Inc()
+	m.bytes[kind].Add(float64(bytes))
+	m.seconds[kind].Observe(d.Seconds())
+	if err != nil {
+		m.failures.WithLabelValues(kind.String(), failureReason(err)).Inc()
+	}
+}
+
+// failureReason is the reason label of a failed operation.
+func failureReason(err error) string {
+	switch {
+	case errors.Is(err, ErrPeerLost):
+		return "peer_lost"
+	case errors.Is(err, ErrAborted):
+		return "aborted"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, ErrMismatch):
+		return "mismatch"
+	case errors.Is(err, ErrCorrupt):
+		return "corrupt"
+	case errors.Is(err, ErrClosed):
+		return "closed"
+	case errors.Is(err, ErrInvalidArgument):
+		return "invalid"
+	}
+	return "other"
+}
+
+// close unregisters the series.
+func (m *metrics) close() {
+	if m == nil {
+		return
+	}
+	for _, col := range m.all {
+		m.reg.Unregister(col)
+	}
+}
+
+// The process's /metrics server for GOCCL_METRICS_ADDR: one registry and
+// one listener per process, shared by its communicators.
+var metricsServer struct {
+	once sync.Once
+	reg  *prometheus.Registry
+	addr string // the address it listens on
+	err  error
+}
+
+// serveMetrics starts (once per process) the HTTP server of /metrics on
+// addr, its port moved up by localRank so that the ranks of one host do not
+// collide (":9400": local rank 0 on 9400, 1 on 9401, ...; port 0: any), and
+// returns its registry.
+func serveMetrics(addr string, localRank int) (*prometheus.Registry, error) {
+	s := &metricsServer
+	s.once.Do(func() {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			s.err = fmt.Errorf("metrics address %q: %w", addr, err)
+			return
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil || p < 0 || p > 65535 {
+			s.err = fmt.Errorf("metrics address %q: bad port", addr)
+			return
+		}
+		if p != 0 {
+			p += max(localRank, 0)
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(p)))
+		if err != nil {
+			s.err = fmt.Errorf("metrics: %w", err)
+			return
+		}
+		s.reg = prometheus.NewRegistry()
+		s.reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		s.addr = ln.Addr().String()
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+		go http.Serve(ln, mux) // for the life of the process
+	})
+	return s.reg, s.err
+}
