@@ -108,9 +108,9 @@ func TestMetrics(t *testing.T) {
 	}
 	for _, r := range []string{"0", "1"} {
 		for key, want := range map[string]float64{
-			"goccl_operations_total{op=AllReduce,rank=" + r + "}":          3,
-			"goccl_operation_bytes_total{op=AllReduce,rank=" + r + "}":     3 * 1024,
-			"goccl_operation_duration_seconds{op=AllReduce,rank=" + r + "}": 3,
+			"goccl_operations_total{op=AllReduce,rank=" + r + "}":                                                 3,
+			"goccl_operation_bytes_total{op=AllReduce,rank=" + r + "}":                                            3 * 1024,
+			"goccl_operation_duration_seconds{op=AllReduce,rank=" + r + "}":                                       3,
 			"goccl_link_info{peer=" + map[string]string{"0": "1", "1": "0"}[r] + ",rank=" + r + ",transport=shm}": 1,
 		} {
 			if got := mid[key]; got != want {
