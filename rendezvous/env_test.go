@@ -3,6 +3,8 @@ package rendezvous
 import (
 	"strings"
 	"testing"
+
+	"github.com/goccl/goccl/internal/config"
 )
 
 func TestFromEnv(t *testing.T) {
@@ -80,6 +82,16 @@ func TestFromEnv(t *testing.T) {
 			env: vars{"GOCCL_RANK": "1", "GOCCL_WORLD_SIZE": "2", "RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1",
 				"MASTER_ADDR": "m", "MASTER_PORT": "1"},
 			want: Env{Rank: 1, WorldSize: 2, StoreAddr: "m:1", Source: "goccl"}, ok: true,
+		},
+		{
+			// What goccl run gives each rank: its own variables, torchrun's and
+			// OpenMPI's, and no MASTER_ADDR/MASTER_PORT.
+			name: "goccl run's variables: goccl's win",
+			env: vars{config.Rank.Name: "1", config.WorldSize.Name: "2", config.LocalRank.Name: "1", config.LocalWorldSize.Name: "2",
+				config.StoreAddr.Name: "127.0.0.1:4242", config.JobID.Name: "j1",
+				"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0",
+				"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"},
+			want: Env{Rank: 1, WorldSize: 2, LocalRank: 1, StoreAddr: "127.0.0.1:4242", JobID: "j1", Source: "goccl"}, ok: true,
 		},
 		{
 			name: "torchrun beats openmpi and slurm",

@@ -1,16 +1,19 @@
 // Command goccl is the goccl command-line tool.
 //
-//	goccl run -np N [-env K=V]... PROG [ARGS...]   start N local ranks of PROG
+//	goccl run -n N [-env K=V]... PROG [ARGS...]    start N local ranks of PROG
 //	goccl perf COLL [flags]                        nccl-tests-style benchmark
 //	goccl roce check-pcap FILE                     decode RoCE frames, verify ICRCs
 //	goccl doctor host [--json]                     check this host (RDMA, MTUs, /dev/shm, env)
-//	goccl version                                  print the version
+//	goccl version (or goccl --version)             print the version
+//
+// An unknown command or flag is an error that suggests the nearest valid one.
 //
 // Each subcommand lives in its own file and registers itself in init with
 // register, so new ones (roce, doctor, ...) need no change here.
 package main
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -55,14 +58,24 @@ func cli(args []string, stdout, stderr io.Writer) int {
 			if c, ok := commands[args[1]]; ok {
 				return c.run([]string{"-h"}, stdout, stdout) // help text to stdout
 			}
-			fmt.Fprintf(stderr, "goccl help: unknown command %q\n", args[1])
+			fmt.Fprintf(stderr, "goccl help: unknown command %q%s\n", args[1], didYouMean(args[1], commandNames()))
 			return 2
 		}
 		usage(stdout)
 		return 0
+	case "-version", "--version":
+		name = "version"
 	}
 	c, ok := commands[name]
 	if !ok {
+		if strings.HasPrefix(name, "-") {
+			fmt.Fprintf(stderr, "goccl: unknown flag %q%s\nRun 'goccl help' for usage.\n", name, didYouMeanFlag(name, []string{"help", "version"}))
+			return 2
+		}
+		if s := didYouMean(name, commandNames()); s != "" {
+			fmt.Fprintf(stderr, "goccl: unknown command %q%s\nRun 'goccl help' for usage.\n", name, s)
+			return 2
+		}
 		fmt.Fprintf(stderr, "goccl: unknown command %q\n\n", name)
 		usage(stderr)
 		return 2
@@ -70,17 +83,116 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	return c.run(args[1:], stdout, stderr)
 }
 
-func usage(w io.Writer) {
+func commandNames() []string {
 	names := make([]string, 0, len(commands))
 	for n := range commands {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	return names
+}
+
+// closest returns the candidate nearest to typed: at edit distance at most 2
+// (a transposition counts as one edit) and less than typed's length, or
+// differing only in case; "" when there is none.
+func closest(typed string, candidates []string) string {
+	best, bestD := "", 3
+	for _, c := range candidates {
+		d := editDistance(strings.ToLower(typed), strings.ToLower(c))
+		if d == 0 && typed != c {
+			d = 1 // case only: "-N" for "-n"
+		} else if d >= len(typed) {
+			continue
+		}
+		if d < bestD {
+			best, bestD = c, d
+		}
+	}
+	return best
+}
+
+// didYouMean is `; did you mean "C"?` for the candidate closest to typed, or "".
+func didYouMean(typed string, candidates []string) string {
+	if c := closest(typed, candidates); c != "" {
+		return fmt.Sprintf("; did you mean %q?", c)
+	}
+	return ""
+}
+
+// didYouMeanFlag is didYouMean for a flag typed with its dashes ("--npp" or
+// "-npp=2"), among flag names without dashes; the suggestion keeps the
+// typed dashes.
+func didYouMeanFlag(typed string, names []string) string {
+	name := strings.TrimLeft(typed, "-")
+	dashes := typed[:len(typed)-len(name)]
+	name, _, _ = strings.Cut(name, "=")
+	if c := closest(name, names); c != "" {
+		return fmt.Sprintf("; did you mean %q?", dashes+c)
+	}
+	return ""
+}
+
+// flagError rewrites an error of fs.Parse(args) for an unknown flag as
+// `unknown flag "--npp"; did you mean "--np"?`, naming the flag as typed and
+// suggesting the closest flag fs defines; other errors pass unchanged.
+func flagError(fs *flag.FlagSet, args []string, err error) error {
+	name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -")
+	if !ok {
+		return err
+	}
+	typed := "-" + name
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if n, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "="); n == name && strings.HasPrefix(a, "-") {
+			typed = a
+			if i := strings.IndexByte(a, '='); i >= 0 {
+				typed = a[:i]
+			}
+			break
+		}
+	}
+	names := []string{"help"}
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	return fmt.Errorf("unknown flag %q%s", typed, didYouMeanFlag(typed, names))
+}
+
+// editDistance is the optimal string alignment distance between a and b:
+// the fewest insertions, deletions, substitutions and transpositions of
+// adjacent bytes that turn one into the other.
+func editDistance(a, b string) int {
+	// d[i][j] is the distance between a[:i] and b[:j]; three rows suffice.
+	prev2 := make([]int, len(b)+1)
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
+		}
+		prev2, prev, cur = prev, cur, prev2
+	}
+	return prev[len(b)]
+}
+
+func usage(w io.Writer) {
+	names := commandNames()
 	var b strings.Builder
 	b.WriteString("goccl is the command-line tool of the goccl collective communication library.\n\nUsage:\n\n\tgoccl <command> [arguments]\n\nCommands:\n\n")
 	for _, n := range names {
 		fmt.Fprintf(&b, "\t%-10s %s\n", n, commands[n].summary)
 	}
-	b.WriteString("\nRun 'goccl help <command>' or 'goccl <command> -h' for details.\n")
+	b.WriteString("\nRun 'goccl help <command>' or 'goccl <command> -h' for details, 'goccl --version' for the version.\n")
 	io.WriteString(w, b.String())
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +14,12 @@ import (
 
 // With GOCCL_CLI_TEST_MAIN=1 the test binary is the goccl command, so tests
 // can run it as a process (and goccl perf -np can re-execute it).
+// With rankEnvHelper=1 the test binary is instead a rank program that
+// prints its launcher variables and what rendezvous.FromEnv makes of them.
 func TestMain(m *testing.M) {
+	if os.Getenv(rankEnvHelper) == "1" {
+		os.Exit(printRankEnv())
+	}
 	if os.Getenv("GOCCL_CLI_TEST_MAIN") == "1" {
 		os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr))
 	}
@@ -119,6 +125,77 @@ func TestPerfLaunch(t *testing.T) {
 	for _, r := range rows {
 		if r.wrongOOP != "0" || r.wrongIP != "0" {
 			t.Errorf("row %+v", r)
+		}
+	}
+}
+
+func TestVersionFlag(t *testing.T) {
+	var want string
+	for _, args := range [][]string{{"version"}, {"--version"}, {"-version"}} {
+		var o, e bytes.Buffer
+		code := cli(args, &o, &e)
+		if code != 0 || e.Len() != 0 || !regexp.MustCompile(`^goccl \S+.* go1\.\S+ \w+/\w+\n$`).MatchString(o.String()) {
+			t.Errorf("%q: code %d stdout %q stderr %q", args, code, o.String(), e.String())
+		}
+		if want == "" {
+			want = o.String()
+		} else if o.String() != want {
+			t.Errorf("%q printed %q, version printed %q", args, o.String(), want)
+		}
+	}
+	if !strings.Contains(want, runtime.Version()) {
+		t.Errorf("version %q lacks the Go version %s", want, runtime.Version())
+	}
+}
+
+func TestSuggestions(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string // in stderr; the exit status is 2
+	}{
+		{[]string{"rnu"}, `goccl: unknown command "rnu"; did you mean "run"?`},
+		{[]string{"pref", "all_reduce"}, `unknown command "pref"; did you mean "perf"?`},
+		{[]string{"verison"}, `unknown command "verison"; did you mean "version"?`},
+		{[]string{"help", "rnu"}, `goccl help: unknown command "rnu"; did you mean "run"?`},
+		{[]string{"--verison"}, `goccl: unknown flag "--verison"; did you mean "--version"?`},
+		{[]string{"-versio"}, `unknown flag "-versio"; did you mean "-version"?`},
+		{[]string{"run", "--nproc-per-nod", "2", "true"}, `goccl run: unknown flag "--nproc-per-nod"; did you mean "--nproc-per-node"?`},
+		{[]string{"run", "--nproc-per-nodes=2", "true"}, `unknown flag "--nproc-per-nodes"; did you mean "--nproc-per-node"?`},
+		{[]string{"run", "-npp", "2", "true"}, `unknown flag "-npp"; did you mean "-np"?`},
+		{[]string{"run", "-N", "2", "true"}, `unknown flag "-N"; did you mean "-n"?`},
+		{[]string{"run", "-evn", "A=1", "true"}, `unknown flag "-evn"; did you mean "-env"?`},
+		{[]string{"run", "-gracee", "1s", "true"}, `unknown flag "-gracee"; did you mean "-grace"?`},
+	}
+	for _, tt := range tests {
+		var o, e bytes.Buffer
+		if code := cli(tt.args, &o, &e); code != 2 || !strings.Contains(e.String(), tt.want+"\n") {
+			t.Errorf("%q: code %d, stderr %q, want it to contain %q", tt.args, code, e.String(), tt.want)
+		}
+	}
+	// Nothing close: no suggestion.
+	for _, args := range [][]string{{"frobnicate"}, {"--frobnicate"}, {"run", "-x", "1", "true"}, {"run", "--bogus", "true"}} {
+		var o, e bytes.Buffer
+		if code := cli(args, &o, &e); code != 2 || !strings.Contains(e.String(), "unknown") || strings.Contains(e.String(), "did you mean") {
+			t.Errorf("%q: code %d, stderr %q", args, code, e.String())
+		}
+	}
+}
+
+func TestEditDistance(t *testing.T) {
+	for _, tt := range []struct {
+		a, b string
+		d    int
+	}{
+		{"", "", 0}, {"run", "run", 0}, {"", "run", 3}, {"run", "", 3},
+		{"rnu", "run", 1}, {"pref", "perf", 1}, {"rn", "run", 1}, {"runn", "run", 1},
+		{"rxn", "run", 1}, {"ca", "abc", 3}, {"nproc-per-nod", "nproc-per-node", 1},
+		{"kitten", "sitting", 3}, {"np", "n", 1},
+	} {
+		if d := editDistance(tt.a, tt.b); d != tt.d {
+			t.Errorf("editDistance(%q, %q) = %d, want %d", tt.a, tt.b, d, tt.d)
+		}
+		if d := editDistance(tt.b, tt.a); d != tt.d {
+			t.Errorf("editDistance(%q, %q) = %d, want %d", tt.b, tt.a, d, tt.d)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"github.com/goccl/goccl/internal/config"
@@ -16,24 +17,33 @@ func init() {
 	register(&command{
 		name:    "run",
 		summary: "start N local ranks of a program (a torchrun/mpirun for one host)",
-		usage:   "goccl run -np N [-env KEY=VALUE]... [-grace DURATION] PROG [ARGS...]",
+		usage:   "goccl run -n N [-env KEY=VALUE]... [-grace DURATION] PROG [ARGS...]",
 		run:     runRun,
 	})
 }
 
-var runHelp = `usage: goccl run -np N [-env KEY=VALUE]... [-grace DURATION] PROG [ARGS...]
+var runHelp = `usage: goccl run -n N [-env KEY=VALUE]... [-grace DURATION] PROG [ARGS...]
 
-Starts N ranks of PROG on this host and waits for them. PROG is an executable
-path, a name on PATH, or a Go main package (a directory such as
-./examples/ddp-digits, or an import path), which is built once with go build
-in the current module and removed afterwards.
+Starts N ranks of PROG on this host and waits for them. N is given with -n
+or -np (as to mpirun) or --nproc-per-node (as to torchrun, which also spells
+it --nproc_per_node); given twice, the values must agree. Flags take one or
+two dashes. PROG is an executable path, a name on PATH, or a Go main package
+(a directory such as ./examples/ddp-digits, or an import path), which is
+built once with go build in the current module and removed afterwards.
 
 Each rank gets the parent environment plus ` + config.Rank.Name + `, ` + config.WorldSize.Name + `,
 ` + config.LocalRank.Name + `, ` + config.LocalWorldSize.Name + `, ` + config.StoreAddr.Name + ` (127.0.0.1 and a
 free port, where rank 0 serves the rendezvous store), ` + config.JobID.Name + ` and
 ` + config.JobToken.Name + ` (a fresh random secret unless already set), then
-the -env settings. Every line a rank prints is prefixed with "[rank] ", on
-stdout or stderr as the rank wrote it.
+the -env settings. So that PyTorch and MPI programs find their rank, each
+rank also gets torchrun's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE and
+GROUP_RANK (0) and OpenMPI's OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE,
+OMPI_COMM_WORLD_LOCAL_RANK and OMPI_COMM_WORLD_LOCAL_SIZE (goccl programs
+read goccl's own first). MASTER_ADDR and MASTER_PORT are not set: the store
+is goccl's, not a PyTorch TCPStore.
+
+Every line a rank prints is prefixed with "[rank] ", on stdout or stderr as
+the rank wrote it.
 
 When a rank exits with a non-zero status or is killed by a signal, goccl run
 waits a moment (250ms) for other failures, then the other ranks get SIGTERM,
@@ -59,21 +69,89 @@ func (e *envList) Set(s string) error {
 	return nil
 }
 
+// nprocs is the number of ranks, given by any of the spellings in
+// nprocNames; the first disagreement between two of them is kept.
+type nprocs struct {
+	n        int
+	set      string // the spelling that set n, "" while unset
+	conflict string // "-n 2 and --nproc-per-node 3", "" when none
+}
+
+// nprocNames are the spellings of the number of ranks: mpirun's -n and -np,
+// torchrun's --nproc-per-node and its older --nproc_per_node.
+var nprocNames = []string{"n", "np", "nproc-per-node", "nproc_per_node"}
+
+// nprocFlag is one spelling of nprocs on the command line.
+type nprocFlag struct {
+	p    *nprocs
+	name string
+}
+
+// flagSpelling is name with the dashes its users write: -n, --nproc-per-node.
+func flagSpelling(name string) string {
+	if len(name) <= 2 {
+		return "-" + name
+	}
+	return "--" + name
+}
+
+func (f *nprocFlag) String() string {
+	if f == nil || f.p == nil {
+		return "0"
+	}
+	return strconv.Itoa(f.p.n)
+}
+
+func (f *nprocFlag) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return errors.New("not an integer")
+	}
+	if n < 1 {
+		return errors.New("must be at least 1")
+	}
+	p := f.p
+	if p.set != "" && p.n != n && p.conflict == "" {
+		p.conflict = fmt.Sprintf("%s %d and %s %d", flagSpelling(p.set), p.n, flagSpelling(f.name), n)
+	}
+	if p.set == "" {
+		p.n, p.set = n, f.name
+	}
+	return nil
+}
+
 func runRun(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("goccl run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	np := fs.Int("np", 1, "number of ranks to start")
+	np := &nprocs{n: 1}
+	for _, name := range nprocNames {
+		what := "same as -n `N`"
+		if name == "n" {
+			what = "start `N` ranks on this host"
+		}
+		fs.Var(&nprocFlag{p: np, name: name}, name, what)
+	}
 	var env envList
 	fs.Var(&env, "env", "set `KEY=VALUE` in every rank's environment (repeatable)")
 	grace := fs.Duration("grace", launch.DefaultGrace, "time between SIGTERM and SIGKILL when stopping ranks")
+	// Parse quietly: errors are reported below, with a suggestion.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), runHelp)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fs.Usage()
 			return 0
 		}
+		fmt.Fprintf(stderr, "goccl run: %v\nRun 'goccl run -h' for usage.\n", flagError(fs, args, err))
+		return 2
+	}
+	if np.conflict != "" {
+		fmt.Fprintf(stderr, "goccl run: %s disagree: give the number of ranks once\n", np.conflict)
 		return 2
 	}
 	if fs.NArg() == 0 {
@@ -81,12 +159,8 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	if *np < 1 {
-		fmt.Fprintf(stderr, "goccl run: -np must be at least 1, got %d\n", *np)
-		return 2
-	}
-	err := launch.Run(context.Background(), launch.Config{
-		NP:             *np,
+	err = launch.Run(context.Background(), launch.Config{
+		NP:             np.n,
 		Prog:           fs.Arg(0),
 		Args:           fs.Args()[1:],
 		Env:            env,

@@ -1,6 +1,6 @@
 // Package launch starts the ranks of a local goccl job: N copies of one
 // program, each told its place in the world through GOCCL_* environment
-// variables, with their output prefixed line by line and their lifetimes tied
+// variables (and torchrun's and OpenMPI's, see CompatVars), with their output prefixed line by line and their lifetimes tied
 // together (when one rank fails the others are stopped).
 //
 // It is the engine behind `goccl run -np N PROG` and `goccl perf -np N`.
@@ -95,6 +95,30 @@ func RankEnv(rank, np int, storeAddr, jobID string) []string {
 		EnvLocalWorldSize + "=" + n,
 		EnvStoreAddr + "=" + storeAddr,
 		EnvJobID + "=" + jobID,
+	}
+}
+
+// CompatVars are the other launchers' variables every rank also gets, so
+// that programs written for torchrun (PyTorch) or OpenMPI's mpirun find their
+// rank under goccl run: torchrun's RANK, WORLD_SIZE, LOCAL_RANK,
+// LOCAL_WORLD_SIZE and GROUP_RANK (always 0: one host) and OpenMPI's
+// OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK and
+// OMPI_COMM_WORLD_LOCAL_SIZE. MASTER_ADDR and MASTER_PORT are not set: the
+// store at GOCCL_STORE_ADDR is goccl's, not a PyTorch TCPStore. goccl itself
+// reads its GOCCL_* variables first (rendezvous.FromEnv), so these never
+// override them.
+var CompatVars = []string{
+	"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+	"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
+}
+
+// CompatEnv returns CompatVars set for rank in a local job of np ranks.
+func CompatEnv(rank, np int) []string {
+	r, n := strconv.Itoa(rank), strconv.Itoa(np)
+	return []string{
+		"RANK=" + r, "WORLD_SIZE=" + n, "LOCAL_RANK=" + r, "LOCAL_WORLD_SIZE=" + n, "GROUP_RANK=0",
+		"OMPI_COMM_WORLD_RANK=" + r, "OMPI_COMM_WORLD_SIZE=" + n,
+		"OMPI_COMM_WORLD_LOCAL_RANK=" + r, "OMPI_COMM_WORLD_LOCAL_SIZE=" + n,
 	}
 }
 
@@ -300,8 +324,9 @@ func Run(ctx context.Context, cfg Config) error {
 		ranks[i] = r
 		cmd := exec.Command(path, cfg.Args...)
 		cmd.Dir = cfg.Dir
-		env := make([]string, 0, len(parentEnv)+8+len(cfg.Env))
+		env := make([]string, 0, len(parentEnv)+8+len(CompatVars)+len(cfg.Env))
 		env = append(env, parentEnv...)
+		env = append(env, CompatEnv(i, cfg.NP)...)
 		env = append(env, RankEnv(i, cfg.NP, storeAddr, jobID)...)
 		env = append(env, cfg.Env...)
 		cmd.Env = env

@@ -33,7 +33,7 @@ func helper(mode string) int {
 	rank, _ := strconv.Atoi(os.Getenv("GOCCL_RANK"))
 	switch mode {
 	case "env":
-		for _, k := range []string{EnvRank, EnvWorldSize, EnvLocalRank, EnvLocalWorldSize, EnvStoreAddr, EnvJobID, "LAUNCH_TEST_PARENT", "LAUNCH_TEST_EXTRA"} {
+		for _, k := range append([]string{EnvRank, EnvWorldSize, EnvLocalRank, EnvLocalWorldSize, EnvStoreAddr, EnvJobID, "LAUNCH_TEST_PARENT", "LAUNCH_TEST_EXTRA"}, CompatVars...) {
 			fmt.Printf("%s=%s\n", k, os.Getenv(k))
 		}
 		fmt.Fprintf(os.Stderr, "args=%q\n", os.Args[1:])
@@ -205,6 +205,7 @@ func helperConfig(t *testing.T, np int, mode string) (Config, *syncBuffer, *sync
 
 func TestEnvAndPrefixes(t *testing.T) {
 	t.Setenv("LAUNCH_TEST_PARENT", "from-parent")
+	t.Setenv("RANK", "99") // a launcher's own variables override the parent's
 	cfg, out, errb := helperConfig(t, 3, "env")
 	cfg.Args = []string{"-x", "y z"}
 	cfg.Env = append(cfg.Env, "LAUNCH_TEST_EXTRA=extra")
@@ -234,6 +235,9 @@ func TestEnvAndPrefixes(t *testing.T) {
 		want := map[string]string{
 			EnvRank: strconv.Itoa(r), EnvWorldSize: "3", EnvLocalRank: strconv.Itoa(r), EnvLocalWorldSize: "3",
 			"LAUNCH_TEST_PARENT": "from-parent", "LAUNCH_TEST_EXTRA": "extra", "partial": "yes",
+			"RANK": strconv.Itoa(r), "WORLD_SIZE": "3", "LOCAL_RANK": strconv.Itoa(r), "LOCAL_WORLD_SIZE": "3",
+			"GROUP_RANK": "0", "OMPI_COMM_WORLD_RANK": strconv.Itoa(r), "OMPI_COMM_WORLD_SIZE": "3",
+			"OMPI_COMM_WORLD_LOCAL_RANK": strconv.Itoa(r), "OMPI_COMM_WORLD_LOCAL_SIZE": "3",
 		}
 		for k, v := range want {
 			if got := vals[k][r]; got != v {
