@@ -153,7 +153,7 @@ func (c *Comm) agreeDirect(ctx context.Context) error {
 	}
 	ok, err := c.group.AgreeDirect(ctx, &c.op)
 	if err == nil {
-		c.log.Infof("single-copy (direct read) schedules: %v", map[bool]string{true: "on", false: "off (a peer on another host, or Cross Memory Attach refused or disabled)"}[ok])
+		c.log.Infof(subInit, "single-copy (direct read) schedules: %v", map[bool]string{true: "on", false: "off (a peer on another host, or Cross Memory Attach refused or disabled)"}[ok])
 	}
 	return c.end(opBarrier, err)
 }

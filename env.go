@@ -17,7 +17,8 @@ import (
 // shared memory, sockets per peer, checksums and TLS). Options in cfg win
 // over the environment. Every set GOCCL_* value is checked first, so a bad
 // one fails Init at once naming the variable (ErrInvalidArgument).
-// (GOCCL_DEBUG is read by the logger, the launchers' variables by
+// (GOCCL_DEBUG, GOCCL_DEBUG_SUBSYS and GOCCL_DEBUG_FILE are read by the
+// logger, log.go; the launchers' variables by
 // rendezvous.FromEnv.)
 func (c *Comm) fromEnv(cfg *options, p *bootstrap.Params) (err error) {
 	defer func() {

@@ -71,7 +71,7 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	if cfg.storeAddr != "" {
 		env.StoreAddr = cfg.storeAddr
 	}
-	c := &Comm{rank: cfg.rank, size: cfg.size, localRank: cfg.localRank, log: newLogger(cfg.rank)}
+	c := &Comm{rank: cfg.rank, size: cfg.size, localRank: cfg.localRank, log: newLogger(cfg.rank, cfg.logger)}
 	fail := func(err error) (*Comm, error) {
 		c.Close()
 		var e *Error
@@ -87,7 +87,7 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		return fail(fmt.Errorf("%w: rank %d is outside [0, %d)", ErrInvalidArgument, cfg.rank, cfg.size))
 	}
 	p := bootstrap.Params{Rank: c.rank, Size: c.size, LocalRank: c.localRank, Store: cfg.store, Env: env,
-		JobID: cmp.Or(cfg.jobID, env.JobID), Infof: c.log.Infof, Warnf: c.log.Warnf}
+		JobID: cmp.Or(cfg.jobID, env.JobID), Log: c.log.bootstrapLog}
 	if err := c.fromEnv(&cfg, &p); err != nil {
 		return fail(err)
 	}
@@ -119,6 +119,9 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	if p.Checksum {
 		c.splitOpts = append(c.splitOpts, WithChecksum())
 	}
+	if cfg.logger != nil {
+		c.splitOpts = append(c.splitOpts, WithLogger(cfg.logger))
+	}
 	tLinks := time.Now()
 
 	// Phase 4: everyone is connected.
@@ -130,7 +133,7 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	if err := c.agreeDirect(ctx); err != nil {
 		return fail(err)
 	}
-	c.log.Infof("init: %d ranks, store %v, address exchange %v, links %v, barrier %v, total %v",
+	c.log.Infof(subInit, "init: %d ranks, store %v, address exchange %v, links %v, barrier %v, total %v",
 		c.size, res.StoreReady.Sub(start).Round(time.Microsecond), res.CardsRead.Sub(res.StoreReady).Round(time.Microsecond),
 		tLinks.Sub(res.CardsRead).Round(time.Microsecond), time.Since(tLinks).Round(time.Microsecond), time.Since(start).Round(time.Microsecond))
 	if err := c.setupMetrics(&cfg); err != nil {

@@ -226,7 +226,7 @@ func (q *opQueue) raisePriority(c *Comm) (restore func()) {
 		err = unix.Setpriority(unix.PRIO_PROCESS, tid, c.progressNice)
 	}
 	if err != nil {
-		c.log.Infof("non-blocking operations run at the process's priority: nice %d refused (%v)", c.progressNice, err)
+		c.log.Infof(subInit, "non-blocking operations run at the process's priority: nice %d refused (%v)", c.progressNice, err)
 		runtime.UnlockOSThread()
 		return func() {}
 	}

@@ -135,7 +135,7 @@ func (c *Comm) record(kind opKind, err error) {
 	}
 	c.rec.Record(&e)
 	if err != nil {
-		c.log.Warnf("the last operations of this rank, oldest first (flight recorder):%s", c.rec.Dump(flightDump))
+		c.log.Warnf(subColl, "the last operations of this rank, oldest first (flight recorder):%s", c.rec.Dump(flightDump))
 		c.rec.Flush()
 	}
 }

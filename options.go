@@ -2,8 +2,10 @@ package goccl
 
 import (
 	"crypto/tls"
-	"github.com/prometheus/client_golang/prometheus"
+	"log/slog"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/goccl/goccl/rendezvous"
 )
@@ -22,6 +24,7 @@ type options struct {
 	jobID                 string // set by Split: the new communicator's job id
 	tlsServer, tlsClient  *tls.Config
 	metrics               prometheus.Registerer // WithMetrics (nil: GOCCL_METRICS_ADDR's, or none)
+	logger                *slog.Logger
 }
 
 // WithStore makes Init rendezvous through an existing store (for example one
@@ -64,3 +67,14 @@ func WithTLS(server, client *tls.Config) Option {
 
 // WithTimeout sets the default operation timeout (as GOCCL_TIMEOUT does).
 func WithTimeout(d time.Duration) Option { return func(c *options) { c.timeout = d } }
+
+// WithLogger sends goccl's log records to l instead of stderr: the program's
+// logger wins over GOCCL_DEBUG_FILE, which is then ignored. Each record
+// carries the attributes rank and subsys (INIT, BOOTSTRAP, ENV, NET, SHM,
+// P2P or COLL), and peer or op where they apply; goccl's TRACE level is
+// LevelTrace (slog.LevelDebug). Warnings are always sent; INFO and TRACE
+// records are sent for the subsystems of GOCCL_DEBUG_SUBSYS, at the level
+// GOCCL_DEBUG sets, or, when GOCCL_DEBUG is unset, at the least level l's
+// handler is enabled for when Init runs. A Split's communicator inherits
+// the logger. A nil l restores the default.
+func WithLogger(l *slog.Logger) Option { return func(c *options) { c.logger = l } }

@@ -1,6 +1,8 @@
 package goccl
 
 import (
+	"log/slog"
+
 	"github.com/goccl/goccl/internal/algo"
 )
 
@@ -77,8 +79,9 @@ func (c *Comm) useDirect(kind opKind, nbytes, size int, other string) bool {
 // (GOCCL_DEBUG=INFO).
 func (c *Comm) logAlgo(kind opKind, a algo.Algorithm, name string, nbytes int) {
 	c.recAlgo = name
-	if bit := uint8(1) << a; c.loggedOp[kind]&bit == 0 && c.log.info {
+	if bit := uint8(1) << a; c.loggedOp[kind]&bit == 0 && c.log.on(slog.LevelInfo, subColl) {
 		c.loggedOp[kind] |= bit
-		c.log.Infof("%v uses %s (first use: %d bytes, %d ranks)", kind, name, nbytes, c.size)
+		c.log.log(slog.LevelInfo, subColl, []slog.Attr{slog.String("op", kind.String())},
+			"%v uses %s (first use: %d bytes, %d ranks)", kind, name, nbytes, c.size)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"strconv"
@@ -62,8 +63,11 @@ type Params struct {
 	MakeTLS                   bool
 	CertFile, KeyFile, CAFile string
 
-	// Infof and Warnf log (nil: discard).
-	Infof, Warnf func(format string, args ...any)
+	// Log makes a log record (nil: discard) at level (slog.LevelWarn,
+	// LevelInfo, or LevelDebug for TRACE) of subsystem sub ("BOOTSTRAP":
+	// the store; "NET": TCP links; "SHM": shared memory) with attributes
+	// attrs (peer) and the message format and args make.
+	Log func(level slog.Level, sub string, attrs []slog.Attr, format string, args ...any)
 }
 
 // Result is what a communicator keeps from Connect.
@@ -92,11 +96,8 @@ type Result struct {
 // store it serves goes away), or the failure of a store call or a link.
 // On failure it closes everything it made.
 func Connect(ctx context.Context, p Params) (res *Result, err error) {
-	if p.Infof == nil {
-		p.Infof = func(string, ...any) {}
-	}
-	if p.Warnf == nil {
-		p.Warnf = func(string, ...any) {}
+	if p.Log == nil {
+		p.Log = func(slog.Level, string, []slog.Attr, string, ...any) {}
 	}
 	b := &boot{p: p, links: make([]transport.Link, p.Size)}
 	defer func() {
@@ -115,7 +116,7 @@ func Connect(ctx context.Context, p Params) (res *Result, err error) {
 		env := p.Env
 		env.Rank, env.WorldSize, env.Token = p.Rank, p.Size, p.Token
 		gen := nextGeneration(env)
-		if b.made, err = rendezvous.Connect(ctx, env, iface.IP.String(), rendezvous.WithLog(p.Warnf), rendezvous.WithGeneration(gen)); err != nil {
+		if b.made, err = rendezvous.Connect(ctx, env, iface.IP.String(), rendezvous.WithLog(p.warnf("BOOTSTRAP")), rendezvous.WithGeneration(gen)); err != nil {
 			return nil, fmt.Errorf("connecting to the rendezvous store: %w", err)
 		}
 		store = b.made
@@ -170,7 +171,11 @@ func Connect(ctx context.Context, p Params) (res *Result, err error) {
 	}
 	for r, l := range b.links {
 		if l != nil {
-			p.Infof("peer %d via %s", r, l.Name())
+			sub := "NET"
+			if strings.HasPrefix(l.Name(), "shm") {
+				sub = "SHM"
+			}
+			p.Log(slog.LevelInfo, sub, []slog.Attr{slog.Int("peer", r), slog.String("transport", l.Name())}, "peer %d via %s", r, l.Name())
 		}
 	}
 	res.Links = b.links
@@ -182,6 +187,11 @@ func Connect(ctx context.Context, p Params) (res *Result, err error) {
 		}
 	}
 	return res, nil
+}
+
+// warnf is a printf-style logger of warnings of subsystem sub.
+func (p *Params) warnf(sub string) func(format string, args ...any) {
+	return func(format string, args ...any) { p.Log(slog.LevelWarn, sub, nil, format, args...) }
 }
 
 // generations counts, per rendezvous (store address or address file, rank
@@ -279,7 +289,8 @@ func (b *boot) jobID(ctx context.Context, store rendezvous.Store) (string, error
 // checksums and TLS. It records the TLS configurations in res.
 func (b *boot) endpointOptions(res *Result) ([]tcp.EndpointOption, error) {
 	p := &b.p
-	opts := []tcp.EndpointOption{tcp.WithToken([]byte(p.Token)), tcp.WithLog(p.Warnf)}
+	opts := []tcp.EndpointOption{tcp.WithToken([]byte(p.Token)), tcp.WithLog(p.warnf("NET")),
+		tcp.WithDebugLog(func(format string, args ...any) { p.Log(slog.LevelInfo, "NET", nil, format, args...) })}
 	if p.Checksum {
 		opts = append(opts, tcp.WithChecksum())
 	}

@@ -3,6 +3,7 @@ package bootstrap
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -12,6 +13,15 @@ import (
 	"github.com/goccl/goccl/rendezvous"
 	"github.com/goccl/goccl/transport"
 )
+
+// testLog logs Connect's warnings through t.
+func testLog(t *testing.T) func(slog.Level, string, []slog.Attr, string, ...any) {
+	return func(level slog.Level, sub string, _ []slog.Attr, format string, args ...any) {
+		if level >= slog.LevelWarn {
+			t.Logf("%s "+format, append([]any{sub}, args...)...)
+		}
+	}
+}
 
 // connectAll runs Connect for n goroutine ranks sharing one in-memory store.
 func connectAll(t *testing.T, n int, tweak func(p *Params)) ([]*Result, []error) {
@@ -27,7 +37,7 @@ func connectAll(t *testing.T, n int, tweak func(p *Params)) ([]*Result, []error)
 		wg.Add(1)
 		go func(r int) {
 			defer wg.Done()
-			p := Params{Rank: r, Size: n, LocalRank: -1, Store: store, NSocks: 1, Warnf: t.Logf}
+			p := Params{Rank: r, Size: n, LocalRank: -1, Store: store, NSocks: 1, Log: testLog(t)}
 			if tweak != nil {
 				tweak(&p)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"syscall"
 
@@ -54,7 +55,7 @@ func (b *boot) connectShm(ctx context.Context, store rendezvous.Store, jobID str
 		in[p], have[p] = r, '1'
 	}
 	if len(failed) > 0 {
-		b.p.Warnf("%v; using TCP instead of shared memory with rank(s) %v", shmAdvice(dir, cfg, useShm, firstFail), failed)
+		b.p.Log(slog.LevelWarn, "SHM", []slog.Attr{slog.Any("peers", failed)}, "%v; using TCP instead of shared memory with rank(s) %v", shmAdvice(dir, cfg, useShm, firstFail), failed)
 	}
 	// On failure: remove this rank's rings (the files and the mappings not
 	// yet owned by a link; Connect's failure path closes the links).
@@ -108,7 +109,7 @@ func (b *boot) connectShm(ctx context.Context, store rendezvous.Store, jobID str
 		links[p] = shm.NewLink(rank, p, out, in[p], shm.WithPeerPID(cards[p].Pid))
 	}
 	if len(peerFailed) > 0 {
-		b.p.Warnf("rank(s) %v could not create their shared memory for this rank (see their warnings); using TCP with them", peerFailed)
+		b.p.Log(slog.LevelWarn, "SHM", []slog.Attr{slog.Any("peers", peerFailed)}, "rank(s) %v could not create their shared memory for this rank (see their warnings); using TCP with them", peerFailed)
 	}
 	// Every rank reaches this barrier, with or without shared-memory peers.
 	if err := rendezvous.Barrier(ctx, store, "goccl/shm-mapped", size); err != nil {

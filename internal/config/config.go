@@ -13,7 +13,9 @@
 //     GiB, TiB; a trailing B or iB is allowed: 4K = 4KB = 4KiB = 4096), see
 //     ParseSize;
 //   - durations: a Go duration (90s, 5m) or a number of seconds (90, 0.5);
-//   - enums: one of the listed words (any case).
+//   - enums: one of the listed words (any case);
+//   - lists: comma-separated listed words (any case), the whole list
+//     inverted by a leading ^ (NCCL_DEBUG_SUBSYS syntax).
 //
 // Errors name the variable and the value and say what is accepted, for
 // example `GOCCL_NSOCKS_PERPEER="0": want an integer in [1, 64]`.
@@ -47,10 +49,11 @@ const (
 	Size
 	Duration
 	Enum
+	List
 )
 
 func (k Kind) String() string {
-	return [...]string{"string", "bool", "int", "size", "duration", "enum"}[k]
+	return [...]string{"string", "bool", "int", "size", "duration", "enum", "list"}[k]
 }
 
 // Var is one GOCCL_* environment variable.
@@ -86,6 +89,11 @@ func define(v Var) *Var {
 var (
 	Debug = define(Var{Name: "GOCCL_DEBUG", Kind: Enum, Default: "WARN", Words: []string{"WARN", "INFO", "TRACE"}, WarnOnly: true,
 		Doc: "log level (as NCCL_DEBUG): WARN prints warnings; INFO adds the transport per peer, the algorithm per op kind and Init timings; TRACE adds per-connection detail"})
+	DebugSubsys = define(Var{Name: "GOCCL_DEBUG_SUBSYS", Kind: List, Default: "ALL", WarnOnly: true,
+		Words: []string{"INIT", "BOOTSTRAP", "ENV", "NET", "SHM", "P2P", "COLL", "ALL"},
+		Doc:   "subsystems whose INFO and TRACE lines are printed (as NCCL_DEBUG_SUBSYS): comma-separated INIT, BOOTSTRAP, ENV, NET, SHM, P2P, COLL or ALL; a leading ^ prints all but those; warnings are always printed"})
+	DebugFile = define(Var{Name: "GOCCL_DEBUG_FILE", Kind: String,
+		Doc: "file the log goes to instead of stderr (as NCCL_DEBUG_FILE): %h is replaced by the host name, %p by the process id; ignored when the program passes goccl.WithLogger"})
 	DebugCheck = define(Var{Name: "GOCCL_DEBUG_CHECK", Kind: Bool, Default: "0",
 		Doc: "exchange a fingerprint (op, count, type, root) before every collective so a mismatch is named before any data moves"})
 	Timeout = define(Var{Name: "GOCCL_TIMEOUT", Kind: Duration, Default: "5m",
@@ -211,6 +219,8 @@ func (v *Var) Check(s string) error {
 		_, err = ParseDuration(s)
 	case Enum:
 		_, err = v.parseEnum(s)
+	case List:
+		_, _, err = v.parseList(s)
 	}
 	if err != nil {
 		return fmt.Errorf("%s=%q: %w", v.Name, s, err)
@@ -259,6 +269,40 @@ func get[T any](v *Var, parse func(string) (T, error)) (T, bool, error) {
 func (v *Var) Word() (string, error) {
 	w, _, err := get(v, v.parseEnum)
 	return w, err
+}
+
+// WordList returns a list's words in their declared spelling (the default
+// when unset) and whether a leading ^ inverts it. Words it does not know
+// are left out and named in the error (the others are still returned).
+func (v *Var) WordList() (words []string, invert bool, err error) {
+	words, invert, err = v.parseList(v.Get())
+	if err != nil {
+		err = fmt.Errorf("%s=%q: %w", v.Name, v.Get(), err)
+	}
+	return words, invert, err
+}
+
+func (v *Var) parseList(s string) (words []string, invert bool, err error) {
+	s = strings.TrimSpace(s)
+	if rest, ok := strings.CutPrefix(s, "^"); ok {
+		s, invert = rest, true
+	}
+	var bad []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		w, err := v.parseEnum(f)
+		if err != nil {
+			bad = append(bad, f)
+			continue
+		}
+		words = append(words, w)
+	}
+	if bad != nil {
+		err = fmt.Errorf("unknown %s: want a comma-separated list of %s, with an optional leading ^", strings.Join(bad, ", "), orList(v.Words))
+	}
+	return words, invert, err
 }
 
 // CheckEnv checks every goccl variable set in the environment (but the

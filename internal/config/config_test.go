@@ -1,6 +1,7 @@
 package config
 
 import (
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +22,7 @@ func TestVarsDeclared(t *testing.T) {
 				t.Errorf("%s: its default is invalid: %v", v.Name, err)
 			}
 		}
-		if v.Kind == Enum && len(v.Words) == 0 {
+		if (v.Kind == Enum || v.Kind == List) && len(v.Words) == 0 {
 			t.Errorf("%s is an enum without words", v.Name)
 		}
 		if v.Kind == Int && v.Min > v.Max {
@@ -137,5 +138,30 @@ func TestWarnOnly(t *testing.T) {
 	}
 	if err := Debug.Check("LOUD"); err == nil || !strings.Contains(err.Error(), "WARN, INFO or TRACE") {
 		t.Errorf("Check(LOUD): %v", err)
+	}
+}
+
+func TestDebugSubsys(t *testing.T) {
+	for in, want := range map[string]string{"": "ALL", "init,net": "INIT NET", " ^ NET , coll ": "^COLL NET", "^shm": "^SHM"} {
+		t.Setenv(DebugSubsys.Name, in)
+		w, inv, err := DebugSubsys.WordList()
+		sort.Strings(w)
+		got := strings.Join(w, " ")
+		if inv {
+			got = "^" + got
+		}
+		if err != nil || got != want {
+			t.Errorf("GOCCL_DEBUG_SUBSYS=%q: %q %v, want %q", in, got, err, want)
+		}
+	}
+	t.Setenv(DebugSubsys.Name, "INIT,GRAPH")
+	if w, _, err := DebugSubsys.WordList(); len(w) != 1 || err == nil || !strings.Contains(err.Error(), "unknown GRAPH") {
+		t.Errorf("INIT,GRAPH: %v %v", w, err)
+	}
+	if err := CheckEnv(); err != nil {
+		t.Errorf("CheckEnv refused a WarnOnly list: %v", err)
+	}
+	if err := DebugSubsys.Check("NET,BOGUS"); err == nil {
+		t.Error("Check(NET,BOGUS): no error")
 	}
 }

@@ -136,11 +136,17 @@ func ackReason(s uint16) string {
 // aLongTimeAgo is a deadline in the past: setting it makes blocked I/O return.
 var aLongTimeAgo = time.Unix(1, 0)
 
-// debug: GOCCL_DEBUG=INFO or TRACE logs connection events.
+// debug: GOCCL_DEBUG=INFO or TRACE logs connection events (without
+// WithDebugLog).
 var debug = config.DebugInfo()
 
-func logf(format string, args ...any) {
-	if debug {
+// debugf logs a connection event: to WithDebugLog's logger, else to the
+// standard logger under GOCCL_DEBUG=INFO or TRACE.
+func (e *Endpoint) debugf(format string, args ...any) {
+	switch {
+	case e.logd != nil:
+		e.logd(format, args...)
+	case debug:
 		log.Printf("goccl/tcp: "+format, args...)
 	}
 }
@@ -152,6 +158,7 @@ type Endpoint struct {
 	jobID        string
 	token        []byte
 	logw         func(format string, args ...any)
+	logd         func(format string, args ...any)
 	checksum     bool        // CRC32C after every chunk (WithChecksum)
 	tlsServer    *tls.Config // TLS on every connection (WithTLS), nil without
 	tlsClient    *tls.Config
@@ -191,6 +198,14 @@ func WithToken(token []byte) EndpointOption {
 // line a second).
 func WithLog(logf func(format string, args ...any)) EndpointOption {
 	return func(e *Endpoint) { e.logw = logf }
+}
+
+// WithDebugLog gives the endpoint a logger for connection events (accept
+// errors, every refused connection), which it calls whatever the log level
+// (the logger chooses). Without it they go to the standard logger under
+// GOCCL_DEBUG=INFO or TRACE.
+func WithDebugLog(logf func(format string, args ...any)) EndpointOption {
+	return func(e *Endpoint) { e.logd = logf }
 }
 
 // WithChecksum appends a CRC32C (Castagnoli) to every chunk of every
@@ -306,7 +321,7 @@ func (e *Endpoint) acceptLoop() {
 				return
 			}
 			// Transient (out of file descriptors, aborted connection...).
-			logf("rank %d: accept: %v", e.self, err)
+			e.debugf("rank %d: accept: %v", e.self, err)
 			select {
 			case <-e.done:
 				return
@@ -473,7 +488,7 @@ func (e *Endpoint) checkAck(a *[ackSize]byte, hello []byte, peer int) error {
 // once a second with WithLog, else under GOCCL_DEBUG).
 func (e *Endpoint) reject(c *net.TCPConn, err error) {
 	n := e.rejected.Add(1)
-	logf("rank %d: rejected connection from %s: %v", e.self, c.RemoteAddr(), err)
+	e.debugf("rank %d: rejected connection from %s: %v", e.self, c.RemoteAddr(), err)
 	if e.logw == nil {
 		return
 	}
