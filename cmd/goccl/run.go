@@ -22,7 +22,7 @@ func init() {
 	})
 }
 
-var runHelp = `usage: goccl run -n N [-env KEY=VALUE]... [-grace DURATION] PROG [ARGS...]
+var runHelp = `usage: goccl run -n N [-env KEY=VALUE]... [-grace DURATION] [-metrics-addr ADDR] PROG [ARGS...]
 
 Starts N ranks of PROG on this host and waits for them. N is given with -n
 or -np (as to mpirun) or --nproc-per-node (as to torchrun, which also spells
@@ -133,6 +133,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	var env envList
 	fs.Var(&env, "env", "set `KEY=VALUE` in every rank's environment (repeatable)")
 	grace := fs.Duration("grace", launch.DefaultGrace, "time between SIGTERM and SIGKILL when stopping ranks")
+	metricsAddr := fs.String("metrics-addr", "", "serve each rank's Prometheus metrics at `ADDR` (:9400: local rank r on port 9400+r); sets "+config.MetricsAddr.Name)
 	// Parse quietly: errors are reported below, with a suggestion.
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
@@ -158,6 +159,9 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "goccl run: no program given")
 		fs.Usage()
 		return 2
+	}
+	if *metricsAddr != "" {
+		env = append(envList{config.MetricsAddr.Name + "=" + *metricsAddr}, env...) // -env may still override it
 	}
 	err = launch.Run(context.Background(), launch.Config{
 		NP:             np.n,
