@@ -18,11 +18,21 @@ import (
 // a few descheduled iterations do not move:
 //
 //	go test -run XXX -bench 'AllReduce/shm/8B' -count 5 .
+//
+// shm+metrics and shm+flight measure the cost of Prometheus metrics
+// (GOCCL_METRICS_ADDR) and of the flight recorder (GOCCL_FLIGHT_RECORDER).
 func BenchmarkAllReduce(b *testing.B) {
-	for _, tr := range []struct{ name, shmOff string }{{"shm", "0"}, {"tcp", "1"}} {
+	for _, tr := range []struct{ name, shmOff, key, value string }{
+		{"shm", "0", "", ""}, {"tcp", "1", "", ""},
+		{"shm+metrics", "0", "GOCCL_METRICS_ADDR", "127.0.0.1:0"},
+		{"shm+flight", "0", "GOCCL_FLIGHT_RECORDER", "64"},
+	} {
 		for _, size := range []int{8, 64 << 10} {
 			b.Run(fmt.Sprintf("%s/%dB", tr.name, size), func(b *testing.B) {
 				b.Setenv("GOCCL_SHM_DISABLE", tr.shmOff)
+				if tr.key != "" {
+					b.Setenv(tr.key, tr.value)
+				}
 				benchAllReduce(b, size/4, false)
 			})
 		}
