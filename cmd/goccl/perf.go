@@ -87,6 +87,8 @@ dashes):
                          communicator's (` + config.Timeout.Name + `, default 5m)
   -C, -report_cputime N  1: report the time to issue the operations (column
                          "cputime"), not to complete them (default 0)
+  -u, -unalign N         misalign the send and receive buffers by N elements
+                         (default 0)
   -a, -average N         time across ranks: 0 rank 0, 1 mean, 2 min, 3 max (default 1)
   -J, -output_file FILE  also write the results as JSON to FILE, in
                          nccl-tests' JSON layout (rank 0); -json is the same
@@ -98,7 +100,7 @@ Accepted for nccl-tests command lines, with no effect here (the report's
 header names those given): -G/-cudagraph, -R/-local_register,
 -y/-stream_null, -x/-cta_policy, -D/-device_implementation,
 -V/-device_cta_count and -M/-memory are about GPUs; -p/-parallel_init is
-about several threads per process; -u/-unalign, -S/-report_timestamps,
+about several threads per process; -S/-report_timestamps,
 -I/-per_iter_timing and -K/-per_iter_skip are not implemented by goccl perf.
 `
 
@@ -125,8 +127,12 @@ type perfConfig struct {
 	timeout    int // -T: operation timeout in seconds, 0 for the communicator's
 	runCycles  int // -N: sweeps, 0 for ever
 	cputime    int // -C: 1 reports the time to issue
+	unalign    int // -u: elements by which the buffers are misaligned
 	ignored    []*ignoredFlag
 }
+
+// maxUnalign bounds -u (each buffer grows by 8 bytes per element of -u).
+const maxUnalign = 1 << 20
 
 // ignoredFlag is an nccl-tests flag that goccl perf accepts and ignores.
 type ignoredFlag struct {
@@ -150,7 +156,6 @@ func ignoredFlags() []*ignoredFlag {
 		{short: "D", long: "device_implementation", noEffect: true},
 		{short: "V", long: "device_cta_count", def: 16, min: 1, max: 128, noEffect: true},
 		{short: "M", long: "memory", max: 1, noEffect: true},
-		{short: "u", long: "unalign"},
 		{short: "I", long: "per_iter_timing", max: 1},
 		{short: "K", long: "per_iter_skip"},
 	}
@@ -212,6 +217,7 @@ func parsePerfArgs(args []string, stderr io.Writer) (*perfConfig, error) {
 	both("T", "timeout", func(n string) { fs.IntVar(&cfg.timeout, n, 0, "") })
 	both("N", "run_cycles", func(n string) { fs.IntVar(&cfg.runCycles, n, cfg.runCycles, "") })
 	both("C", "report_cputime", func(n string) { fs.IntVar(&cfg.cputime, n, 0, "") })
+	both("u", "unalign", func(n string) { fs.IntVar(&cfg.unalign, n, 0, "") })
 	for _, f := range cfg.ignored {
 		f.v = f.def
 		both(f.short, f.long, func(n string) { fs.IntVar(&f.v, n, f.def, "") })
@@ -261,6 +267,8 @@ func parsePerfArgs(args []string, stderr io.Writer) (*perfConfig, error) {
 		return nil, fmt.Errorf("-N (run_cycles) must be 0 (for ever) or more, not %d", cfg.runCycles)
 	case cfg.cputime < 0 || cfg.cputime > 1:
 		return nil, fmt.Errorf("-C (report_cputime) must be 0 or 1, not %d", cfg.cputime)
+	case cfg.unalign < 0 || cfg.unalign > maxUnalign:
+		return nil, fmt.Errorf("-u (unalign) must be from 0 to %d elements, not %d", maxUnalign, cfg.unalign)
 	case cfg.threads != 1 || cfg.gpus != 1:
 		return nil, errors.New("-t and -g: goccl perf runs one thread and one device per rank; use -np for more ranks")
 	case cfg.np < 0:
@@ -485,7 +493,7 @@ func perfRank(ctx context.Context, cfg *perfConfig, c benchComm, stdout, stderr 
 		return 2, err
 	}
 	b := newBench(ctx, cfg, c, stdout, stderr)
-	b.printf("%s", formatConfigLine(cfg.minBytes, cfg.maxBytes, cfg.stepFactor, cfg.stepBytes, cfg.warmup, cfg.iters, cfg.aggIters, cfg.check))
+	b.printf("%s", formatConfigLine(cfg.minBytes, cfg.maxBytes, cfg.stepFactor, cfg.stepBytes, cfg.warmup, cfg.iters, cfg.aggIters, cfg.check)+unalignSuffix(cfg.unalign))
 	for _, l := range cfg.headerNotes() {
 		b.printf("%s", l)
 	}

@@ -68,7 +68,8 @@ type bench struct {
 	coll  *coll
 	diags int // mismatch lines printed so far
 
-	sendBuf, recvBuf []byte // allocated once, maxBytes + guard each
+	sendBuf, recvBuf   []byte // the buffers of the current test: -u elements into the bases
+	sendBase, recvBase []byte // allocated once, maxBytes + guard + 8 bytes per -u each
 
 	// The current test.
 	dt    goccl.DataType
@@ -115,8 +116,10 @@ func newBench(ctx context.Context, cfg *perfConfig, c benchComm, out, diag io.Wr
 		b.out = io.Discard
 	}
 	b.ac, _ = c.(asyncComm)
-	b.sendBuf = alignedBytes(int(cfg.maxBytes) + guardBytes)
-	b.recvBuf = alignedBytes(int(cfg.maxBytes) + guardBytes)
+	pad := 8 * cfg.unalign // the largest element times -u, as nccl-tests
+	b.sendBase = alignedBytes(int(cfg.maxBytes) + guardBytes + pad)
+	b.recvBase = alignedBytes(int(cfg.maxBytes) + guardBytes + pad)
+	b.sendBuf, b.recvBuf = b.sendBase, b.recvBase
 	b.f64b = unsafe.Slice((*byte)(unsafe.Pointer(&b.f64[0])), 16)
 	b.i64b = unsafe.Slice((*byte)(unsafe.Pointer(&b.i64[0])), 32)
 	return b
@@ -295,6 +298,9 @@ func (b *bench) run(types []goccl.DataType, ops []goccl.RedOp, roots []int) erro
 // runTest is nccl-tests' TimeTest: warm up, then one row per size.
 func (b *bench) runTest(dt goccl.DataType, op goccl.RedOp, root int) error {
 	b.dt, b.op, b.root, b.elt = dt, op, root, dt.Size()
+	// -u: misalign both buffers by that many elements (nccl-tests' unalign).
+	off := b.cfg.unalign * b.elt
+	b.sendBuf, b.recvBuf = b.sendBase[off:], b.recvBase[off:]
 	kind := patCopy
 	if b.coll.reduces {
 		switch op {

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/goccl/goccl"
 )
@@ -345,7 +346,7 @@ func TestPerfFlagValues(t *testing.T) {
 		t.Errorf("default header notes %q", l)
 	}
 	cfg, err = parsePerfArgs([]string{"all_reduce", "-z", "3", "--agg_iters", "4", "-T", "30", "-N", "0", "-C", "1", "-a", "0",
-		"-G", "1", "--local_register=2", "-u", "1", "-p", "1", "-x", "-1", "-V", "16", "-J", "a.json"}, io.Discard)
+		"-G", "1", "--local_register=2", "-S", "1", "-p", "1", "-x", "-1", "-V", "16", "-J", "a.json"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +358,7 @@ func TestPerfFlagValues(t *testing.T) {
 	want := []string{
 		"# Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes barrier ",
 		"# No effect on CPU (no GPU, one thread per rank): -p 1 (parallel_init), -G 1 (cudagraph), -R 2 (local_register)",
-		"# Not implemented by goccl perf, ignored: -u 1 (unalign)",
+		"# Not implemented by goccl perf, ignored: -S 1 (report_timestamps)",
 	}
 	if got := cfg.headerNotes(); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("header notes\n%q\nwant\n%q", got, want)
@@ -377,27 +378,27 @@ func TestPerfFlagValues(t *testing.T) {
 // TestPerfBadFlagValues: a bad value is an error naming the flag and the value.
 func TestPerfBadFlagValues(t *testing.T) {
 	cases := map[string][]string{
-		"-z (blocking) must be 0, 1, 2 or 3, not 4":             {"-z", "4"},
-		"-m (agg_iters) must be at least 1, not 0":              {"-m", "0"},
-		"-T (timeout) must be 0 (the communicator's timeout)":   {"-T", "-1"},
-		"-N (run_cycles) must be 0 (for ever) or more, not -2":  {"--run_cycles", "-2"},
-		"-C (report_cputime) must be 0 or 1, not 2":             {"-C", "2"},
-		"-a (average) must be 0, 1, 2 or 3, not 4":              {"-a", "4"},
-		"-R (local_register) must be from 0 to 2, not 3":        {"-R", "3"},
-		"-G (cudagraph) must be at least 0, not -1":             {"-G", "-1"},
-		"-V (device_cta_count) must be from 1 to 128, not 0":    {"-V", "0"},
-		"-x (cta_policy) must be from -1 to 2, not -2":          {"-x", "-2"},
-		`invalid value "fast" for flag -z`:                      {"-z", "fast"},
-		`invalid value "1.5" for flag -timeout`:                 {"--timeout", "1.5"},
-		"-m (agg_iters) must be at least 1, not -3":             {"--agg_iters=-3"},
-		"-I (per_iter_timing) must be from 0 to 1, not 2":       {"-I", "2"},
-		"-K (per_iter_skip) must be at least 0, not -1":         {"-K", "-1"},
-		"-S (report_timestamps) must be from 0 to 1, not 7":     {"-S", "7"},
-		"-y (stream_null) must be from 0 to 1, not 2":           {"-y", "2"},
-		"-D (device_implementation) must be at least 0, not -1": {"-D", "-1"},
-		"-M (memory) must be from 0 to 1, not 5":                {"-M", "5"},
-		"-u (unalign) must be at least 0, not -1":               {"-u", "-1"},
-		"-p (parallel_init) must be from 0 to 1, not 3":         {"-p", "3"},
+		"-z (blocking) must be 0, 1, 2 or 3, not 4":               {"-z", "4"},
+		"-m (agg_iters) must be at least 1, not 0":                {"-m", "0"},
+		"-T (timeout) must be 0 (the communicator's timeout)":     {"-T", "-1"},
+		"-N (run_cycles) must be 0 (for ever) or more, not -2":    {"--run_cycles", "-2"},
+		"-C (report_cputime) must be 0 or 1, not 2":               {"-C", "2"},
+		"-a (average) must be 0, 1, 2 or 3, not 4":                {"-a", "4"},
+		"-R (local_register) must be from 0 to 2, not 3":          {"-R", "3"},
+		"-G (cudagraph) must be at least 0, not -1":               {"-G", "-1"},
+		"-V (device_cta_count) must be from 1 to 128, not 0":      {"-V", "0"},
+		"-x (cta_policy) must be from -1 to 2, not -2":            {"-x", "-2"},
+		`invalid value "fast" for flag -z`:                        {"-z", "fast"},
+		`invalid value "1.5" for flag -timeout`:                   {"--timeout", "1.5"},
+		"-m (agg_iters) must be at least 1, not -3":               {"--agg_iters=-3"},
+		"-I (per_iter_timing) must be from 0 to 1, not 2":         {"-I", "2"},
+		"-K (per_iter_skip) must be at least 0, not -1":           {"-K", "-1"},
+		"-S (report_timestamps) must be from 0 to 1, not 7":       {"-S", "7"},
+		"-y (stream_null) must be from 0 to 1, not 2":             {"-y", "2"},
+		"-D (device_implementation) must be at least 0, not -1":   {"-D", "-1"},
+		"-M (memory) must be from 0 to 1, not 5":                  {"-M", "5"},
+		"-u (unalign) must be from 0 to 1048576 elements, not -1": {"-u", "-1"},
+		"-p (parallel_init) must be from 0 to 1, not 3":           {"-p", "3"},
 	}
 	for want, flags := range cases {
 		var stderr strings.Builder
@@ -554,7 +555,7 @@ func TestPerfLaunchNcclTestsFlags(t *testing.T) {
 	}
 	for _, z := range []string{"0", "1", "3"} {
 		stdout, stderr, code := runGoccl(t, "perf", "all_reduce", "-np", "2", "-b", "8", "-e", "64K", "-f", "8", "-n", "2", "-w", "1",
-			"-z", z, "-m", "2", "-G", "1", "-R", "1", "-T", "30")
+			"-z", z, "-m", "2", "-G", "1", "-R", "1", "-T", "30", "-u", "1")
 		if code != 0 {
 			t.Fatalf("-z %s: exit code %d\nstdout:\n%s\nstderr:\n%s", z, code, stdout, stderr)
 		}
@@ -570,6 +571,50 @@ func TestPerfLaunchNcclTestsFlags(t *testing.T) {
 		if !strings.Contains(stdout, "agg iters: 2") || !strings.Contains(stdout, "-G 1 (cudagraph), -R 1 (local_register)") ||
 			(z != "0") != strings.Contains(stdout, "# Blocking Enabled") {
 			t.Errorf("-z %s: header:\n%s", z, stdout)
+		}
+	}
+}
+
+// alignFake is the fake world's rank noting the address of every
+// benchmarked AllReduce's buffers modulo 8.
+type alignFake struct {
+	*fakeComm
+	mis map[uintptr]bool
+}
+
+func (c *alignFake) AllReduceBytes(ctx context.Context, send, recv []byte, count int, dt goccl.DataType, op goccl.RedOp) error {
+	if count > 2 { // not perf's own reductions of times and error counts
+		c.mis[uintptr(unsafe.Pointer(&send[0]))%8] = true
+		c.mis[uintptr(unsafe.Pointer(&recv[0]))%8] = true
+	}
+	return c.fakeComm.AllReduceBytes(ctx, send, recv, count, dt, op)
+}
+
+// TestPerfUnalign: -u N shifts both buffers by N elements, and the checks
+// (results, guards) still pass on the shifted buffers.
+func TestPerfUnalign(t *testing.T) {
+	out, errs, status := runFake(t, 3, []string{"all_gather", "-b", "64", "-e", "1K", "-n", "1", "-w", "0", "-d", "all", "-u", "3"}, nil)
+	rows, tail := parseReport(t, out, 3)
+	if len(rows) == 0 || tail[0] != "# Out of bounds values : 0 OK" || status[0] != 0 || errs != "" {
+		t.Errorf("rows %d tail %q status %v stderr %s", len(rows), tail, status, errs)
+	}
+	if !strings.HasSuffix(strings.SplitN(out, "\n", 2)[0], " graph: 0 unalign: 3") {
+		t.Errorf("config line: %s", out)
+	}
+	for _, tc := range []struct {
+		u, dt string
+		want  uintptr
+	}{{"0", "float", 0}, {"1", "float", 4}, {"3", "double", 0}, {"1", "half", 2}} {
+		cfg, err := parsePerfArgs([]string{"all_reduce", "-b", "64", "-e", "64", "-n", "2", "-u", tc.u, "-d", tc.dt}, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &alignFake{fakeComm: newFakeWorld(1)[0], mis: map[uintptr]bool{}}
+		if st, err := perfRank(context.Background(), cfg, c, io.Discard, io.Discard); st != 0 || err != nil {
+			t.Fatalf("-u %s: %d %v", tc.u, st, err)
+		}
+		if len(c.mis) != 1 || !c.mis[tc.want] {
+			t.Errorf("-u %s -d %s: buffers at %v mod 8, want %d", tc.u, tc.dt, c.mis, tc.want)
 		}
 	}
 }

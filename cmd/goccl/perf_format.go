@@ -20,6 +20,16 @@ func formatConfigLine(minBytes, maxBytes, stepFactor, stepBytes int64, warmup, i
 		minBytes, maxBytes, step, unit, warmup, iters, aggIters, check)
 }
 
+// unalignSuffix ends the configuration line with -u as current nccl-tests
+// does (" unalign: N"); older versions, whose line goccl perf prints
+// otherwise, have none, so it is left out for -u 0.
+func unalignSuffix(unalign int) string {
+	if unalign == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" unalign: %d", unalign)
+}
+
 // deviceInfo describes one rank for the "# Using devices" block.
 type deviceInfo struct {
 	Rank   int    `json:"rank"`
