@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/goccl/goccl"
 	"github.com/goccl/goccl/internal/config"
@@ -38,11 +39,12 @@ prints the report.
 
 For each size, the collective runs -w warm-up iterations (at the largest and
 smallest size, once per type/op/root), then -n timed iterations out of place
-and -n in place. time is the mean time per iteration in microseconds, then
-combined across ranks as -a says (default: the slowest rank); algbw is the
-bytes moved per rank over time (1 GB = 1e9 B), busbw is algbw times the
-nccl-tests factor: 2(n-1)/n for all_reduce, (n-1)/n for all_gather,
-reduce_scatter and alltoall, 1 for broadcast, reduce and sendrecv.
+and -n in place, each of -m operations issued as -z says. time is the mean
+time per operation in microseconds, then combined across ranks as -a says
+(default: the mean over ranks); algbw is the bytes moved per rank over time
+(1 GB = 1e9 B), busbw is algbw times the nccl-tests factor: 2(n-1)/n for
+all_reduce, (n-1)/n for all_gather, reduce_scatter and alltoall, 1 for
+broadcast, reduce and sendrecv.
 
 With -c 1 each size is also run once more, out of place and in place, on
 inputs of small integers per (rank, element), and every element of the
@@ -54,7 +56,8 @@ too. "Out of bounds values" is the number of tests with wrong elements plus
 the number of elements written out of bounds; when it is not 0, goccl perf
 exits with status 1.
 
-Flags (single dash, as nccl-tests; the long names work too):
+Flags (single dash, as nccl-tests; the long names work too, with one or two
+dashes):
   -b, -minbytes SIZE     smallest size in bytes, K, M, G or T for 1024-based
                          multiples (default 8); 0 needs -f 1
   -e, -maxbytes SIZE     largest size (default 32M); every rank allocates two
@@ -63,16 +66,42 @@ Flags (single dash, as nccl-tests; the long names work too):
   -f, -stepfactor N      multiply the size by N each step (default 2)
   -i, -stepbytes SIZE    add SIZE each step when -f is 0 or 1 (default 1M)
   -n, -iters N           timed iterations per size (default 20)
+  -m, -agg_iters N       operations per iteration, issued back to back
+                         without waiting in between (default 1); time is
+                         per operation
   -w, -warmup_iters N    warm-up iterations (default 5)
+  -N, -run_cycles N      run the sweep N times, printing each; 0 = forever
+                         (default 1)
   -c, -check N           check the results N times, 0 to skip (default 1)
   -o, -op OP             sum, prod, min, max, avg or all (default sum)
   -d, -datatype TYPE     int8, uint8, int32, uint32, int64, uint64, half,
                          bfloat16, float, double or all (default float)
   -r, -root N            root of broadcast and reduce, -1 for every rank (default 0)
-  -a, -average N         time across ranks: 0 rank 0, 1 mean, 2 min, 3 max (default 3)
-  -J, -json FILE         also write the results as JSON to FILE (rank 0)
+  -z, -blocking N        0: issue every operation of a size non-blocking
+                         (the I forms) and wait once at the end (default);
+                         1: run each operation blocking, then a barrier;
+                         2: run each operation blocking, no barrier;
+                         3: issue the -m operations of an iteration, wait
+                         for them, then a barrier not counted in the time
+  -T, -timeout SEC       operation timeout in seconds; 0 keeps the
+                         communicator's (` + config.Timeout.Name + `, default 5m)
+  -C, -report_cputime N  1: report the time to issue the operations (column
+                         "cputime"), not to complete them (default 0)
+  -u, -unalign N         misalign the send and receive buffers by N elements
+                         (default 0)
+  -a, -average N         time across ranks: 0 rank 0, 1 mean, 2 min, 3 max (default 1)
+  -J, -output_file FILE  also write the results as JSON to FILE, in
+                         nccl-tests' JSON layout (rank 0); -json is the same
   -np N                  start N local ranks of this command
-  -t, -g N               threads and GPUs per rank: only 1 is supported
+  -t, -nthreads N        threads per rank: only 1 is supported
+  -g, -ngpus N           GPUs (devices) per thread: only 1 is supported
+
+Accepted for nccl-tests command lines, with no effect here (the report's
+header names those given): -G/-cudagraph, -R/-local_register,
+-y/-stream_null, -x/-cta_policy, -D/-device_implementation,
+-V/-device_cta_count and -M/-memory are about GPUs; -p/-parallel_init is
+about several threads per process; -S/-report_timestamps,
+-I/-per_iter_timing and -K/-per_iter_skip are not implemented by goccl perf.
 `
 
 // perfConfig is the parsed command line.
@@ -93,6 +122,43 @@ type perfConfig struct {
 	np         int
 	threads    int
 	gpus       int
+	aggIters   int // -m: operations per timed iteration
+	blocking   int // -z: 0 non-blocking, 1 blocking + barrier, 2 blocking, 3 wait + barrier per iteration
+	timeout    int // -T: operation timeout in seconds, 0 for the communicator's
+	runCycles  int // -N: sweeps, 0 for ever
+	cputime    int // -C: 1 reports the time to issue
+	unalign    int // -u: elements by which the buffers are misaligned
+	ignored    []*ignoredFlag
+}
+
+// maxUnalign bounds -u (each buffer grows by 8 bytes per element of -u).
+const maxUnalign = 1 << 20
+
+// ignoredFlag is an nccl-tests flag that goccl perf accepts and ignores.
+type ignoredFlag struct {
+	short, long string
+	def, min    int
+	max         int  // 0: no maximum
+	noEffect    bool // about GPUs or threads: no effect on CPU (else: not implemented)
+	v           int
+}
+
+// ignoredFlags lists them, in nccl-tests' usage order, with nccl-tests'
+// defaults and ranges.
+func ignoredFlags() []*ignoredFlag {
+	return []*ignoredFlag{
+		{short: "p", long: "parallel_init", max: 1, noEffect: true},
+		{short: "y", long: "stream_null", max: 1, noEffect: true},
+		{short: "G", long: "cudagraph", noEffect: true},
+		{short: "S", long: "report_timestamps", max: 1},
+		{short: "R", long: "local_register", max: 2, noEffect: true},
+		{short: "x", long: "cta_policy", def: -1, min: -1, max: 2, noEffect: true},
+		{short: "D", long: "device_implementation", noEffect: true},
+		{short: "V", long: "device_cta_count", def: 16, min: 1, max: 128, noEffect: true},
+		{short: "M", long: "memory", max: 1, noEffect: true},
+		{short: "I", long: "per_iter_timing", max: 1},
+		{short: "K", long: "per_iter_skip"},
+	}
 }
 
 // sizeValue parses nccl-tests sizes: a number with an optional K, M, G or T.
@@ -122,8 +188,8 @@ var parseSize = config.ParseSize
 func parsePerfArgs(args []string, stderr io.Writer) (*perfConfig, error) {
 	cfg := &perfConfig{
 		minBytes: 8, maxBytes: 32 << 20, stepFactor: 2, stepBytes: 1 << 20,
-		iters: 20, warmup: 5, check: 1, op: "sum", dtype: "float", average: avgMax,
-		threads: 1, gpus: 1,
+		iters: 20, warmup: 5, check: 1, op: "sum", dtype: "float", average: avgMean,
+		threads: 1, gpus: 1, aggIters: 1, runCycles: 1, ignored: ignoredFlags(),
 	}
 	var collName string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
@@ -144,7 +210,18 @@ func parsePerfArgs(args []string, stderr io.Writer) (*perfConfig, error) {
 	both("d", "datatype", func(n string) { fs.StringVar(&cfg.dtype, n, cfg.dtype, "") })
 	both("r", "root", func(n string) { fs.IntVar(&cfg.root, n, cfg.root, "") })
 	both("a", "average", func(n string) { fs.IntVar(&cfg.average, n, cfg.average, "") })
-	both("J", "json", func(n string) { fs.StringVar(&cfg.jsonFile, n, "", "") })
+	both("J", "output_file", func(n string) { fs.StringVar(&cfg.jsonFile, n, "", "") })
+	fs.StringVar(&cfg.jsonFile, "json", "", "")
+	both("m", "agg_iters", func(n string) { fs.IntVar(&cfg.aggIters, n, cfg.aggIters, "") })
+	both("z", "blocking", func(n string) { fs.IntVar(&cfg.blocking, n, 0, "") })
+	both("T", "timeout", func(n string) { fs.IntVar(&cfg.timeout, n, 0, "") })
+	both("N", "run_cycles", func(n string) { fs.IntVar(&cfg.runCycles, n, cfg.runCycles, "") })
+	both("C", "report_cputime", func(n string) { fs.IntVar(&cfg.cputime, n, 0, "") })
+	both("u", "unalign", func(n string) { fs.IntVar(&cfg.unalign, n, 0, "") })
+	for _, f := range cfg.ignored {
+		f.v = f.def
+		both(f.short, f.long, func(n string) { fs.IntVar(&f.v, n, f.def, "") })
+	}
 	both("t", "nthreads", func(n string) { fs.IntVar(&cfg.threads, n, 1, "") })
 	both("g", "ngpus", func(n string) { fs.IntVar(&cfg.gpus, n, 1, "") })
 	fs.IntVar(&cfg.np, "np", 0, "")
@@ -179,13 +256,34 @@ func parsePerfArgs(args []string, stderr io.Writer) (*perfConfig, error) {
 	case cfg.warmup < 0 || cfg.check < 0:
 		return nil, errors.New("-w and -c must not be negative")
 	case cfg.average < 0 || cfg.average > 3:
-		return nil, errors.New("-a must be 0, 1, 2 or 3")
+		return nil, fmt.Errorf("-a (average) must be 0, 1, 2 or 3, not %d", cfg.average)
+	case cfg.aggIters < 1:
+		return nil, fmt.Errorf("-m (agg_iters) must be at least 1, not %d", cfg.aggIters)
+	case cfg.blocking < 0 || cfg.blocking > 3:
+		return nil, fmt.Errorf("-z (blocking) must be 0, 1, 2 or 3, not %d", cfg.blocking)
+	case cfg.timeout < 0:
+		return nil, fmt.Errorf("-T (timeout) must be 0 (the communicator's timeout) or a number of seconds, not %d", cfg.timeout)
+	case cfg.runCycles < 0:
+		return nil, fmt.Errorf("-N (run_cycles) must be 0 (for ever) or more, not %d", cfg.runCycles)
+	case cfg.cputime < 0 || cfg.cputime > 1:
+		return nil, fmt.Errorf("-C (report_cputime) must be 0 or 1, not %d", cfg.cputime)
+	case cfg.unalign < 0 || cfg.unalign > maxUnalign:
+		return nil, fmt.Errorf("-u (unalign) must be from 0 to %d elements, not %d", maxUnalign, cfg.unalign)
 	case cfg.threads != 1 || cfg.gpus != 1:
 		return nil, errors.New("-t and -g: goccl perf runs one thread and one device per rank; use -np for more ranks")
 	case cfg.np < 0:
 		return nil, errors.New("-np must not be negative")
 	case cfg.root < -1:
 		return nil, fmt.Errorf("invalid root %d", cfg.root)
+	}
+	for _, f := range cfg.ignored {
+		if f.v < f.min || (f.max > 0 && f.v > f.max) {
+			r := fmt.Sprintf("at least %d", f.min)
+			if f.max > 0 {
+				r = fmt.Sprintf("from %d to %d", f.min, f.max)
+			}
+			return nil, fmt.Errorf("-%s (%s) must be %s, not %d", f.short, f.long, r, f.v)
+		}
 	}
 	types, err := cfg.types()
 	if err != nil {
@@ -198,6 +296,47 @@ func parsePerfArgs(args []string, stderr io.Writer) (*perfConfig, error) {
 		return nil, fmt.Errorf("avg is only supported for floating-point types, not %s", types[0])
 	}
 	return cfg, nil
+}
+
+// timeLabel names the time columns: nccl-tests says "cputime" with -C 1.
+func (cfg *perfConfig) timeLabel() string {
+	if cfg.cputime == 1 {
+		return "cputime"
+	}
+	return "time"
+}
+
+// headerNotes are the lines after the configuration line: nccl-tests'
+// blocking line for -z, and which flags given were ignored.
+func (cfg *perfConfig) headerNotes() []string {
+	var l []string
+	switch cfg.blocking {
+	case 1:
+		l = append(l, "# Blocking Enabled: wait and barrier after each inner iteration (-m) ")
+	case 2:
+		l = append(l, "# Blocking Enabled: wait after each inner iteration (-m), no barrier ")
+	case 3:
+		l = append(l, "# Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes barrier ")
+	}
+	var noEffect, notImpl []string
+	for _, f := range cfg.ignored {
+		if f.v == f.def {
+			continue
+		}
+		d := fmt.Sprintf("-%s %d (%s)", f.short, f.v, f.long)
+		if f.noEffect {
+			noEffect = append(noEffect, d)
+		} else {
+			notImpl = append(notImpl, d)
+		}
+	}
+	if len(noEffect) > 0 {
+		l = append(l, "# No effect on CPU (no GPU, one thread per rank): "+strings.Join(noEffect, ", "))
+	}
+	if len(notImpl) > 0 {
+		l = append(l, "# Not implemented by goccl perf, ignored: "+strings.Join(notImpl, ", "))
+	}
+	return l
 }
 
 // nccl-tests' orders for -d all and -o all.
@@ -278,7 +417,23 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 		return perfLaunch(cfg, args, stdout, stderr)
 	}
 	ctx := context.Background()
-	c, err := goccl.Init(ctx)
+	var opts []goccl.Option
+	initCtx := ctx
+	if cfg.timeout > 0 {
+		// -T bounds the operations; Init keeps at least its own bound.
+		t := time.Duration(cfg.timeout) * time.Second
+		opts = append(opts, goccl.WithTimeout(t))
+		initT := goccl.DefaultTimeout
+		if d, ok, err := config.Timeout.Duration(); err == nil && ok {
+			initT = d
+		}
+		if initT > 0 {
+			var cancel context.CancelFunc
+			initCtx, cancel = context.WithTimeout(ctx, max(initT, t))
+			defer cancel()
+		}
+	}
+	c, err := goccl.Init(initCtx, opts...)
 	if err != nil {
 		fmt.Fprintf(stderr, "goccl perf: init: %v\n", err)
 		return 1
@@ -322,6 +477,7 @@ func perfLaunch(cfg *perfConfig, args []string, stdout, stderr io.Writer) int {
 // 1 when results were wrong or out of bounds (then on every rank) or an
 // error happened, 2 when the sizes do not fit (-r, or -e in memory).
 func perfRank(ctx context.Context, cfg *perfConfig, c benchComm, stdout, stderr io.Writer) (int, error) {
+	start := time.Now()
 	rank, n := c.Rank(), c.Size()
 	types, _ := cfg.types()
 	ops, _ := cfg.ops()
@@ -337,14 +493,17 @@ func perfRank(ctx context.Context, cfg *perfConfig, c benchComm, stdout, stderr 
 		return 2, err
 	}
 	b := newBench(ctx, cfg, c, stdout, stderr)
-	b.printf("%s", formatConfigLine(cfg.minBytes, cfg.maxBytes, cfg.stepFactor, cfg.stepBytes, cfg.warmup, cfg.iters, cfg.check))
+	b.printf("%s", formatConfigLine(cfg.minBytes, cfg.maxBytes, cfg.stepFactor, cfg.stepBytes, cfg.warmup, cfg.iters, cfg.aggIters, cfg.check)+unalignSuffix(cfg.unalign))
+	for _, l := range cfg.headerNotes() {
+		b.printf("%s", l)
+	}
 	b.printf("#")
 	b.printf("# Using devices")
 	for _, d := range devs {
 		b.printf("%s", formatDeviceLine(d))
 	}
 	b.printf("#")
-	for _, l := range columnHeader() {
+	for _, l := range columnHeaderTime(cfg.timeLabel()) {
 		b.printf("%s", l)
 	}
 	if err := b.run(types, ops, roots); err != nil {
@@ -362,18 +521,11 @@ func perfRank(ctx context.Context, cfg *perfConfig, c benchComm, stdout, stderr 
 		status = 1
 	}
 	if rank == 0 && cfg.jsonFile != "" {
-		rep := &jsonReport{
-			Collective: cfg.coll.name, NRanks: n, Devices: devs, Results: b.rows,
-			Errors: b.errors, AvgBusBW: avg, OK: b.errors == 0, GocclVersion: versionString(),
-			Config: jsonConfig{
-				MinBytes: cfg.minBytes, MaxBytes: cfg.maxBytes, StepFactor: cfg.stepFactor, StepBytes: cfg.stepBytes,
-				Iters: cfg.iters, WarmupIters: cfg.warmup, Check: cfg.check, Op: cfg.op, Datatype: cfg.dtype,
-				Root: cfg.root, Average: cfg.average,
-			},
-		}
-		if rep.Results == nil {
-			rep.Results = []jsonRow{}
-		}
+		rep := newJSONReport(cfg, n, devs, start)
+		rep.Results = append(rep.Results, b.rows...)
+		rep.OutOfBounds = jsonOOB{Count: b.errors, Okay: b.errors == 0}
+		rep.AvgBusBW.Bandwidth = avg
+		rep.EndTime = time.Now().Format(jsonTimeFormat)
 		if err := writeJSON(cfg.jsonFile, rep); err != nil {
 			fmt.Fprintf(stderr, "goccl perf: writing %s: %v\n", cfg.jsonFile, err)
 			status = 1

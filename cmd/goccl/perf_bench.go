@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -29,6 +30,20 @@ type benchComm interface {
 
 var _ benchComm = (*goccl.Comm)(nil)
 
+// asyncComm is the non-blocking part of *goccl.Comm that -z 0 and -z 3 use.
+// A benchComm without it (the tests' fakes) runs those operations blocking.
+type asyncComm interface {
+	IAllReduceBytes(ctx context.Context, send, recv []byte, count int, dt goccl.DataType, op goccl.RedOp) (goccl.Request, error)
+	IBroadcastBytes(ctx context.Context, send, recv []byte, count int, dt goccl.DataType, root int) (goccl.Request, error)
+	IReduceBytes(ctx context.Context, send, recv []byte, count int, dt goccl.DataType, op goccl.RedOp, root int) (goccl.Request, error)
+	IAllGatherBytes(ctx context.Context, send, recv []byte, count int, dt goccl.DataType) (goccl.Request, error)
+	IReduceScatterBytes(ctx context.Context, send, recv []byte, count int, dt goccl.DataType, op goccl.RedOp) (goccl.Request, error)
+	IAllToAllBytes(ctx context.Context, send, recv []byte, count int, dt goccl.DataType) (goccl.Request, error)
+	ISendRecvBytes(ctx context.Context, send []byte, sendPeer int, recv []byte, recvPeer int, count int, dt goccl.DataType) (goccl.Request, error)
+}
+
+var _ asyncComm = (*goccl.Comm)(nil)
+
 // guardBytes follow every buffer extent; a run must leave them alone.
 const guardBytes = 256
 
@@ -44,6 +59,7 @@ const (
 type bench struct {
 	cfg   *perfConfig
 	c     benchComm
+	ac    asyncComm // nil: c has no non-blocking forms
 	ctx   context.Context
 	out   io.Writer // rank 0's report; io.Discard elsewhere
 	diag  io.Writer // mismatch details (stderr)
@@ -52,7 +68,8 @@ type bench struct {
 	coll  *coll
 	diags int // mismatch lines printed so far
 
-	sendBuf, recvBuf []byte // allocated once, maxBytes + guard each
+	sendBuf, recvBuf   []byte // the buffers of the current test: -u elements into the bases
+	sendBase, recvBase []byte // allocated once, maxBytes + guard + 8 bytes per -u each
 
 	// The current test.
 	dt    goccl.DataType
@@ -66,6 +83,12 @@ type bench struct {
 	extIP int // in-place region, bytes
 	// Slices handed to the collective; they run to the end of the guard.
 	oopSend, oopRecv, ipSend, ipRecv []byte
+
+	// The last operation start issued and complete has not waited for:
+	// operations run in issue order and a failed one fails the ones after,
+	// so waiting for the last one waits for all.
+	last    goccl.Request
+	pending bool
 
 	// Scratch for the cross-rank reductions of times and error counts.
 	f64  [2]float64
@@ -92,8 +115,11 @@ func newBench(ctx context.Context, cfg *perfConfig, c benchComm, out, diag io.Wr
 	if b.rank != 0 {
 		b.out = io.Discard
 	}
-	b.sendBuf = alignedBytes(int(cfg.maxBytes) + guardBytes)
-	b.recvBuf = alignedBytes(int(cfg.maxBytes) + guardBytes)
+	b.ac, _ = c.(asyncComm)
+	pad := 8 * cfg.unalign // the largest element times -u, as nccl-tests
+	b.sendBase = alignedBytes(int(cfg.maxBytes) + guardBytes + pad)
+	b.recvBase = alignedBytes(int(cfg.maxBytes) + guardBytes + pad)
+	b.sendBuf, b.recvBuf = b.sendBase, b.recvBase
 	b.f64b = unsafe.Slice((*byte)(unsafe.Pointer(&b.f64[0])), 16)
 	b.i64b = unsafe.Slice((*byte)(unsafe.Pointer(&b.i64[0])), 32)
 	return b
@@ -151,11 +177,71 @@ func (b *bench) runOnce(inPlace bool) error {
 	return fmt.Errorf("unknown collective %v", b.coll.kind)
 }
 
+// issueOnce issues the collective once without waiting for it.
+func (b *bench) issueOnce(inPlace bool) (goccl.Request, error) {
+	send, recv := b.oopSend, b.oopRecv
+	if inPlace {
+		send, recv = b.ipSend, b.ipRecv
+	}
+	ctx, c, cnt, dt := b.ctx, b.ac, b.lay.paramCount, b.dt
+	switch b.coll.kind {
+	case collAllReduce:
+		return c.IAllReduceBytes(ctx, send, recv, cnt, dt, b.op)
+	case collAllGather:
+		return c.IAllGatherBytes(ctx, send, recv, cnt, dt)
+	case collReduceScatter:
+		return c.IReduceScatterBytes(ctx, send, recv, cnt, dt, b.op)
+	case collBroadcast:
+		return c.IBroadcastBytes(ctx, send, recv, cnt, dt, b.root)
+	case collReduce:
+		return c.IReduceBytes(ctx, send, recv, cnt, dt, b.op, b.root)
+	case collAllToAll:
+		return c.IAllToAllBytes(ctx, send, recv, cnt, dt)
+	case collSendRecv:
+		return c.ISendRecvBytes(ctx, send, (b.rank+1)%b.n, recv, (b.rank-1+b.n)%b.n, cnt, dt)
+	}
+	return goccl.Request{}, fmt.Errorf("unknown collective %v", b.coll.kind)
+}
+
+// start is nccl-tests' startColl: it issues the collective once, without
+// waiting for it when -z is 0 or 3 (and the communicator has non-blocking
+// forms), running it to completion otherwise, with a barrier after it for
+// -z 1.
+func (b *bench) start(inPlace bool) error {
+	if b.cfg.blocking == 1 || b.cfg.blocking == 2 || b.ac == nil {
+		if err := b.runOnce(inPlace); err != nil {
+			return err
+		}
+		if b.cfg.blocking == 1 {
+			return b.c.Barrier(b.ctx)
+		}
+		return nil
+	}
+	r, err := b.issueOnce(inPlace)
+	if err != nil {
+		return err
+	}
+	b.last, b.pending = r, true
+	return nil
+}
+
+// complete is nccl-tests' completeColl: it waits for what start issued.
+func (b *bench) complete() error {
+	if !b.pending {
+		return nil
+	}
+	b.pending = false
+	return b.last.Wait(b.ctx)
+}
+
 // opError wraps a collective's error with what was being run.
 func (b *bench) opError(err error, size int64, inPlace bool, what string) error {
 	place := "out-of-place"
 	if inPlace {
 		place = "in-place"
+	}
+	if b.cfg.timeout > 0 && errors.Is(err, context.DeadlineExceeded) {
+		what += fmt.Sprintf(", timeout -T %d s", b.cfg.timeout)
 	}
 	return fmt.Errorf("rank %d: %s %s %s size %d %s (%s): %w", b.rank, b.coll.name, b.dt, b.opName(), size, place, what, err)
 }
@@ -212,6 +298,9 @@ func (b *bench) run(types []goccl.DataType, ops []goccl.RedOp, roots []int) erro
 // runTest is nccl-tests' TimeTest: warm up, then one row per size.
 func (b *bench) runTest(dt goccl.DataType, op goccl.RedOp, root int) error {
 	b.dt, b.op, b.root, b.elt = dt, op, root, dt.Size()
+	// -u: misalign both buffers by that many elements (nccl-tests' unalign).
+	off := b.cfg.unalign * b.elt
+	b.sendBuf, b.recvBuf = b.sendBase[off:], b.recvBase[off:]
 	kind := patCopy
 	if b.coll.reduces {
 		switch op {
@@ -231,22 +320,27 @@ func (b *bench) runTest(dt goccl.DataType, op goccl.RedOp, root int) error {
 	for _, size := range []int64{b.cfg.maxBytes, b.cfg.minBytes} {
 		b.setup(size)
 		for i := 0; i < b.cfg.warmup; i++ {
-			if err := b.runOnce(false); err != nil {
+			if err := b.start(false); err != nil {
 				return b.opError(err, size, false, "warm-up")
 			}
 		}
-	}
-	for _, size := range b.cfg.sizes() {
-		b.setup(size)
-		var res [2]testResult
-		for ip := 0; ip < 2; ip++ {
-			r, err := b.measure(size, ip == 1)
-			if err != nil {
-				return err
-			}
-			res[ip] = r
+		if err := b.complete(); err != nil {
+			return b.opError(err, size, false, "warm-up")
 		}
-		b.report(res)
+	}
+	for cycle := 0; b.cfg.runCycles == 0 || cycle < b.cfg.runCycles; cycle++ {
+		for _, size := range b.cfg.sizes() {
+			b.setup(size)
+			var res [2]testResult
+			for ip := 0; ip < 2; ip++ {
+				r, err := b.measure(size, ip == 1)
+				if err != nil {
+					return err
+				}
+				res[ip] = r
+			}
+			b.report(res)
+		}
 	}
 	return nil
 }
@@ -260,15 +354,11 @@ func (b *bench) measure(size int64, inPlace bool) (testResult, error) {
 	if err := b.c.Barrier(b.ctx); err != nil {
 		return res, fmt.Errorf("rank %d: barrier: %w", b.rank, err)
 	}
-	iters := b.cfg.iters
-	start := time.Now()
-	for i := 0; i < iters; i++ {
-		if err := b.runOnce(inPlace); err != nil {
-			return res, b.opError(err, size, inPlace, "timed loop")
-		}
+	d, err := b.timedLoop(inPlace)
+	if err != nil {
+		return res, b.opError(err, size, inPlace, "timed loop")
 	}
-	sec := time.Since(start).Seconds() / float64(iters)
-	sec, err := b.combineTime(sec)
+	sec, err := b.combineTime(d.Seconds() / float64(b.cfg.iters*b.cfg.aggIters))
 	if err != nil {
 		return res, fmt.Errorf("rank %d: combining times: %w", b.rank, err)
 	}
@@ -297,6 +387,45 @@ func (b *bench) measure(size int64, inPlace bool) (testResult, error) {
 	return res, nil
 }
 
+// timedLoop is the loop of nccl-tests' BenchTime: -n iterations of -m
+// operations each, started as -z says. It returns the time until all are
+// done or, with -C 1, until all are issued; with -z 3 only the time of the
+// operations counts, not the barrier after each iteration.
+func (b *bench) timedLoop(inPlace bool) (time.Duration, error) {
+	var collOnly time.Duration
+	z3 := b.cfg.blocking == 3
+	start := time.Now()
+	for i := 0; i < b.cfg.iters; i++ {
+		t0 := time.Now()
+		for a := 0; a < b.cfg.aggIters; a++ {
+			if err := b.start(inPlace); err != nil {
+				return 0, err
+			}
+		}
+		if z3 {
+			if err := b.complete(); err != nil {
+				return 0, err
+			}
+			collOnly += time.Since(t0)
+			if err := b.c.Barrier(b.ctx); err != nil {
+				return 0, err
+			}
+		}
+	}
+	issued := time.Since(start)
+	if err := b.complete(); err != nil {
+		return 0, err
+	}
+	done := time.Since(start)
+	switch {
+	case z3:
+		return collOnly, nil
+	case b.cfg.cputime == 1:
+		return issued, nil
+	}
+	return done, nil
+}
+
 // combineTime reduces the per-rank time across ranks as -a says.
 func (b *bench) combineTime(sec float64) (float64, error) {
 	b.f64[0] = sec
@@ -319,7 +448,8 @@ func (b *bench) combineTime(sec float64) (float64, error) {
 func (b *bench) report(res [2]testResult) {
 	size := b.lay.printedSize(b.elt)
 	line := formatRowParams(size, int64(b.lay.paramCount), b.dt.String(), b.opName(), b.rootColumn())
-	row := jsonRow{Collective: b.coll.name, Size: size, Count: int64(b.lay.paramCount), Type: b.dt.String(), Redop: b.opName(), Root: b.rootColumn()}
+	row := jsonRow{Size: size, Count: int64(b.lay.paramCount), Type: b.dt.String(), Redop: b.opName(), Root: rootColumn(b.rootColumn()),
+		ActualIterations: b.cfg.iters}
 	for i, r := range res {
 		line += formatResult(r.us, r.algbw, r.busbw, r.wrong)
 		b.bwSum += r.busbw
@@ -328,10 +458,16 @@ func (b *bench) report(res [2]testResult) {
 			b.errors++
 		}
 		b.errors += r.oob
-		jr := jsonResult{TimeUs: r.us, AlgBW: r.algbw, BusBW: r.busbw, OutOfBounds: r.oob}
+		us := r.us
+		jr := jsonResult{AlgBW: r.algbw, BusBW: r.busbw, OutOfBounds: r.oob}
+		if b.cfg.cputime == 1 {
+			jr.CPUTime = &us
+		} else {
+			jr.Time = &us
+		}
 		if r.wrong >= 0 {
-			w := r.wrong
-			jr.Wrong = &w
+			w := float64(r.wrong)
+			jr.NWrong = &w
 		}
 		if i == 0 {
 			row.OutOfPlace = jr

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"io"
 	"math"
+	"regexp"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/goccl/goccl"
 )
@@ -35,7 +39,7 @@ func TestParsePerfArgs(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.coll.kind != collAllReduce || cfg.minBytes != 8 || cfg.maxBytes != 128<<20 || cfg.stepFactor != 2 || cfg.np != 4 ||
-		cfg.iters != 20 || cfg.warmup != 5 || cfg.check != 1 || cfg.op != "sum" || cfg.dtype != "float" || cfg.root != 0 || cfg.average != avgMax {
+		cfg.iters != 20 || cfg.warmup != 5 || cfg.check != 1 || cfg.op != "sum" || cfg.dtype != "float" || cfg.root != 0 || cfg.average != avgMean {
 		t.Errorf("cfg %+v", cfg)
 	}
 	// Defaults, flags before the collective, long names, the _perf suffix.
@@ -282,5 +286,335 @@ func TestIntegerExpectations(t *testing.T) {
 	}
 	if got, _ := p.reduced(7); got != int64(pr) {
 		t.Errorf("int32 prod %d, want %d", got, pr)
+	}
+}
+
+// ncclTestsFlags is every option of nccl-tests' all_reduce_perf (src/common.cu
+// longopts, getopt string "t:g:b:e:i:f:n:m:w:N:p:I:K:c:o:d:r:z:y:T:hG:C:a:R:x:D:V:J:S:M:u:")
+// with a value that is valid for it.
+var ncclTestsFlags = []struct{ short, long, value string }{
+	{"t", "nthreads", "1"}, {"g", "ngpus", "1"}, {"b", "minbytes", "8"}, {"e", "maxbytes", "1K"},
+	{"i", "stepbytes", "1K"}, {"f", "stepfactor", "2"}, {"n", "iters", "3"}, {"m", "agg_iters", "2"},
+	{"w", "warmup_iters", "1"}, {"N", "run_cycles", "2"}, {"p", "parallel_init", "1"}, {"c", "check", "1"},
+	{"o", "op", "sum"}, {"d", "datatype", "float"}, {"r", "root", "0"}, {"z", "blocking", "1"},
+	{"y", "stream_null", "1"}, {"T", "timeout", "30"}, {"G", "cudagraph", "1"}, {"C", "report_cputime", "1"},
+	{"S", "report_timestamps", "1"}, {"J", "output_file", "x.json"}, {"a", "average", "2"},
+	{"R", "local_register", "1"}, {"x", "cta_policy", "1"}, {"D", "device_implementation", "1"},
+	{"V", "device_cta_count", "8"}, {"M", "memory", "1"}, {"u", "unalign", "1"}, {"I", "per_iter_timing", "1"},
+	{"K", "per_iter_skip", "1"},
+}
+
+// TestPerfAcceptsNcclTestsFlags: every nccl-tests flag, short and long (with
+// nccl-tests' two dashes), is accepted (-z, -m, -T, -G, -R, ... were "flag
+// provided but not defined").
+func TestPerfAcceptsNcclTestsFlags(t *testing.T) {
+	var all []string
+	for _, f := range ncclTestsFlags {
+		for _, form := range []string{"-" + f.short, "--" + f.long, "--" + f.long + "=" + f.value} {
+			args := []string{"all_reduce", form}
+			if !strings.Contains(form, "=") {
+				args = append(args, f.value)
+			}
+			if _, err := parsePerfArgs(args, io.Discard); err != nil {
+				t.Errorf("%q: %v", args, err)
+			}
+		}
+		all = append(all, "-"+f.short, f.value)
+	}
+	// The usage text names every one.
+	for _, f := range ncclTestsFlags {
+		if !regexp.MustCompile(`(?m)^  -` + f.short + `, -` + f.long + ` |-` + f.short + `/-` + f.long + `\b`).MatchString(perfHelp) {
+			t.Errorf("goccl perf -h does not name -%s, -%s", f.short, f.long)
+		}
+	}
+	// All at once, as an nccl-tests command line.
+	if _, err := parsePerfArgs(append([]string{"all_reduce_perf"}, all...), io.Discard); err != nil {
+		t.Errorf("%q: %v", all, err)
+	}
+}
+
+func TestPerfFlagValues(t *testing.T) {
+	cfg, err := parsePerfArgs([]string{"all_reduce"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// nccl-tests' defaults: -a 1 (the mean over ranks), -m 1, -z 0, -T 0, -N 1, -C 0.
+	if cfg.average != avgMean || cfg.aggIters != 1 || cfg.blocking != 0 || cfg.timeout != 0 || cfg.runCycles != 1 || cfg.cputime != 0 {
+		t.Errorf("defaults %+v", cfg)
+	}
+	if l := cfg.headerNotes(); len(l) != 0 {
+		t.Errorf("default header notes %q", l)
+	}
+	cfg, err = parsePerfArgs([]string{"all_reduce", "-z", "3", "--agg_iters", "4", "-T", "30", "-N", "0", "-C", "1", "-a", "0",
+		"-G", "1", "--local_register=2", "-S", "1", "-p", "1", "-x", "-1", "-V", "16", "-J", "a.json"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.blocking != 3 || cfg.aggIters != 4 || cfg.timeout != 30 || cfg.runCycles != 0 || cfg.cputime != 1 || cfg.average != avgRank0 ||
+		cfg.jsonFile != "a.json" || cfg.timeLabel() != "cputime" {
+		t.Errorf("cfg %+v", cfg)
+	}
+	// -x -1 and -V 16 are nccl-tests' defaults: not reported.
+	want := []string{
+		"# Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes barrier ",
+		"# No effect on CPU (no GPU, one thread per rank): -p 1 (parallel_init), -G 1 (cudagraph), -R 2 (local_register)",
+		"# Not implemented by goccl perf, ignored: -S 1 (report_timestamps)",
+	}
+	if got := cfg.headerNotes(); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("header notes\n%q\nwant\n%q", got, want)
+	}
+	for z, w := range map[string]string{"1": "wait and barrier after each inner iteration (-m) ", "2": "wait after each inner iteration (-m), no barrier "} {
+		cfg, _ := parsePerfArgs([]string{"all_reduce", "-z", z}, io.Discard)
+		if l := cfg.headerNotes(); len(l) != 1 || l[0] != "# Blocking Enabled: "+w {
+			t.Errorf("-z %s: %q", z, l)
+		}
+	}
+	// -json stays an alias of -J.
+	if cfg, err := parsePerfArgs([]string{"all_reduce", "-json", "b.json"}, io.Discard); err != nil || cfg.jsonFile != "b.json" {
+		t.Errorf("-json: %v", err)
+	}
+}
+
+// TestPerfBadFlagValues: a bad value is an error naming the flag and the value.
+func TestPerfBadFlagValues(t *testing.T) {
+	cases := map[string][]string{
+		"-z (blocking) must be 0, 1, 2 or 3, not 4":               {"-z", "4"},
+		"-m (agg_iters) must be at least 1, not 0":                {"-m", "0"},
+		"-T (timeout) must be 0 (the communicator's timeout)":     {"-T", "-1"},
+		"-N (run_cycles) must be 0 (for ever) or more, not -2":    {"--run_cycles", "-2"},
+		"-C (report_cputime) must be 0 or 1, not 2":               {"-C", "2"},
+		"-a (average) must be 0, 1, 2 or 3, not 4":                {"-a", "4"},
+		"-R (local_register) must be from 0 to 2, not 3":          {"-R", "3"},
+		"-G (cudagraph) must be at least 0, not -1":               {"-G", "-1"},
+		"-V (device_cta_count) must be from 1 to 128, not 0":      {"-V", "0"},
+		"-x (cta_policy) must be from -1 to 2, not -2":            {"-x", "-2"},
+		`invalid value "fast" for flag -z`:                        {"-z", "fast"},
+		`invalid value "1.5" for flag -timeout`:                   {"--timeout", "1.5"},
+		"-m (agg_iters) must be at least 1, not -3":               {"--agg_iters=-3"},
+		"-I (per_iter_timing) must be from 0 to 1, not 2":         {"-I", "2"},
+		"-K (per_iter_skip) must be at least 0, not -1":           {"-K", "-1"},
+		"-S (report_timestamps) must be from 0 to 1, not 7":       {"-S", "7"},
+		"-y (stream_null) must be from 0 to 1, not 2":             {"-y", "2"},
+		"-D (device_implementation) must be at least 0, not -1":   {"-D", "-1"},
+		"-M (memory) must be from 0 to 1, not 5":                  {"-M", "5"},
+		"-u (unalign) must be from 0 to 1048576 elements, not -1": {"-u", "-1"},
+		"-p (parallel_init) must be from 0 to 1, not 3":           {"-p", "3"},
+	}
+	for want, flags := range cases {
+		var stderr strings.Builder
+		_, err := parsePerfArgs(append([]string{"all_reduce"}, flags...), &stderr)
+		msg := ""
+		if err != nil {
+			msg = err.Error() + stderr.String()
+		}
+		if err == nil || !strings.Contains(msg, want) {
+			t.Errorf("%q: %v, want an error with %q", flags, err, want)
+		}
+	}
+}
+
+// countComm is a real one-rank communicator that counts the AllReduce calls
+// of the timed loop: blocking, issued non-blocking, and barriers.
+type countComm struct {
+	*goccl.Comm
+	blocking, issued, barriers int
+}
+
+func (c *countComm) AllReduceBytes(ctx context.Context, send, recv []byte, count int, dt goccl.DataType, op goccl.RedOp) error {
+	c.blocking++
+	return c.Comm.AllReduceBytes(ctx, send, recv, count, dt, op)
+}
+
+func (c *countComm) IAllReduceBytes(ctx context.Context, send, recv []byte, count int, dt goccl.DataType, op goccl.RedOp) (goccl.Request, error) {
+	c.issued++
+	return c.Comm.IAllReduceBytes(ctx, send, recv, count, dt, op)
+}
+
+func (c *countComm) Barrier(ctx context.Context) error {
+	c.barriers++
+	return c.Comm.Barrier(ctx)
+}
+
+// countFake is the fake world's rank (no non-blocking forms) with counts.
+type countFake struct {
+	*fakeComm
+	blocking, barriers int
+}
+
+func (c *countFake) AllReduceBytes(ctx context.Context, send, recv []byte, count int, dt goccl.DataType, op goccl.RedOp) error {
+	c.blocking++
+	return c.fakeComm.AllReduceBytes(ctx, send, recv, count, dt, op)
+}
+
+func (c *countFake) Barrier(ctx context.Context) error {
+	c.barriers++
+	return c.fakeComm.Barrier(ctx)
+}
+
+// TestPerfBlockingAndAggIters: -n 4 -m 3 runs 12 operations per timed loop,
+// issued non-blocking and waited for once (-z 0), or per iteration with a
+// barrier after (-z 3), or each blocking with (-z 1) or without (-z 2) a
+// barrier after each, as nccl-tests' BenchTime and startColl.
+func TestPerfBlockingAndAggIters(t *testing.T) {
+	ctx := context.Background()
+	comm, err := goccl.Init(ctx, goccl.WithRank(0), goccl.WithWorldSize(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer comm.Close()
+	cases := []struct {
+		z                          string
+		blocking, issued, barriers int
+	}{
+		{"0", 0, 12, 0}, {"1", 12, 0, 12}, {"2", 12, 0, 0}, {"3", 0, 12, 4},
+	}
+	for _, c := range cases {
+		cfg, err := parsePerfArgs([]string{"all_reduce", "-n", "4", "-m", "3", "-z", c.z, "-e", "4K"}, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cc := &countComm{Comm: comm}
+		b := newBench(ctx, cfg, cc, io.Discard, io.Discard)
+		if b.ac == nil {
+			t.Fatal("a *goccl.Comm has no non-blocking forms")
+		}
+		b.dt, b.op, b.root, b.elt = goccl.Float32, goccl.Sum, 0, 4
+		b.setup(4096)
+		d, err := b.timedLoop(false)
+		if err != nil || d <= 0 {
+			t.Fatalf("-z %s: %v, %v", c.z, d, err)
+		}
+		if cc.blocking != c.blocking || cc.issued != c.issued || cc.barriers != c.barriers || b.pending {
+			t.Errorf("-z %s -m 3 -n 4: %d blocking, %d issued, %d barriers, pending %v; want %d, %d, %d",
+				c.z, cc.blocking, cc.issued, cc.barriers, b.pending, c.blocking, c.issued, c.barriers)
+		}
+	}
+	// Issuing and waiting allocates nothing.
+	cfg, _ := parsePerfArgs([]string{"all_reduce", "-e", "4K"}, io.Discard)
+	b := newBench(ctx, cfg, comm, io.Discard, io.Discard)
+	b.dt, b.op, b.elt = goccl.Float32, goccl.Sum, 4
+	b.setup(4096)
+	if a := testing.AllocsPerRun(100, func() { b.start(false); b.start(true); b.complete() }); a != 0 {
+		t.Errorf("start, start, complete: %v allocations", a)
+	}
+	// Without non-blocking forms (the fake), -z 0 runs them blocking.
+	cfg, _ = parsePerfArgs([]string{"all_reduce", "-n", "2", "-m", "5", "-e", "64"}, io.Discard)
+	cf := &countFake{fakeComm: newFakeWorld(1)[0]}
+	b = newBench(ctx, cfg, cf, io.Discard, io.Discard)
+	b.dt, b.op, b.elt = goccl.Float32, goccl.Sum, 4
+	b.setup(64)
+	if _, err := b.timedLoop(true); err != nil || cf.blocking != 10 || cf.barriers != 0 {
+		t.Errorf("fake: %v, %d blocking, %d barriers", err, cf.blocking, cf.barriers)
+	}
+}
+
+// deadlineComm fails every AllReduce as a timed-out operation does.
+type deadlineComm struct{ nopComm }
+
+func (deadlineComm) AllReduceBytes(context.Context, []byte, []byte, int, goccl.DataType, goccl.RedOp) error {
+	return context.DeadlineExceeded
+}
+
+func TestPerfTimeoutError(t *testing.T) {
+	cfg, _ := parsePerfArgs([]string{"all_reduce", "-T", "30", "-e", "64"}, io.Discard)
+	b := newBench(context.Background(), cfg, deadlineComm{}, io.Discard, io.Discard)
+	b.dt, b.op, b.elt = goccl.Float32, goccl.Sum, 4
+	b.setup(64)
+	_, err := b.timedLoop(false)
+	if err == nil {
+		t.Fatal("no error")
+	}
+	if e := b.opError(err, 64, false, "timed loop"); !strings.Contains(e.Error(), "timed loop, timeout -T 30 s") || !errors.Is(e, context.DeadlineExceeded) {
+		t.Errorf("%v", e)
+	}
+}
+
+// TestPerfFakeNcclTestsFlags runs the benchmark with nccl-tests' flags:
+// the header says what they do, -N 2 prints the sweep twice.
+func TestPerfFakeNcclTestsFlags(t *testing.T) {
+	out, errs, status := runFake(t, 3, []string{"all_reduce", "-b", "64", "-e", "256", "-n", "2", "-w", "1", "-z", "1", "-m", "2",
+		"-G", "1", "-R", "1", "-T", "30", "-N", "2", "-C", "1"}, nil)
+	rows, tail := parseReport(t, out, 3)
+	if len(rows) != 6 || tail[0] != "# Out of bounds values : 0 OK" || status[0] != 0 || errs != "" {
+		t.Errorf("rows %+v tail %q status %v stderr %s", rows, tail, status, errs)
+	}
+	lines := strings.Split(out, "\n")
+	if !strings.Contains(lines[0], " iters: 2 agg iters: 2 validation: 1 graph: 0") ||
+		lines[1] != "# Blocking Enabled: wait and barrier after each inner iteration (-m) " ||
+		lines[2] != "# No effect on CPU (no GPU, one thread per rank): -G 1 (cudagraph), -R 1 (local_register)" ||
+		lines[3] != "#" || !strings.Contains(out, "cputime") {
+		t.Errorf("header:\n%s", out)
+	}
+}
+
+// TestPerfLaunchNcclTestsFlags runs `goccl perf -np 2` over the real library
+// with an nccl-tests command line.
+func TestPerfLaunchNcclTestsFlags(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	for _, z := range []string{"0", "1", "3"} {
+		stdout, stderr, code := runGoccl(t, "perf", "all_reduce", "-np", "2", "-b", "8", "-e", "64K", "-f", "8", "-n", "2", "-w", "1",
+			"-z", z, "-m", "2", "-G", "1", "-R", "1", "-T", "30", "-u", "1")
+		if code != 0 {
+			t.Fatalf("-z %s: exit code %d\nstdout:\n%s\nstderr:\n%s", z, code, stdout, stderr)
+		}
+		rows, tail := parseReport(t, stdout, 2)
+		if len(rows) != 5 || tail[0] != "# Out of bounds values : 0 OK" {
+			t.Errorf("-z %s: %d rows, %q", z, len(rows), tail[0])
+		}
+		for _, r := range rows {
+			if r.wrongOOP != "0" || r.wrongIP != "0" {
+				t.Errorf("-z %s: row %+v", z, r)
+			}
+		}
+		if !strings.Contains(stdout, "agg iters: 2") || !strings.Contains(stdout, "-G 1 (cudagraph), -R 1 (local_register)") ||
+			(z != "0") != strings.Contains(stdout, "# Blocking Enabled") {
+			t.Errorf("-z %s: header:\n%s", z, stdout)
+		}
+	}
+}
+
+// alignFake is the fake world's rank noting the address of every
+// benchmarked AllReduce's buffers modulo 8.
+type alignFake struct {
+	*fakeComm
+	mis map[uintptr]bool
+}
+
+func (c *alignFake) AllReduceBytes(ctx context.Context, send, recv []byte, count int, dt goccl.DataType, op goccl.RedOp) error {
+	if count > 2 { // not perf's own reductions of times and error counts
+		c.mis[uintptr(unsafe.Pointer(&send[0]))%8] = true
+		c.mis[uintptr(unsafe.Pointer(&recv[0]))%8] = true
+	}
+	return c.fakeComm.AllReduceBytes(ctx, send, recv, count, dt, op)
+}
+
+// TestPerfUnalign: -u N shifts both buffers by N elements, and the checks
+// (results, guards) still pass on the shifted buffers.
+func TestPerfUnalign(t *testing.T) {
+	out, errs, status := runFake(t, 3, []string{"all_gather", "-b", "64", "-e", "1K", "-n", "1", "-w", "0", "-d", "all", "-u", "3"}, nil)
+	rows, tail := parseReport(t, out, 3)
+	if len(rows) == 0 || tail[0] != "# Out of bounds values : 0 OK" || status[0] != 0 || errs != "" {
+		t.Errorf("rows %d tail %q status %v stderr %s", len(rows), tail, status, errs)
+	}
+	if !strings.HasSuffix(strings.SplitN(out, "\n", 2)[0], " graph: 0 unalign: 3") {
+		t.Errorf("config line: %s", out)
+	}
+	for _, tc := range []struct {
+		u, dt string
+		want  uintptr
+	}{{"0", "float", 0}, {"1", "float", 4}, {"3", "double", 0}, {"1", "half", 2}} {
+		cfg, err := parsePerfArgs([]string{"all_reduce", "-b", "64", "-e", "64", "-n", "2", "-u", tc.u, "-d", tc.dt}, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &alignFake{fakeComm: newFakeWorld(1)[0], mis: map[uintptr]bool{}}
+		if st, err := perfRank(context.Background(), cfg, c, io.Discard, io.Discard); st != 0 || err != nil {
+			t.Fatalf("-u %s: %d %v", tc.u, st, err)
+		}
+		if len(c.mis) != 1 || !c.mis[tc.want] {
+			t.Errorf("-u %s -d %s: buffers at %v mod 8, want %d", tc.u, tc.dt, c.mis, tc.want)
+		}
 	}
 }

@@ -11,13 +11,23 @@ import (
 // byte: the same printf widths and precisions, the same header lines.
 
 // formatConfigLine is the first header line.
-func formatConfigLine(minBytes, maxBytes, stepFactor, stepBytes int64, warmup, iters, check int) string {
+func formatConfigLine(minBytes, maxBytes, stepFactor, stepBytes int64, warmup, iters, aggIters, check int) string {
 	step, unit := stepBytes, "bytes"
 	if stepFactor > 1 {
 		step, unit = stepFactor, "factor"
 	}
-	return fmt.Sprintf("# nThread 1 nGpus 1 minBytes %d maxBytes %d step: %d(%s) warmup iters: %d iters: %d agg iters: 1 validation: %d graph: 0",
-		minBytes, maxBytes, step, unit, warmup, iters, check)
+	return fmt.Sprintf("# nThread 1 nGpus 1 minBytes %d maxBytes %d step: %d(%s) warmup iters: %d iters: %d agg iters: %d validation: %d graph: 0",
+		minBytes, maxBytes, step, unit, warmup, iters, aggIters, check)
+}
+
+// unalignSuffix ends the configuration line with -u as current nccl-tests
+// does (" unalign: N"); older versions, whose line goccl perf prints
+// otherwise, have none, so it is left out for -u 0.
+func unalignSuffix(unalign int) string {
+	if unalign == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" unalign: %d", unalign)
 }
 
 // deviceInfo describes one rank for the "# Using devices" block.
@@ -34,11 +44,15 @@ func formatDeviceLine(d deviceInfo) string {
 }
 
 // columnHeader returns the three column header lines.
-func columnHeader() []string {
+func columnHeader() []string { return columnHeaderTime("time") }
+
+// columnHeaderTime is columnHeader with the time columns named label
+// ("cputime" with -C 1, as nccl-tests).
+func columnHeaderTime(label string) []string {
 	return []string{
 		fmt.Sprintf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          ", "", "", "", "", ""),
 		fmt.Sprintf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s",
-			"size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong"),
+			"size", "count", "type", "redop", "root", label, "algbw", "busbw", "#wrong", label, "algbw", "busbw", "#wrong"),
 		fmt.Sprintf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s",
 			"(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", ""),
 	}

@@ -47,10 +47,10 @@ func loadSections(t *testing.T) []section {
 func TestConfigLine(t *testing.T) {
 	secs := loadSections(t)
 	want := secs[0].lines[0]
-	if got := formatConfigLine(8, 8589934592, 2, 1<<20, 5, 20, 1); got != want {
+	if got := formatConfigLine(8, 8589934592, 2, 1<<20, 5, 20, 1, 1); got != want {
 		t.Errorf("got  %q\nwant %q", got, want)
 	}
-	if got, want := formatConfigLine(1024, 4096, 1, 1024, 0, 3, 0), "# nThread 1 nGpus 1 minBytes 1024 maxBytes 4096 step: 1024(bytes) warmup iters: 0 iters: 3 agg iters: 1 validation: 0 graph: 0"; got != want {
+	if got, want := formatConfigLine(1024, 4096, 1, 1024, 0, 3, 4, 0), "# nThread 1 nGpus 1 minBytes 1024 maxBytes 4096 step: 1024(bytes) warmup iters: 0 iters: 3 agg iters: 4 validation: 0 graph: 0"; got != want {
 		t.Errorf("got  %q\nwant %q", got, want)
 	}
 }

@@ -43,7 +43,7 @@ func (cfg *perfConfig) rankBuffers() int {
 // more memory than mem allows (float64: -e near 1<<62 times -np overflows).
 func (cfg *perfConfig) checkMemory(localRanks int, mem memLimit) error {
 	nbuf := cfg.rankBuffers()
-	perRank := float64(nbuf)*float64(cfg.maxBytes+guardBytes) + perfRankOverhead
+	perRank := float64(nbuf)*float64(cfg.maxBytes+guardBytes+8*int64(cfg.unalign)) + perfRankOverhead // -u pads each buffer
 	need := float64(localRanks) * perRank
 	if need <= float64(mem.bytes) {
 		return nil

@@ -74,7 +74,16 @@ type parsedRow struct {
 func parseReport(t *testing.T, out string, n int) ([]parsedRow, []string) {
 	t.Helper()
 	lines := strings.Split(out, "\n")
-	if !strings.HasPrefix(lines[0], "# nThread 1 nGpus 1 minBytes ") || lines[1] != "#" || lines[2] != "# Using devices" {
+	// Lines between the configuration line and "#" (-z, ignored flags)
+	// are checked by the tests that ask for them.
+	if len(lines) > 1 {
+		k := 1
+		for k < len(lines) && lines[k] != "#" && strings.HasPrefix(lines[k], "# ") {
+			k++
+		}
+		lines = append(lines[:1], lines[k:]...)
+	}
+	if len(lines) < 3 || !strings.HasPrefix(lines[0], "# nThread 1 nGpus 1 minBytes ") || lines[1] != "#" || lines[2] != "# Using devices" {
 		t.Fatalf("bad report head:\n%s", out)
 	}
 	for r := 0; r < n; r++ {
@@ -82,7 +91,11 @@ func parseReport(t *testing.T, out string, n int) ([]parsedRow, []string) {
 			t.Errorf("device line %q", lines[3+r])
 		}
 	}
-	if lines[3+n] != "#" || lines[4+n] != columnHeader()[0] || lines[5+n] != columnHeader()[1] || lines[6+n] != columnHeader()[2] {
+	hdr := columnHeader()
+	if strings.Contains(lines[5+n], "cputime") {
+		hdr = columnHeaderTime("cputime")
+	}
+	if lines[3+n] != "#" || lines[4+n] != hdr[0] || lines[5+n] != hdr[1] || lines[6+n] != hdr[2] {
 		t.Errorf("bad column header:\n%s", out)
 	}
 	var rows []parsedRow
@@ -267,16 +280,105 @@ func TestPerfJSON(t *testing.T) {
 	if err := json.Unmarshal(data, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if rep.Collective != "sendrecv" || rep.NRanks != 2 || len(rep.Results) != len(rows) || len(rep.Devices) != 2 || !rep.OK {
-		t.Fatalf("report %+v", rep)
+	if rep.Version != 3 || rep.Goccl.Collective != "sendrecv" || rep.Goccl.NRanks != 2 || len(rep.Results) != len(rows) ||
+		len(rep.Config.Devices) != 2 || !bool(rep.OutOfBounds.Okay) || rep.OutOfBounds.Count != 0 || rep.AvgBusBW.Okay != "unchecked" ||
+		rep.Config.StepFactor == nil || *rep.Config.StepFactor != 2 || rep.Config.StepBytes != nil || rep.Config.AggregatedIterations != 1 {
+		t.Fatalf("report %s", data)
 	}
 	r := rep.Results[1]
-	if r.Size != 2048 || r.Count != 512 || r.Type != "float" || r.Redop != "sum" || r.Root != -1 ||
-		r.OutOfPlace.Wrong == nil || *r.OutOfPlace.Wrong != 0 || r.InPlace.Wrong != nil || r.OutOfPlace.TimeUs <= 0 {
+	if r.Size != 2048 || r.Count != 512 || r.Type != "float" || r.Redop != "sum" || r.Root != "    -1" || r.ActualIterations != 1 ||
+		r.OutOfPlace.NWrong == nil || *r.OutOfPlace.NWrong != 0 || r.InPlace.NWrong != nil || r.OutOfPlace.Time == nil || *r.OutOfPlace.Time <= 0 ||
+		r.OutOfPlace.CPUTime != nil {
 		t.Errorf("record %s", data)
 	}
-	if !strings.Contains(string(data), `"wrong": null`) || !strings.Contains(string(data), `"algbw_gbs"`) {
+	if !strings.Contains(string(data), `"nwrong": null`) || !strings.Contains(string(data), `"blocking_collectives": "false"`) {
 		t.Errorf("json:\n%s", data)
+	}
+	checkNcclTestsJSONKeys(t, data)
+
+	// -C 1 names the time cpu_time; -m and -z show in the config.
+	out, _, _ = runFake(t, 2, []string{"all_reduce", "-b", "1K", "-e", "1K", "-n", "1", "-C", "1", "-m", "3", "-z", "1", "-f", "1", "-J", path}, nil)
+	parseReport(t, out, 2)
+	data, _ = os.ReadFile(path)
+	rep = jsonReport{}
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Results) != 1 || rep.Results[0].OutOfPlace.CPUTime == nil || rep.Results[0].OutOfPlace.Time != nil ||
+		rep.Config.AggregatedIterations != 3 || !bool(rep.Config.BlockingCollectives) || rep.Config.StepBytes == nil {
+		t.Errorf("-C 1 -m 3 -z 1: %s", data)
+	}
+	checkNcclTestsJSONKeys(t, data)
+}
+
+// checkNcclTestsJSONKeys checks that data has the keys, in the order, of
+// nccl-tests' JSON output (src/util.cu, version 3), goccl's additions aside.
+func checkNcclTestsJSONKeys(t *testing.T, data []byte) {
+	t.Helper()
+	keys := func(obj json.RawMessage) []string {
+		dec := json.NewDecoder(bytes.NewReader(obj))
+		var ks []string
+		depth := 0
+		for {
+			tok, err := dec.Token()
+			if err != nil {
+				break
+			}
+			switch v := tok.(type) {
+			case json.Delim:
+				if v == '{' || v == '[' {
+					depth++
+				} else {
+					depth--
+				}
+			case string:
+				if depth == 1 {
+					ks = append(ks, v)
+					// Skip the value.
+					var skip json.RawMessage
+					if err := dec.Decode(&skip); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+		return ks
+	}
+	want := map[string]string{
+		"top":    "version start_time args env nccl_version config results out_of_bounds average_bus_bandwidth errors goccl end_time",
+		"config": "nthreads ngpus minimum_bytes maximum_bytes STEP warmup_iters iterations aggregated_iterations validation graph blocking_collectives per_iter_timing per_iter_skip parallel_init devices",
+		"device": "rank group pid hostname device device_hex device_info",
+		"result": "size count type redop root out_of_place in_place actual_iterations experiment_name",
+		"place":  "TIME alg_bw bus_bw nwrong goccl_out_of_bounds",
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(data, &top); err != nil {
+		t.Fatal(err)
+	}
+	var results []json.RawMessage
+	json.Unmarshal(top["results"], &results)
+	var cfg map[string]json.RawMessage
+	json.Unmarshal(top["config"], &cfg)
+	var devs []json.RawMessage
+	json.Unmarshal(cfg["devices"], &devs)
+	if len(results) == 0 || len(devs) == 0 {
+		t.Fatalf("no results or devices: %s", data)
+	}
+	var res map[string]json.RawMessage
+	json.Unmarshal(results[0], &res)
+	got := map[string]string{
+		"top":    strings.Join(keys(data), " "),
+		"config": strings.Join(keys(top["config"]), " "),
+		"device": strings.Join(keys(devs[0]), " "),
+		"result": strings.Join(keys(results[0]), " "),
+		"place":  strings.Join(keys(res["in_place"]), " "),
+	}
+	got["config"] = regexp.MustCompile(`step_factor|step_bytes`).ReplaceAllString(got["config"], "STEP")
+	got["place"] = regexp.MustCompile(`^(cpu_)?time`).ReplaceAllString(got["place"], "TIME")
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("%s keys:\ngot  %s\nwant %s", k, got[k], w)
+		}
 	}
 }
 
