@@ -16,7 +16,7 @@ echo "# $(go version); goccl $(git rev-parse --short HEAD)$(git diff --quiet || 
 for rep in $(seq "$REPEAT"); do
   for i in "${!configs[@]}"; do
     env GOCCL_SHM_DISABLE=1 GOCCL_JOB_TOKEN=bench-secure-token ${envs[$i]} \
-      /tmp/goccl-bench-secure perf all_reduce -np 2 -b 8 -e 128M -f 8 -n "$ITERS" -w 5 -c 0 \
+      /tmp/goccl-bench-secure perf all_reduce -np 2 -a 3 -z 2 -b 8 -e 128M -f 8 -n "$ITERS" -w 5 -c 0 \
       > "$out/${configs[$i]}.$rep"
   done
 done

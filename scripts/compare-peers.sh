@@ -60,9 +60,12 @@ for coll in "${colls[@]}"; do
     for cfg in goccl-shm goccl-tcp mpi-shm mpi-tcp gloo; do : > "$OUT/$coll.$cfg.$rep"; done
     for rg in "${ranges[@]}"; do
       read -r b e n w <<< "$rg"
+      # -a 3 -z 2: the slowest rank's time of blocking operations, as the
+      # peers' benchmarks measure them (goccl perf's defaults now follow
+      # nccl-tests: -a 1, the mean over ranks; -z 0, non-blocking issue).
       args=(-b "$b" -e "$e" -f "$FACTOR" -n "$n" -w "$w")
-      "$OUT/goccl" perf "$coll" -np 2 "${args[@]}" -c 1 >> "$OUT/$coll.goccl-shm.$rep"
-      GOCCL_SHM_DISABLE=1 "$OUT/goccl" perf "$coll" -np 2 "${args[@]}" -c 1 >> "$OUT/$coll.goccl-tcp.$rep"
+      "$OUT/goccl" perf "$coll" -np 2 "${args[@]}" -a 3 -z 2 -c 1 >> "$OUT/$coll.goccl-shm.$rep"
+      GOCCL_SHM_DISABLE=1 "$OUT/goccl" perf "$coll" -np 2 "${args[@]}" -a 3 -z 2 -c 1 >> "$OUT/$coll.goccl-tcp.$rep"
       if [ $have_mpi = 1 ] && [ "$coll" != reduce ] && [ "$coll" != sendrecv ]; then
         mpirun_ --mca btl self,vader "$OUT/mpi_coll_perf" -c "$coll" "${args[@]}" >> "$OUT/$coll.mpi-shm.$rep" 2>/dev/null
         mpirun_ --mca btl self,tcp "$OUT/mpi_coll_perf" -c "$coll" "${args[@]}" >> "$OUT/$coll.mpi-tcp.$rep" 2>/dev/null
