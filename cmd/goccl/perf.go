@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -92,6 +93,8 @@ dashes):
   -a, -average N         time across ranks: 0 rank 0, 1 mean, 2 min, 3 max (default 1)
   -J, -output_file FILE  also write the results as JSON to FILE, in
                          nccl-tests' JSON layout (rank 0); -json is the same
+  -plot FILE             also draw the busbw curve into FILE (.png, .svg,
+                         .pdf; rank 0; goccl plot overlays several runs)
   -np N                  start N local ranks of this command
   -t, -nthreads N        threads per rank: only 1 is supported
   -g, -ngpus N           GPUs (devices) per thread: only 1 is supported
@@ -106,6 +109,7 @@ about several threads per process; -S/-report_timestamps,
 
 // perfConfig is the parsed command line.
 type perfConfig struct {
+	plotFile   string // -plot: rank 0 draws the table's busbw curve into this image
 	coll       *coll
 	minBytes   int64
 	maxBytes   int64
@@ -212,6 +216,7 @@ func parsePerfArgs(args []string, stderr io.Writer) (*perfConfig, error) {
 	both("a", "average", func(n string) { fs.IntVar(&cfg.average, n, cfg.average, "") })
 	both("J", "output_file", func(n string) { fs.StringVar(&cfg.jsonFile, n, "", "") })
 	fs.StringVar(&cfg.jsonFile, "json", "", "")
+	fs.StringVar(&cfg.plotFile, "plot", "", "")
 	both("m", "agg_iters", func(n string) { fs.IntVar(&cfg.aggIters, n, cfg.aggIters, "") })
 	both("z", "blocking", func(n string) { fs.IntVar(&cfg.blocking, n, 0, "") })
 	both("T", "timeout", func(n string) { fs.IntVar(&cfg.timeout, n, 0, "") })
@@ -492,6 +497,10 @@ func perfRank(ctx context.Context, cfg *perfConfig, c benchComm, stdout, stderr 
 	if err := checkMemoryAll(ctx, cfg, c, devs); err != nil {
 		return 2, err
 	}
+	var table bytes.Buffer // -plot: a copy of the report, read back as nccl-tests output
+	if cfg.plotFile != "" && rank == 0 {
+		stdout = io.MultiWriter(stdout, &table)
+	}
 	b := newBench(ctx, cfg, c, stdout, stderr)
 	b.printf("%s", formatConfigLine(cfg.minBytes, cfg.maxBytes, cfg.stepFactor, cfg.stepBytes, cfg.warmup, cfg.iters, cfg.aggIters, cfg.check)+unalignSuffix(cfg.unalign))
 	for _, l := range cfg.headerNotes() {
@@ -519,6 +528,11 @@ func perfRank(ctx context.Context, cfg *perfConfig, c benchComm, stdout, stderr 
 	status := 0
 	if b.errors != 0 {
 		status = 1
+	}
+	if rank == 0 && cfg.plotFile != "" {
+		if err := plotReport(&table, cfg.plotFile); err != nil {
+			fmt.Fprintf(stderr, "goccl perf: -plot %s: %v\n", cfg.plotFile, err)
+		}
 	}
 	if rank == 0 && cfg.jsonFile != "" {
 		rep := newJSONReport(cfg, n, devs, start)

@@ -96,6 +96,19 @@ func runPlot(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// plotReport draws the busbw curves of goccl perf's own report (for -plot).
+func plotReport(report io.Reader, out string) error {
+	cs, names, err := tableCurves(report, "goccl perf", "busbw", false)
+	if err != nil {
+		return err
+	}
+	colls := map[string]bool{}
+	for _, n := range names {
+		colls[n] = true
+	}
+	return drawPlot(out, "", "busbw", false, cs, colls)
+}
+
 // readCurves reads the tables of one file.
 func readCurves(path, label, metric string, inPlace bool) ([]curve, []string, error) {
 	f, err := os.Open(path)
@@ -103,15 +116,24 @@ func readCurves(path, label, metric string, inPlace bool) ([]curve, []string, er
 		return nil, nil, err
 	}
 	defer f.Close()
-	rep, err := nccltests.Read(f, nccltests.Options{})
+	if label == "" {
+		label = filepath.Base(path)
+	}
+	cs, names, err := tableCurves(f, label, metric, inPlace)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if len(rep.Tests) == 0 {
-		return nil, nil, fmt.Errorf("%s: no nccl-tests result table", path)
+	return cs, names, nil
+}
+
+// tableCurves reads the tables of nccl-tests-format output as curves.
+func tableCurves(r io.Reader, label, metric string, inPlace bool) ([]curve, []string, error) {
+	rep, err := nccltests.Read(r, nccltests.Options{})
+	if err != nil {
+		return nil, nil, err
 	}
-	if label == "" {
-		label = filepath.Base(path)
+	if len(rep.Tests) == 0 {
+		return nil, nil, errors.New("no nccl-tests result table")
 	}
 	var cs []curve
 	var names []string
@@ -147,7 +169,7 @@ func readCurves(path, label, metric string, inPlace bool) ([]curve, []string, er
 		names = append(names, t.Collective)
 	}
 	if len(cs) == 0 {
-		return nil, nil, fmt.Errorf("%s: no row with a positive size to plot", path)
+		return nil, nil, errors.New("no row with a positive size to plot")
 	}
 	return cs, names, nil
 }

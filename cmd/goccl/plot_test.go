@@ -57,3 +57,20 @@ func TestPlot(t *testing.T) {
 		}
 	}
 }
+
+// TestPerfPlot: goccl perf -plot draws rank 0's table.
+func TestPerfPlot(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "busbw.png")
+	var stdout, stderr bytes.Buffer
+	if code := cli([]string{"perf", "all_reduce", "-b", "8", "-e", "64K", "-f", "8", "-n", "2", "-w", "1", "-plot", out}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatalf("no plot: %v (stderr %q)", err, stderr.String())
+	}
+	defer f.Close()
+	if _, err := png.DecodeConfig(f); err != nil {
+		t.Errorf("%s: %v", out, err)
+	}
+}
