@@ -53,43 +53,96 @@ func ParseFrame(frame []byte) (*Frame, error) {
 		etype = binary.BigEndian.Uint16(rest[2:])
 		rest = rest[4:]
 	}
-	var ib []byte
-	var err error
 	switch etype {
 	case EthertypeRoCEv1:
-		f.Version = 1
-		if err := f.GRH.Decode(rest); err != nil {
-			return nil, err
-		}
-		if f.GRH.NextHeader != NextHeaderBTH {
-			return nil, fmt.Errorf("wire: GRH next header 0x%02x, want 0x1b (BTH)", f.GRH.NextHeader)
-		}
-		if int(f.GRH.PayLen) != len(rest)-GRHSize {
-			return nil, fmt.Errorf("wire: GRH payload length %d, frame has %d bytes after the GRH", f.GRH.PayLen, len(rest)-GRHSize)
-		}
-		f.Src, f.Dst = netip.AddrFrom16(f.GRH.SGID), netip.AddrFrom16(f.GRH.DGID)
-		ib = rest[GRHSize:]
-		if len(ib) < BTHSize+ICRCSize {
-			return nil, fmt.Errorf("wire: %d bytes after the GRH, too short for a BTH and an ICRC", len(ib))
-		}
-		f.ComputedICRC, err = ICRCv1(rest[:GRHSize], ib[:len(ib)-ICRCSize])
+		return f.parseV1(rest)
 	case EthertypeIPv4, EthertypeIPv6:
-		f.Version = 2
-		var ipHdr, udp []byte
-		if ipHdr, udp, err = f.parseIP(etype, rest); err != nil {
+		ipHdr, udp, err := f.parseIP(etype, rest)
+		if err != nil {
 			return nil, err
 		}
-		ib = udp[8:]
-		if len(ib) < BTHSize+ICRCSize {
-			return nil, fmt.Errorf("wire: %d bytes of UDP payload, too short for a BTH and an ICRC", len(ib))
-		}
-		f.ComputedICRC, err = ICRCv2(ipHdr, udp[:8], ib[:len(ib)-ICRCSize])
-	default:
-		return nil, fmt.Errorf("wire: Ethertype 0x%04x is not RoCE", etype)
+		return f.parseV2(ipHdr, udp[:8], udp[8:])
 	}
+	return nil, fmt.Errorf("wire: Ethertype 0x%04x is not RoCE", etype)
+}
+
+// ParseV1 decodes the payload of an Ethertype 0x8915 frame (GRH, BTH to
+// pad, ICRC) whose link layer was decoded elsewhere (goccl roce check-pcap
+// decodes Ethernet and Linux cooked captures with gopacket) and computes its
+// ICRC, as ParseFrame does; the Ethernet fields are left zero, VLAN -1.
+func ParseV1(b []byte) (*Frame, error) {
+	f := &Frame{VLAN: -1}
+	return f.parseV1(b)
+}
+
+// ParseV2 decodes a RoCE v2 packet whose IP and UDP layers were decoded
+// elsewhere: ipHdr is the IP header as carried (IPv4 with its options, or
+// the 40-byte IPv6 header), udpHdr the 8-byte UDP header and payload the UDP
+// payload trimmed to the UDP length (BTH to pad, ICRC). It sets the
+// addresses and ports from the headers and computes the ICRC, as ParseFrame
+// does; the Ethernet fields are left zero, VLAN -1.
+func ParseV2(ipHdr, udpHdr, payload []byte) (*Frame, error) {
+	f := &Frame{VLAN: -1}
+	switch {
+	case len(ipHdr) >= 20 && ipHdr[0]>>4 == 4:
+		f.Src, _ = netip.AddrFromSlice(ipHdr[12:16])
+		f.Dst, _ = netip.AddrFromSlice(ipHdr[16:20])
+	case len(ipHdr) == 40 && ipHdr[0]>>4 == 6:
+		f.Src = netip.AddrFrom16([16]byte(ipHdr[8:24]))
+		f.Dst = netip.AddrFrom16([16]byte(ipHdr[24:40]))
+	default:
+		return nil, fmt.Errorf("wire: %d-byte IP header is neither IPv4 nor IPv6 without extension headers", len(ipHdr))
+	}
+	if len(udpHdr) != 8 {
+		return nil, fmt.Errorf("wire: %d-byte UDP header", len(udpHdr))
+	}
+	f.SrcPort = binary.BigEndian.Uint16(udpHdr)
+	f.DstPort = binary.BigEndian.Uint16(udpHdr[2:])
+	if f.DstPort != UDPPortRoCEv2 {
+		return nil, fmt.Errorf("wire: UDP destination port %d is not RoCE v2 (%d)", f.DstPort, UDPPortRoCEv2)
+	}
+	return f.parseV2(ipHdr, udpHdr, payload)
+}
+
+func (f *Frame) parseV1(b []byte) (*Frame, error) {
+	f.Version = 1
+	if err := f.GRH.Decode(b); err != nil {
+		return nil, err
+	}
+	if f.GRH.NextHeader != NextHeaderBTH {
+		return nil, fmt.Errorf("wire: GRH next header 0x%02x, want 0x1b (BTH)", f.GRH.NextHeader)
+	}
+	if int(f.GRH.PayLen) != len(b)-GRHSize {
+		return nil, fmt.Errorf("wire: GRH payload length %d, frame has %d bytes after the GRH", f.GRH.PayLen, len(b)-GRHSize)
+	}
+	f.Src, f.Dst = netip.AddrFrom16(f.GRH.SGID), netip.AddrFrom16(f.GRH.DGID)
+	ib := b[GRHSize:]
+	if len(ib) < BTHSize+ICRCSize {
+		return nil, fmt.Errorf("wire: %d bytes after the GRH, too short for a BTH and an ICRC", len(ib))
+	}
+	icrc, err := ICRCv1(b[:GRHSize], ib[:len(ib)-ICRCSize])
 	if err != nil {
 		return nil, err
 	}
+	return f.decodeIB(ib, icrc)
+}
+
+func (f *Frame) parseV2(ipHdr, udpHdr, ib []byte) (*Frame, error) {
+	f.Version = 2
+	if len(ib) < BTHSize+ICRCSize {
+		return nil, fmt.Errorf("wire: %d bytes of UDP payload, too short for a BTH and an ICRC", len(ib))
+	}
+	icrc, err := ICRCv2(ipHdr, udpHdr, ib[:len(ib)-ICRCSize])
+	if err != nil {
+		return nil, err
+	}
+	return f.decodeIB(ib, icrc)
+}
+
+// decodeIB decodes ib (BTH to ICRC) into f.Packet with computed ICRC icrc:
+// f is returned with an error where the headers do not decode.
+func (f *Frame) decodeIB(ib []byte, icrc uint32) (*Frame, error) {
+	f.ComputedICRC = icrc
 	f.ICRC = binary.LittleEndian.Uint32(ib[len(ib)-ICRCSize:])
 	if err := f.Packet.Decode(ib[:len(ib)-ICRCSize]); err != nil {
 		return f, err
