@@ -6,7 +6,7 @@ import (
 )
 
 const roceUsage = `usage: goccl roce check-pcap FILE
-       goccl roce write-bw|write-lat|read-bw|read-lat|send-bw|send-lat [-s SIZE | -a] [-n ITERS] [-p PORT] [-d IFNAME] [-pcap FILE] [SERVER]
+       goccl roce write-bw|write-lat|read-bw|read-lat|send-bw|send-lat [-s SIZE | -a] [-n ITERS] [-p PORT] [-d IFNAME] [-pcap FILE] [--report_gbits] [SERVER]
        goccl roce devinfo
 
 devinfo lists, in ibv_devinfo's shape, the soft device goccl opens on each
@@ -20,9 +20,11 @@ ib_read_bw, ib_read_lat, ib_send_bw and ib_send_lat over goccl's soft RoCE
 device: RoCE v2 over UDP, or with -d IFNAME RoCE v1 as raw Ethernet frames
 on that interface (root; both sides on one L2 segment). Start one side
 without SERVER, the other with the first one's address (the TCP side
-channel's) and the same -s/-a/-n; the client prints perftest's columns
-(MB = 2^20 bytes; latency in µs, half the round trip, except read-lat, whose
-READ is a round trip by itself).
+channel's) and the same -s/-a/-n; flags may come before or after SERVER, as
+perftest's do. Each side prints perftest's parameter banner and both sides'
+addresses; the client then prints perftest's columns (MB = 2^20 bytes, or
+Gb = 10^9 bits with --report_gbits; latency in µs, half the round trip,
+except read-lat, whose READ is a round trip by itself).
 ` + "`" + `goccl roce write-bw -h` + "`" + ` lists the flags.
 
 check-pcap reads a pcap or pcapng capture of link type Ethernet (1, with or

@@ -129,9 +129,9 @@ func TestRoceV1AndV2OneVeth(t *testing.T) {
 		server, client []string
 		header         string
 	}{
-		{"v2", roceNetnsTool, append(roceNetnsTool[:len(roceNetnsTool):len(roceNetnsTool)], "10.214.3.2"), "RoCE v2 over UDP"},
+		{"v2", roceNetnsTool, append(roceNetnsTool[:len(roceNetnsTool):len(roceNetnsTool)], "10.214.3.2"), "RoCE            : v2 over UDP"},
 		{"v1", append(roceNetnsTool[:len(roceNetnsTool):len(roceNetnsTool)], "-d", vb),
-			append(roceNetnsTool[:len(roceNetnsTool):len(roceNetnsTool)], "-d", va, "10.214.3.2"), "RoCE v1 over Ethernet on " + va},
+			append(roceNetnsTool[:len(roceNetnsTool):len(roceNetnsTool)], "-d", va, "10.214.3.2"), "Device         : goccl_" + va},
 	} {
 		out, err, sout := l.rocePerf("b", v.server, "a", v.client)
 		if err != nil {
@@ -168,7 +168,7 @@ func TestRoceAcrossRouter(t *testing.T) {
 		t.Fatalf("v2 client: %v\n%s\nserver:\n%s", err, out, sout)
 	}
 	row := resultRow(out, "65536")
-	if row == nil || !strings.Contains(out, "GID 10.214.2.2") {
+	if row == nil || !strings.Contains(out, "GID: 00:00:00:00:00:00:00:00:00:00:255:255:10:214:02:02") {
 		t.Fatalf("v2: no result across the router:\n%s", out)
 	}
 	t.Logf("v2 10.214.1.2 -> router -> 10.214.2.2: %s", strings.Join(row, " "))
@@ -180,7 +180,7 @@ func TestRoceAcrossRouter(t *testing.T) {
 	if err == nil || resultRow(out, "65536") != nil {
 		t.Fatalf("v1 crossed the router:\n%s\nserver:\n%s", out, sout)
 	}
-	if !strings.Contains(out, "remote address: QPN") || !strings.Contains(out, "RETRY_EXC_ERR") {
+	if !strings.Contains(out, "remote address: LID") || !strings.Contains(out, "RETRY_EXC_ERR") {
 		t.Fatalf("v1 across the router: want the side channel to connect and the WRITE to fail with RETRY_EXC_ERR, got %v:\n%s", err, out)
 	}
 	t.Logf("v1 across the router failed after %v: %s", time.Since(start).Round(time.Millisecond), strings.TrimSpace(out[strings.LastIndex(strings.TrimSpace(out), "\n")+1:]))

@@ -33,7 +33,7 @@ func pcapLinkSupported(lt layers.LinkType) bool {
 	return false
 }
 
-func linkTypeName(lt layers.LinkType) string {
+func pcapLinkTypeName(lt layers.LinkType) string {
 	name := map[layers.LinkType]string{
 		layers.LinkTypeEthernet:  "Ethernet",
 		layers.LinkTypeLinuxSLL:  "Linux cooked v1",
@@ -87,7 +87,7 @@ func checkPcap(path string, stdout, stderr io.Writer) int {
 		}
 		lt := r.LinkType()
 		if !pcapLinkSupported(lt) {
-			fmt.Fprintf(stderr, "goccl roce check-pcap: %s: link type %s is not supported (Ethernet, Linux cooked v1 or v2, raw IP)\n", path, linkTypeName(lt))
+			fmt.Fprintf(stderr, "goccl roce check-pcap: %s: link type %s is not supported (Ethernet, Linux cooked v1 or v2, raw IP)\n", path, pcapLinkTypeName(lt))
 			return 2
 		}
 		next = func() ([]byte, layers.LinkType, error) { d, _, err := r.ReadPacketData(); return d, lt, err }
@@ -138,11 +138,11 @@ func checkPcap(path string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// truncation is a gopacket.DecodeFeedback that remembers whether a layer
+// pcapTruncation is a gopacket.DecodeFeedback that remembers whether a layer
 // found fewer bytes than its header says it has.
-type truncation bool
+type pcapTruncation bool
 
-func (t *truncation) SetTruncated() { *t = true }
+func (t *pcapTruncation) SetTruncated() { *t = true }
 
 // decodeCaptured decodes one captured frame of link type lt as RoCE v1 or
 // v2. As wire.ParseFrame, it returns a nil frame where the frame is not
@@ -191,11 +191,11 @@ func decodeCaptured(lt layers.LinkType, data []byte) (*wire.Frame, error) {
 			return nil, fmt.Errorf("raw IP packet of IP version %d", data[0]>>4)
 		}
 		if lt == layers.LinkTypeIPv4 && etype != layers.EthernetTypeIPv4 || lt == layers.LinkTypeIPv6 && etype != layers.EthernetTypeIPv6 {
-			return nil, fmt.Errorf("IP version %d packet in a capture of link type %s", data[0]>>4, linkTypeName(lt))
+			return nil, fmt.Errorf("IP version %d packet in a capture of link type %s", data[0]>>4, pcapLinkTypeName(lt))
 		}
 		payload = data
 	default:
-		return nil, fmt.Errorf("link type %s is not supported (Ethernet, Linux cooked v1 or v2, raw IP)", linkTypeName(lt))
+		return nil, fmt.Errorf("link type %s is not supported (Ethernet, Linux cooked v1 or v2, raw IP)", pcapLinkTypeName(lt))
 	}
 	if etype == layers.EthernetTypeDot1Q {
 		var tag layers.Dot1Q
@@ -217,7 +217,7 @@ func decodeCaptured(lt layers.LinkType, data []byte) (*wire.Frame, error) {
 // decodeNetwork decodes the network layer of Ethertype etype: a RoCE v1
 // GRH and what follows, or IPv4 or IPv6 and UDP to port 4791.
 func decodeNetwork(etype layers.EthernetType, b []byte) (*wire.Frame, error) {
-	var trunc truncation
+	var trunc pcapTruncation
 	var ipHdr, udpData []byte
 	var proto layers.IPProtocol
 	switch etype {

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -155,6 +157,7 @@ func TestRoceCheckPcapLinkTypes(t *testing.T) {
 				status = 1
 			}
 			checkPcapOutput(t, path, status, want)
+			tsharkAgrees(t, path, want)
 		})
 	}
 }
@@ -166,6 +169,39 @@ func wantLine(f pcapTestFrame, n int) string {
 		return fmt.Sprintf(strings.Replace(f.want, "(carried %s)", "(carried", 1), n)
 	}
 	return fmt.Sprintf(f.want, n)
+}
+
+// tsharkAgrees checks, where tshark is installed, that it dissects each
+// frame of the capture at path as InfiniBand with the destination QP and
+// PSN of check-pcap's line in want (and frames check-pcap does not decode
+// as no InfiniBand): the test's captures are what real tools read.
+func tsharkAgrees(t *testing.T, path string, want []string) {
+	t.Helper()
+	tshark, err := exec.LookPath("tshark")
+	if err != nil {
+		return
+	}
+	out, err := exec.Command(tshark, "-r", path, "-T", "fields", "-e", "infiniband.bth.destqp", "-e", "infiniband.bth.psn").Output()
+	if err != nil {
+		t.Fatalf("tshark: %v", err)
+	}
+	re := regexp.MustCompile(`dqp (0x[0-9a-f]+) psn (\d+)`)
+	var exp []string
+	for _, w := range want[:len(want)-1] {
+		m := re.FindStringSubmatch(w)
+		if m == nil {
+			exp = append(exp, "")
+		} else {
+			exp = append(exp, m[1]+" "+m[2])
+		}
+	}
+	got := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+	for i := range got {
+		got[i] = strings.TrimSpace(strings.ReplaceAll(got[i], "\t", " "))
+	}
+	if strings.Join(got, "\n") != strings.Join(exp, "\n") {
+		t.Errorf("tshark's dissection of %s:\n%s\nwant\n%s", filepath.Base(path), strings.Join(got, "\n"), strings.Join(exp, "\n"))
+	}
 }
 
 func checkPcapOutput(t *testing.T, path string, status int, want []string) {
@@ -216,7 +252,9 @@ func TestRoceCheckPcapNg(t *testing.T) {
 	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	checkPcapOutput(t, path, 1, append(want, fmt.Sprintf("%d frames, 2 bad", len(frames))))
+	want = append(want, fmt.Sprintf("%d frames, 2 bad", len(frames)))
+	checkPcapOutput(t, path, 1, want)
+	tsharkAgrees(t, path, want)
 }
 
 // TestRoceCheckPcapLinkTypeErrors: a link type check-pcap does not decode

@@ -23,7 +23,10 @@ import (
 // numbers, PSNs, GIDs and the server's buffer over a TCP side channel
 // (perftest's port 18515), then the client measures.
 
-const megabyte = 1 << 20 // perftest's MB/sec unit
+const (
+	megabyte    = 1 << 20   // perftest's MB/sec unit
+	roceGigabit = 125000000 // bytes in perftest's Gb/sec unit (--report_gbits): 10^9 bits
+)
 
 type rocePerf struct {
 	name     string // write-bw, ...
@@ -39,6 +42,7 @@ type rocePerf struct {
 	server   string
 	pcap     string
 	ifname   string // -d: RoCE v1 on this interface
+	gbits    bool   // --report_gbits
 	out, err io.Writer
 }
 
@@ -74,22 +78,35 @@ func runRocePerf(name string, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&p.timeout, "timeout", 60*time.Second, "give up after this long")
 	fs.StringVar(&p.ifname, "d", "", "RoCE v1: send raw Ethernet frames (Ethertype 0x8915) on this interface (AF_PACKET; root); without it RoCE v2 over UDP")
 	fs.StringVar(&p.pcap, "pcap", "", "record every frame sent and received to this pcap file (tshark dissects v2 frames as RRoCE, v1 frames as InfiniBand over Ethernet)")
+	fs.BoolVar(&p.gbits, "report_gbits", false, "report bandwidth in Gb/sec (10^9 bits) instead of MB/sec (2^20 bytes), as perftest's --report_gbits")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: goccl roce %s [-s SIZE | -a] [-n ITERS] [-p PORT] [-d IFNAME] [SERVER]\n\n", name)
-		fmt.Fprintf(stderr, "Without SERVER: wait for a client on TCP port -p. With it: connect, run and print perftest's columns.\n\n")
+		fmt.Fprintf(stderr, "usage: goccl roce %s [-s SIZE | -a] [-n ITERS] [-p PORT] [-d IFNAME] [--report_gbits] [SERVER]\n\n", name)
+		fmt.Fprintf(stderr, "Without SERVER: wait for a client on TCP port -p. With it: connect, run and print perftest's columns.\n")
+		fmt.Fprintf(stderr, "Flags may come before or after SERVER, as with perftest; -flag and --flag are the same.\n\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
+	hosts, status := roceParseArgs(fs, args)
+	if status >= 0 {
+		return status
+	}
+	usageErr := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "goccl roce %s: %s\n", name, fmt.Sprintf(format, a...))
+		fmt.Fprintf(stderr, "run 'goccl roce %s -h' for the flags\n", name)
 		return 2
 	}
-	if fs.NArg() > 1 || p.iters < 1 || p.size < 1 || p.size > 1<<30 || p.txDepth < 1 {
-		fs.Usage()
-		return 2
+	switch {
+	case len(hosts) > 1:
+		return usageErr("one SERVER at most, got %d: %q", len(hosts), hosts)
+	case p.iters < 1:
+		return usageErr("-n %d: at least one iteration", p.iters)
+	case p.size < 1 || p.size > 1<<30:
+		return usageErr("-s %d: the size is 1 byte to 1 GiB", p.size)
+	case p.txDepth < 1:
+		return usageErr("-t %d: the send queue depth is at least 1", p.txDepth)
 	}
-	p.server = fs.Arg(0)
+	if len(hosts) == 1 {
+		p.server = hosts[0]
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
 	defer cancel()
 	if err := p.run(ctx); err != nil {
@@ -97,6 +114,31 @@ func runRocePerf(name string, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// roceParseArgs parses args with fs, flags before, between and after
+// the positional arguments (perftest's getopt_long permutes them so: "ib_write_bw
+// 10.0.0.1 -s 1K"); everything after "--" is positional. It returns the
+// positional arguments and -1, or the exit status when parsing ends the
+// command (0 for -h, 2 for a bad flag, which fs has reported).
+func roceParseArgs(fs *flag.FlagSet, args []string) (positional []string, status int) {
+	for {
+		if err := fs.Parse(args); err != nil {
+			if err == flag.ErrHelp {
+				return nil, 0
+			}
+			return nil, 2
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, -1
+		}
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			return append(positional, rest...), -1
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
 }
 
 func (p *rocePerf) sizes() []int {
@@ -218,28 +260,128 @@ func (p *rocePerf) run(ctx context.Context) error {
 	return nil
 }
 
+const roceResultLine = "---------------------------------------------------------------------------------------"
+
+// header prints perftest's parameter banner (ctx_print_test_info), the two
+// sides' addresses (ctx_print_pingpong_data) and the column titles, with
+// goccl's values: one RC QP, no inline data, no SRQ, every WR signalled,
+// the QP numbers and buffers exchanged over TCP (perftest's "Ethernet"
+// exchange method). Each address line ends with the side's soft RoCE UDP
+// port (v2), where perftest puts its transport's extra fields.
 func (p *rocePerf) header(dev *rdma.Device, me, peer rdma.ConnInfo) {
 	title := map[qp.WROpcode]string{qp.WRWrite: "RDMA_Write", qp.WRRead: "RDMA_Read", qp.WRSend: "Send"}[p.op]
 	kind := "BW"
 	if p.lat {
 		kind = "Latency"
 	}
-	fmt.Fprintln(p.out, "---------------------------------------------------------------------------------------")
+	client := p.server != ""
+	ifname, version := p.ifname, "v2 over UDP"
 	if dev.Version() == 1 {
-		fmt.Fprintf(p.out, "                    %s %s Test (goccl soft RoCE v1 over Ethernet on %s, MTU %d)\n", title, kind, p.ifname, dev.ActiveMTU())
-		fmt.Fprintf(p.out, " local address: QPN %#06x PSN %#06x GID %v\n", me.QPN, me.PSN, netip.AddrFrom16(dev.GID()))
-		fmt.Fprintf(p.out, " remote address: QPN %#06x PSN %#06x GID %v\n", peer.QPN, peer.PSN, netip.AddrFrom16(peer.GID))
+		version = "v1 over Ethernet"
 	} else {
-		fmt.Fprintf(p.out, "                    %s %s Test (goccl soft RoCE v2 over UDP)\n", title, kind)
-		fmt.Fprintf(p.out, " local address: QPN %#06x PSN %#06x GID %v port %d\n", me.QPN, me.PSN, netip.AddrFrom16(dev.GID()).Unmap(), dev.Addr().Port())
-		fmt.Fprintf(p.out, " remote address: QPN %#06x PSN %#06x GID %v port %d\n", peer.QPN, peer.PSN, netip.AddrFrom16(peer.GID).Unmap(), peer.Port)
+		ifname = roceInterface(dev.Addr().Addr())
 	}
-	fmt.Fprintln(p.out, "---------------------------------------------------------------------------------------")
-	if p.lat {
-		fmt.Fprintln(p.out, " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]")
+	mtu := dev.ActiveMTU()
+	if peer.MTU > 0 && peer.MTU < mtu {
+		mtu = peer.MTU
+	}
+	w := p.out
+	fmt.Fprintln(w, roceResultLine)
+	fmt.Fprintf(w, "                    %s %s Test\n", title, kind)
+	fmt.Fprintf(w, " Dual-port       : OFF\t\tDevice         : goccl_%s\n", ifname)
+	fmt.Fprintf(w, " Number of qps   : 1\t\tTransport type : IB\n")
+	fmt.Fprintf(w, " Connection type : RC\t\tUsing SRQ      : OFF\n")
+	fmt.Fprintf(w, " RoCE            : %s (goccl soft RoCE)\n", version)
+	switch {
+	case p.lat:
+		fmt.Fprintf(w, " TX depth        : 1\n")
+	case client:
+		fmt.Fprintf(w, " TX depth        : %d\n", p.txDepth)
+	}
+	if p.op == qp.WRSend && (p.lat || !client) {
+		rx := min(512, p.iters) // receiveSends' depth
+		if p.lat {
+			rx = p.iters + 1 // pingPong posts them all first
+		}
+		fmt.Fprintf(w, " RX depth        : %d\n", rx)
+	}
+	if !p.lat {
+		fmt.Fprintf(w, " CQ Moderation   : 1\n") // every WR signalled
+	}
+	fmt.Fprintf(w, " Mtu             : %d[B]\n", mtu)
+	fmt.Fprintf(w, " Link type       : Ethernet\n")
+	if p.op == qp.WRRead {
+		fmt.Fprintf(w, " Outstand reads  : %d\n", qp.MaxRdAtomic)
 	} else {
-		fmt.Fprintln(p.out, " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]")
+		fmt.Fprintf(w, " Max inline data : 0[B]\n")
 	}
+	fmt.Fprintf(w, " rdma_cm QPs\t : OFF\n")
+	fmt.Fprintf(w, " Data ex. method : Ethernet\n")
+	fmt.Fprintln(w, roceResultLine)
+	p.address(dev.Version(), "local", me)
+	p.address(dev.Version(), "remote", peer)
+	fmt.Fprintln(w, roceResultLine)
+	switch {
+	case p.lat:
+		fmt.Fprintln(w, " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]")
+	case p.gbits:
+		fmt.Fprintln(w, " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]")
+	default:
+		fmt.Fprintln(w, " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]")
+	}
+}
+
+// address prints one side's line as perftest does (LID 0 on RoCE; OUT, RKey
+// and VAddr for READ, RKey and VAddr for WRITE) and its GID line, bytes in
+// decimal as perftest prints them.
+func (p *rocePerf) address(version int, side string, ci rdma.ConnInfo) {
+	fmt.Fprintf(p.out, " %s address: LID %s QPN %s PSN %s", side, roceHex(0, 4), roceHex(uint64(ci.QPN), 6), roceHex(uint64(ci.PSN), 6))
+	switch p.op {
+	case qp.WRRead:
+		fmt.Fprintf(p.out, " OUT %s", roceHex(qp.MaxRdAtomic, 4))
+		fallthrough
+	case qp.WRWrite:
+		fmt.Fprintf(p.out, " RKey %s VAddr %s", roceHex(uint64(ci.RKey), 8), roceHex(ci.Addr, 16))
+	}
+	if version == 2 {
+		fmt.Fprintf(p.out, " UDP port %d", ci.Port)
+	}
+	fmt.Fprintln(p.out)
+	fmt.Fprint(p.out, " GID: ")
+	for i, b := range ci.GID {
+		if i > 0 {
+			fmt.Fprint(p.out, ":")
+		}
+		fmt.Fprintf(p.out, "%02d", b)
+	}
+	fmt.Fprintln(p.out)
+}
+
+// roceHex formats v as C's printf("%#0*x", width, v): the width counts the
+// 0x (Go's %#0*x does not), and zero has none.
+func roceHex(v uint64, width int) string {
+	if v == 0 {
+		return fmt.Sprintf("%0*x", width, v)
+	}
+	return fmt.Sprintf("0x%0*x", width-2, v)
+}
+
+// roceInterface names the interface that has address a (the device's name is
+// goccl_ and it, as goccl roce devinfo lists it), or "any" for an address
+// no interface has.
+func roceInterface(a netip.Addr) string {
+	ifs, _ := net.Interfaces()
+	for _, ifc := range ifs {
+		addrs, _ := ifc.Addrs()
+		for _, ad := range addrs {
+			if ipn, ok := ad.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(ipn.IP); ok && ip.Unmap() == a.Unmap() {
+					return ifc.Name
+				}
+			}
+		}
+	}
+	return "any"
 }
 
 // bw keeps up to txDepth WRs of n bytes outstanding until iters complete.
@@ -274,7 +416,11 @@ func (p *rocePerf) bw(ctx context.Context, q *rdma.QP, cq *rdma.CQ, mr *rdma.MR,
 		}
 	}
 	elapsed := time.Since(start).Seconds()
-	avg := float64(n) * float64(p.iters) / elapsed / megabyte
+	unit := float64(megabyte)
+	if p.gbits {
+		unit = roceGigabit
+	}
+	avg := float64(n) * float64(p.iters) / elapsed / unit
 	// Peak: the best tenth of the run, counted in blocks of at least two
 	// send-queue depths (completions arrive in bursts of up to one).
 	peak := avg
@@ -282,7 +428,7 @@ func (p *rocePerf) bw(ctx context.Context, q *rdma.QP, cq *rdma.CQ, mr *rdma.MR,
 		prev := start
 		for i := k - 1; i < len(stamps); i += k {
 			if d := stamps[i].Sub(prev).Seconds(); d > 0 {
-				peak = math.Max(peak, float64(n)*float64(k)/d/megabyte)
+				peak = math.Max(peak, float64(n)*float64(k)/d/unit)
 			}
 			prev = stamps[i]
 		}

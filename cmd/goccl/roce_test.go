@@ -186,6 +186,15 @@ func TestRoceDevinfo(t *testing.T) {
 // clientArgs are added to the client's flags only.
 func rocePair(t *testing.T, tool string, args, clientArgs []string) string {
 	t.Helper()
+	return rocePairWith(t, tool, args, func(port string) []string {
+		return append(append(append([]string{"roce", tool, "-p", port, "-timeout", "30s"}, args...), clientArgs...), "127.0.0.1")
+	})
+}
+
+// rocePairWith is rocePair with the client's whole command line made by
+// client from the side channel's port.
+func rocePairWith(t *testing.T, tool string, args []string, client func(port string) []string) string {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -197,13 +206,12 @@ func rocePair(t *testing.T, tool string, args, clientArgs []string) string {
 	go func() {
 		srv <- cli(append([]string{"roce", tool, "-p", port, "-dev-port", "0", "-timeout", "30s"}, args...), &sout, &serr)
 	}()
-	client := append(append(append([]string{"roce", tool, "-p", port, "-timeout", "30s"}, args...), clientArgs...), "127.0.0.1")
 	var out, errb bytes.Buffer
 	status := 1
 	for i := 0; i < 100 && status != 0; i++ {
 		out.Reset()
 		errb.Reset()
-		if status = cli(client, &out, &errb); status != 0 && !strings.Contains(errb.String(), "refused") {
+		if status = cli(client(port), &out, &errb); status != 0 && !strings.Contains(errb.String(), "refused") {
 			break
 		}
 		if status != 0 {
