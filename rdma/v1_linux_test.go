@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/gopacket/pcapgo"
+	"github.com/gopacket/gopacket/pcapgo"
 
 	"github.com/goccl/goccl/rdma/qp"
 	"github.com/goccl/goccl/rdma/wire"

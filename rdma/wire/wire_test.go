@@ -8,7 +8,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/google/gopacket/pcapgo"
+	"github.com/gopacket/gopacket/pcapgo"
 )
 
 func readPcap(t testing.TB, path string) [][]byte {
