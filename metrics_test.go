@@ -13,33 +13,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/goccl/goccl"
-	"github.com/goccl/goccl/rendezvous"
+	"github.com/goccl/goccl/internal/ranktest"
 )
-
-// withRanks runs fn on n goroutine ranks made with opts (and an in-memory
-// store) and returns their errors.
-func withRanks(t *testing.T, n int, opts []goccl.Option, fn func(ctx context.Context, c *goccl.Comm) error) []error {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	store := rendezvous.NewMemStore()
-	defer store.Close()
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Go(func() {
-			c, err := goccl.Init(ctx, append([]goccl.Option{goccl.WithRank(r), goccl.WithWorldSize(n), goccl.WithStore(store)}, opts...)...)
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			defer c.Close()
-			errs[r] = fn(ctx, c)
-		})
-	}
-	wg.Wait()
-	return errs
-}
 
 // series returns the value of every sample of the registry's families as
 // "name{label=value,...}" -> value (histograms: their sample count).
@@ -79,7 +54,7 @@ func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	var mid map[string]float64
 	var once sync.Once
-	errs := withRanks(t, 2, []goccl.Option{goccl.WithMetrics(reg)}, func(ctx context.Context, c *goccl.Comm) error {
+	ranktest.RunWith(t, 2, 30*time.Second, []goccl.Option{goccl.WithMetrics(reg)}, func(ctx context.Context, c *goccl.Comm) error {
 		x := make([]float32, 256)
 		for range 3 {
 			if err := goccl.AllReduce(ctx, c, x, x, len(x), goccl.Sum); err != nil {
@@ -101,11 +76,6 @@ func TestMetrics(t *testing.T) {
 		}
 		return nil
 	})
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
 	for _, r := range []string{"0", "1"} {
 		for key, want := range map[string]float64{
 			"goccl_operations_total{op=AllReduce,rank=" + r + "}":                                                 3,
@@ -135,7 +105,7 @@ func TestMetrics(t *testing.T) {
 func TestMetricsFailureReasons(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	var got map[string]float64
-	errs := withRanks(t, 2, []goccl.Option{goccl.WithMetrics(reg)}, func(ctx context.Context, c *goccl.Comm) error {
+	ranktest.RunWith(t, 2, 30*time.Second, []goccl.Option{goccl.WithMetrics(reg)}, func(ctx context.Context, c *goccl.Comm) error {
 		y := make([]float32, 4+c.Rank())
 		err := goccl.AllReduce(ctx, c, y, y, len(y), goccl.Sum)
 		if err == nil {
@@ -147,11 +117,6 @@ func TestMetricsFailureReasons(t *testing.T) {
 		}
 		return nil
 	})
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
 	n := 0.0
 	for key, v := range got {
 		if strings.HasPrefix(key, "goccl_operation_failures_total{op=AllReduce,rank=0,reason=") {
@@ -169,7 +134,7 @@ func TestMetricsFailureReasons(t *testing.T) {
 // TestMetricsAllocs: with metrics on, an AllReduce still allocates nothing.
 func TestMetricsAllocs(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	errs := withRanks(t, 2, []goccl.Option{goccl.WithMetrics(reg)}, func(ctx context.Context, c *goccl.Comm) error {
+	ranktest.RunWith(t, 2, 30*time.Second, []goccl.Option{goccl.WithMetrics(reg)}, func(ctx context.Context, c *goccl.Comm) error {
 		x := make([]float32, 64)
 		op := func() {
 			if err := goccl.AllReduce(ctx, c, x, x, len(x), goccl.Sum); err != nil {
@@ -182,9 +147,4 @@ func TestMetricsAllocs(t *testing.T) {
 		}
 		return nil
 	})
-	for r, err := range errs {
-		if err != nil {
-			t.Errorf("rank %d: %v", r, err)
-		}
-	}
 }

@@ -19,6 +19,12 @@ import (
 // waiting on it are released), and fails the test with every rank's error.
 func Run(t testing.TB, n int, timeout time.Duration, fn func(ctx context.Context, c *goccl.Comm) error) {
 	t.Helper()
+	RunWith(t, n, timeout, nil, fn)
+}
+
+// RunWith is Run with more options for every rank's Init.
+func RunWith(t testing.TB, n int, timeout time.Duration, opts []goccl.Option, fn func(ctx context.Context, c *goccl.Comm) error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	store := rendezvous.NewMemStore()
@@ -27,7 +33,7 @@ func Run(t testing.TB, n int, timeout time.Duration, fn func(ctx context.Context
 	var wg sync.WaitGroup
 	for r := range n {
 		wg.Go(func() {
-			c, err := goccl.Init(ctx, goccl.WithRank(r), goccl.WithWorldSize(n), goccl.WithStore(store))
+			c, err := goccl.Init(ctx, append([]goccl.Option{goccl.WithRank(r), goccl.WithWorldSize(n), goccl.WithStore(store)}, opts...)...)
 			if err != nil {
 				errs[r] = fmt.Errorf("rank %d: goccl.Init: %w", r, err)
 				cancel()
