@@ -61,6 +61,12 @@ func AddrFilePath(env Env) string {
 // rank without StoreAddr needs
 // neither a JobID nor hostIP: its store is served on 127.0.0.1.
 //
+// Under torchrun with TORCHELASTIC_USE_AGENT_STORE=True (env.AgentStore
+// equal to env.StoreAddr), nobody serves: torchrun's agent already serves a
+// c10d TCPStore there, and every rank, rank 0 included, is a client of it
+// (DialC10d, see connectAgentStore for the key prefix); no job token, rank
+// loss detection or address file is involved then.
+//
 // Rank 0's Close stops the server under every other rank, so close rank 0's
 // store last (for example after a Barrier that all ranks pass when done).
 //
@@ -73,6 +79,9 @@ func AddrFilePath(env Env) string {
 func Connect(ctx context.Context, env Env, hostIP string, opts ...Option) (Store, error) {
 	if env.WorldSize < 1 || env.Rank < 0 || env.Rank >= env.WorldSize {
 		return nil, fmt.Errorf("rendezvous: connect: rank %d out of range for world size %d", env.Rank, env.WorldSize)
+	}
+	if env.AgentStore != "" && env.AgentStore == env.StoreAddr {
+		return connectAgentStore(ctx, env, opts)
 	}
 	var err error
 	if env.Token, err = DirToken(env); err != nil {
@@ -99,6 +108,26 @@ func Connect(ctx context.Context, env Env, hostIP string, opts ...Option) (Store
 		return serveAddrFile(ctx, env, hostIP, opts)
 	}
 	return dialAddrFile(ctx, env, opts)
+}
+
+// connectAgentStore connects every rank, rank 0 included, to the c10d
+// TCPStore that torchrun's agent serves at env.AgentStore, under the key
+// prefix goccl/torchrun/<attempt>/<generation>/: the attempt
+// (TORCHELASTIC_RESTART_COUNT) and the generation (WithGeneration: the
+// count of this process's rendezvous) keep a restarted job's and a later
+// Init's keys apart from the earlier ones, which the agent's store keeps.
+func connectAgentStore(ctx context.Context, env Env, opts []Option) (Store, error) {
+	o := makeOptions(opts)
+	attempt := env.Attempt
+	if attempt == "" {
+		attempt = "0"
+	}
+	prefix := fmt.Sprintf("goccl/torchrun/%s/%d/", attempt, o.generation)
+	s, err := DialC10d(ctx, env.AgentStore, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("rendezvous: connect: rank %d: torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE): %w", env.Rank, err)
+	}
+	return s, nil
 }
 
 func connectAddr(ctx context.Context, env Env, hostIP string, opts []Option) (Store, error) {

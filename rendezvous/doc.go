@@ -1,6 +1,7 @@
 // Package rendezvous provides the key-value stores ranks use to find each other
 // at Init: an embedded TCP store served by rank 0 (the default), a file store in
-// a shared directory, and an in-process store for tests.
+// a shared directory, a client of PyTorch's c10d TCPStore (the store
+// torchrun's agent serves), and an in-process store for tests.
 //
 // # Finding the store
 //
@@ -9,6 +10,21 @@
 // Slurm's srun), together with the store address when the launcher gives one.
 // Connect turns that into a Store: rank 0 serves a TCPServer and every rank,
 // rank 0 included, talks to it through a TCPStore.
+//
+// # Rendezvous under torchrun
+//
+// torchrun's agent serves a PyTorch c10d TCPStore on MASTER_ADDR:MASTER_PORT
+// for the job and tells its workers so with TORCHELASTIC_USE_AGENT_STORE=True
+// (the default "static" rendezvous, in torch 1.13 as in 2.x). Rank 0 cannot
+// serve goccl's store on that port then, so every rank, rank 0 included,
+// uses the agent's store through C10dStore, a client of c10d's TCPStore wire
+// protocol, under the key prefix goccl/torchrun/<TORCHELASTIC_RESTART_COUNT>/<generation>/,
+// apart from torch's keys (which start with "/") and from earlier attempts
+// and earlier Inits (the agent's store outlives them). The client finds
+// which protocol the server speaks (PyTorch 1.x, or 2.x with its VALIDATE
+// greeting) at its first connection. GOCCL_STORE_ADDR, when set, still
+// makes rank 0 serve goccl's own store at that address. A Python rank's
+// TCPStore can be reached the same way with DialC10d.
 //
 // # Rendezvous under mpirun
 //

@@ -18,6 +18,16 @@ type Env struct {
 	JobID                      string // identifier common to all ranks of this job, "" if unknown
 	Source                     string // "goccl", "torchrun", "openmpi", "slurm"
 	Token                      string // GOCCL_JOB_TOKEN: the job's shared secret, "" for none
+	// AgentStore is the address of a c10d TCPStore that the launcher already
+	// serves for the job (torchrun's agent, TORCHELASTIC_USE_AGENT_STORE=True:
+	// MASTER_ADDR:MASTER_PORT), "" if none. While StoreAddr is this address,
+	// Connect makes every rank a client of that store (DialC10d) instead of
+	// rank 0 serving goccl's TCP store there.
+	AgentStore string
+	// Attempt is torchrun's TORCHELASTIC_RESTART_COUNT, "" if unset: it keeps
+	// the keys of a restarted job apart from the earlier attempts' in the
+	// agent's store, which outlives them.
+	Attempt string
 }
 
 // envSource is one launcher's rank variables.
@@ -51,6 +61,9 @@ var envSources = []envSource{
 //   - StoreAddr is GOCCL_STORE_ADDR, else MASTER_ADDR:MASTER_PORT when both
 //     are set (whatever the launcher); it must be host:port with a numeric
 //     port in [1, 65535].
+//   - AgentStore is MASTER_ADDR:MASTER_PORT when TORCHELASTIC_USE_AGENT_STORE
+//     is "True" (any case, or "1") and GOCCL_STORE_ADDR is not set; Attempt is
+//     TORCHELASTIC_RESTART_COUNT.
 //   - StoreDir is GOCCL_STORE_DIR.
 //   - JobID is the first set of GOCCL_JOB_ID, TORCHELASTIC_RUN_ID,
 //     OMPI_MCA_ess_base_jobid, PMIX_NAMESPACE, OMPI_MCA_orte_ess_jobid, and
@@ -144,8 +157,12 @@ func fromLookup(lookup func(string) (string, bool)) (env Env, ok bool, err error
 				return fail("MASTER_PORT=%q is not a port number in [1, 65535]", port)
 			}
 			env.StoreAddr = net.JoinHostPort(host, port)
+			if v, _ := get("TORCHELASTIC_USE_AGENT_STORE"); strings.EqualFold(v, "true") || v == "1" {
+				env.AgentStore = env.StoreAddr
+			}
 		}
 	}
+	env.Attempt, _ = get("TORCHELASTIC_RESTART_COUNT")
 	env.StoreDir, _ = get(config.StoreDir.Name)
 	for _, name := range []string{config.JobID.Name, "TORCHELASTIC_RUN_ID", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "OMPI_MCA_orte_ess_jobid"} {
 		if v, ok := get(name); ok {

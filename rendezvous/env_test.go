@@ -39,6 +39,27 @@ func TestFromEnv(t *testing.T) {
 			ok:   true,
 		},
 		{
+			name: "torchrun agent store",
+			env: vars{"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "node0", "MASTER_PORT": "29500",
+				"TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART_COUNT": "2"},
+			want: Env{Rank: 1, WorldSize: 2, StoreAddr: "node0:29500", AgentStore: "node0:29500", Attempt: "2", Source: "torchrun"},
+			ok:   true,
+		},
+		{
+			name: "torchrun agent store off",
+			env: vars{"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "node0", "MASTER_PORT": "29500",
+				"TORCHELASTIC_USE_AGENT_STORE": "False"},
+			want: Env{Rank: 1, WorldSize: 2, StoreAddr: "node0:29500", Source: "torchrun"},
+			ok:   true,
+		},
+		{
+			name: "goccl store addr wins over the agent store",
+			env: vars{"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "node0", "MASTER_PORT": "29500",
+				"TORCHELASTIC_USE_AGENT_STORE": "True", "GOCCL_STORE_ADDR": "node1:7000"},
+			want: Env{Rank: 0, WorldSize: 2, StoreAddr: "node1:7000", Source: "torchrun"},
+			ok:   true,
+		},
+		{
 			name: "torchrun ipv6 master",
 			env:  vars{"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "fd00::1", "MASTER_PORT": "1234"},
 			want: Env{Rank: 0, WorldSize: 1, StoreAddr: "[fd00::1]:1234", Source: "torchrun"}, ok: true,
