@@ -19,6 +19,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/goccl/goccl/internal/textdist"
 )
 
 // command is one subcommand.
@@ -98,7 +100,7 @@ func commandNames() []string {
 func closest(typed string, candidates []string) string {
 	best, bestD := "", 3
 	for _, c := range candidates {
-		d := editDistance(strings.ToLower(typed), strings.ToLower(c))
+		d := textdist.Distance(strings.ToLower(typed), strings.ToLower(c))
 		if d == 0 && typed != c {
 			d = 1 // case only: "-N" for "-n"
 		} else if d >= len(typed) {
@@ -156,34 +158,6 @@ func flagError(fs *flag.FlagSet, args []string, err error) error {
 	names := []string{"help"}
 	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
 	return fmt.Errorf("unknown flag %q%s", typed, didYouMeanFlag(typed, names))
-}
-
-// editDistance is the optimal string alignment distance between a and b:
-// the fewest insertions, deletions, substitutions and transpositions of
-// adjacent bytes that turn one into the other.
-func editDistance(a, b string) int {
-	// d[i][j] is the distance between a[:i] and b[:j]; three rows suffice.
-	prev2 := make([]int, len(b)+1)
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
-				cur[j] = min(cur[j], prev2[j-2]+1)
-			}
-		}
-		prev2, prev, cur = prev, cur, prev2
-	}
-	return prev[len(b)]
 }
 
 func usage(w io.Writer) {

@@ -76,6 +76,7 @@ import (
 	"github.com/goccl/goccl/doctor/ibv"
 	"github.com/goccl/goccl/doctor/topo"
 	"github.com/goccl/goccl/internal/config"
+	"github.com/goccl/goccl/internal/textdist"
 )
 
 // Options says where and how Run looks.
@@ -1268,31 +1269,11 @@ func (h *hostRun) checkGOCCLVars() {
 func hostNearest(s string, cands []string) string {
 	best, bestD := "", 4
 	for _, c := range cands {
-		if d := hostEditDistance(s, c); d < bestD {
+		if d := textdist.Distance(s, c); d < bestD {
 			best, bestD = c, d
 		}
 	}
 	return best
-}
-
-func hostEditDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			c := prev[j-1]
-			if a[i-1] != b[j-1] {
-				c++
-			}
-			cur[j] = min(c, prev[j]+1, cur[j-1]+1)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // --- external tools ----------------------------------------------------------
