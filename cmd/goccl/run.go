@@ -6,11 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"strconv"
 	"strings"
 
 	"github.com/goccl/goccl/internal/config"
 	"github.com/goccl/goccl/internal/launch"
+	"github.com/goccl/goccl/rendezvous"
 )
 
 func init() {
@@ -39,8 +41,11 @@ the -env settings. So that PyTorch and MPI programs find their rank, each
 rank also gets torchrun's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE and
 GROUP_RANK (0) and OpenMPI's OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE,
 OMPI_COMM_WORLD_LOCAL_RANK and OMPI_COMM_WORLD_LOCAL_SIZE (goccl programs
-read goccl's own first). MASTER_ADDR and MASTER_PORT are not set: the store
-is goccl's, not a PyTorch TCPStore.
+read goccl's own first). As torchrun's agent does, goccl run also serves a
+PyTorch c10d TCPStore and gives every rank MASTER_ADDR, MASTER_PORT (its
+address), TORCHELASTIC_USE_AGENT_STORE=True and TORCHELASTIC_RESTART_COUNT=0,
+so torch.distributed.init_process_group(init_method="env://") works in the
+ranks (goccl's own ranks keep using goccl's store).
 
 Every line a rank prints is prefixed with "[rank] ", on stdout or stderr as
 the rank wrote it.
@@ -163,6 +168,18 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	if *metricsAddr != "" {
 		env = append(envList{config.MetricsAddr.Name + "=" + *metricsAddr}, env...) // -env may still override it
 	}
+	// A PyTorch c10d store for the PyTorch programs among the ranks, as
+	// torchrun's agent serves one (goccl's own ranks use goccl's store).
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintf(stderr, "goccl run: cannot serve a c10d store for PyTorch: %v\n", err)
+		return 1
+	}
+	torchStore := rendezvous.ServeC10d(ln)
+	defer torchStore.Close()
+	_, port, _ := net.SplitHostPort(torchStore.Addr())
+	env = append(envList{"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port,
+		"TORCHELASTIC_USE_AGENT_STORE=True", "TORCHELASTIC_RESTART_COUNT=0"}, env...)
 	err = launch.Run(context.Background(), launch.Config{
 		NP:             np.n,
 		Prog:           fs.Arg(0),

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -22,7 +24,7 @@ var rankEnvNames = []string{
 	config.Rank.Name, config.WorldSize.Name, config.LocalRank.Name, config.LocalWorldSize.Name, config.StoreAddr.Name,
 	"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
 	"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
-	"MASTER_ADDR", "MASTER_PORT",
+	"MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT",
 }
 
 // printRankEnv prints rankEnvNames as NAME=VALUE ("<unset>" when unset) and
@@ -98,7 +100,9 @@ func TestRunNprocErrors(t *testing.T) {
 }
 
 // TestRunRankEnv: the ranks get torchrun's and OpenMPI's variables besides
-// goccl's, not MASTER_ADDR/MASTER_PORT, and goccl's win in rendezvous.FromEnv.
+// goccl's, MASTER_ADDR/MASTER_PORT of the c10d store goccl run serves, as
+// torchrun's agent (TORCHELASTIC_USE_AGENT_STORE), and goccl's win in
+// rendezvous.FromEnv.
 func TestRunRankEnv(t *testing.T) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -120,6 +124,10 @@ func TestRunRankEnv(t *testing.T) {
 	if !regexp.MustCompile(`^127\.0\.0\.1:\d+$`).MatchString(store) {
 		t.Fatalf("store address %q", store)
 	}
+	masterPort := vals["MASTER_PORT"][0]
+	if !regexp.MustCompile(`^\d+$`).MatchString(masterPort) || "127.0.0.1:"+masterPort == store {
+		t.Fatalf("MASTER_PORT %q (goccl's store at %s)", masterPort, store)
+	}
 	for r := 0; r < 3; r++ {
 		rs := strconv.Itoa(r)
 		want := map[string]string{
@@ -128,13 +136,51 @@ func TestRunRankEnv(t *testing.T) {
 			"RANK":                rs, "WORLD_SIZE": "3", "LOCAL_RANK": rs, "LOCAL_WORLD_SIZE": "3", "GROUP_RANK": "0",
 			"OMPI_COMM_WORLD_RANK": rs, "OMPI_COMM_WORLD_SIZE": "3",
 			"OMPI_COMM_WORLD_LOCAL_RANK": rs, "OMPI_COMM_WORLD_LOCAL_SIZE": "3",
-			"MASTER_ADDR": "<unset>", "MASTER_PORT": "<unset>",
+			"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": masterPort,
+			"TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART_COUNT": "0",
 			"FromEnv": "ok:true err:<nil> source:goccl rank:" + rs + " size:3 local:" + rs + " store:" + store,
 		}
 		for k, v := range want {
 			if got, ok := vals[k][r]; got != v || !ok {
 				t.Errorf("rank %d: %s=%q, want %q", r, k, got, v)
 			}
+		}
+	}
+}
+
+// TestRunPyTorch: a PyTorch program started by goccl run joins a Gloo
+// process group with init_process_group(init_method="env://") through the
+// c10d store goccl run serves, and all-reduces (fails before goccl run
+// served one: MASTER_ADDR was not set).
+func TestRunPyTorch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PyTorch (seconds)")
+	}
+	if err := exec.Command("/usr/bin/python3", "-c", "import torch.distributed").Run(); err != nil {
+		t.Skipf("/usr/bin/python3 cannot import torch.distributed (Debian python3-torch): %v", err)
+	}
+	script := filepath.Join(t.TempDir(), "allreduce.py")
+	err := os.WriteFile(script, []byte(`
+import datetime, os, torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=60))
+r, n = dist.get_rank(), dist.get_world_size()
+assert r == int(os.environ["RANK"]) and n == int(os.environ["WORLD_SIZE"])
+x = torch.tensor([float(r + 1), 10.0 * (r + 1)])
+dist.all_reduce(x)
+print("allreduce", r, n, x.tolist(), flush=True)
+dist.destroy_process_group()
+`), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GLOO_SOCKET_IFNAME", "lo")
+	stdout, stderr, code := runGoccl(t, "run", "-np", "3", "/usr/bin/python3", script)
+	if code != 0 {
+		t.Fatalf("exit code %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	for r := 0; r < 3; r++ {
+		if want := fmt.Sprintf("[%d] allreduce %d 3 [6.0, 60.0]", r, r); !strings.Contains(stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s\nstderr:\n%s", want, stdout, stderr)
 		}
 	}
 }

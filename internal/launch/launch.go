@@ -103,10 +103,10 @@ func RankEnv(rank, np int, storeAddr, jobID string) []string {
 // rank under goccl run: torchrun's RANK, WORLD_SIZE, LOCAL_RANK,
 // LOCAL_WORLD_SIZE and GROUP_RANK (always 0: one host) and OpenMPI's
 // OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK and
-// OMPI_COMM_WORLD_LOCAL_SIZE. MASTER_ADDR and MASTER_PORT are not set: the
-// store at GOCCL_STORE_ADDR is goccl's, not a PyTorch TCPStore. goccl itself
-// reads its GOCCL_* variables first (rendezvous.FromEnv), so these never
-// override them.
+// OMPI_COMM_WORLD_LOCAL_SIZE. (MASTER_ADDR and MASTER_PORT, for PyTorch's
+// env:// initialisation, come from `goccl run`, which serves a c10d store:
+// the store at GOCCL_STORE_ADDR is goccl's.) goccl itself reads its GOCCL_*
+// variables first (rendezvous.FromEnv), so these never override them.
 var CompatVars = []string{
 	"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
 	"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
