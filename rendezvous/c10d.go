@@ -252,14 +252,7 @@ func (s *C10dStore) call(ctx context.Context, what string, build func(b []byte) 
 		s.dropConn()
 	}
 	if err != nil {
-		switch {
-		case s.closeCtx.Err() != nil:
-			err = ErrClosed
-		case ctx.Err() != nil:
-			err = ctx.Err()
-		case deadlineDue(ctx, err):
-			err = context.DeadlineExceeded
-		case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		if err = callError(s.closeCtx, ctx, err); errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			err = fmt.Errorf("the server closed the connection: %w", err)
 		}
 		return fail(err)

@@ -180,15 +180,7 @@ func (s *TCPStore) roundTrip(ctx context.Context, what string, req request) ([]b
 		s.dropConn()
 	}
 	if err != nil {
-		switch {
-		case s.closeCtx.Err() != nil:
-			err = ErrClosed
-		case ctx.Err() != nil:
-			err = ctx.Err()
-		case deadlineDue(ctx, err):
-			err = context.DeadlineExceeded
-		}
-		return nil, fail(err)
+		return nil, fail(callError(s.closeCtx, ctx, err))
 	}
 	switch status {
 	case statusLost:
@@ -232,6 +224,22 @@ func (s *TCPStore) redial(ctx context.Context) error {
 // passed. The socket's deadline can fire just before ctx's timer: it then
 // waits (at most 100 ms) for ctx to be done, so that a caller that checks
 // ctx.Err() after the error finds ctx done, as the error says.
+// callError is the error a client call reports when its exchange failed
+// with err: ErrClosed when the client was closed, ctx's error when ctx
+// ended (also when the socket deadline derived from it fired first), else
+// err.
+func callError(closeCtx, ctx context.Context, err error) error {
+	switch {
+	case closeCtx.Err() != nil:
+		return ErrClosed
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case deadlineDue(ctx, err):
+		return context.DeadlineExceeded
+	}
+	return err
+}
+
 func deadlineDue(ctx context.Context, err error) bool {
 	dl, ok := ctx.Deadline()
 	if !ok || time.Now().Before(dl) || !(errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded)) {
