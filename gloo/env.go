@@ -1,0 +1,84 @@
+package gloo
+
+import (
+	"context"
+	"fmt"
+	"net"
+
+	"github.com/goccl/goccl/rendezvous"
+)
+
+// JoinEnv joins the default process group of a job whose Python ranks call
+// init_process_group("gloo") with init_method "env://" (the default), from
+// the same variables: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (or
+// goccl's GOCCL_RANK, ... and the other launchers rendezvous.FromEnv
+// reads). The store is found as torch 1.13's env:// finds it:
+//
+//   - under torchrun's agent (TORCHELASTIC_USE_AGENT_STORE=True, also set
+//     by goccl run) every rank is a client of the c10d TCPStore at
+//     MASTER_ADDR:MASTER_PORT, under the prefix
+//     "/worker/attempt_<TORCHELASTIC_RESTART_COUNT>";
+//   - otherwise rank 0 serves the TCPStore on MASTER_PORT (on every
+//     address, as torch's TCPStore does) and the others connect to it.
+//
+// Keys then live under "default_pg/", as init_process_group puts them.
+// Close closes the store (and the server of rank 0) with the group.
+func JoinEnv(ctx context.Context, opts ...Option) (*Group, error) {
+	env, ok, err := rendezvous.FromEnv()
+	if err != nil {
+		return nil, fmt.Errorf("gloo: join: %w", err)
+	}
+	if !ok {
+		return nil, fmt.Errorf("gloo: join: RANK and WORLD_SIZE are not set (nor GOCCL_RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID): %w", ErrInvalidArgument)
+	}
+	if env.StoreAddr == "" {
+		return nil, fmt.Errorf("gloo: join: rank %d: MASTER_ADDR and MASTER_PORT are not set: %w", env.Rank, ErrInvalidArgument)
+	}
+	var closers []func() error
+	closeAll := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	// torch's TCPStore client keeps every key of its users under "/";
+	// PrefixStore(p, store) puts p + "/" in front.
+	addr, prefix := env.StoreAddr, "/"
+	if env.AgentStore != "" {
+		attempt := env.Attempt
+		if attempt == "" {
+			attempt = "0"
+		}
+		addr, prefix = env.AgentStore, "//worker/attempt_"+attempt+"/"
+	} else if env.Rank == 0 {
+		_, port, _ := net.SplitHostPort(env.StoreAddr)
+		ln, err := net.Listen("tcp", net.JoinHostPort("", port))
+		if err != nil {
+			return nil, fmt.Errorf("gloo: join: rank 0 serves the TCPStore on port %s (MASTER_PORT): %w", port, err)
+		}
+		srv := rendezvous.ServeC10d(ln)
+		closers = append(closers, srv.Close)
+		addr = net.JoinHostPort("127.0.0.1", port)
+	}
+	raw, err := rendezvous.DialC10d(ctx, addr, "")
+	if err != nil {
+		closeAll()
+		return nil, fmt.Errorf("gloo: join: rank %d: store at %s: %w", env.Rank, addr, err)
+	}
+	closers = append(closers, raw.Close)
+	if env.AgentStore == "" {
+		// A TCPStore made by env:// waits, on rank 0, for world size
+		// clients to have added one to "init/" (TCPStore::waitForWorkers).
+		if _, err := raw.Add(ctx, "init/", 1); err != nil {
+			closeAll()
+			return nil, fmt.Errorf("gloo: join: rank %d: store at %s: %w", env.Rank, addr, err)
+		}
+	}
+	st := rendezvous.PrefixStore(raw, prefix)
+	g, err := Join(ctx, rendezvous.PrefixStore(st, "default_pg/"), env.Rank, env.WorldSize, opts...)
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	g.closers = closers
+	return g, nil
+}
