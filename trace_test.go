@@ -14,6 +14,7 @@ import (
 	"github.com/goccl/goccl/ddp"
 	"github.com/goccl/goccl/internal/ranktest"
 	"github.com/goccl/goccl/internal/trace"
+	"github.com/goccl/goccl/internal/trace/tracetest"
 )
 
 type traceEvent struct {
@@ -45,10 +46,11 @@ func readTrace(t *testing.T, path string) []traceEvent {
 	return evs
 }
 
-// TestTraceFile: with GOCCL_TRACE_FILE each rank writes its operations
-// (blocking, non-blocking, grouped) with sequence numbers, bytes and
-// schedules, ddp's compute and wait spans on a second track, and a failed
-// operation with its error; goccl trace merge's Merge joins the ranks.
+// TestTraceFile: with GOCCL_TRACE_FILE each rank writes valid trace-event
+// JSON (tracetest.CheckFile) with its operations (blocking, non-blocking,
+// grouped) with sequence numbers, bytes and schedules, ddp's compute and
+// wait spans on a second track, and a failed operation with its error;
+// goccl trace merge's Merge joins the ranks.
 func TestTraceFile(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("GOCCL_TRACE_FILE", filepath.Join(dir, "trace-%r.json"))
@@ -95,6 +97,7 @@ func TestTraceFile(t *testing.T) {
 	for r := 0; r < 2; r++ {
 		path := filepath.Join(dir, fmt.Sprintf("trace-%d.json", r))
 		files = append(files, path)
+		tracetest.CheckFile(t, path)
 		evs := readTrace(t, path)
 		names := map[string]int{}
 		var lastSeq float64

@@ -422,8 +422,10 @@ func (d *DDP) Wait(ctx context.Context) error {
 		return err
 	}
 	// On the communicator's trace (GOCCL_TRACE_FILE), beside the buckets'
-	// AllReduces: the step's compute, then the time Wait was blocked.
-	d.c.TraceSpan("ddp compute", d.stepStart, d.lastMark)
+	// AllReduces: the step's compute, up to this call of Wait (so that the
+	// spans a program adds for its forward and backward passes nest in it),
+	// then the time Wait was blocked.
+	d.c.TraceSpan("ddp compute", d.stepStart, blockStart)
 	d.c.TraceSpan("ddp wait", blockStart, end)
 	s := &d.stats
 	s.Steps++

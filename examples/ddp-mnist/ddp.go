@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/goccl/goccl"
 	"github.com/goccl/goccl/ddp"
@@ -31,6 +32,8 @@ type Trainer struct {
 	overlap    bool      // mark each part ready as the backward finishes it (else all at the end)
 	x          []float32 // this rank's shard of the batch, as model input
 	scale      float32   // the current step's gradient scale (see Step)
+	// backwardStart is when the current step's backward pass started.
+	backwardStart time.Time
 }
 
 // trainerOptions are the data-parallel settings of a Trainer.
@@ -108,8 +111,17 @@ func (t *Trainer) flatGrad() []float32 {
 // has computed it, so the buckets of the last layers are reduced while the
 // first layers' gradients are computed. Every rank applies the same update
 // to the same reduced values. Step returns this rank's summed loss and its
-// sample count.
+// sample count. On the communicator's trace (GOCCL_TRACE_FILE) it adds
+// spans "forward" (with the loss), "backward" (up to the end of the
+// gradient computation: without overlap, the gradients are marked ready
+// after it) and "optimizer", inside ddp's "ddp compute".
 func (t *Trainer) Step(ctx context.Context, d *Dataset, idx []int) (lossSum float64, n int, err error) {
+	return t.step(ctx, d, idx, t)
+}
+
+// step is Step with the backward pass's parts reported to sink: the
+// Trainer, or in tests a sink that wraps it.
+func (t *Trainer) step(ctx context.Context, d *Dataset, idx []int, sink gradSink) (lossSum float64, n int, err error) {
 	if len(idx) == 0 {
 		return 0, 0, fmt.Errorf("step: empty batch")
 	}
@@ -125,12 +137,20 @@ func (t *Trainer) Step(ctx context.Context, d *Dataset, idx []int) (lossSum floa
 		y[k] = d.Labels[i]
 	}
 	t.scale = float32(t.size*n) / float32(len(idx))
+	start := time.Now()
 	if t.overlap {
-		lossSum, _, err = t.model.lossGradLayers(x, y, t.gradLayers, t.chunkRows, t)
+		lossSum, _, err = t.model.lossGradLayers(x, y, t.gradLayers, t.chunkRows, sink)
 	} else {
-		lossSum, _, err = t.model.lossGradLayers(x, y, t.gradLayers, t.chunkRows, nil)
+		lossSum, _, err = t.model.lossGradLayers(x, y, t.gradLayers, t.chunkRows, startOnly{sink})
+	}
+	if err == nil {
+		end := time.Now()
+		t.comm.TraceSpan("forward", start, t.backwardStart)
+		t.comm.TraceSpan("backward", t.backwardStart, end)
+	}
+	if !t.overlap {
 		for l := len(t.gradLayers) - 1; l >= 0 && err == nil; l-- {
-			err = tell(t, l, t.gradLayers[l].Out, t.chunkRows)
+			err = tell(sink, l, t.gradLayers[l].Out, t.chunkRows)
 		}
 	}
 	if err != nil {
@@ -139,9 +159,21 @@ func (t *Trainer) Step(ctx context.Context, d *Dataset, idx []int) (lossSum floa
 	if err := t.dp.Wait(ctx); err != nil {
 		return 0, 0, fmt.Errorf("gradient allreduce: %w", err)
 	}
+	start = time.Now()
 	t.opt.stepTensors(t.params, t.grads)
+	t.comm.TraceSpan("optimizer", start, time.Now())
 	return lossSum, n, nil
 }
+
+// startOnly passes on the start of the backward pass only: the sink of a
+// step without overlap, whose gradients are marked after the backward pass.
+type startOnly struct{ gradSink }
+
+func (startOnly) bias(int) error           { return nil }
+func (startOnly) rows(int, int, int) error { return nil }
+
+// backward notes the start of the backward pass, for the trace.
+func (t *Trainer) backward() { t.backwardStart = time.Now() }
 
 // bias and rows make the Trainer the backward pass's gradSink: each part of
 // the gradient is scaled (see Step) and marked ready, which issues its

@@ -127,6 +127,7 @@ type gradLayer struct {
 // part of the gradient is final, so that a data-parallel reducer can start
 // that part's communication while the rest is computed.
 type gradSink interface {
+	backward()                // the forward pass and the loss are done: the backward pass starts
 	bias(l int) error         // layer l's bias gradient is final
 	rows(l, r0, r1 int) error // rows [r0, r1) of layer l's weight gradient are final
 }
@@ -135,11 +136,14 @@ type gradSink interface {
 // which it overwrites layer by layer, last layer first. Within a layer it
 // computes the bias gradient, then the weight gradient in blocks of at most
 // chunkRows rows (0: all at once; gl's blocks must be cut the same way),
-// last block first; after each part it tells sink (nil: nobody) and stops
-// at the first error sink returns.
+// last block first; it tells sink (nil: nobody) when the backward pass
+// starts and after each part, and stops at the first error sink returns.
 func (m *MLP) lossGradLayers(x []float32, y []uint8, gl []gradLayer, chunkRows int, sink gradSink) (lossSum float64, correct int, err error) {
 	n := len(y)
 	if n == 0 {
+		if sink != nil {
+			sink.backward()
+		}
 		for l := len(gl) - 1; l >= 0; l-- {
 			for _, w := range gl[l].W {
 				clear(w)
@@ -179,6 +183,9 @@ func (m *MLP) lossGradLayers(x []float32, y []uint8, gl []gradLayer, chunkRows i
 	}
 	if gl == nil {
 		return lossSum, correct, nil
+	}
+	if sink != nil {
+		sink.backward()
 	}
 	delta := z // dLoss/dZ of layer l
 	for l := len(m.layers) - 1; l >= 0; l-- {

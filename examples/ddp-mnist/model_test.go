@@ -63,8 +63,9 @@ func TestGradientCheck(t *testing.T) {
 }
 
 // recordSink records the order in which the backward pass reports parts.
-type recordSink struct{ parts [][3]int } // layer, r0, r1 (r0 = r1 = -1: bias)
+type recordSink struct{ parts [][3]int } // layer, r0, r1 (r0 = r1 = -1: bias; all -1: the backward starts)
 
+func (s *recordSink) backward()        { s.parts = append(s.parts, [3]int{-1, -1, -1}) }
 func (s *recordSink) bias(l int) error { s.parts = append(s.parts, [3]int{l, -1, -1}); return nil }
 func (s *recordSink) rows(l, r0, r1 int) error {
 	s.parts = append(s.parts, [3]int{l, r0, r1})
@@ -73,7 +74,8 @@ func (s *recordSink) rows(l, r0, r1 int) error {
 
 // TestChunkedBackward: the weight gradient computed in row blocks of 3
 // (into separate slices) equals the one computed whole, and the parts are
-// reported last layer first, bias first, last rows first.
+// reported after the start of the backward pass, last layer first, bias
+// first, last rows first.
 func TestChunkedBackward(t *testing.T) {
 	sizes := []int{5, 7, 4}
 	m := newMLP(sizes, 3)
@@ -97,7 +99,7 @@ func TestChunkedBackward(t *testing.T) {
 	if _, _, err := m.lossGradLayers(x, y, gl, 3, &sink); err != nil {
 		t.Fatal(err)
 	}
-	want := [][3]int{{1, -1, -1}, {1, 1, 4}, {1, 0, 1}, {0, -1, -1}, {0, 4, 7}, {0, 1, 4}, {0, 0, 1}}
+	want := [][3]int{{-1, -1, -1}, {1, -1, -1}, {1, 1, 4}, {1, 0, 1}, {0, -1, -1}, {0, 4, 7}, {0, 1, 4}, {0, 0, 1}}
 	if len(sink.parts) != len(want) {
 		t.Fatalf("parts reported: %v, want %v", sink.parts, want)
 	}

@@ -113,10 +113,16 @@ func (r *Recorder) Record(e *Event) {
 	b = strconv.AppendInt(b, int64(r.rank), 10)
 	b = append(b, `,"tid":`...)
 	b = strconv.AppendInt(b, int64(e.Track), 10)
+	// ts and dur from the wall clock both, so that ts+dur is the end's wall
+	// time: an event that ends when the next starts does not overlap it
+	// (End.Sub(Start) reads the monotonic clock, which drifts from the wall
+	// clock by some nanoseconds between readings, and viewers then see
+	// spans that are not nested). A wall clock stepped back gives 0.
+	start := e.Start.UnixNano()
 	b = append(b, `,"ts":`...)
-	b = appendMicros(b, e.Start.UnixNano())
+	b = appendMicros(b, start)
 	b = append(b, `,"dur":`...)
-	b = appendMicros(b, e.End.Sub(e.Start).Nanoseconds())
+	b = appendMicros(b, max(e.End.UnixNano()-start, 0))
 	b = append(b, `,"args":{"seq":`...)
 	b = strconv.AppendUint(b, e.Seq, 10)
 	b = append(b, `,"bytes":`...)

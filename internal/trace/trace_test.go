@@ -1,57 +1,15 @@
 package trace
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-)
 
-// CheckFile parses a trace file and checks it against the trace-event
-// format (JSON Array form): every element an object with a string name, a
-// phase, integer pid and tid; complete events ("X") with numeric ts and
-// non-negative dur; metadata events ("M") with args. It returns the
-// complete events.
-func CheckFile(t *testing.T, path string) []map[string]any {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var all []map[string]any
-	if err := json.Unmarshal(b, &all); err != nil {
-		t.Fatalf("%s is not a JSON array of objects: %v\n%s", path, err, b)
-	}
-	var events []map[string]any
-	for i, e := range all {
-		name, _ := e["name"].(string)
-		ph, _ := e["ph"].(string)
-		pid, okPid := e["pid"].(float64)
-		tid, okTid := e["tid"].(float64)
-		if name == "" || !okPid || !okTid || pid != float64(int(pid)) || tid != float64(int(tid)) {
-			t.Fatalf("%s: event %d lacks name, pid or tid: %v", path, i, e)
-		}
-		switch ph {
-		case "X":
-			ts, okTs := e["ts"].(float64)
-			dur, okDur := e["dur"].(float64)
-			if !okTs || !okDur || dur < 0 || ts <= 0 {
-				t.Fatalf("%s: complete event %d has ts %v, dur %v", path, i, e["ts"], e["dur"])
-			}
-			events = append(events, e)
-		case "M":
-			if _, ok := e["args"].(map[string]any); !ok {
-				t.Fatalf("%s: metadata event %d has no args: %v", path, i, e)
-			}
-		default:
-			t.Fatalf("%s: event %d has phase %q", path, i, ph)
-		}
-	}
-	return events
-}
+	"github.com/goccl/goccl/internal/trace/tracetest"
+)
 
 func TestFileFormat(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "t.json")
@@ -66,10 +24,14 @@ func TestFileFormat(t *testing.T) {
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}
-	ev := CheckFile(t, path)
-	if len(ev) != 3 {
-		t.Fatalf("%d complete events, want 3", len(ev))
+	evs := tracetest.CheckFile(t, path)
+	if len(evs) != 3 {
+		t.Fatalf("%d complete events, want 3", len(evs))
 	}
+	if evs[0].Start != t0.UnixNano() || evs[0].End != t0.UnixNano()+1500 {
+		t.Errorf("first event from %d to %d ns, want %d + 1500", evs[0].Start, evs[0].End, t0.UnixNano())
+	}
+	ev := []map[string]any{evs[0].Raw, evs[1].Raw, evs[2].Raw}
 	e := ev[0]
 	if e["name"] != "AllReduce" || e["pid"] != 3.0 || e["tid"] != 0.0 || e["ts"] != 1700000000123456.789 || e["dur"] != 1.5 {
 		t.Errorf("first event: %v", e)
