@@ -3,6 +3,7 @@ package gloo
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"syscall"
 
 	"github.com/goccl/goccl/transport"
@@ -49,10 +50,12 @@ type OpError struct {
 }
 
 func (e *OpError) Error() string {
+	// The cause's own "gloo: rank N: " is said once.
+	msg := strings.TrimPrefix(e.Err.Error(), fmt.Sprintf("gloo: rank %d: ", e.Rank))
 	if e.Peer >= 0 {
-		return fmt.Sprintf("gloo: rank %d: %s (tag %d) with peer rank %d: %v", e.Rank, e.Op, e.Tag, e.Peer, e.Err)
+		return fmt.Sprintf("gloo: rank %d: %s (tag %d) with peer rank %d: %s", e.Rank, e.Op, e.Tag, e.Peer, msg)
 	}
-	return fmt.Sprintf("gloo: rank %d: %s (tag %d): %v", e.Rank, e.Op, e.Tag, e.Err)
+	return fmt.Sprintf("gloo: rank %d: %s (tag %d): %s", e.Rank, e.Op, e.Tag, msg)
 }
 func (e *OpError) Unwrap() error { return e.Err }
 

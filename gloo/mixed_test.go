@@ -156,6 +156,9 @@ func goRankMain() int {
 		return 1
 	}
 	defer g.Close()
+	if os.Getenv("GLOO_TEST_GO_EXIT_RANK") == strconv.Itoa(g.Rank()) {
+		os.Exit(3) // a rank that dies after joining (the failure tests)
+	}
 	r := &reporter{rank: g.Rank()}
 	k := 0
 	if err := goScript[float32](ctx, g, r, &k, "float32"); err != nil {
@@ -187,15 +190,18 @@ func freePort(t *testing.T) int {
 }
 
 // runMixed starts size ranks, Go where goRanks says, and checks them.
-// port is MASTER_PORT, 0 for a free one.
-func runMixed(t *testing.T, size int, goRanks []int, port int, extraEnv []string) {
+type result struct {
+	out string
+	err error
+}
+
+// startRanks runs size ranks, Go where goRanks says, Python elsewhere, and
+// returns each one's output and exit error. port is MASTER_PORT, 0 for a
+// free one.
+func startRanks(t *testing.T, size int, goRanks []int, port int, extraEnv []string) []result {
 	t.Helper()
 	if port == 0 {
 		port = freePort(t)
-	}
-	type result struct {
-		out string
-		err error
 	}
 	results := make([]result, size)
 	var wg sync.WaitGroup
@@ -222,6 +228,14 @@ func runMixed(t *testing.T, size int, goRanks []int, port int, extraEnv []string
 		}(r)
 	}
 	wg.Wait()
+	return results
+}
+
+// runMixed runs a job (see startRanks) and checks that every rank
+// succeeded and that the ranks' results are bit for bit the same.
+func runMixed(t *testing.T, size int, goRanks []int, port int, extraEnv []string) {
+	t.Helper()
+	results := startRanks(t, size, goRanks, port, extraEnv)
 	digests := map[string]map[int]string{}
 	for r, res := range results {
 		kind := "python"
@@ -294,4 +308,29 @@ func TestMixedAgentStore4(t *testing.T) {
 	defer srv.Close()
 	port := ln.Addr().(*net.TCPAddr).Port
 	runMixed(t, 4, []int{0, 3}, port, []string{"TORCHELASTIC_USE_AGENT_STORE=True", "TORCHELASTIC_RESTART_COUNT=0"})
+}
+
+// TestMixedPythonRankDies: a Python rank that dies after joining fails the
+// Go rank's next operation with an error naming it, instead of a hang (tag
+// 1: the script's first all_reduce, tag 0, is empty and sends nothing).
+func TestMixedPythonRankDies(t *testing.T) {
+	torchOK(t)
+	res := startRanks(t, 2, []int{0}, 0, []string{"GLOO_TEST_PY_EXIT_RANK=1"})
+	if res[0].err == nil || !strings.Contains(res[0].out, "all_reduce (tag 1) with peer rank 1: lost peer rank 1") || !strings.Contains(res[0].out, "lost peer rank 1") {
+		t.Errorf("Go rank 0: %v, want an error naming the lost peer rank 1:\n%s", res[0].err, res[0].out)
+	}
+	if strings.Contains(res[0].out, "deadline") {
+		t.Errorf("Go rank 0 waited for its deadline:\n%s", res[0].out)
+	}
+}
+
+// TestMixedGoRankDies: a Go rank that dies after joining fails the Python
+// rank's all_reduce (Gloo: "Connection closed by peer") instead of a hang.
+func TestMixedGoRankDies(t *testing.T) {
+	torchOK(t)
+	res := startRanks(t, 2, []int{1}, 0, []string{"GLOO_TEST_GO_EXIT_RANK=1"})
+	if res[0].err == nil || !strings.Contains(res[0].out, "all_reduce") ||
+		!(strings.Contains(res[0].out, "Connection closed by peer") || strings.Contains(res[0].out, "Connection reset by peer")) {
+		t.Errorf("Python rank 0: %v, want Gloo's closed connection in all_reduce:\n%s", res[0].err, res[0].out)
+	}
 }

@@ -21,6 +21,8 @@ def values(n, rank, k, dtype):
 def main():
     dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=60))
     rank, size = dist.get_rank(), dist.get_world_size()
+    if os.environ.get("GLOO_TEST_PY_EXIT_RANK") == str(rank):
+        os._exit(3)  # a rank that dies after joining (the failure tests)
     bad = 0
 
     def report(name, got, want):
