@@ -4,13 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"sort"
 	"strings"
+
+	"github.com/spf13/pflag"
 
 	"github.com/goccl/goccl/doctor"
 	"github.com/goccl/goccl/doctor/host"
@@ -39,9 +40,9 @@ topo        reads the matrix of nvidia-smi topo -m
 ibv         reads ibv_devinfo, ibstat, ibstatus or show_gids output
 
 FILE is read as posted (launcher prefixes and colour codes are fine); - is
-standard input. Flags may come before or after FILE, with one dash or two.
---json prints the report as JSON. Each finding has a severity (error, warn,
-info), a stable code and a fix.
+standard input. Flags may come before or after FILE, with two dashes or
+one (--json, -json). --json prints the report as JSON. Each finding has a
+severity (error, warn, info), a stable code and a fix.
 
 The exit status is 1 when a finding is an error, 0 otherwise, 2 for usage
 errors and unreadable input.
@@ -75,12 +76,12 @@ type doctorSub struct {
 	input bool // takes FILE|-
 	// setup registers the subcommand's own flags (besides --json) on fs and
 	// returns the function that runs it with their parsed values.
-	setup func(fs *flag.FlagSet) doctorRunFunc
+	setup func(fs *pflag.FlagSet) doctorRunFunc
 }
 
 // doctorSubs lists the doctor subcommands; a new reader is one more row.
 var doctorSubs = []doctorSub{
-	{name: "host", setup: func(fs *flag.FlagSet) doctorRunFunc {
+	{name: "host", setup: func(fs *pflag.FlagSet) doctorRunFunc {
 		return func(ctx context.Context, _ io.Reader) (doctorResult, error) {
 			rep, err := host.Run(ctx, host.Options{})
 			if err != nil {
@@ -89,7 +90,7 @@ var doctorSubs = []doctorSub{
 			return doctorResult{report: rep, text: rep.WriteText, findings: rep.Findings}, nil
 		}
 	}},
-	{name: "nccl-log", input: true, setup: func(fs *flag.FlagSet) doctorRunFunc {
+	{name: "nccl-log", input: true, setup: func(fs *pflag.FlagSet) doctorRunFunc {
 		return func(_ context.Context, in io.Reader) (doctorResult, error) {
 			rep, err := nccllog.Analyze(in)
 			if err != nil {
@@ -98,7 +99,7 @@ var doctorSubs = []doctorSub{
 			return doctorResult{report: rep, text: rep.WriteText, findings: rep.Findings}, nil
 		}
 	}},
-	{name: "nccl-tests", input: true, setup: func(fs *flag.FlagSet) doctorRunFunc {
+	{name: "nccl-tests", input: true, setup: func(fs *pflag.FlagSet) doctorRunFunc {
 		expect := fs.Float64("expect-busbw", 0, "expected bus bandwidth in GB/s (1e9 B/s): sizes of 64 MiB and up below 80% of it are flagged")
 		return func(_ context.Context, in io.Reader) (doctorResult, error) {
 			if *expect < 0 {
@@ -111,7 +112,7 @@ var doctorSubs = []doctorSub{
 			return doctorResult{report: rep, text: rep.WriteText, findings: rep.Findings}, nil
 		}
 	}},
-	{name: "topo", input: true, setup: func(fs *flag.FlagSet) doctorRunFunc {
+	{name: "topo", input: true, setup: func(fs *pflag.FlagSet) doctorRunFunc {
 		return func(_ context.Context, in io.Reader) (doctorResult, error) {
 			rep, err := topo.Parse(in)
 			if err != nil {
@@ -120,7 +121,7 @@ var doctorSubs = []doctorSub{
 			return doctorResult{report: rep, text: rep.WriteText, findings: rep.Findings}, nil
 		}
 	}},
-	{name: "ibv", input: true, setup: func(fs *flag.FlagSet) doctorRunFunc {
+	{name: "ibv", input: true, setup: func(fs *pflag.FlagSet) doctorRunFunc {
 		return func(_ context.Context, in io.Reader) (doctorResult, error) {
 			rep, err := ibv.Parse(in)
 			if err != nil {
@@ -194,25 +195,20 @@ func runDoctor(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	name := "goccl doctor " + sub.name
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	asJSON := fs.Bool("json", false, "print the report as JSON")
-	run := sub.setup(fs)
-	fs.Usage = func() {
+	fs := newFlags(name, stderr, func(fs *cliFlags) {
 		synopsis := name
 		if sub.input {
 			synopsis += " FILE|-"
 		}
-		fmt.Fprintf(fs.Output(), "usage: %s [flags]\n\nflags (one dash or two, before or after FILE):\n", synopsis)
+		fmt.Fprintf(fs.Output(), "usage: %s [flags]\n\nflags (before or after FILE):\n", synopsis)
 		fs.PrintDefaults()
+	})
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	run := sub.setup(fs.FlagSet)
+	if status, exit := fs.parseOrExit(args[1:]); exit {
+		return status
 	}
-	pos, err := doctorParse(fs, args[1:])
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
+	pos := fs.Args() // FILE|-, before or after the flags; after "--" all
 	want := 0
 	if sub.input {
 		want = 1
@@ -269,25 +265,4 @@ func runDoctor(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
-}
-
-// doctorParse parses flags anywhere among the arguments (the flag package
-// stops at the first non-flag) and returns the positional ones; after "--"
-// everything is positional. "-" is positional (standard input).
-func doctorParse(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
-	}
 }

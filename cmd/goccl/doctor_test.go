@@ -5,13 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"io"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/spf13/pflag"
 
 	"github.com/goccl/goccl/doctor"
 	"github.com/goccl/goccl/doctor/host"
@@ -94,7 +95,7 @@ func TestDoctorInputTable(t *testing.T) {
 	t.Cleanup(func() { doctorSubs, doctorStdin = saved, savedStdin })
 	var gotLimit float64
 	doctorSubs = append(append([]doctorSub(nil), saved...), doctorSub{name: "echo", input: true,
-		setup: func(fs *flag.FlagSet) doctorRunFunc {
+		setup: func(fs *pflag.FlagSet) doctorRunFunc {
 			limit := fs.Float64("expect-busbw", 0, "GB/s")
 			return func(ctx context.Context, in io.Reader) (doctorResult, error) {
 				b, err := io.ReadAll(in)
@@ -148,11 +149,13 @@ func TestDoctorParse(t *testing.T) {
 		{[]string{"f", "--json"}, []string{"f"}, true},
 		{[]string{"-json", "-"}, []string{"-"}, true},
 		{[]string{"--", "-json"}, []string{"-json"}, false},
-		{nil, nil, false},
+		{[]string{"f", "-json=false"}, []string{"f"}, false},
+		{nil, []string{}, false},
 	} {
-		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs := newFlags("t", io.Discard, nil)
 		j := fs.Bool("json", false, "")
-		pos, err := doctorParse(fs, c.args)
+		err := fs.parse(c.args)
+		pos := fs.Args()
 		if err != nil || !reflect.DeepEqual(pos, c.pos) || *j != c.json {
 			t.Errorf("%q: pos %q json %v err %v", c.args, pos, *j, err)
 		}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -14,12 +13,12 @@ func init() {
 	register(&command{
 		name:    "env",
 		summary: "list the " + config.Prefix + "* variables with their current values and sources",
-		usage:   "goccl env [-json]",
+		usage:   "goccl env [--json]",
 		run:     runEnv,
 	})
 }
 
-var envHelp = `usage: goccl env [-json]
+var envHelp = `usage: goccl env [--json]
 
 Lists every ` + config.Prefix + `* environment variable goccl reads (internal/config), with
 the value that applies in this environment and where it comes from: "env"
@@ -27,7 +26,7 @@ the value that applies in this environment and where it comes from: "env"
 or chosen at run time). A set value that Init would refuse is marked
 "INVALID" with the reason, and the exit status is then 1.
 
-  -json   one JSON object per variable: name, value, source, kind, group,
+  --json  one JSON object per variable: name, value, source, kind, group,
           doc, and error when invalid
 `
 
@@ -42,15 +41,10 @@ type envRow struct {
 }
 
 func runEnv(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("goccl env", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), envHelp) }
+	fs := newFlags("goccl env", stderr, func(fs *cliFlags) { fmt.Fprint(fs.Output(), envHelp) })
 	asJSON := fs.Bool("json", false, "")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
-		return 2
+	if status, exit := fs.parseOrExit(args); exit {
+		return status
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "goccl env: unexpected arguments %q\n", fs.Args())

@@ -1,10 +1,14 @@
 // Command goccl is the goccl command-line tool.
 //
-//	goccl run -n N [-env K=V]... PROG [ARGS...]    start N local ranks of PROG
+//	goccl run -n N [--env K=V]... PROG [ARGS...]   start N local ranks of PROG
 //	goccl perf COLL [flags]                        nccl-tests-style benchmark
 //	goccl roce check-pcap FILE                     decode RoCE frames, verify ICRCs
 //	goccl doctor host [--json]                     check this host (RDMA, MTUs, /dev/shm, env)
 //	goccl version (or goccl --version)             print the version
+//
+// Flags are GNU style (github.com/spf13/pflag: --name=value, --name value,
+// -n4, -n 4); a long flag also takes one dash, as Go's flag package and
+// mpirun write it (-np 4, -minbytes=8). See flags.go.
 //
 // An unknown command or flag is an error that suggests the nearest valid one.
 //
@@ -13,7 +17,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -121,8 +124,8 @@ func didYouMean(typed string, candidates []string) string {
 	return ""
 }
 
-// didYouMeanFlag is didYouMean for a flag typed with its dashes ("--npp" or
-// "-npp=2"), among flag names without dashes; the suggestion keeps the
+// didYouMeanFlag is didYouMean for a flag typed with its dashes ("--verison"
+// or "-versio=1"), among flag names without dashes; the suggestion keeps the
 // typed dashes.
 func didYouMeanFlag(typed string, names []string) string {
 	name := strings.TrimLeft(typed, "-")
@@ -132,32 +135,6 @@ func didYouMeanFlag(typed string, names []string) string {
 		return fmt.Sprintf("; did you mean %q?", dashes+c)
 	}
 	return ""
-}
-
-// flagError rewrites an error of fs.Parse(args) for an unknown flag as
-// `unknown flag "--npp"; did you mean "--np"?`, naming the flag as typed and
-// suggesting the closest flag fs defines; other errors pass unchanged.
-func flagError(fs *flag.FlagSet, args []string, err error) error {
-	name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -")
-	if !ok {
-		return err
-	}
-	typed := "-" + name
-	for _, a := range args {
-		if a == "--" {
-			break
-		}
-		if n, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "="); n == name && strings.HasPrefix(a, "-") {
-			typed = a
-			if i := strings.IndexByte(a, '='); i >= 0 {
-				typed = a[:i]
-			}
-			break
-		}
-	}
-	names := []string{"help"}
-	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
-	return fmt.Errorf("unknown flag %q%s", typed, didYouMeanFlag(typed, names))
 }
 
 func usage(w io.Writer) {

@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/goccl/goccl"
 	"github.com/goccl/goccl/internal/config"
@@ -57,54 +58,54 @@ too. "Out of bounds values" is the number of tests with wrong elements plus
 the number of elements written out of bounds; when it is not 0, goccl perf
 exits with status 1.
 
-Flags (single dash, as nccl-tests; the long names work too, with one or two
-dashes):
-  -b, -minbytes SIZE     smallest size in bytes, K, M, G or T for 1024-based
-                         multiples (default 8); 0 needs -f 1
-  -e, -maxbytes SIZE     largest size (default 32M); every rank allocates two
-                         buffers of this size (three for alltoall), which
-                         must fit in the host's available memory
-  -f, -stepfactor N      multiply the size by N each step (default 2)
-  -i, -stepbytes SIZE    add SIZE each step when -f is 0 or 1 (default 1M)
-  -n, -iters N           timed iterations per size (default 20)
-  -m, -agg_iters N       operations per iteration, issued back to back
-                         without waiting in between (default 1); time is
-                         per operation
-  -w, -warmup_iters N    warm-up iterations (default 5)
-  -N, -run_cycles N      run the sweep N times, printing each; 0 = forever
-                         (default 1)
-  -c, -check N           check the results N times, 0 to skip (default 1)
-  -o, -op OP             sum, prod, min, max, avg or all (default sum)
-  -d, -datatype TYPE     int8, uint8, int32, uint32, int64, uint64, half,
-                         bfloat16, float, double or all (default float)
-  -r, -root N            root of broadcast and reduce, -1 for every rank (default 0)
-  -z, -blocking N        0: issue every operation of a size non-blocking
-                         (the I forms) and wait once at the end (default);
-                         1: run each operation blocking, then a barrier;
-                         2: run each operation blocking, no barrier;
-                         3: issue the -m operations of an iteration, wait
-                         for them, then a barrier not counted in the time
-  -T, -timeout SEC       operation timeout in seconds; 0 keeps the
-                         communicator's (` + config.Timeout.Name + `, default 5m)
-  -C, -report_cputime N  1: report the time to issue the operations (column
-                         "cputime"), not to complete them (default 0)
-  -u, -unalign N         misalign the send and receive buffers by N elements
-                         (default 0)
-  -a, -average N         time across ranks: 0 rank 0, 1 mean, 2 min, 3 max (default 1)
-  -J, -output_file FILE  also write the results as JSON to FILE, in
-                         nccl-tests' JSON layout (rank 0); -json is the same
-  -plot FILE             also draw the busbw curve into FILE (.png, .svg,
-                         .pdf; rank 0; goccl plot overlays several runs)
-  -np N                  start N local ranks of this command
-  -t, -nthreads N        threads per rank: only 1 is supported
-  -g, -ngpus N           GPUs (devices) per thread: only 1 is supported
+Flags, as nccl-tests takes them (-b 8, -b8, --minbytes 8, --minbytes=8);
+the long names also take one dash, as in Go programs (-minbytes 8):
+  -b, --minbytes SIZE     smallest size in bytes, K, M, G or T for 1024-based
+                          multiples (default 8); 0 needs -f 1
+  -e, --maxbytes SIZE     largest size (default 32M); every rank allocates two
+                          buffers of this size (three for alltoall), which
+                          must fit in the host's available memory
+  -f, --stepfactor N      multiply the size by N each step (default 2)
+  -i, --stepbytes SIZE    add SIZE each step when -f is 0 or 1 (default 1M)
+  -n, --iters N           timed iterations per size (default 20)
+  -m, --agg_iters N       operations per iteration, issued back to back
+                          without waiting in between (default 1); time is
+                          per operation
+  -w, --warmup_iters N    warm-up iterations (default 5)
+  -N, --run_cycles N      run the sweep N times, printing each; 0 = forever
+                          (default 1)
+  -c, --check N           check the results N times, 0 to skip (default 1)
+  -o, --op OP             sum, prod, min, max, avg or all (default sum)
+  -d, --datatype TYPE     int8, uint8, int32, uint32, int64, uint64, half,
+                          bfloat16, float, double or all (default float)
+  -r, --root N            root of broadcast and reduce, -1 for every rank (default 0)
+  -z, --blocking N        0: issue every operation of a size non-blocking
+                          (the I forms) and wait once at the end (default);
+                          1: run each operation blocking, then a barrier;
+                          2: run each operation blocking, no barrier;
+                          3: issue the -m operations of an iteration, wait
+                          for them, then a barrier not counted in the time
+  -T, --timeout SEC       operation timeout in seconds; 0 keeps the
+                          communicator's (` + config.Timeout.Name + `, default 5m)
+  -C, --report_cputime N  1: report the time to issue the operations (column
+                          "cputime"), not to complete them (default 0)
+  -u, --unalign N         misalign the send and receive buffers by N elements
+                          (default 0)
+  -a, --average N         time across ranks: 0 rank 0, 1 mean, 2 min, 3 max (default 1)
+  -J, --output_file FILE  also write the results as JSON to FILE, in
+                          nccl-tests' JSON layout (rank 0); --json is the same
+      --plot FILE         also draw the busbw curve into FILE (.png, .svg,
+                          .pdf; rank 0; goccl plot overlays several runs)
+      --np N              start N local ranks of this command (also -np N)
+  -t, --nthreads N        threads per rank: only 1 is supported
+  -g, --ngpus N           GPUs (devices) per thread: only 1 is supported
 
 Accepted for nccl-tests command lines, with no effect here (the report's
-header names those given): -G/-cudagraph, -R/-local_register,
--y/-stream_null, -x/-cta_policy, -D/-device_implementation,
--V/-device_cta_count and -M/-memory are about GPUs; -p/-parallel_init is
-about several threads per process; -S/-report_timestamps,
--I/-per_iter_timing and -K/-per_iter_skip are not implemented by goccl perf.
+header names those given): -G/--cudagraph, -R/--local_register,
+-y/--stream_null, -x/--cta_policy, -D/--device_implementation,
+-V/--device_cta_count and -M/--memory are about GPUs; -p/--parallel_init is
+about several threads per process; -S/--report_timestamps,
+-I/--per_iter_timing and -K/--per_iter_skip are not implemented by goccl perf.
 `
 
 // perfConfig is the parsed command line.
@@ -175,6 +176,8 @@ func (s sizeValue) String() string {
 	return strconv.FormatInt(*s.v, 10)
 }
 
+func (s sizeValue) Type() string { return "size" }
+
 func (s sizeValue) Set(str string) error {
 	v, err := parseSize(str)
 	if err != nil {
@@ -195,46 +198,43 @@ func parsePerfArgs(args []string, stderr io.Writer) (*perfConfig, error) {
 		iters: 20, warmup: 5, check: 1, op: "sum", dtype: "float", average: avgMean,
 		threads: 1, gpus: 1, aggIters: 1, runCycles: 1, ignored: ignoredFlags(),
 	}
-	var collName string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		collName, args = args[0], args[1:]
-	}
-	fs := flag.NewFlagSet("goccl perf", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), perfHelp) }
-	both := func(short, long string, f func(name string)) { f(short); f(long) }
-	both("b", "minbytes", func(n string) { fs.Var(sizeValue{&cfg.minBytes}, n, "") })
-	both("e", "maxbytes", func(n string) { fs.Var(sizeValue{&cfg.maxBytes}, n, "") })
-	both("i", "stepbytes", func(n string) { fs.Var(sizeValue{&cfg.stepBytes}, n, "") })
-	both("f", "stepfactor", func(n string) { fs.Int64Var(&cfg.stepFactor, n, cfg.stepFactor, "") })
-	both("n", "iters", func(n string) { fs.IntVar(&cfg.iters, n, cfg.iters, "") })
-	both("w", "warmup_iters", func(n string) { fs.IntVar(&cfg.warmup, n, cfg.warmup, "") })
-	both("c", "check", func(n string) { fs.IntVar(&cfg.check, n, cfg.check, "") })
-	both("o", "op", func(n string) { fs.StringVar(&cfg.op, n, cfg.op, "") })
-	both("d", "datatype", func(n string) { fs.StringVar(&cfg.dtype, n, cfg.dtype, "") })
-	both("r", "root", func(n string) { fs.IntVar(&cfg.root, n, cfg.root, "") })
-	both("a", "average", func(n string) { fs.IntVar(&cfg.average, n, cfg.average, "") })
-	both("J", "output_file", func(n string) { fs.StringVar(&cfg.jsonFile, n, "", "") })
-	fs.StringVar(&cfg.jsonFile, "json", "", "")
-	fs.StringVar(&cfg.plotFile, "plot", "", "")
-	both("m", "agg_iters", func(n string) { fs.IntVar(&cfg.aggIters, n, cfg.aggIters, "") })
-	both("z", "blocking", func(n string) { fs.IntVar(&cfg.blocking, n, 0, "") })
-	both("T", "timeout", func(n string) { fs.IntVar(&cfg.timeout, n, 0, "") })
-	both("N", "run_cycles", func(n string) { fs.IntVar(&cfg.runCycles, n, cfg.runCycles, "") })
-	both("C", "report_cputime", func(n string) { fs.IntVar(&cfg.cputime, n, 0, "") })
-	both("u", "unalign", func(n string) { fs.IntVar(&cfg.unalign, n, 0, "") })
+	fs := newFlags("goccl perf", stderr, func(fs *cliFlags) { fmt.Fprint(fs.Output(), perfHelp) })
+	// nccl-tests' flags: the letter is the shorthand of the long name.
+	fs.VarP(sizeValue{&cfg.minBytes}, "minbytes", "b", "")
+	fs.VarP(sizeValue{&cfg.maxBytes}, "maxbytes", "e", "")
+	fs.VarP(sizeValue{&cfg.stepBytes}, "stepbytes", "i", "")
+	fs.Int64VarP(&cfg.stepFactor, "stepfactor", "f", cfg.stepFactor, "")
+	fs.IntVarP(&cfg.iters, "iters", "n", cfg.iters, "")
+	fs.IntVarP(&cfg.warmup, "warmup_iters", "w", cfg.warmup, "")
+	fs.IntVarP(&cfg.check, "check", "c", cfg.check, "")
+	fs.StringVarP(&cfg.op, "op", "o", cfg.op, "")
+	fs.StringVarP(&cfg.dtype, "datatype", "d", cfg.dtype, "")
+	fs.IntVarP(&cfg.root, "root", "r", cfg.root, "")
+	fs.IntVarP(&cfg.average, "average", "a", cfg.average, "")
+	fs.StringVarP(&cfg.jsonFile, "output_file", "J", "", "")
+	fs.IntVarP(&cfg.aggIters, "agg_iters", "m", cfg.aggIters, "")
+	fs.IntVarP(&cfg.blocking, "blocking", "z", 0, "")
+	fs.IntVarP(&cfg.timeout, "timeout", "T", 0, "")
+	fs.IntVarP(&cfg.runCycles, "run_cycles", "N", cfg.runCycles, "")
+	fs.IntVarP(&cfg.cputime, "report_cputime", "C", 0, "")
+	fs.IntVarP(&cfg.unalign, "unalign", "u", 0, "")
 	for _, f := range cfg.ignored {
 		f.v = f.def
-		both(f.short, f.long, func(n string) { fs.IntVar(&f.v, n, f.def, "") })
+		fs.IntVarP(&f.v, f.long, f.short, f.def, "")
 	}
-	both("t", "nthreads", func(n string) { fs.IntVar(&cfg.threads, n, 1, "") })
-	both("g", "ngpus", func(n string) { fs.IntVar(&cfg.gpus, n, 1, "") })
+	fs.IntVarP(&cfg.threads, "nthreads", "t", 1, "")
+	fs.IntVarP(&cfg.gpus, "ngpus", "g", 1, "")
+	// goccl's own.
+	fs.StringVar(&cfg.jsonFile, "json", "", "") // = --output_file
+	fs.StringVar(&cfg.plotFile, "plot", "", "")
 	fs.IntVar(&cfg.np, "np", 0, "")
-	if err := fs.Parse(args); err != nil {
+	if err := fs.parse(args); err != nil {
 		return nil, err
 	}
+	// COLL comes before, between or after the flags.
+	var collName string
 	rest := fs.Args()
-	if collName == "" && len(rest) > 0 {
+	if len(rest) > 0 {
 		collName, rest = rest[0], rest[1:]
 	}
 	if len(rest) > 0 {
@@ -401,7 +401,7 @@ func (cfg *perfConfig) roots(nranks int) ([]int, error) {
 func runPerf(args []string, stdout, stderr io.Writer) int {
 	cfg, err := parsePerfArgs(args, stderr)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+		if errors.Is(err, pflag.ErrHelp) {
 			return 0
 		}
 		fmt.Fprintf(stderr, "goccl perf: %v\nRun 'goccl perf -h' for usage.\n", err)

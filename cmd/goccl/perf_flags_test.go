@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"regexp"
@@ -306,31 +307,54 @@ var ncclTestsFlags = []struct{ short, long, value string }{
 
 // TestPerfAcceptsNcclTestsFlags: every nccl-tests flag, short and long (with
 // nccl-tests' two dashes), is accepted (-z, -m, -T, -G, -R, ... were "flag
-// provided but not defined").
+// provided but not defined"), in every GNU form (-b 8, -b8, -b=8, --minbytes
+// 8, --minbytes=8) and in the single-dash long form of Go's flag package
+// (-minbytes 8, -minbytes=8), each setting the same value.
 func TestPerfAcceptsNcclTestsFlags(t *testing.T) {
 	var all []string
 	for _, f := range ncclTestsFlags {
-		for _, form := range []string{"-" + f.short, "--" + f.long, "--" + f.long + "=" + f.value} {
-			args := []string{"all_reduce", form}
-			if !strings.Contains(form, "=") {
-				args = append(args, f.value)
-			}
-			if _, err := parsePerfArgs(args, io.Discard); err != nil {
+		want := ""
+		for _, args := range [][]string{
+			{"-" + f.short, f.value}, {"-" + f.short + f.value}, {"-" + f.short + "=" + f.value},
+			{"--" + f.long, f.value}, {"--" + f.long + "=" + f.value},
+			{"-" + f.long, f.value}, {"-" + f.long + "=" + f.value},
+		} {
+			args = append([]string{"all_reduce"}, args...)
+			cfg, err := parsePerfArgs(args, io.Discard)
+			if err != nil {
 				t.Errorf("%q: %v", args, err)
+				continue
+			}
+			if got := perfState(cfg); want == "" {
+				want = got
+			} else if got != want {
+				t.Errorf("%q: %s, want %s (-%s %s)", args, got, want, f.short, f.value)
 			}
 		}
 		all = append(all, "-"+f.short, f.value)
 	}
 	// The usage text names every one.
 	for _, f := range ncclTestsFlags {
-		if !regexp.MustCompile(`(?m)^  -` + f.short + `, -` + f.long + ` |-` + f.short + `/-` + f.long + `\b`).MatchString(perfHelp) {
-			t.Errorf("goccl perf -h does not name -%s, -%s", f.short, f.long)
+		if !regexp.MustCompile(`(?m)^  -` + f.short + `, --` + f.long + ` |-` + f.short + `/--` + f.long + `\b`).MatchString(perfHelp) {
+			t.Errorf("goccl perf -h does not name -%s, --%s", f.short, f.long)
 		}
 	}
 	// All at once, as an nccl-tests command line.
 	if _, err := parsePerfArgs(append([]string{"all_reduce_perf"}, all...), io.Discard); err != nil {
 		t.Errorf("%q: %v", all, err)
 	}
+}
+
+// perfState is the parsed configuration as text, with the values of the
+// ignored flags.
+func perfState(cfg *perfConfig) string {
+	c := *cfg
+	var ignored []string
+	for _, f := range c.ignored {
+		ignored = append(ignored, fmt.Sprintf("%s=%d", f.long, f.v))
+	}
+	c.ignored, c.coll = nil, nil
+	return fmt.Sprintf("%+v %s %v", c, cfg.coll.name, ignored)
 }
 
 func TestPerfFlagValues(t *testing.T) {
@@ -378,27 +402,32 @@ func TestPerfFlagValues(t *testing.T) {
 // TestPerfBadFlagValues: a bad value is an error naming the flag and the value.
 func TestPerfBadFlagValues(t *testing.T) {
 	cases := map[string][]string{
-		"-z (blocking) must be 0, 1, 2 or 3, not 4":               {"-z", "4"},
-		"-m (agg_iters) must be at least 1, not 0":                {"-m", "0"},
-		"-T (timeout) must be 0 (the communicator's timeout)":     {"-T", "-1"},
-		"-N (run_cycles) must be 0 (for ever) or more, not -2":    {"--run_cycles", "-2"},
-		"-C (report_cputime) must be 0 or 1, not 2":               {"-C", "2"},
-		"-a (average) must be 0, 1, 2 or 3, not 4":                {"-a", "4"},
-		"-R (local_register) must be from 0 to 2, not 3":          {"-R", "3"},
-		"-G (cudagraph) must be at least 0, not -1":               {"-G", "-1"},
-		"-V (device_cta_count) must be from 1 to 128, not 0":      {"-V", "0"},
-		"-x (cta_policy) must be from -1 to 2, not -2":            {"-x", "-2"},
-		`invalid value "fast" for flag -z`:                        {"-z", "fast"},
-		`invalid value "1.5" for flag -timeout`:                   {"--timeout", "1.5"},
-		"-m (agg_iters) must be at least 1, not -3":               {"--agg_iters=-3"},
-		"-I (per_iter_timing) must be from 0 to 1, not 2":         {"-I", "2"},
-		"-K (per_iter_skip) must be at least 0, not -1":           {"-K", "-1"},
-		"-S (report_timestamps) must be from 0 to 1, not 7":       {"-S", "7"},
-		"-y (stream_null) must be from 0 to 1, not 2":             {"-y", "2"},
-		"-D (device_implementation) must be at least 0, not -1":   {"-D", "-1"},
-		"-M (memory) must be from 0 to 1, not 5":                  {"-M", "5"},
-		"-u (unalign) must be from 0 to 1048576 elements, not -1": {"-u", "-1"},
-		"-p (parallel_init) must be from 0 to 1, not 3":           {"-p", "3"},
+		"-z (blocking) must be 0, 1, 2 or 3, not 4":                  {"-z", "4"},
+		"-m (agg_iters) must be at least 1, not 0":                   {"-m", "0"},
+		"-T (timeout) must be 0 (the communicator's timeout)":        {"-T", "-1"},
+		"-N (run_cycles) must be 0 (for ever) or more, not -2":       {"--run_cycles", "-2"},
+		"-C (report_cputime) must be 0 or 1, not 2":                  {"-C", "2"},
+		"-a (average) must be 0, 1, 2 or 3, not 4":                   {"-a", "4"},
+		"-R (local_register) must be from 0 to 2, not 3":             {"-R", "3"},
+		"-G (cudagraph) must be at least 0, not -1":                  {"-G", "-1"},
+		"-V (device_cta_count) must be from 1 to 128, not 0":         {"-V", "0"},
+		"-x (cta_policy) must be from -1 to 2, not -2":               {"-x", "-2"},
+		`invalid value "1.5" for flag --timeout: must be an integer`: {"--timeout", "1.5"},
+		`invalid value "1.5" for flag -T: must be an integer`:        {"-T1.5"},
+		`invalid value "x" for flag -timeout: must be an integer`:    {"-timeout=x"},
+		`invalid value "fast" for flag -z: must be an integer`:       {"-z", "fast"},
+		`invalid value "1Q" for flag --minbytes`:                     {"--minbytes=1Q"},
+		"flag needs an argument: -b":                                 {"-b"},
+		"flag needs an argument: --maxbytes":                         {"--maxbytes"},
+		"-m (agg_iters) must be at least 1, not -3":                  {"--agg_iters=-3"},
+		"-I (per_iter_timing) must be from 0 to 1, not 2":            {"-I", "2"},
+		"-K (per_iter_skip) must be at least 0, not -1":              {"-K", "-1"},
+		"-S (report_timestamps) must be from 0 to 1, not 7":          {"-S", "7"},
+		"-y (stream_null) must be from 0 to 1, not 2":                {"-y", "2"},
+		"-D (device_implementation) must be at least 0, not -1":      {"-D", "-1"},
+		"-M (memory) must be from 0 to 1, not 5":                     {"-M", "5"},
+		"-u (unalign) must be from 0 to 1048576 elements, not -1":    {"-u", "-1"},
+		"-p (parallel_init) must be from 0 to 1, not 3":              {"-p", "3"},
 	}
 	for want, flags := range cases {
 		var stderr strings.Builder

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -19,7 +18,7 @@ import (
 	"github.com/goccl/goccl/doctor/nccltests"
 )
 
-const plotUsage = `usage: goccl plot [-o busbw.png] [-y busbw|algbw|time] [-inplace] [-title T] FILE[=LABEL]...
+const plotUsage = `usage: goccl plot [-o busbw.png] [-y busbw|algbw|time] [--inplace] [--title T] FILE[=LABEL]...
 
 plot draws the result tables of nccl-tests-format outputs (goccl perf, NVIDIA's
 nccl-tests, or a file holding several runs) as curves over the message size
@@ -28,18 +27,19 @@ nccl-tests, or a file holding several runs) as curves over the message size
     goccl run -np 2 goccl perf allreduce -b 8 -e 64M -f 2 > goccl.txt
     goccl plot -o busbw.png goccl.txt=goccl mpi.txt=OpenMPI
 
--y chooses the value: busbw (GB/s, 1 GB = 1e9 B; the default), algbw (GB/s)
-or time (µs, log axis). Out-of-place results unless -inplace. Each table of
-a file is one curve, labelled LABEL (or the file name) with the collective
-and the rank count. The image format follows -o's extension (.png, .svg,
-.pdf, .eps, .jpg, .tif).
+-y (--metric) chooses the value: busbw (GB/s, 1 GB = 1e9 B; the default),
+algbw (GB/s) or time (µs, log axis). Out-of-place results unless --inplace.
+Each table of a file is one curve, labelled LABEL (or the file name) with
+the collective and the rank count. The image format follows the extension
+of -o (--output): .png, .svg, .pdf, .eps, .jpg, .tif. Flags may come before
+or after the files; long ones also take one dash (-inplace).
 `
 
 func init() {
 	register(&command{
 		name:    "plot",
 		summary: "plot busbw/algbw/time curves of nccl-tests-format outputs (goccl perf, nccl-tests), runs overlaid",
-		usage:   "goccl plot [-o OUT.png] [-y busbw|algbw|time] [-inplace] FILE[=LABEL]...",
+		usage:   "goccl plot [-o OUT.png] [-y busbw|algbw|time] [--inplace] FILE[=LABEL]...",
 		run:     runPlot,
 	})
 }
@@ -51,18 +51,16 @@ type curve struct {
 }
 
 func runPlot(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("goccl plot", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), plotUsage) }
-	out := fs.String("o", "busbw.png", "output image; the format follows the extension")
-	metric := fs.String("y", "busbw", "busbw, algbw or time")
+	fs := newFlags("goccl plot", stderr, func(fs *cliFlags) {
+		fmt.Fprint(fs.Output(), plotUsage+"\nFlags:\n")
+		fs.PrintDefaults()
+	})
+	out := fs.StringP("output", "o", "busbw.png", "output image; the format follows the extension")
+	metric := fs.StringP("metric", "y", "busbw", "busbw, algbw or time")
 	inPlace := fs.Bool("inplace", false, "plot the in-place results")
 	title := fs.String("title", "", "plot title (default: the collectives plotted)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if status, exit := fs.parseOrExit(args); exit {
+		return status
 	}
 	if fs.NArg() == 0 {
 		fmt.Fprintln(stderr, "goccl plot: no input files given")

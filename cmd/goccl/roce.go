@@ -6,7 +6,7 @@ import (
 )
 
 const roceUsage = `usage: goccl roce check-pcap FILE
-       goccl roce write-bw|write-lat|read-bw|read-lat|send-bw|send-lat [-s SIZE | -a] [-n ITERS] [-p PORT] [-d IFNAME] [-pcap FILE] [--report_gbits] [SERVER]
+       goccl roce write-bw|write-lat|read-bw|read-lat|send-bw|send-lat [-s SIZE | -a] [-n ITERS] [-p PORT] [-d IFNAME] [--pcap FILE] [--report_gbits] [SERVER]
        goccl roce devinfo
 
 devinfo lists, in ibv_devinfo's shape, the soft device goccl opens on each

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -47,6 +46,25 @@ type rocePerf struct {
 }
 
 func runRocePerf(name string, args []string, stdout, stderr io.Writer) int {
+	p, status := parseRocePerf(name, args, stdout, stderr)
+	if p == nil {
+		return status
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+	defer cancel()
+	if err := p.run(ctx); err != nil {
+		fmt.Fprintf(stderr, "goccl roce %s: %v\n", name, err)
+		return 1
+	}
+	return 0
+}
+
+// parseRocePerf parses the command line of the tool name. Flags come
+// before, between or after SERVER (perftest's getopt_long permutes them
+// so: "ib_write_bw 10.0.0.1 -s 1K"); everything after "--" is positional.
+// It returns the tool, or nil and the exit status (0 for -h, 2 for a usage
+// error, which it has reported).
+func parseRocePerf(name string, args []string, stdout, stderr io.Writer) (*rocePerf, int) {
 	p := &rocePerf{name: name, out: stdout, err: stderr, op: qp.WRWrite}
 	switch name {
 	case "write-lat":
@@ -60,39 +78,39 @@ func runRocePerf(name string, args []string, stdout, stderr io.Writer) int {
 	case "read-lat":
 		p.op, p.lat = qp.WRRead, true
 	}
-	fs := flag.NewFlagSet("goccl roce "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	cmd := "goccl roce " + name
+	fs := newFlags(cmd, stderr, func(fs *cliFlags) {
+		w := fs.Output()
+		fmt.Fprintf(w, "usage: %s [-s SIZE | -a] [-n ITERS] [-p PORT] [-d IFNAME] [--report_gbits] [SERVER]\n\n", cmd)
+		fmt.Fprintf(w, "Without SERVER: wait for a client on TCP port -p. With it: connect, run and print perftest's columns.\n")
+		fmt.Fprintf(w, "Flags may come before or after SERVER, as with perftest; long ones take two dashes or one (--pcap, -pcap).\n\n")
+		fs.PrintDefaults()
+	})
 	defSize, defIters := int64(65536), 5000
 	if p.lat {
 		defSize, defIters = 2, 1000
 	}
-	size := sizeValue{v: &p.size}
 	p.size = defSize
-	fs.Var(size, "s", "message size in bytes (K, M, G or T suffix, 1024-based)")
-	fs.Var(size, "size", "message size")
-	fs.BoolVar(&p.all, "a", false, "all sizes from 2 bytes to 8 MiB, doubling")
-	fs.IntVar(&p.iters, "n", defIters, "iterations per size")
-	fs.IntVar(&p.port, "p", 18515, "TCP port of the side channel")
-	fs.IntVar(&p.devPort, "dev-port", rdma.DefaultPort, "UDP port of the server's soft RoCE device (0: any)")
-	fs.IntVar(&p.txDepth, "t", 128, "send queue depth: WRs outstanding (bandwidth tests)")
-	fs.DurationVar(&p.timeout, "timeout", 60*time.Second, "give up after this long")
-	fs.StringVar(&p.ifname, "d", "", "RoCE v1: send raw Ethernet frames (Ethertype 0x8915) on this interface (AF_PACKET; root); without it RoCE v2 over UDP")
-	fs.StringVar(&p.pcap, "pcap", "", "record every frame sent and received to this pcap file (tshark dissects v2 frames as RRoCE, v1 frames as InfiniBand over Ethernet)")
+	// perftest's letters and long names (-d is its --ib-dev).
+	fs.VarP(sizeValue{v: &p.size}, "size", "s", "message size in bytes (K, M, G or T suffix, 1024-based)")
+	fs.BoolVarP(&p.all, "all", "a", false, "all sizes from 2 bytes to 8 MiB, doubling")
+	fs.IntVarP(&p.iters, "iters", "n", defIters, "iterations per size")
+	fs.IntVarP(&p.port, "port", "p", 18515, "TCP port of the side channel")
+	fs.IntVarP(&p.txDepth, "tx-depth", "t", 128, "send queue depth: WRs outstanding (bandwidth tests)")
+	fs.StringVarP(&p.ifname, "ib-dev", "d", "", "RoCE v1: send raw Ethernet frames (Ethertype 0x8915) on this interface (AF_PACKET; root); without it RoCE v2 over UDP")
 	fs.BoolVar(&p.gbits, "report_gbits", false, "report bandwidth in Gb/sec (10^9 bits) instead of MB/sec (2^20 bytes), as perftest's --report_gbits")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: goccl roce %s [-s SIZE | -a] [-n ITERS] [-p PORT] [-d IFNAME] [--report_gbits] [SERVER]\n\n", name)
-		fmt.Fprintf(stderr, "Without SERVER: wait for a client on TCP port -p. With it: connect, run and print perftest's columns.\n")
-		fmt.Fprintf(stderr, "Flags may come before or after SERVER, as with perftest; -flag and --flag are the same.\n\n")
-		fs.PrintDefaults()
+	// goccl's own.
+	fs.IntVar(&p.devPort, "dev-port", rdma.DefaultPort, "UDP port of the server's soft RoCE device (0: any)")
+	fs.DurationVar(&p.timeout, "timeout", 60*time.Second, "give up after this long")
+	fs.StringVar(&p.pcap, "pcap", "", "record every frame sent and received to this pcap file (tshark dissects v2 frames as RRoCE, v1 frames as InfiniBand over Ethernet)")
+	if status, exit := fs.parseOrExit(args); exit {
+		return nil, status
 	}
-	hosts, status := roceParseArgs(fs, args)
-	if status >= 0 {
-		return status
-	}
-	usageErr := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "goccl roce %s: %s\n", name, fmt.Sprintf(format, a...))
-		fmt.Fprintf(stderr, "run 'goccl roce %s -h' for the flags\n", name)
-		return 2
+	hosts := fs.Args()
+	usageErr := func(format string, a ...any) (*rocePerf, int) {
+		fmt.Fprintf(stderr, "%s: %s\n", cmd, fmt.Sprintf(format, a...))
+		fmt.Fprintf(stderr, "run '%s -h' for the flags\n", cmd)
+		return nil, 2
 	}
 	switch {
 	case len(hosts) > 1:
@@ -107,38 +125,7 @@ func runRocePerf(name string, args []string, stdout, stderr io.Writer) int {
 	if len(hosts) == 1 {
 		p.server = hosts[0]
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
-	defer cancel()
-	if err := p.run(ctx); err != nil {
-		fmt.Fprintf(stderr, "goccl roce %s: %v\n", name, err)
-		return 1
-	}
-	return 0
-}
-
-// roceParseArgs parses args with fs, flags before, between and after
-// the positional arguments (perftest's getopt_long permutes them so: "ib_write_bw
-// 10.0.0.1 -s 1K"); everything after "--" is positional. It returns the
-// positional arguments and -1, or the exit status when parsing ends the
-// command (0 for -h, 2 for a bad flag, which fs has reported).
-func roceParseArgs(fs *flag.FlagSet, args []string) (positional []string, status int) {
-	for {
-		if err := fs.Parse(args); err != nil {
-			if err == flag.ErrHelp {
-				return nil, 0
-			}
-			return nil, 2
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return positional, -1
-		}
-		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
-			return append(positional, rest...), -1
-		}
-		positional = append(positional, rest[0])
-		args = rest[1:]
-	}
+	return p, 0
 }
 
 func (p *rocePerf) sizes() []int {

@@ -2,11 +2,12 @@ package main
 
 import (
 	"bytes"
-	"flag"
+	"io"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestRocePerfFlagsAfterHost: perftest's getopt takes flags after the
@@ -133,38 +134,53 @@ func TestRocePerfArgs(t *testing.T) {
 		gbits     bool
 		wantState int
 	}{
-		{[]string{"10.0.0.1", "-s", "1K"}, "10.0.0.1", "1K", "5000", false, -1},
-		{[]string{"-s", "1K", "10.0.0.1", "-n", "7", "--report_gbits"}, "10.0.0.1", "1K", "7", true, -1},
-		{[]string{"-s=2K", "--", "-host"}, "-host", "2K", "5000", false, -1},
-		{[]string{"--size", "64", "a", "b"}, "a b", "64", "5000", false, -1},
+		{[]string{"10.0.0.1", "-s", "1K"}, "10.0.0.1", "1024", "5000", false, -1},
+		{[]string{"-s", "1K", "10.0.0.1", "-n", "7", "--report_gbits"}, "10.0.0.1", "1024", "7", true, -1},
+		{[]string{"-s=2K", "--", "-host"}, "-host", "2048", "5000", false, -1},
+		{[]string{"--size", "64", "a"}, "a", "64", "5000", false, -1},
 		{[]string{}, "", "65536", "5000", false, -1},
+		// GNU forms and the single-dash long names of before.
+		{[]string{"-s4K", "-n9", "h"}, "h", "4096", "9", false, -1},
+		{[]string{"h", "--size=8", "--iters", "3", "-report_gbits"}, "h", "8", "3", true, -1},
+		{[]string{"-size", "16", "-iters=2", "h", "-report_gbits=true"}, "h", "16", "2", true, -1},
 		{[]string{"a", "-x"}, "", "", "", false, 2},
+		{[]string{"a", "b"}, "", "", "", false, 2},
 		{[]string{"a", "-h"}, "", "", "", false, 0},
+		{[]string{"a", "--help"}, "", "", "", false, 0},
 	} {
-		fs := flag.NewFlagSet("t", flag.ContinueOnError)
-		fs.SetOutput(new(bytes.Buffer))
-		size := fs.String("s", "65536", "")
-		fs.StringVar(size, "size", "65536", "")
-		n := fs.Int("n", 5000, "")
-		gbits := fs.Bool("report_gbits", false, "")
-		hosts, st := roceParseArgs(fs, tc.args)
-		if st != tc.wantState {
-			t.Errorf("%q: status %d, want %d", tc.args, st, tc.wantState)
+		p, st := parseRocePerf("write-bw", tc.args, io.Discard, io.Discard)
+		if p == nil {
+			if st != tc.wantState {
+				t.Errorf("%q: status %d, want %d", tc.args, st, tc.wantState)
+			}
 			continue
 		}
-		if st >= 0 {
+		if tc.wantState >= 0 {
+			t.Errorf("%q: parsed, want status %d", tc.args, tc.wantState)
 			continue
 		}
-		if got := strings.Join(hosts, " "); got != tc.hosts || *size != tc.size || strconv.Itoa(*n) != tc.n || *gbits != tc.gbits {
-			t.Errorf("%q: hosts %q -s %s -n %d gbits %v, want %q %s %s %v", tc.args, got, *size, *n, *gbits, tc.hosts, tc.size, tc.n, tc.gbits)
+		if p.server != tc.hosts || strconv.FormatInt(p.size, 10) != tc.size || strconv.Itoa(p.iters) != tc.n || p.gbits != tc.gbits {
+			t.Errorf("%q: server %q -s %d -n %d gbits %v, want %q %s %s %v", tc.args, p.server, p.size, p.iters, p.gbits, tc.hosts, tc.size, tc.n, tc.gbits)
 		}
+	}
+	// The flags of scripts/bench-roce.sh and the tests, bool shorthands grouped.
+	p, st := parseRocePerf("write-lat", []string{"-p", "20000", "-dev-port", "0", "-timeout", "30s", "-pcap", "x.pcap", "-d", "veth0", "-t", "4", "-s", "8", "-n", "20000", "127.0.0.1"}, io.Discard, io.Discard)
+	if p == nil || p.port != 20000 || p.devPort != 0 || p.timeout != 30*time.Second || p.pcap != "x.pcap" || p.ifname != "veth0" || p.txDepth != 4 || p.size != 8 || p.iters != 20000 || p.server != "127.0.0.1" {
+		t.Errorf("bench-roce.sh's flags: status %d, %+v", st, p)
+	}
+	if p, _ := parseRocePerf("read-bw", []string{"-an5", "h"}, io.Discard, io.Discard); p == nil || !p.all || p.iters != 5 {
+		t.Errorf("-an5: %+v", p)
 	}
 
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"roce", "write-bw", "127.0.0.1", "-x"}, "flag provided but not defined: -x"},
+		{[]string{"roce", "write-bw", "127.0.0.1", "-x"}, `unknown flag "-x"`},
+		{[]string{"roce", "write-bw", "127.0.0.1", "--repot_gbits"}, `unknown flag "--repot_gbits"; did you mean "--report_gbits"?`},
+		{[]string{"roce", "write-bw", "127.0.0.1", "-dev-prt", "0"}, `unknown flag "-dev-prt"; did you mean "-dev-port"?`},
+		{[]string{"roce", "read-bw", "127.0.0.1", "-alll"}, `unknown flag "-alll"; did you mean "-all"?`},
+		{[]string{"roce", "read-bw", "127.0.0.1", "-aX"}, `unknown flag "-X" in "-aX"`},
 		{[]string{"roce", "write-bw", "127.0.0.1", "-s", "1K", "127.0.0.2"}, `one SERVER at most, got 2: ["127.0.0.1" "127.0.0.2"]`},
 		{[]string{"roce", "read-lat", "127.0.0.1", "-n", "0"}, "-n 0: at least one iteration"},
 		{[]string{"roce", "send-bw", "-t", "0", "127.0.0.1"}, "-t 0: the send queue depth is at least 1"},

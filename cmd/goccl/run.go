@@ -3,12 +3,12 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/goccl/goccl/internal/config"
 	"github.com/goccl/goccl/internal/launch"
@@ -19,25 +19,28 @@ func init() {
 	register(&command{
 		name:    "run",
 		summary: "start N local ranks of a program (a torchrun/mpirun for one host)",
-		usage:   "goccl run -n N [-env KEY=VALUE]... [-grace DURATION] PROG [ARGS...]",
+		usage:   "goccl run -n N [--env KEY=VALUE]... [--grace DURATION] PROG [ARGS...]",
 		run:     runRun,
 	})
 }
 
-var runHelp = `usage: goccl run -n N [-env KEY=VALUE]... [-grace DURATION] [-metrics-addr ADDR] PROG [ARGS...]
+var runHelp = `usage: goccl run -n N [--env KEY=VALUE]... [--grace DURATION] [--metrics-addr ADDR] [--] PROG [ARGS...]
 
 Starts N ranks of PROG on this host and waits for them. N is given with -n
 or -np (as to mpirun) or --nproc-per-node (as to torchrun, which also spells
-it --nproc_per_node); given twice, the values must agree. Flags take one or
-two dashes. PROG is an executable path, a name on PATH, or a Go main package
-(a directory such as ./examples/ddp-digits, or an import path), which is
-built once with go build in the current module and removed afterwards.
+it --nproc_per_node); given twice, the values must agree. Flags are GNU
+style (--env=K=V, --env K=V, -n4, -n 4); long flags also take one dash, as
+mpirun and Go programs write them (-np 4, -env K=V). The flags end at PROG
+(or at --): everything after PROG is PROG's. PROG is an executable path, a
+name on PATH, or a Go main package (a directory such as
+./examples/ddp-digits, or an import path), which is built once with go
+build in the current module and removed afterwards.
 
 Each rank gets the parent environment plus ` + config.Rank.Name + `, ` + config.WorldSize.Name + `,
 ` + config.LocalRank.Name + `, ` + config.LocalWorldSize.Name + `, ` + config.StoreAddr.Name + ` (127.0.0.1 and a
 free port, where rank 0 serves the rendezvous store), ` + config.JobID.Name + ` and
 ` + config.JobToken.Name + ` (a fresh random secret unless already set), then
-the -env settings. So that PyTorch and MPI programs find their rank, each
+the --env settings. So that PyTorch and MPI programs find their rank, each
 rank also gets torchrun's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE and
 GROUP_RANK (0) and OpenMPI's OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE,
 OMPI_COMM_WORLD_LOCAL_RANK and OMPI_COMM_WORLD_LOCAL_SIZE (goccl programs
@@ -66,6 +69,7 @@ Flags:
 type envList []string
 
 func (e *envList) String() string { return strings.Join(*e, " ") }
+func (e *envList) Type() string   { return "KEY=VALUE" }
 func (e *envList) Set(s string) error {
 	if k, _, ok := strings.Cut(s, "="); !ok || k == "" {
 		return fmt.Errorf("want KEY=VALUE, got %q", s)
@@ -107,6 +111,8 @@ func (f *nprocFlag) String() string {
 	return strconv.Itoa(f.p.n)
 }
 
+func (f *nprocFlag) Type() string { return "int" }
+
 func (f *nprocFlag) Set(s string) error {
 	n, err := strconv.Atoi(s)
 	if err != nil {
@@ -125,49 +131,60 @@ func (f *nprocFlag) Set(s string) error {
 	return nil
 }
 
-func runRun(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("goccl run", flag.ContinueOnError)
+// runArgs is goccl run's parsed command line.
+type runArgs struct {
+	np    int
+	env   envList // --metrics-addr's variable first, then the --env settings
+	grace time.Duration
+	prog  string
+	args  []string
+}
+
+// parseRunArgs parses goccl run's command line. It returns nil and the
+// exit status when the command ends there (0 for -h, 2 for a usage error,
+// which it has reported).
+func parseRunArgs(args []string, stderr io.Writer) (*runArgs, int) {
+	fs := newFlags("goccl run", stderr, func(fs *cliFlags) {
+		fmt.Fprint(fs.Output(), runHelp)
+		fs.PrintDefaults()
+	})
+	fs.SetInterspersed(false) // PROG's arguments are PROG's
 	np := &nprocs{n: 1}
 	for _, name := range nprocNames {
-		what := "same as -n `N`"
+		what, short := "same as -n `N`", ""
 		if name == "n" {
-			what = "start `N` ranks on this host"
+			what, short = "start `N` ranks on this host", "n" // -n, and mpirun's --n
 		}
-		fs.Var(&nprocFlag{p: np, name: name}, name, what)
+		fs.VarP(&nprocFlag{p: np, name: name}, name, short, what)
 	}
 	var env envList
 	fs.Var(&env, "env", "set `KEY=VALUE` in every rank's environment (repeatable)")
 	grace := fs.Duration("grace", launch.DefaultGrace, "time between SIGTERM and SIGKILL when stopping ranks")
 	metricsAddr := fs.String("metrics-addr", "", "serve each rank's Prometheus metrics at `ADDR` (:9400: local rank r on port 9400+r); sets "+config.MetricsAddr.Name)
-	// Parse quietly: errors are reported below, with a suggestion.
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	err := fs.Parse(args)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), runHelp)
-		fs.PrintDefaults()
-	}
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.Usage()
-			return 0
-		}
-		fmt.Fprintf(stderr, "goccl run: %v\nRun 'goccl run -h' for usage.\n", flagError(fs, args, err))
-		return 2
+	if status, exit := fs.parseOrExit(args); exit {
+		return nil, status
 	}
 	if np.conflict != "" {
 		fmt.Fprintf(stderr, "goccl run: %s disagree: give the number of ranks once\n", np.conflict)
-		return 2
+		return nil, 2
 	}
 	if fs.NArg() == 0 {
 		fmt.Fprintln(stderr, "goccl run: no program given")
 		fs.Usage()
-		return 2
+		return nil, 2
 	}
 	if *metricsAddr != "" {
-		env = append(envList{config.MetricsAddr.Name + "=" + *metricsAddr}, env...) // -env may still override it
+		env = append(envList{config.MetricsAddr.Name + "=" + *metricsAddr}, env...) // --env may still override it
 	}
+	return &runArgs{np: np.n, env: env, grace: *grace, prog: fs.Arg(0), args: fs.Args()[1:]}, 0
+}
+
+func runRun(args []string, stdout, stderr io.Writer) int {
+	ra, status := parseRunArgs(args, stderr)
+	if ra == nil {
+		return status
+	}
+	env := ra.env
 	// A PyTorch c10d store for the PyTorch programs among the ranks, as
 	// torchrun's agent serves one (goccl's own ranks use goccl's store).
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -181,13 +198,13 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	env = append(envList{"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port,
 		"TORCHELASTIC_USE_AGENT_STORE=True", "TORCHELASTIC_RESTART_COUNT=0"}, env...)
 	err = launch.Run(context.Background(), launch.Config{
-		NP:             np.n,
-		Prog:           fs.Arg(0),
-		Args:           fs.Args()[1:],
+		NP:             ra.np,
+		Prog:           ra.prog,
+		Args:           ra.args,
 		Env:            env,
 		Stdout:         stdout,
 		Stderr:         stderr,
-		Grace:          *grace,
+		Grace:          ra.grace,
 		ForwardSignals: true,
 	})
 	return reportLaunch("goccl run", err, stderr)

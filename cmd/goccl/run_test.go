@@ -89,7 +89,10 @@ func TestRunNprocErrors(t *testing.T) {
 		{[]string{"--nproc_per_node=4", "-np", "2"}, "goccl run: --nproc_per_node 4 and -np 2 disagree"},
 		{[]string{"-np", "2", "-np", "4"}, "goccl run: -np 2 and -np 4 disagree"},
 		{[]string{"-n", "0"}, `invalid value "0" for flag -n: must be at least 1`},
-		{[]string{"--nproc-per-node", "gpu"}, `invalid value "gpu" for flag -nproc-per-node: not an integer`},
+		{[]string{"--nproc-per-node", "gpu"}, `invalid value "gpu" for flag --nproc-per-node: not an integer`},
+		{[]string{"-nproc-per-node=gpu"}, `invalid value "gpu" for flag -nproc-per-node: not an integer`},
+		{[]string{"-n0"}, `invalid value "0" for flag -n: must be at least 1`},
+		{[]string{"-nosuch"}, `invalid value "osuch" for flag -n in "-nosuch": not an integer`},
 	} {
 		var o, e bytes.Buffer
 		args := append(append([]string{"run"}, tt.args...), "true")

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -39,11 +38,13 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, traceUsage)
 		return 2
 	}
-	fs := flag.NewFlagSet("goccl trace merge", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	out := fs.String("o", "", "output file (default: standard output)")
-	if err := fs.Parse(args[1:]); err != nil {
-		return 2
+	fs := newFlags("goccl trace merge", stderr, func(fs *cliFlags) {
+		fmt.Fprint(fs.Output(), traceUsage+"\nFlags:\n")
+		fs.PrintDefaults()
+	})
+	out := fs.StringP("output", "o", "", "output file (default: standard output)")
+	if status, exit := fs.parseOrExit(args[1:]); exit {
+		return status
 	}
 	if fs.NArg() == 0 {
 		fmt.Fprintln(stderr, "goccl trace merge: no trace files given")
