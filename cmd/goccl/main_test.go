@@ -15,10 +15,14 @@ import (
 // With GOCCL_CLI_TEST_MAIN=1 the test binary is the goccl command, so tests
 // can run it as a process (and goccl perf -np can re-execute it).
 // With rankEnvHelper=1 the test binary is instead a rank program that
-// prints its launcher variables and what rendezvous.FromEnv makes of them.
+// prints its launcher variables and what rendezvous.FromEnv makes of them;
+// with progressHelper=1, one that draws a progress bar on rank 0.
 func TestMain(m *testing.M) {
 	if os.Getenv(rankEnvHelper) == "1" {
 		os.Exit(printRankEnv())
+	}
+	if os.Getenv(progressHelper) == "1" {
+		os.Exit(drawProgress())
 	}
 	if os.Getenv("GOCCL_CLI_TEST_MAIN") == "1" {
 		os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr))

@@ -16,6 +16,7 @@ import (
 	"github.com/goccl/goccl"
 	"github.com/goccl/goccl/internal/config"
 	"github.com/goccl/goccl/internal/launch"
+	"github.com/goccl/goccl/internal/progress"
 )
 
 func init() {
@@ -37,7 +38,8 @@ Ranks: with -np N (and no ` + config.Rank.Name + ` in the environment), goccl pe
 local ranks of itself with the same arguments (as goccl run would) and shows
 rank 0's report. Otherwise it is one rank of the world its environment
 describes (goccl run, torchrun, mpirun, srun), or a world of 1. Only rank 0
-prints the report.
+prints the report; when its stderr is a terminal (` + config.Progress.Name + `), it also
+shows a progress bar over the report's rows there, erased before each row.
 
 For each size, the collective runs -w warm-up iterations (at the largest and
 smallest size, once per type/op/root), then -n timed iterations out of place
@@ -474,6 +476,7 @@ func perfLaunch(cfg *perfConfig, args []string, stdout, stderr io.Writer) int {
 			return "" // only rank 0 prints the report, verbatim
 		},
 		ForwardSignals: true,
+		Progress:       progress.ForRanks(stderr), // rank 0's bar over the sizes
 	})
 	return reportLaunch("goccl perf", err, stderr)
 }
@@ -497,11 +500,20 @@ func perfRank(ctx context.Context, cfg *perfConfig, c benchComm, stdout, stderr 
 	if err := checkMemoryAll(ctx, cfg, c, devs); err != nil {
 		return 2, err
 	}
+	// Rank 0 shows a bar over the rows when its stderr (or the terminal
+	// goccl run passed it) is a terminal; Guard keeps it off the report's lines.
+	var bar *progress.Bar
+	if rank == 0 {
+		bar = progress.New(cfg.coll.name, cfg.rowCount(types, ops, roots))
+		defer bar.Abort()
+		stdout, stderr = bar.Guard(stdout), bar.Guard(stderr)
+	}
 	var table bytes.Buffer // -plot: a copy of the report, read back as nccl-tests output
 	if cfg.plotFile != "" && rank == 0 {
 		stdout = io.MultiWriter(stdout, &table)
 	}
 	b := newBench(ctx, cfg, c, stdout, stderr)
+	b.bar = bar
 	b.printf("%s", formatConfigLine(cfg.minBytes, cfg.maxBytes, cfg.stepFactor, cfg.stepBytes, cfg.warmup, cfg.iters, cfg.aggIters, cfg.check)+unalignSuffix(cfg.unalign))
 	for _, l := range cfg.headerNotes() {
 		b.printf("%s", l)
@@ -518,6 +530,7 @@ func perfRank(ctx context.Context, cfg *perfConfig, c benchComm, stdout, stderr 
 	if err := b.run(types, ops, roots); err != nil {
 		return 1, err
 	}
+	bar.Done()
 	avg := 0.0
 	if b.bwCount > 0 {
 		avg = b.bwSum / float64(b.bwCount)

@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/goccl/goccl"
+	"github.com/goccl/goccl/internal/progress"
 )
 
 // benchComm is the part of *goccl.Comm the benchmark uses (an interface so
@@ -66,7 +67,8 @@ type bench struct {
 	rank  int
 	n     int
 	coll  *coll
-	diags int // mismatch lines printed so far
+	diags int           // mismatch lines printed so far
+	bar   *progress.Bar // rank 0's bar over the rows (nil: none)
 
 	sendBuf, recvBuf   []byte // the buffers of the current test: -u elements into the bases
 	sendBase, recvBase []byte // allocated once, maxBytes + guard + 8 bytes per -u each
@@ -278,12 +280,32 @@ func (cfg *perfConfig) sizes() []int64 {
 	return s
 }
 
+// skipTest reports whether run leaves out the test of dt and op: goccl
+// (like NCCL's float-only avg) rejects integer avg.
+func skipTest(c *coll, dt goccl.DataType, op goccl.RedOp) bool {
+	return c.reduces && op == goccl.Avg && !dt.IsFloat()
+}
+
+// rowCount is the number of rows run prints: one per size, test and cycle
+// (0 for -N 0: no end).
+func (cfg *perfConfig) rowCount(types []goccl.DataType, ops []goccl.RedOp, roots []int) int {
+	tests := 0
+	for _, dt := range types {
+		for _, op := range ops {
+			if !skipTest(cfg.coll, dt, op) {
+				tests += len(roots)
+			}
+		}
+	}
+	return tests * len(cfg.sizes()) * cfg.runCycles
+}
+
 // run benchmarks every (type, op, root) combination and prints the report.
 func (b *bench) run(types []goccl.DataType, ops []goccl.RedOp, roots []int) error {
 	for _, dt := range types {
 		for _, op := range ops {
-			if b.coll.reduces && op == goccl.Avg && !dt.IsFloat() {
-				continue // goccl (like NCCL's float-only avg) rejects integer avg
+			if skipTest(b.coll, dt, op) {
+				continue
 			}
 			for _, root := range roots {
 				if err := b.runTest(dt, op, root); err != nil {
@@ -340,6 +362,7 @@ func (b *bench) runTest(dt goccl.DataType, op goccl.RedOp, root int) error {
 				res[ip] = r
 			}
 			b.report(res)
+			b.bar.Increment()
 		}
 	}
 	return nil

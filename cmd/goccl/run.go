@@ -12,6 +12,7 @@ import (
 
 	"github.com/goccl/goccl/internal/config"
 	"github.com/goccl/goccl/internal/launch"
+	"github.com/goccl/goccl/internal/progress"
 	"github.com/goccl/goccl/rendezvous"
 )
 
@@ -51,7 +52,11 @@ so torch.distributed.init_process_group(init_method="env://") works in the
 ranks (goccl's own ranks keep using goccl's store).
 
 Every line a rank prints is prefixed with "[rank] ", on stdout or stderr as
-the rank wrote it.
+the rank wrote it. Progress bars (goccl perf, the training examples) are
+drawn by rank 0 only, on goccl run's stderr when that is a terminal (as
+` + config.Progress.Name + ` says: auto, 0 or 1), which rank 0 gets as descriptor 3,
+named by ` + config.ProgressFD.Name + `; each line forwarded to a terminal then erases the
+bar first.
 
 When a rank exits with a non-zero status or is killed by a signal, goccl run
 waits a moment (250ms) for other failures, then the other ranks get SIGTERM,
@@ -206,6 +211,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		Stderr:         stderr,
 		Grace:          ra.grace,
 		ForwardSignals: true,
+		Progress:       progress.ForRanks(stderr),
 	})
 	return reportLaunch("goccl run", err, stderr)
 }

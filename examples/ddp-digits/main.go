@@ -20,6 +20,7 @@ import (
 
 	"github.com/goccl/goccl"
 	"github.com/goccl/goccl/examples/internal/exmain"
+	"github.com/goccl/goccl/internal/progress"
 )
 
 // config holds the command-line settings.
@@ -85,10 +86,14 @@ func train(ctx context.Context, c *goccl.Comm, cfg config, trainSet, testSet *Da
 	res := result{worldSize: t.size, trainSamples: n, testSamples: testSet.Len(), stepsPerEpoch: (n + cfg.batch - 1) / cfg.batch}
 	x := make([]float32, cfg.batch*numFeatures)
 	y := make([]int, cfg.batch)
+	// The epoch's steps on rank 0's terminal, erased if an error ends the run.
+	var bar *progress.Bar
+	defer func() { bar.Abort() }()
 	for epoch := 1; epoch <= cfg.epochs; epoch++ {
 		// Every rank draws the same permutation: same seed, same epoch.
 		perm := rand.New(rand.NewPCG(cfg.seed, uint64(epoch))).Perm(n)
 		var lossSum float64
+		bar = exmain.EpochBar(t.rank, epoch, cfg.epochs, res.stepsPerEpoch)
 		for start := 0; start < n; start += cfg.batch {
 			idx := perm[start:min(start+cfg.batch, n)]
 			bx, by := x[:len(idx)*numFeatures], y[:len(idx)]
@@ -101,7 +106,9 @@ func train(ctx context.Context, c *goccl.Comm, cfg config, trainSet, testSet *Da
 				return res, fmt.Errorf("epoch %d: %w", epoch, err)
 			}
 			lossSum += l
+			bar.Increment()
 		}
+		bar.Done()
 		acc, err := t.Evaluate(ctx, testSet)
 		if err != nil {
 			return res, fmt.Errorf("epoch %d: %w", epoch, err)

@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"math"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/goccl/goccl/ddp"
+	gocclconfig "github.com/goccl/goccl/internal/config"
+	"github.com/goccl/goccl/internal/progress/ptytest"
 )
 
 func TestLoadDigits(t *testing.T) {
@@ -280,5 +283,46 @@ func TestParseFlags(t *testing.T) {
 		if _, err := parseFlags(bad); err == nil {
 			t.Errorf("%v: no error", bad)
 		}
+	}
+}
+
+// TestEpochBars: on a terminal (GOCCL_PROGRESS unset: auto), rank 0 draws
+// a bar per epoch over its steps; the output lines are untouched.
+func TestEpochBars(t *testing.T) {
+	ds, err := loadDigits()
+	if err != nil {
+		t.Fatal(err)
+	}
+	train0, test0 := splitTrainTest(ds, 1)
+	pty := ptytest.Open(t)
+	stderr := os.Stderr
+	os.Stderr = pty.TTY
+	defer func() { os.Stderr = stderr }()
+	t.Setenv(gocclconfig.Progress.Name, "")
+	t.Setenv(gocclconfig.ProgressFD.Name, "")
+	cfg := testConfig(2)
+	var out bytes.Buffer
+	res, err := train(context.Background(), nil, cfg, train0, test0, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Stderr = stderr
+	frames, rest := ptytest.Frames(pty.Output())
+	if rest != "" {
+		t.Errorf("the terminal got more than bars: %q", rest)
+	}
+	last := map[string]string{}
+	for _, f := range frames {
+		name, _, _ := strings.Cut(f, " [")
+		last[name] = f
+	}
+	steps := " " + strconv.Itoa(res.stepsPerEpoch) + "/" + strconv.Itoa(res.stepsPerEpoch) + " "
+	for _, name := range []string{"epoch 1/2", "epoch 2/2"} {
+		if !strings.Contains(last[name], steps) {
+			t.Errorf("last frame of %q: %q, want %q in it (frames %q)", name, last[name], steps, frames)
+		}
+	}
+	if len(last) != 2 || strings.Contains(out.String(), "\x1b") {
+		t.Errorf("bars %q; output %q", frames, out.String())
 	}
 }

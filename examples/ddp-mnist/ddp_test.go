@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/goccl/goccl"
+	gocclconfig "github.com/goccl/goccl/internal/config"
+	"github.com/goccl/goccl/internal/progress/ptytest"
 	"github.com/goccl/goccl/internal/ranktest"
 )
 
@@ -312,5 +314,46 @@ func TestStepsAndCompress(t *testing.T) {
 				t.Errorf("result %+v", results[0])
 			}
 		})
+	}
+}
+
+// TestEpochBars: on a terminal (GOCCL_PROGRESS unset: auto), rank 0 draws
+// a bar per epoch over its steps, each drawn to its end and erased; the
+// output lines are untouched.
+func TestEpochBars(t *testing.T) {
+	train0, test0 := loadForTest(t)
+	train0, test0 = train0.Subset(1000), test0.Subset(500)
+	pty := ptytest.Open(t)
+	stderr := os.Stderr
+	os.Stderr = pty.TTY
+	defer func() { os.Stderr = stderr }()
+	t.Setenv(gocclconfig.Progress.Name, "")
+	t.Setenv(gocclconfig.ProgressFD.Name, "")
+	cfg, err := parseFlags([]string{"-steps", "20", "-batch", "64", "-hidden", "16"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if _, err := train(context.Background(), nil, cfg, train0, test0, &out); err != nil {
+		t.Fatal(err)
+	}
+	os.Stderr = stderr
+	frames, rest := ptytest.Frames(pty.Output())
+	if rest != "" {
+		t.Errorf("the terminal got more than bars: %q", rest)
+	}
+	// 1000 images in batches of 64: 16 steps, then the 4 left of -steps 20.
+	last := map[string]string{}
+	for _, f := range frames {
+		name, _, _ := strings.Cut(f, " [")
+		last[name] = f
+	}
+	for name, count := range map[string]string{"epoch 1/2": " 16/16 ", "epoch 2/2": " 4/4 "} {
+		if !strings.Contains(last[name], count) {
+			t.Errorf("last frame of %q: %q, want %q in it (frames %q)", name, last[name], count, frames)
+		}
+	}
+	if len(last) != 2 || strings.Contains(out.String(), "\x1b") {
+		t.Errorf("bars %q; output %q", frames, out.String())
 	}
 }

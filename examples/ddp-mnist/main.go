@@ -21,7 +21,8 @@
 // setting), the final test accuracy, whether the parameters ended up
 // bit-identical on all ranks (checked with collectives), the exposed
 // communication per step with and without overlap, and a summary line for
-// scripts:
+// scripts (on a terminal it also shows a bar over each epoch's steps on
+// stderr, see GOCCL_PROGRESS):
 //
 //	summary: ranks=4 batch=128 steps=200 warmup=10 step_ms=21.5 compute_ms=16.2 wait_ms=5.3 bytes_per_step=4275240 accuracy=0.9512 loss=0.1623 overlap=true bucket_mb=0.5 compress=none wait_ms_overlap=5.3 wait_ms_nooverlap=0 chunk_rows=128
 //
@@ -49,6 +50,7 @@ import (
 
 	"github.com/goccl/goccl"
 	"github.com/goccl/goccl/examples/internal/exmain"
+	"github.com/goccl/goccl/internal/progress"
 )
 
 // The example's gradient layout. With ddp's defaults (PyTorch's 25 MiB cap)
@@ -195,12 +197,16 @@ func train(ctx context.Context, c *goccl.Comm, cfg config, trainSet, testSet *Da
 	res := result{worldSize: t.size, numParams: len(t.model.Params)}
 	fmt.Fprintf(out, "MLP %v: %d parameters; %d ranks, global batch %d, %d train / %d test images; %d gradient buckets, overlap %v\n",
 		cfg.sizes(), res.numParams, t.size, cfg.batch, n, testSet.Len(), len(t.dp.Buckets()), cfg.overlap.String())
+	// The epoch's steps on rank 0's terminal, erased if an error ends the run.
+	var bar *progress.Bar
+	defer func() { bar.Abort() }()
 	for epoch := 1; epoch <= epochs; epoch++ {
 		// Every rank draws the same permutation: same seed, same epoch.
 		perm := rand.New(rand.NewPCG(cfg.seed, uint64(epoch))).Perm(n)
 		loss := []float64{0, 0} // summed loss, samples
 		var epochModes [2]modeStats
 		start, epochSteps := time.Now(), 0
+		bar = exmain.EpochBar(t.rank, epoch, epochs, min(stepsPerEpoch, totalSteps-step))
 		for s := 0; s < n && step < totalSteps; s += cfg.batch {
 			// Cosine decay of the learning rate from lr towards 0.
 			t.opt.lr = cfg.lr * 0.5 * (1 + math.Cos(math.Pi*float64(step)/float64(totalSteps)))
@@ -228,7 +234,9 @@ func train(ctx context.Context, c *goccl.Comm, cfg config, trainSet, testSet *Da
 			}
 			loss[0] += l
 			loss[1] += float64(k)
+			bar.Increment()
 		}
+		bar.Done()
 		elapsed := time.Since(start)
 		if err := t.sumAll(ctx, loss); err != nil {
 			return res, fmt.Errorf("epoch %d: loss allreduce: %w", epoch, err)

@@ -130,6 +130,9 @@ var (
 	TLSKey  = define(Var{Name: "GOCCL_TLS_KEY", Kind: String, Doc: "PEM private key file for GOCCL_TLS=1"})
 	TLSCA   = define(Var{Name: "GOCCL_TLS_CA", Kind: String, Doc: "PEM CA file that signs every rank's certificate, for GOCCL_TLS=1"})
 
+	Progress = define(Var{Name: "GOCCL_PROGRESS", Kind: Enum, Default: "auto", Words: []string{"0", "1", "auto"}, WarnOnly: true,
+		Doc: "progress bars of long runs (goccl perf sweeps, the training examples) on stderr: auto draws them only when stderr is a terminal, 1 always, 0 never"})
+
 	Rank = define(Var{Name: "GOCCL_RANK", Kind: Int, Min: 0, Max: math.MaxInt32, Group: "launcher",
 		Doc: "this process's rank"})
 	WorldSize = define(Var{Name: "GOCCL_WORLD_SIZE", Kind: Int, Min: 1, Max: math.MaxInt32, Group: "launcher",
@@ -146,6 +149,8 @@ var (
 		Doc: "identifier common to all ranks of the job"})
 	JobToken = define(Var{Name: "GOCCL_JOB_TOKEN", Kind: String, Group: "launcher",
 		Doc: "the job's shared secret: the store and every TCP link prove it by HMAC challenge-response (goccl run makes one per job)"})
+	ProgressFD = define(Var{Name: "GOCCL_PROGRESS_FD", Kind: Int, Min: 0, Max: math.MaxInt32, Group: "launcher", WarnOnly: true,
+		Doc: "file descriptor on which this rank draws its progress bars instead of stderr (goccl run passes rank 0 its own terminal)"})
 
 	RoceLossyBytes = define(Var{Name: "GOCCL_ROCE_LOSSY_BYTES", Kind: Size, Group: "test",
 		Doc: "bytes moved by the soft RoCE lossy-link test (rdma package tests only)"})

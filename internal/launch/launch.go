@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/goccl/goccl/internal/config"
+	"github.com/goccl/goccl/internal/progress"
 )
 
 // DefaultGrace is how long ranks get between SIGTERM and SIGKILL.
@@ -66,6 +67,17 @@ type Config struct {
 	// pass them on to the ranks (which get SIGKILL if they are still alive
 	// Grace later). Run then returns a *SignalError.
 	ForwardSignals bool
+	// Progress, when not nil, is where rank 0 draws its progress bars
+	// (package internal/progress): the launcher's terminal
+	// (progress.ForRanks), which rank 0 cannot reach through its stderr, a
+	// pipe whose lines Run prefixes. It is passed to rank 0 as an extra
+	// file, descriptor 3, named by GOCCL_PROGRESS_FD, so that the bar's
+	// redraws in place reach it untouched. Each line Run writes to Stdout
+	// or Stderr, when they are terminals, then starts with
+	// progress.ClearLine, which erases a bar on the line instead of
+	// following it; after the ranks exit Run erases the line once more (a
+	// bar left by a rank that was killed).
+	Progress *os.File
 }
 
 // DefaultLabel prefixes every line with "[rank] ".
@@ -83,7 +95,14 @@ var (
 	// connection proves it (package internal/auth). Run makes a random one
 	// per job unless the environment already holds one.
 	EnvJobToken = config.JobToken.Name
+	// EnvProgressFD names the descriptor on which rank 0 draws its progress
+	// bars (Config.Progress).
+	EnvProgressFD = config.ProgressFD.Name
 )
+
+// progressFD is the descriptor of Config.Progress in rank 0: the first of
+// exec.Cmd.ExtraFiles.
+const progressFD = 3
 
 // RankEnv returns the GOCCL_* variables of rank in a local job of np ranks.
 func RankEnv(rank, np int, storeAddr, jobID string) []string {
@@ -328,6 +347,13 @@ func Run(ctx context.Context, cfg Config) error {
 		env = append(env, parentEnv...)
 		env = append(env, CompatEnv(i, cfg.NP)...)
 		env = append(env, RankEnv(i, cfg.NP, storeAddr, jobID)...)
+		if i == 0 && cfg.Progress != nil {
+			cmd.ExtraFiles = []*os.File{cfg.Progress}
+			env = append(env, EnvProgressFD+"="+strconv.Itoa(progressFD))
+		} else if os.Getenv(EnvProgressFD) != "" {
+			// Our own launcher's descriptor: not open in this rank.
+			env = append(env, EnvProgressFD+"=")
+		}
 		env = append(env, cfg.Env...)
 		cmd.Env = env
 		cmd.SysProcAttr = sysProcAttr()
@@ -347,7 +373,11 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 			r.pipes = append(r.pipes, pr)
 			ws = append(ws, pw)
-			lw := &lineWriter{prefix: []byte(cfg.Label(i, isErr)), out: out, mu: &outMu}
+			prefix := cfg.Label(i, isErr)
+			if cfg.Progress != nil && progress.IsTerminal(out) {
+				prefix = progress.ClearLine + prefix
+			}
+			lw := &lineWriter{prefix: []byte(prefix), out: out, mu: &outMu}
 			r.readers.Add(1)
 			go func() {
 				defer r.readers.Done()
@@ -467,6 +497,9 @@ func Run(ctx context.Context, cfg Config) error {
 		for _, p := range r.pipes {
 			p.Close()
 		}
+	}
+	if cfg.Progress != nil && progress.IsTerminal(cfg.Progress) {
+		cfg.Progress.WriteString(progress.ClearLine)
 	}
 
 	switch {

@@ -16,6 +16,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/goccl/goccl/internal/config"
+	"github.com/goccl/goccl/internal/progress"
+	"github.com/goccl/goccl/internal/progress/ptytest"
 )
 
 // The test binary doubles as the rank program: with GOCCL_LAUNCH_HELPER set,
@@ -143,6 +147,18 @@ func helper(mode string) int {
 		time.Sleep(time.Minute)
 		return 0
 	case "ok":
+		return 0
+	case "progress":
+		// Rank 0 draws a bar (as goccl perf and the examples do); every
+		// rank then prints a line and the descriptor it was named.
+		if rank == 0 {
+			b := progress.New("rank-bar", 3)
+			for range 3 {
+				b.Increment()
+			}
+			b.Done()
+		}
+		fmt.Printf("rank %d done, fd %q\n", rank, os.Getenv(EnvProgressFD))
 		return 0
 	}
 	return 99
@@ -552,5 +568,68 @@ func TestLeftoverProcesses(t *testing.T) {
 			t.Errorf("child %d still running", pid)
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
+	}
+}
+
+// TestProgressForwarding: with Config.Progress, rank 0 (and only rank 0) is
+// given that file as descriptor 3, named by GOCCL_PROGRESS_FD, and draws
+// its bar there untouched, unprefixed; a stale GOCCL_PROGRESS_FD of the
+// launcher's own is not inherited by the other ranks. On a terminal (auto:
+// GOCCL_PROGRESS unset) each line Run forwards to a terminal starts by
+// erasing the line, and Run erases it once more at the end; on a file
+// (GOCCL_PROGRESS=1) lines are forwarded as they are.
+func TestProgressForwarding(t *testing.T) {
+	for _, onTTY := range []bool{true, false} {
+		t.Run(map[bool]string{true: "terminal", false: "file"}[onTTY], func(t *testing.T) {
+			t.Setenv(EnvProgressFD, "9") // as if this launcher were rank 0 of another
+			cfg, out, errb := helperConfig(t, 2, "progress")
+			var tty *ptytest.PTY
+			if onTTY {
+				tty = ptytest.Open(t)
+				t.Setenv(config.Progress.Name, "")
+				cfg.Progress, cfg.Stdout = tty.TTY, tty.TTY
+			} else {
+				f, err := os.Create(filepath.Join(t.TempDir(), "progress"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				t.Setenv(config.Progress.Name, "1")
+				cfg.Progress = f
+			}
+			if err := Run(context.Background(), cfg); err != nil {
+				t.Fatalf("Run: %v\nstderr:\n%s", err, errb)
+			}
+			if errb.String() != "" {
+				t.Errorf("stderr: %q", errb.String())
+			}
+			var bars, lines string
+			if onTTY {
+				all := strings.ReplaceAll(tty.Output(), "\r\n", "\n") // ONLCR
+				if !strings.HasSuffix(all, "\n"+progress.ClearLine) {
+					t.Errorf("the launcher did not erase the line at the end: %q", all)
+				}
+				// Lines come whole, each erasing the line first; the rest is the bar's.
+				re := regexp.MustCompile(`\r\x1b\[K(\[\d\] [^\r\n]*\n)`)
+				for _, m := range re.FindAllStringSubmatch(all, -1) {
+					lines += m[1]
+				}
+				bars = re.ReplaceAllString(all, "")
+			} else {
+				lines = out.String()
+				b, err := os.ReadFile(cfg.Progress.Name())
+				if err != nil {
+					t.Fatal(err)
+				}
+				bars = string(b)
+			}
+			want := "[0] rank 0 done, fd \"3\"\n[1] rank 1 done, fd \"\"\n"
+			if lines != want && lines != "[1] rank 1 done, fd \"\"\n[0] rank 0 done, fd \"3\"\n" {
+				t.Errorf("forwarded lines %q, want %q (either order)", lines, want)
+			}
+			if !strings.HasPrefix(bars, "\rrank-bar ") || !strings.Contains(bars, " 3/3 ") || strings.Contains(bars, "\n") || strings.Contains(bars, "[0]") {
+				t.Errorf("rank 0's bar did not reach the progress file whole: %q", bars)
+			}
+		})
 	}
 }

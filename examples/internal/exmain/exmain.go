@@ -1,6 +1,7 @@
 // Package exmain is the main function the training examples share: run the
 // example with a context that SIGINT and SIGTERM cancel, and turn its error
-// into a message naming the rank and an exit status.
+// into a message naming the rank and an exit status; and their progress
+// bars.
 package exmain
 
 import (
@@ -14,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/goccl/goccl"
+	"github.com/goccl/goccl/internal/progress"
 )
 
 // Main runs run with the command-line arguments and standard output, then
@@ -54,4 +56,16 @@ func WithComm(ctx context.Context, stdout io.Writer, fn func(c *goccl.Comm, out 
 		out = stdout
 	}
 	return c.Rank(), fn(c, out)
+}
+
+// EpochBar starts the progress bar of one epoch of steps steps, drawn by
+// rank 0 only, and only on a terminal unless GOCCL_PROGRESS says otherwise
+// (package internal/progress); elsewhere it returns nil, a bar that does
+// nothing. Call Increment after each step and Done before printing the
+// epoch's line.
+func EpochBar(rank, epoch, epochs, steps int) *progress.Bar {
+	if rank != 0 {
+		return nil
+	}
+	return progress.New(fmt.Sprintf("epoch %d/%d", epoch, epochs), steps)
 }
