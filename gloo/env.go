@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 
+	"github.com/goccl/goccl/internal/config"
 	"github.com/goccl/goccl/rendezvous"
 )
 
@@ -29,7 +30,7 @@ func JoinEnv(ctx context.Context, opts ...Option) (*Group, error) {
 		return nil, fmt.Errorf("gloo: join: %w", err)
 	}
 	if !ok {
-		return nil, fmt.Errorf("gloo: join: RANK and WORLD_SIZE are not set (nor GOCCL_RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID): %w", ErrInvalidArgument)
+		return nil, fmt.Errorf("gloo: join: RANK and WORLD_SIZE are not set (nor %s, OMPI_COMM_WORLD_RANK, SLURM_PROCID): %w", config.Rank.Name, ErrInvalidArgument)
 	}
 	if env.StoreAddr == "" {
 		return nil, fmt.Errorf("gloo: join: rank %d: MASTER_ADDR and MASTER_PORT are not set: %w", env.Rank, ErrInvalidArgument)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/goccl/goccl/examples/internal/digits"
 
 	"github.com/goccl/goccl"
 	"github.com/goccl/goccl/ddp"
@@ -24,7 +25,7 @@ type Trainer struct {
 // newTrainer builds the model from seed on every rank and then, to be safe,
 // broadcasts rank 0's parameters so all replicas start bit-identical.
 func newTrainer(ctx context.Context, c *goccl.Comm, hidden int, seed uint64, lr, momentum float32) (*Trainer, error) {
-	m := newMLP[float32](numFeatures, hidden, numClasses, seed)
+	m := newMLP[float32](digits.Features, hidden, digits.Classes, seed)
 	p := len(m.Params)
 	t := &Trainer{
 		comm: c, size: 1, model: m,
@@ -41,7 +42,7 @@ func newTrainer(ctx context.Context, c *goccl.Comm, hidden int, seed uint64, lr,
 }
 
 // Step does one synchronous data-parallel SGD step on a global batch (x is
-// row-major len(y) x numFeatures; every rank passes the same global batch and
+// row-major len(y) x digits.Features; every rank passes the same global batch and
 // uses only its shard). Each rank computes the gradient of the mean loss over
 // its shard of n_r samples, scales it by n_r, and ONE AllReduce(Sum) adds the
 // weighted gradients together with the loss sums and the n_r; dividing by the
@@ -50,12 +51,12 @@ func newTrainer(ctx context.Context, c *goccl.Comm, hidden int, seed uint64, lr,
 // then applies the same momentum update to the same reduced values.
 // It returns the summed loss of the global batch.
 func (t *Trainer) Step(ctx context.Context, x []float32, y []int) (float64, error) {
-	if len(y) == 0 || len(x) != len(y)*numFeatures {
+	if len(y) == 0 || len(x) != len(y)*digits.Features {
 		return 0, fmt.Errorf("step: %d features for %d samples", len(x), len(y))
 	}
 	lo, hi := ddp.Shard(len(y), t.size, t.rank)
 	n := hi - lo
-	meanLoss := t.model.meanGrad(x[lo*numFeatures:hi*numFeatures], y[lo:hi], t.grad)
+	meanLoss := t.model.meanGrad(x[lo*digits.Features:hi*digits.Features], y[lo:hi], t.grad)
 	p := t.numParam
 	w := float32(n)
 	for i, g := range t.grad {
@@ -82,9 +83,9 @@ func (t *Trainer) Step(ctx context.Context, x []float32, y []int) (float64, erro
 
 // Evaluate returns the accuracy of the model on d, each rank scoring its
 // shard and one AllReduce(Sum) adding up the counts.
-func (t *Trainer) Evaluate(ctx context.Context, d *Dataset) (float64, error) {
+func (t *Trainer) Evaluate(ctx context.Context, d *digits.Dataset) (float64, error) {
 	lo, hi := ddp.Shard(d.Len(), t.size, t.rank)
-	_, correct := t.model.lossGrad(d.X[lo*numFeatures:hi*numFeatures], d.Y[lo:hi], nil)
+	_, correct := t.model.lossGrad(d.X[lo*digits.Features:hi*digits.Features], d.Y[lo:hi], nil)
 	counts := []int64{int64(correct), int64(hi - lo)}
 	if t.comm != nil {
 		if err := goccl.AllReduce(ctx, t.comm, counts, counts, 2, goccl.Sum); err != nil {

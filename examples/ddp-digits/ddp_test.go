@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/goccl/goccl/examples/internal/digits"
 	"io"
 	"math"
 	"os"
@@ -24,12 +25,12 @@ func runRanks(t *testing.T, n int, fn func(ctx context.Context, c *goccl.Comm) e
 
 func trainBatch(t *testing.T, b int) ([]float32, []int) {
 	t.Helper()
-	ds, err := loadDigits()
+	ds, err := digits.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
-	train0, _ := splitTrainTest(ds, 1)
-	return train0.X[:b*numFeatures], train0.Y[:b]
+	train0, _ := digits.SplitTrainTest(ds, 1)
+	return train0.X[:b*digits.Features], train0.Y[:b]
 }
 
 // stepResult is a replica's state after some steps.
@@ -151,11 +152,11 @@ func TestParamsIdentical(t *testing.T) {
 // expected lines, the model learns, and the run tracks the single-process one.
 func TestTrainFourRanks(t *testing.T) {
 	const world, epochs = 4, 3
-	ds, err := loadDigits()
+	ds, err := digits.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
-	train0, test0 := splitTrainTest(ds, 1)
+	train0, test0 := digits.SplitTrainTest(ds, 1)
 	cfg := testConfig(epochs)
 	var single bytes.Buffer
 	want, err := train(context.Background(), nil, cfg, train0, test0, &single)

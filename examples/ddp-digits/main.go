@@ -15,6 +15,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/goccl/goccl/examples/internal/digits"
 	"io"
 	"math/rand/v2"
 
@@ -77,14 +78,14 @@ type result struct {
 // train runs the whole job on one rank (c == nil: a single process without
 // collectives). Only the writer out sees output; pass io.Discard on ranks
 // other than 0.
-func train(ctx context.Context, c *goccl.Comm, cfg config, trainSet, testSet *Dataset, out io.Writer) (result, error) {
+func train(ctx context.Context, c *goccl.Comm, cfg config, trainSet, testSet *digits.Dataset, out io.Writer) (result, error) {
 	t, err := newTrainer(ctx, c, cfg.hidden, cfg.seed, float32(cfg.lr), float32(cfg.momentum))
 	if err != nil {
 		return result{}, err
 	}
 	n := trainSet.Len()
 	res := result{worldSize: t.size, trainSamples: n, testSamples: testSet.Len(), stepsPerEpoch: (n + cfg.batch - 1) / cfg.batch}
-	x := make([]float32, cfg.batch*numFeatures)
+	x := make([]float32, cfg.batch*digits.Features)
 	y := make([]int, cfg.batch)
 	// The epoch's steps on rank 0's terminal, erased if an error ends the run.
 	var bar *progress.Bar
@@ -96,9 +97,9 @@ func train(ctx context.Context, c *goccl.Comm, cfg config, trainSet, testSet *Da
 		bar = exmain.EpochBar(t.rank, epoch, cfg.epochs, res.stepsPerEpoch)
 		for start := 0; start < n; start += cfg.batch {
 			idx := perm[start:min(start+cfg.batch, n)]
-			bx, by := x[:len(idx)*numFeatures], y[:len(idx)]
+			bx, by := x[:len(idx)*digits.Features], y[:len(idx)]
 			for k, i := range idx {
-				copy(bx[k*numFeatures:], trainSet.Row(i))
+				copy(bx[k*digits.Features:], trainSet.Row(i))
 				by[k] = trainSet.Y[i]
 			}
 			l, err := t.Step(ctx, bx, by)
@@ -131,11 +132,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) (rank int, err er
 	if err != nil {
 		return rank, err
 	}
-	all, err := loadDigits()
+	all, err := digits.Load()
 	if err != nil {
 		return rank, err
 	}
-	trainSet, testSet := splitTrainTest(all, cfg.seed)
+	trainSet, testSet := digits.SplitTrainTest(all, cfg.seed)
 	return exmain.WithComm(ctx, stdout, func(c *goccl.Comm, out io.Writer) error {
 		res, err := train(ctx, c, cfg, trainSet, testSet, out)
 		if err == nil && !res.identical {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"github.com/goccl/goccl/examples/internal/digits"
 	"math"
 	"os"
 	"regexp"
@@ -16,22 +17,22 @@ import (
 )
 
 func TestLoadDigits(t *testing.T) {
-	ds, err := loadDigits()
+	ds, err := digits.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ds.Len() != 1797 || len(ds.X) != 1797*numFeatures {
+	if ds.Len() != 1797 || len(ds.X) != 1797*digits.Features {
 		t.Fatalf("got %d rows, %d features; want 1797 rows of 64", ds.Len(), len(ds.X))
 	}
-	var perClass [numClasses]int
+	var perClass [digits.Classes]int
 	for _, y := range ds.Y {
-		if y < 0 || y >= numClasses {
+		if y < 0 || y >= digits.Classes {
 			t.Fatalf("label %d", y)
 		}
 		perClass[y]++
 	}
 	// Class counts of the scikit-learn digits set.
-	if want := [numClasses]int{178, 182, 177, 183, 181, 182, 181, 179, 174, 180}; perClass != want {
+	if want := [digits.Classes]int{178, 182, 177, 183, 181, 182, 181, 179, 174, 180}; perClass != want {
 		t.Errorf("class counts %v, want %v", perClass, want)
 	}
 	lo, hi := float32(1), float32(0)
@@ -46,11 +47,11 @@ func TestLoadDigits(t *testing.T) {
 		t.Errorf("first rows parsed wrongly: %v labels %v", r[:8], ds.Y[:3])
 	}
 
-	train, test := splitTrainTest(ds, 1)
+	train, test := digits.SplitTrainTest(ds, 1)
 	if train.Len() != 1438 || test.Len() != 359 {
 		t.Errorf("split %d/%d, want 1438/359", train.Len(), test.Len())
 	}
-	tr, te := splitIndices(ds.Len(), 1)
+	tr, te := digits.SplitIndices(ds.Len(), 1)
 	seen := make([]bool, ds.Len())
 	for _, i := range append(append([]int{}, tr...), te...) {
 		if seen[i] {
@@ -58,15 +59,15 @@ func TestLoadDigits(t *testing.T) {
 		}
 		seen[i] = true
 	}
-	tr2, _ := splitIndices(ds.Len(), 1)
-	tr3, _ := splitIndices(ds.Len(), 2)
+	tr2, _ := digits.SplitIndices(ds.Len(), 1)
+	tr3, _ := digits.SplitIndices(ds.Len(), 2)
 	if !equalInts(tr, tr2) || equalInts(tr, tr3) {
 		t.Error("split is not a deterministic function of the seed")
 	}
 }
 
 func TestParseDigitsCSVErrors(t *testing.T) {
-	row := strings.Repeat("0,", numFeatures)
+	row := strings.Repeat("0,", digits.Features)
 	for name, in := range map[string]string{
 		"short":  "1,2,3\n",
 		"pixel":  "17," + row[2:] + "3\n",
@@ -74,7 +75,7 @@ func TestParseDigitsCSVErrors(t *testing.T) {
 		"number": row + "x\n",
 		"empty":  "",
 	} {
-		if _, err := parseDigitsCSV(strings.NewReader(in)); err == nil {
+		if _, err := digits.Parse(strings.NewReader(in)); err == nil {
 			t.Errorf("%s: no error", name)
 		}
 	}
@@ -105,14 +106,14 @@ func toFloat64(x []float32) []float64 {
 // model on 8 real samples; and the float32 model used for training against
 // the float64 one.
 func TestGradientCheck(t *testing.T) {
-	ds, err := loadDigits()
+	ds, err := digits.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
 	const nb = 8
-	x := toFloat64(ds.X[:nb*numFeatures])
+	x := toFloat64(ds.X[:nb*digits.Features])
 	y := ds.Y[:nb]
-	m := newMLP[float64](numFeatures, 16, numClasses, 7)
+	m := newMLP[float64](digits.Features, 16, digits.Classes, 7)
 	// Non-zero biases so that their gradients matter and ReLUs are mixed.
 	_, b1, _, b2 := m.split(m.Params)
 	for i := range b1 {
@@ -149,7 +150,7 @@ func TestGradientCheck(t *testing.T) {
 		m32.Params[i] = float32(v)
 	}
 	g32 := make([]float32, len(grad))
-	m32.meanGrad(ds.X[:nb*numFeatures], y, g32)
+	m32.meanGrad(ds.X[:nb*digits.Features], y, g32)
 	if d := relDiff(toFloat64(g32), grad); d > 1e-5 {
 		t.Errorf("float32 gradient differs from float64 by %.3g", d)
 	}
@@ -188,14 +189,14 @@ func TestShardRange(t *testing.T) {
 // by the batch size, is the mean-loss gradient of the whole batch, also when
 // the batch does not split evenly or some shards are empty.
 func TestWeightedShardGradients(t *testing.T) {
-	ds, err := loadDigits()
+	ds, err := digits.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := newMLP[float64](numFeatures, 32, numClasses, 3)
+	m := newMLP[float64](digits.Features, 32, digits.Classes, 3)
 	p := len(m.Params)
 	for _, b := range []int{64, 67, 3} {
-		x, y := toFloat64(ds.X[:b*numFeatures]), ds.Y[:b]
+		x, y := toFloat64(ds.X[:b*digits.Features]), ds.Y[:b]
 		full := make([]float64, p)
 		fullLoss := m.meanGrad(x, y, full)
 		for _, size := range []int{1, 2, 3, 4, 5, 7} {
@@ -204,7 +205,7 @@ func TestWeightedShardGradients(t *testing.T) {
 			var lossSum float64
 			for r := range size {
 				lo, hi := ddp.Shard(b, size, r)
-				l := m.meanGrad(x[lo*numFeatures:hi*numFeatures], y[lo:hi], g)
+				l := m.meanGrad(x[lo*digits.Features:hi*digits.Features], y[lo:hi], g)
 				for i := range g {
 					sum[i] += g[i] * float64(hi-lo)
 				}
@@ -257,11 +258,11 @@ func checkOutput(t *testing.T, out string, epochs, world int) {
 
 // TestTrainSingleProcess: a short run without collectives learns the task.
 func TestTrainSingleProcess(t *testing.T) {
-	ds, err := loadDigits()
+	ds, err := digits.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
-	train0, test0 := splitTrainTest(ds, 1)
+	train0, test0 := digits.SplitTrainTest(ds, 1)
 	var out bytes.Buffer
 	res, err := train(context.Background(), nil, testConfig(4), train0, test0, &out)
 	if err != nil {
@@ -289,11 +290,11 @@ func TestParseFlags(t *testing.T) {
 // TestEpochBars: on a terminal (GOCCL_PROGRESS unset: auto), rank 0 draws
 // a bar per epoch over its steps; the output lines are untouched.
 func TestEpochBars(t *testing.T) {
-	ds, err := loadDigits()
+	ds, err := digits.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
-	train0, test0 := splitTrainTest(ds, 1)
+	train0, test0 := digits.SplitTrainTest(ds, 1)
 	pty := ptytest.Open(t)
 	stderr := os.Stderr
 	os.Stderr = pty.TTY
