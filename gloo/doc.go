@@ -60,6 +60,9 @@
 // the operation with a *PeerLostError naming it (errors.Is ErrPeerLost),
 // wrapped in an *OpError naming this rank, the operation and its tag; a
 // message that disagrees with what this rank posted is a *ProtocolError.
+// Gloo relays no cause: a rank that fails closes its connections, which is
+// how ranks that did not talk to the lost one learn of it, so the peer an
+// error names is the nearest connection lost, not always the rank that died.
 // After any failure, a cancelled context included, the group is closed:
 // Gloo has no way to drop messages already in flight. No buffer is read or
 // written after its call has returned.
