@@ -169,6 +169,14 @@ func goRankMain() int {
 		fmt.Println(err)
 		return 1
 	}
+	if err := goScript[float64](ctx, g, r, &k, "float64"); err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	if err := goScript[uint8](ctx, g, r, &k, "uint8"); err != nil {
+		fmt.Println(err)
+		return 1
+	}
 	if err := Barrier(ctx, g); err != nil {
 		fmt.Println(err)
 		return 1

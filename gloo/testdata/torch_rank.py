@@ -34,7 +34,7 @@ def main():
         print(f"result {name} {hashlib.sha256(got.numpy().tobytes()).hexdigest()}", flush=True)
 
     k = 0
-    for dtype, dname in ((torch.float32, "float32"), (torch.int64, "int64")):
+    for dtype, dname in ((torch.float32, "float32"), (torch.int64, "int64"), (torch.float64, "float64"), (torch.uint8, "uint8")):
         for n in (0, 1, 7, 1000003):
             k += 1
             t = values(n, rank, k, dtype)
