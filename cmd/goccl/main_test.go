@@ -16,10 +16,15 @@ import (
 // can run it as a process (and goccl perf -np can re-execute it).
 // With rankEnvHelper=1 the test binary is instead a rank program that
 // prints its launcher variables and what rendezvous.FromEnv makes of them;
-// with progressHelper=1, one that draws a progress bar on rank 0.
+// with progressHelper=1, one that draws a progress bar on rank 0; with
+// pidSleepHelper set to a directory, one that writes its pid there and
+// sleeps.
 func TestMain(m *testing.M) {
 	if os.Getenv(rankEnvHelper) == "1" {
 		os.Exit(printRankEnv())
+	}
+	if dir := os.Getenv(pidSleepHelper); dir != "" {
+		os.Exit(pidSleep(dir))
 	}
 	if os.Getenv(progressHelper) == "1" {
 		os.Exit(drawProgress())

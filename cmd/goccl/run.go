@@ -14,41 +14,62 @@ import (
 	"github.com/goccl/goccl/internal/launch"
 	"github.com/goccl/goccl/internal/progress"
 	"github.com/goccl/goccl/rendezvous"
+	"github.com/spf13/pflag"
 )
 
 func init() {
 	register(&command{
 		name:    "run",
 		summary: "start N local ranks of a program (a torchrun/mpirun for one host)",
-		usage:   "goccl run -n N [--env KEY=VALUE]... [--grace DURATION] PROG [ARGS...]",
+		usage:   "goccl run -n N [--env KEY=VALUE]... [--grace DURATION] PROG [ARGS...] [: -n N PROG [ARGS...]]...",
 		run:     runRun,
 	})
 }
 
 var runHelp = `usage: goccl run -n N [--env KEY=VALUE]... [--grace DURATION] [--metrics-addr ADDR] [--] PROG [ARGS...]
+       goccl run [--grace DURATION] [--metrics-addr ADDR] -n N1 [--env KEY=VALUE]... PROG1 [ARGS1...] : -n N2 [--env KEY=VALUE]... PROG2 [ARGS2...] [: ...]
 
 Starts N ranks of PROG on this host and waits for them. N is given with -n
 or -np (as to mpirun) or --nproc-per-node (as to torchrun, which also spells
 it --nproc_per_node); given twice, the values must agree. Flags are GNU
 style (--env=K=V, --env K=V, -n4, -n 4); long flags also take one dash, as
 mpirun and Go programs write them (-np 4, -env K=V). The flags end at PROG
-(or at --): everything after PROG is PROG's. PROG is an executable path, a
-name on PATH, or a Go main package (a directory such as
-./examples/ddp-digits, or an import path), which is built once with go
-build in the current module and removed afterwards.
+(or at --): everything after PROG is PROG's, up to a standalone ":" (see
+below). PROG is an executable path, a name on PATH, or a Go main package (a
+directory such as ./examples/ddp-digits, or an import path), which is built
+once with go build in the current module and removed afterwards.
+
+Several programs make one job (MPMD), as with mpirun: a standalone ":"
+argument separates application contexts, each -n N [--env KEY=VALUE]...
+[--] PROG [ARGS...]. A Go service (the main package in ./coordinator) as
+rank 0 and two Python trainers:
+
+    goccl run -n 1 ./coordinator : -n 2 /usr/bin/python3 train.py --lr 0.1
+
+The ranks are numbered across the contexts in order (here the Go program
+is rank 0, the trainers ranks 1 and 2) and the world size is their total
+(3); local ranks and the local world size count across contexts as well
+(every rank is on this host). Each context gives its own number of ranks
+(-n, -np or --nproc-per-node) and may give --env settings, which apply to
+its own ranks only. --grace and --metrics-addr are the whole job's: they
+go in the first context, before the first PROG. Errors count the contexts
+from 1. A Go package named by several contexts is built once. Every
+standalone ":" separates contexts, even among a program's arguments (pass
+a lone ":" through sh -c '...').
 
 Each rank gets the parent environment plus ` + config.Rank.Name + `, ` + config.WorldSize.Name + `,
 ` + config.LocalRank.Name + `, ` + config.LocalWorldSize.Name + `, ` + config.StoreAddr.Name + ` (127.0.0.1 and a
 free port, where rank 0 serves the rendezvous store), ` + config.JobID.Name + ` and
 ` + config.JobToken.Name + ` (a fresh random secret unless already set), then
-the --env settings. So that PyTorch and MPI programs find their rank, each
-rank also gets torchrun's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE and
-GROUP_RANK (0) and OpenMPI's OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE,
-OMPI_COMM_WORLD_LOCAL_RANK and OMPI_COMM_WORLD_LOCAL_SIZE (goccl programs
-read goccl's own first). As torchrun's agent does, goccl run also serves a
-PyTorch c10d TCPStore and gives every rank MASTER_ADDR, MASTER_PORT (its
-address), TORCHELASTIC_USE_AGENT_STORE=True and TORCHELASTIC_RESTART_COUNT=0,
-so torch.distributed.init_process_group(init_method="env://") works in the
+the --env settings (its context's). So that PyTorch and MPI programs find
+their rank, each rank also gets torchrun's RANK, WORLD_SIZE, LOCAL_RANK,
+LOCAL_WORLD_SIZE and GROUP_RANK (0) and OpenMPI's OMPI_COMM_WORLD_RANK,
+OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK and
+OMPI_COMM_WORLD_LOCAL_SIZE (goccl programs read goccl's own first). As
+torchrun's agent does, goccl run also serves a PyTorch c10d TCPStore and
+gives every rank MASTER_ADDR, MASTER_PORT (its address),
+TORCHELASTIC_USE_AGENT_STORE=True and TORCHELASTIC_RESTART_COUNT=0, so
+torch.distributed.init_process_group(init_method="env://") works in the
 ranks (goccl's own ranks keep using goccl's store).
 
 Every line a rank prints is prefixed with "[rank] ", on stdout or stderr as
@@ -61,11 +82,12 @@ bar first.
 When a rank exits with a non-zero status or is killed by a signal, goccl run
 waits a moment (250ms) for other failures, then the other ranks get SIGTERM,
 then SIGKILL after the grace period, and goccl run names the rank that failed
-and exits with its status (128+signal when killed). Of the failures in that
-moment, a rank killed by a signal (SIGPIPE aside) is named before ranks that
-exited with a status: they usually exited because they saw it die. SIGINT and
-SIGTERM sent to goccl run are passed on to the ranks. The exit status is 0
-only when every rank exits with 0.
+(with several programs, its program too) and exits with its status
+(128+signal when killed). Of the failures in that moment, a rank killed by a
+signal (SIGPIPE aside) is named before ranks that exited with a status: they
+usually exited because they saw it die. SIGINT and SIGTERM sent to goccl run
+are passed on to the ranks. The exit status is 0 only when every rank exits
+with 0.
 
 Flags:
 `
@@ -136,52 +158,148 @@ func (f *nprocFlag) Set(s string) error {
 	return nil
 }
 
-// runArgs is goccl run's parsed command line.
+// runArgs is goccl run's parsed command line: the first program (the
+// first application context) and, with ":", the others.
 type runArgs struct {
 	np    int
 	env   envList // --metrics-addr's variable first, then the --env settings
 	grace time.Duration
 	prog  string
 	args  []string
+	more  []runApp // the contexts after the first (-n N1 PROG1 : -n N2 PROG2), nil for one program
 }
 
-// parseRunArgs parses goccl run's command line. It returns nil and the
-// exit status when the command ends there (0 for -h, 2 for a usage error,
-// which it has reported).
-func parseRunArgs(args []string, stderr io.Writer) (*runArgs, int) {
+// runApp is one application context of goccl run's command line.
+type runApp struct {
+	np   int
+	env  envList // --metrics-addr's variable first, then the context's --env settings
+	prog string
+	args []string
+}
+
+// apps are all the contexts of ra, in order.
+func (ra *runArgs) apps() []runApp {
+	return append([]runApp{{np: ra.np, env: ra.env, prog: ra.prog, args: ra.args}}, ra.more...)
+}
+
+// contextSep separates the application contexts of goccl run, as mpirun's.
+const contextSep = ":"
+
+// jobFlags are the flags of goccl run that are the launcher's, not a
+// context's: only the first context takes them.
+var jobFlags = []string{"grace", "metrics-addr"}
+
+// runFlags are the flags of one context of goccl run.
+type runFlags struct {
+	np          *nprocs
+	env         envList
+	grace       *time.Duration
+	metricsAddr *string
+}
+
+// newRunFlags returns goccl run's flag set (of one context).
+func newRunFlags(stderr io.Writer) (*cliFlags, *runFlags) {
 	fs := newFlags("goccl run", stderr, func(fs *cliFlags) {
 		fmt.Fprint(fs.Output(), runHelp)
 		fs.PrintDefaults()
 	})
 	fs.SetInterspersed(false) // PROG's arguments are PROG's
-	np := &nprocs{n: 1}
+	f := &runFlags{np: &nprocs{n: 1}}
 	for _, name := range nprocNames {
 		what, short := "same as -n `N`", ""
 		if name == "n" {
-			what, short = "start `N` ranks on this host", "n" // -n, and mpirun's --n
+			what, short = "start `N` ranks of PROG on this host", "n" // -n, and mpirun's --n
 		}
-		fs.VarP(&nprocFlag{p: np, name: name}, name, short, what)
+		fs.VarP(&nprocFlag{p: f.np, name: name}, name, short, what)
 	}
-	var env envList
-	fs.Var(&env, "env", "set `KEY=VALUE` in every rank's environment (repeatable)")
-	grace := fs.Duration("grace", launch.DefaultGrace, "time between SIGTERM and SIGKILL when stopping ranks")
-	metricsAddr := fs.String("metrics-addr", "", "serve each rank's Prometheus metrics at `ADDR` (:9400: local rank r on port 9400+r); sets "+config.MetricsAddr.Name)
-	if status, exit := fs.parseOrExit(args); exit {
-		return nil, status
+	fs.Var(&f.env, "env", "set `KEY=VALUE` in the environment of PROG's ranks (repeatable)")
+	f.grace = fs.Duration("grace", launch.DefaultGrace, "time between SIGTERM and SIGKILL when stopping ranks (first context only)")
+	f.metricsAddr = fs.String("metrics-addr", "", "serve each rank's Prometheus metrics at `ADDR` (:9400: local rank r on port 9400+r); sets "+config.MetricsAddr.Name+" (first context only)")
+	return fs, f
+}
+
+// splitContexts splits args at each standalone ":".
+func splitContexts(args []string) [][]string {
+	var contexts [][]string
+	start := 0
+	for i, a := range args {
+		if a == contextSep {
+			contexts = append(contexts, args[start:i])
+			start = i + 1
+		}
 	}
-	if np.conflict != "" {
-		fmt.Fprintf(stderr, "goccl run: %s disagree: give the number of ranks once\n", np.conflict)
+	return append(contexts, args[start:])
+}
+
+// parseRunArgs parses goccl run's command line. It returns nil and the
+// exit status when the command ends there (0 for -h, 2 for a usage error,
+// which it has reported).
+//
+// As mpirun's, the command line is one or more application contexts
+// separated by standalone ":" arguments, each [flags] PROG [ARGS...]. The
+// flags before the first PROG are the first context's, the launcher's own
+// (--grace, --metrics-addr) among them: a later context may not give those.
+// With several contexts each must give its number of ranks.
+func parseRunArgs(args []string, stderr io.Writer) (*runArgs, int) {
+	contexts := splitContexts(args)
+	multi := len(contexts) > 1
+	fail := func(format string, a ...any) (*runArgs, int) {
+		fmt.Fprintf(stderr, "goccl run: "+format+"\nRun 'goccl run -h' for usage.\n", a...)
 		return nil, 2
 	}
-	if fs.NArg() == 0 {
-		fmt.Fprintln(stderr, "goccl run: no program given")
-		fs.Usage()
-		return nil, 2
+	var ra *runArgs
+	var metricsEnv envList
+	for i, cargs := range contexts {
+		where := "" // names the context in errors when there are several
+		if multi {
+			where = fmt.Sprintf("context %d: ", i+1)
+			if len(cargs) == 0 {
+				switch i {
+				case len(contexts) - 1:
+					return fail("context %d is empty: nothing follows the last %q (give -n N PROG [ARGS...] after it, or remove it)", i+1, contextSep)
+				case 0:
+					return fail("context 1 is empty: nothing comes before the first %q (give -n N PROG [ARGS...] there)", contextSep)
+				}
+				return fail("context %d is empty: nothing between two %q (give -n N PROG [ARGS...] there)", i+1, contextSep)
+			}
+		}
+		fs, f := newRunFlags(stderr)
+		if err := fs.parse(cargs); errors.Is(err, pflag.ErrHelp) {
+			return nil, 0
+		} else if err != nil {
+			return fail("%s%v", where, err)
+		}
+		if f.np.conflict != "" {
+			fmt.Fprintf(stderr, "goccl run: %s%s disagree: give the number of ranks once\n", where, f.np.conflict)
+			return nil, 2
+		}
+		if fs.NArg() == 0 {
+			if multi {
+				return fail("%sno program given: each context is -n N [--env KEY=VALUE]... PROG [ARGS...]", where)
+			}
+			fmt.Fprintln(stderr, "goccl run: no program given")
+			fs.Usage()
+			return nil, 2
+		}
+		prog := fs.Arg(0)
+		if multi && f.np.set == "" {
+			return fail("context %d (%s): no number of ranks: give -n N before %s (each program of a job of several needs its -n)", i+1, prog, prog)
+		}
+		if i == 0 {
+			if *f.metricsAddr != "" {
+				metricsEnv = envList{config.MetricsAddr.Name + "=" + *f.metricsAddr} // --env may still override it
+			}
+			ra = &runArgs{np: f.np.n, env: append(metricsEnv, f.env...), grace: *f.grace, prog: prog, args: fs.Args()[1:]}
+			continue
+		}
+		for _, name := range jobFlags {
+			if fs.Changed(name) {
+				return fail("%s--%s is the whole job's: give it in the first context, before the first PROG", where, name)
+			}
+		}
+		ra.more = append(ra.more, runApp{np: f.np.n, env: append(metricsEnv[:len(metricsEnv):len(metricsEnv)], f.env...), prog: prog, args: fs.Args()[1:]})
 	}
-	if *metricsAddr != "" {
-		env = append(envList{config.MetricsAddr.Name + "=" + *metricsAddr}, env...) // --env may still override it
-	}
-	return &runArgs{np: np.n, env: env, grace: *grace, prog: fs.Arg(0), args: fs.Args()[1:]}, 0
+	return ra, 0
 }
 
 func runRun(args []string, stdout, stderr io.Writer) int {
@@ -189,7 +307,6 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	if ra == nil {
 		return status
 	}
-	env := ra.env
 	// A PyTorch c10d store for the PyTorch programs among the ranks, as
 	// torchrun's agent serves one (goccl's own ranks use goccl's store).
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -200,19 +317,24 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	torchStore := rendezvous.ServeC10d(ln)
 	defer torchStore.Close()
 	_, port, _ := net.SplitHostPort(torchStore.Addr())
-	env = append(envList{"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port,
-		"TORCHELASTIC_USE_AGENT_STORE=True", "TORCHELASTIC_RESTART_COUNT=0"}, env...)
-	err = launch.Run(context.Background(), launch.Config{
-		NP:             ra.np,
-		Prog:           ra.prog,
-		Args:           ra.args,
-		Env:            env,
+	torchEnv := []string{"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port,
+		"TORCHELASTIC_USE_AGENT_STORE=True", "TORCHELASTIC_RESTART_COUNT=0"}
+	cfg := launch.Config{
 		Stdout:         stdout,
 		Stderr:         stderr,
 		Grace:          ra.grace,
 		ForwardSignals: true,
 		Progress:       progress.ForRanks(stderr),
-	})
+	}
+	if ra.more == nil {
+		cfg.NP, cfg.Prog, cfg.Args, cfg.Env = ra.np, ra.prog, ra.args, append(torchEnv, ra.env...)
+	} else {
+		cfg.Env = torchEnv
+		for _, a := range ra.apps() {
+			cfg.Apps = append(cfg.Apps, launch.App{NP: a.np, Prog: a.prog, Args: a.args, Env: a.env})
+		}
+	}
+	err = launch.Run(context.Background(), cfg)
 	return reportLaunch("goccl run", err, stderr)
 }
 

@@ -1,9 +1,11 @@
 // Package launch starts the ranks of a local goccl job: N copies of one
-// program, each told its place in the world through GOCCL_* environment
+// program, or of several programs (Config.Apps, as mpirun -n 1 a : -n 2
+// b), each told its place in the world through GOCCL_* environment
 // variables (and torchrun's and OpenMPI's, see CompatVars), with their output prefixed line by line and their lifetimes tied
 // together (when one rank fails the others are stopped).
 //
-// It is the engine behind `goccl run -np N PROG` and `goccl perf -np N`.
+// It is the engine behind `goccl run -np N PROG` (and `goccl run -n N1
+// PROG1 : -n N2 PROG2`) and `goccl perf -np N`.
 package launch
 
 import (
@@ -18,9 +20,11 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/goccl/goccl/internal/config"
 	"github.com/goccl/goccl/internal/progress"
@@ -33,7 +37,8 @@ const DefaultGrace = 3 * time.Second
 // failure before it picks the rank to report and stops the others.
 const DefaultSettle = 250 * time.Millisecond
 
-// Config describes a local job.
+// Config describes a local job: NP ranks of one program (NP, Prog, Args),
+// or the ranks of several programs (Apps).
 type Config struct {
 	// NP is the number of ranks to start (at least 1).
 	NP int
@@ -44,6 +49,13 @@ type Config struct {
 	Prog string
 	// Args are the arguments passed to every rank.
 	Args []string
+	// Apps, instead of NP, Prog and Args, makes a job of several programs
+	// (mpirun's multiple program, multiple data: the application contexts
+	// of mpirun -n 1 a : -n 2 b). The ranks are numbered across them in
+	// order: Apps[0]'s are 0 to Apps[0].NP-1, Apps[1]'s follow, and so
+	// on; each rank's world size is the total. A Go package among them is
+	// built once, however many apps name it.
+	Apps []App
 	// Env holds extra "KEY=VALUE" entries for every rank. They come after the
 	// parent environment and the GOCCL_* variables, so they override both.
 	Env []string
@@ -78,6 +90,19 @@ type Config struct {
 	// following it; after the ranks exit Run erases the line once more (a
 	// bar left by a rank that was killed).
 	Progress *os.File
+}
+
+// App is one program of a job of several (Config.Apps).
+type App struct {
+	// NP is the number of ranks of the program (at least 1).
+	NP int
+	// Prog is what to run, as Config.Prog.
+	Prog string
+	// Args are the arguments passed to each of its ranks.
+	Args []string
+	// Env holds "KEY=VALUE" entries for its ranks only; they come after
+	// Config.Env.
+	Env []string
 }
 
 // DefaultLabel prefixes every line with "[rank] ".
@@ -149,12 +174,23 @@ func CompatEnv(rank, np int) []string {
 // before the launcher has seen it die; otherwise the first failure is
 // reported. Ranks that failed later (usually because of it, or because they
 // were stopped) are not reported.
+//
+// In a job of several programs (Config.Apps) the error names the rank's
+// program too: "rank 1 (pid 4242, /usr/bin/python3 train.py) exited with
+// status 3; stopped the other 2 ranks".
 type ExitError struct {
 	Rank    int
 	Pid     int
 	Status  int            // exit status; -1 when Signal is set
 	Signal  syscall.Signal // the signal that killed the rank, or 0
 	Stopped int            // other ranks still running when Run stopped them
+	// App is the index in Config.Apps of the rank's program (0 in a job
+	// of one program); Prog and Args are that program and its arguments
+	// as configured.
+	App  int
+	Prog string
+	Args []string
+	apps int // the job's number of programs: Error names Prog when more than 1
 }
 
 func (e *ExitError) Error() string {
@@ -164,7 +200,39 @@ func (e *ExitError) Error() string {
 	} else {
 		what = "exited with status " + strconv.Itoa(e.Status)
 	}
-	return fmt.Sprintf("rank %d (pid %d) %s; %s", e.Rank, e.Pid, what, stoppedPhrase(e.Stopped, true))
+	prog := ""
+	if e.apps > 1 {
+		prog = ", " + commandLine(e.Prog, e.Args)
+	}
+	return fmt.Sprintf("rank %d (pid %d%s) %s; %s", e.Rank, e.Pid, prog, what, stoppedPhrase(e.Stopped, true))
+}
+
+// commandLine is prog and args as a shell would take them (arguments with
+// spaces or quotes quoted), cut short after 80 bytes.
+func commandLine(prog string, args []string) string {
+	const max = 80
+	var b strings.Builder
+	for i, a := range append([]string{prog}, args...) {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		if a == "" || strings.ContainsAny(a, " \t\n\"'\\$`;&|<>()*?[]{}~#") {
+			a = strconv.Quote(a)
+		}
+		b.WriteString(a)
+		if b.Len() > max {
+			break
+		}
+	}
+	s := b.String()
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
 }
 
 // ExitCode is the status a launcher should exit with: the rank's exit status,
@@ -274,18 +342,51 @@ func (e *ExitError) causes(f *ExitError) bool {
 	return killed(e) && !killed(f)
 }
 
-// Run starts cfg.NP ranks of cfg.Prog and waits for all of them. It returns
+// jobApps returns the programs of cfg (Apps, or one of NP, Prog and
+// Args), checked.
+func jobApps(cfg Config) ([]App, error) {
+	if len(cfg.Apps) == 0 {
+		if cfg.NP < 1 {
+			return nil, fmt.Errorf("launch: need at least 1 rank, got %d", cfg.NP)
+		}
+		if cfg.Prog == "" {
+			return nil, errors.New("launch: no program given")
+		}
+		return []App{{NP: cfg.NP, Prog: cfg.Prog, Args: cfg.Args}}, nil
+	}
+	if cfg.NP != 0 || cfg.Prog != "" || cfg.Args != nil {
+		return nil, errors.New("launch: give the ranks as Apps or as NP, Prog and Args, not both")
+	}
+	for i, a := range cfg.Apps {
+		if a.NP < 1 {
+			return nil, fmt.Errorf("launch: app %d of %d (%s): need at least 1 rank, got %d", i+1, len(cfg.Apps), commandLine(a.Prog, a.Args), a.NP)
+		}
+		if a.Prog == "" {
+			return nil, fmt.Errorf("launch: app %d of %d: no program given", i+1, len(cfg.Apps))
+		}
+	}
+	return cfg.Apps, nil
+}
+
+// Run starts cfg.NP ranks of cfg.Prog (or those of every program of
+// cfg.Apps) and waits for all of them. It returns
 // nil when every rank exits with status 0, an *ExitError naming the rank whose
 // failure ended the job (after stopping the others: SIGTERM cfg.Settle after
 // the first failure, then SIGKILL after cfg.Grace), a *SignalError when ForwardSignals is set and a signal arrived,
 // or another error (bad config, build or start failure, ctx ended: the ranks
 // are then stopped the same way).
 func Run(ctx context.Context, cfg Config) error {
-	if cfg.NP < 1 {
-		return fmt.Errorf("launch: need at least 1 rank, got %d", cfg.NP)
+	apps, err := jobApps(cfg)
+	if err != nil {
+		return err
 	}
-	if cfg.Prog == "" {
-		return errors.New("launch: no program given")
+	np := 0       // the world size
+	var app []int // app[rank]: the rank's index in apps
+	for i, a := range apps {
+		np += a.NP
+		for range a.NP {
+			app = append(app, i)
+		}
 	}
 	if cfg.Stdout == nil {
 		cfg.Stdout = os.Stdout
@@ -311,11 +412,14 @@ func Run(ctx context.Context, cfg Config) error {
 		defer signal.Stop(sigs)
 	}
 
-	path, cleanup, err := resolveProg(ctx, cfg.Prog, cfg.Dir, cfg.Stderr)
-	if err != nil {
-		return err
+	rv := newResolver(cfg.Dir, cfg.Stderr)
+	defer rv.cleanup()
+	paths := make([]string, len(apps)) // the executables
+	for i, a := range apps {
+		if paths[i], err = rv.resolve(ctx, a.Prog); err != nil {
+			return err
+		}
 	}
-	defer cleanup()
 	select {
 	case s := <-sigs:
 		return &SignalError{Signal: s}
@@ -334,19 +438,20 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	var outMu sync.Mutex // one line at a time, across both streams
-	ranks := make([]*rank, cfg.NP)
-	exits := make(chan exit, cfg.NP)
+	ranks := make([]*rank, np)
+	exits := make(chan exit, np)
 	started := 0
 	var startErr error
 	for i := range ranks {
 		r := &rank{id: i}
 		ranks[i] = r
-		cmd := exec.Command(path, cfg.Args...)
+		a, path := apps[app[i]], paths[app[i]]
+		cmd := exec.Command(path, a.Args...)
 		cmd.Dir = cfg.Dir
-		env := make([]string, 0, len(parentEnv)+8+len(CompatVars)+len(cfg.Env))
+		env := make([]string, 0, len(parentEnv)+8+len(CompatVars)+len(cfg.Env)+len(a.Env))
 		env = append(env, parentEnv...)
-		env = append(env, CompatEnv(i, cfg.NP)...)
-		env = append(env, RankEnv(i, cfg.NP, storeAddr, jobID)...)
+		env = append(env, CompatEnv(i, np)...)
+		env = append(env, RankEnv(i, np, storeAddr, jobID)...)
 		if i == 0 && cfg.Progress != nil {
 			cmd.ExtraFiles = []*os.File{cfg.Progress}
 			env = append(env, EnvProgressFD+"="+strconv.Itoa(progressFD))
@@ -355,6 +460,7 @@ func Run(ctx context.Context, cfg Config) error {
 			env = append(env, EnvProgressFD+"=")
 		}
 		env = append(env, cfg.Env...)
+		env = append(env, a.Env...)
 		cmd.Env = env
 		cmd.SysProcAttr = sysProcAttr()
 		var ws []*os.File
@@ -447,7 +553,10 @@ func Run(ctx context.Context, cfg Config) error {
 			if stopping || e.err == nil {
 				continue
 			}
-			if ee := exitError(e, r.cmd.Process.Pid); first == nil || ee.causes(first) {
+			ee := exitError(e, r.cmd.Process.Pid)
+			a := apps[app[e.rank]]
+			ee.App, ee.Prog, ee.Args, ee.apps = app[e.rank], a.Prog, a.Args, len(apps)
+			if first == nil || ee.causes(first) {
 				first = ee
 			}
 			if settle == nil {

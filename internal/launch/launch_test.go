@@ -107,6 +107,13 @@ func helper(mode string) int {
 	case "sleep":
 		time.Sleep(time.Minute)
 		return 0
+	case "pid-sleep":
+		// Writes its pid to LAUNCH_TEST_DIR/pidRANK, then sleeps.
+		file := filepath.Join(os.Getenv("LAUNCH_TEST_DIR"), "pid"+strconv.Itoa(rank))
+		os.WriteFile(file+".tmp", []byte(strconv.Itoa(os.Getpid())), 0o600)
+		os.Rename(file+".tmp", file)
+		time.Sleep(time.Minute)
+		return 0
 	case "signal-after-exit", "sigpipe-after-exit":
 		// Rank 0 exits 1. Rank 1 waits until the launcher has reaped rank 0,
 		// then dies of a signal, as a rank killed from outside does when its
@@ -631,5 +638,205 @@ func TestProgressForwarding(t *testing.T) {
 				t.Errorf("rank 0's bar did not reach the progress file whole: %q", bars)
 			}
 		})
+	}
+}
+
+// appsLines parses the "[rank] KEY=VALUE" lines of out into values by key
+// and rank ("partial" lines without "=" are skipped).
+func appsLines(t *testing.T, out string) map[string]map[int]string {
+	t.Helper()
+	vals := map[string]map[int]string{}
+	re := regexp.MustCompile(`^\[(\d+)\] ([^=]*)=(.*)$`)
+	for _, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		m := re.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		r, _ := strconv.Atoi(m[1])
+		if vals[m[2]] == nil {
+			vals[m[2]] = map[int]string{}
+		}
+		vals[m[2]][r] = m[3]
+	}
+	return vals
+}
+
+// TestApps: a job of several programs (the test binary, sh, the test
+// binary again) numbers the ranks across them in order, gives every rank
+// the total as world size (and local world size), Config.Env to every
+// rank and each App's Env and Args to its own ranks only.
+func TestApps(t *testing.T) {
+	script := `for k in GOCCL_RANK GOCCL_WORLD_SIZE GOCCL_LOCAL_RANK GOCCL_LOCAL_WORLD_SIZE RANK WORLD_SIZE OMPI_COMM_WORLD_SIZE LAUNCH_TEST_PARENT LAUNCH_TEST_EXTRA; do eval "echo $k=\$$k"; done
+echo "args=$*"`
+	out, errb := &syncBuffer{}, &syncBuffer{}
+	exe := selfExe(t)
+	cfg := Config{
+		Apps: []App{
+			{NP: 1, Prog: exe, Args: []string{"-a"}, Env: []string{helperEnv + "=env", "LAUNCH_TEST_EXTRA=first"}},
+			{NP: 2, Prog: "sh", Args: []string{"-c", script, "sh", "x", "y z"}, Env: []string{"LAUNCH_TEST_PARENT=second"}},
+			{NP: 2, Prog: exe, Args: []string{"-c"}, Env: []string{helperEnv + "=env"}},
+		},
+		Env:    []string{"LAUNCH_TEST_EXTRA=all", "LAUNCH_TEST_PARENT=all"},
+		Stdout: out,
+		Stderr: errb,
+	}
+	if err := Run(context.Background(), cfg); err != nil {
+		t.Fatalf("Run: %v\nstderr:\n%s", err, errb)
+	}
+	vals := appsLines(t, out.String())
+	for r := 0; r < 5; r++ {
+		rs := strconv.Itoa(r)
+		want := map[string]string{
+			EnvRank: rs, EnvWorldSize: "5", EnvLocalRank: rs, EnvLocalWorldSize: "5",
+			"RANK": rs, "WORLD_SIZE": "5", "OMPI_COMM_WORLD_SIZE": "5",
+		}
+		switch r {
+		case 0:
+			want["LAUNCH_TEST_EXTRA"], want["LAUNCH_TEST_PARENT"] = "first", "all"
+		case 1, 2:
+			want["LAUNCH_TEST_EXTRA"], want["LAUNCH_TEST_PARENT"], want["args"] = "all", "second", "x y z"
+		default:
+			want["LAUNCH_TEST_EXTRA"], want["LAUNCH_TEST_PARENT"] = "all", "all"
+		}
+		for k, v := range want {
+			if got, ok := vals[k][r]; got != v || !ok {
+				t.Errorf("rank %d: %s=%q, want %q\nstdout:\n%s", r, k, got, v, out)
+			}
+		}
+	}
+	for r, args := range map[int]string{0: `["-a"]`, 3: `["-c"]`, 4: `["-c"]`} {
+		if want := fmt.Sprintf("[%d] args=%s\n", r, args); !strings.Contains(errb.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errb)
+		}
+	}
+	if strings.Contains(errb.String(), "[1] ") || strings.Contains(errb.String(), "[2] ") {
+		t.Errorf("sh ranks wrote to stderr:\n%s", errb)
+	}
+}
+
+// TestAppsFailure: a rank of the second program fails; the first
+// program's ranks are stopped, and the error names the rank and its
+// program.
+func TestAppsFailure(t *testing.T) {
+	dir := t.TempDir()
+	out := &syncBuffer{}
+	cfg := Config{
+		Apps: []App{
+			// Each writes its pid, then sleeps until stopped.
+			{NP: 2, Prog: selfExe(t), Env: []string{helperEnv + "=pid-sleep"}},
+			// Fails once both are up.
+			{NP: 1, Prog: "sh", Args: []string{"-c", `while [ ! -e "$LAUNCH_TEST_DIR/pid1" ] || [ ! -e "$LAUNCH_TEST_DIR/pid0" ]; do sleep 0.01; done; exit 5`}},
+		},
+		Env:    []string{"LAUNCH_TEST_DIR=" + dir},
+		Stdout: out,
+		Stderr: out,
+	}
+	start := time.Now()
+	err := Run(context.Background(), cfg)
+	var ee *ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("Run = %v, want *ExitError\noutput:\n%s", err, out)
+	}
+	if ee.Rank != 2 || ee.Status != 5 || ee.Signal != 0 || ee.Stopped != 2 || ee.App != 1 || ee.Prog != "sh" || len(ee.Args) != 2 {
+		t.Errorf("ExitError = %+v, want rank 2 status 5 of app 1 (sh), 2 stopped", *ee)
+	}
+	want := fmt.Sprintf(`rank 2 (pid %d, sh -c "while [ ! -e \"$LAUNCH_TEST_DIR/pid1\" ] || [ ! -e \"$LAUNCH_TEST_DIR/pid...`+
+		`) exited with status 5; stopped the other 2 ranks`, ee.Pid)
+	if err.Error() != want {
+		t.Errorf("Error() = %q, want %q", err.Error(), want)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("took %v to stop the first program's ranks", d)
+	}
+	for r := 0; r < 2; r++ {
+		b, err := os.ReadFile(filepath.Join(dir, "pid"+strconv.Itoa(r)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pid, _ := strconv.Atoi(string(b)); !processGone(pid) {
+			t.Errorf("rank %d (pid %d) still running", r, pid)
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// TestAppsBuildOnce: a Go package named by several apps, under several
+// spellings, is built once and removed afterwards.
+func TestAppsBuildOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a Go package")
+	}
+	out, errb := &syncBuffer{}, &syncBuffer{}
+	err := Run(context.Background(), Config{
+		Apps: []App{
+			{NP: 1, Prog: "./testdata/hello"},
+			{NP: 1, Prog: "sh", Args: []string{"-c", "echo sh rank $GOCCL_RANK"}},
+			{NP: 2, Prog: "github.com/goccl/goccl/internal/launch/testdata/hello"},
+			{NP: 1, Prog: "testdata/hello/"},
+		},
+		Stdout: out, Stderr: errb,
+	})
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, errb.String())
+	}
+	for r, want := range []string{"hello from rank 0 of 5", "sh rank 1", "hello from rank 2 of 5", "hello from rank 3 of 5", "hello from rank 4 of 5"} {
+		if want := fmt.Sprintf("[%d] %s\n", r, want); !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	exes := regexp.MustCompile(`\] exe (.*)\n`).FindAllStringSubmatch(out.String(), -1)
+	if len(exes) != 4 {
+		t.Fatalf("executables %q", exes)
+	}
+	for _, e := range exes {
+		if e[1] != exes[0][1] || !strings.HasSuffix(e[1], "/hello") {
+			t.Fatalf("executables %q: want one build", exes)
+		}
+	}
+	if _, err := os.Stat(exes[0][1]); !os.IsNotExist(err) {
+		t.Errorf("built binary %s still exists (err %v)", exes[0][1], err)
+	}
+}
+
+// TestAppsConfigErrors: Apps and NP/Prog/Args are exclusive, and each
+// App needs ranks and a program; the errors name the app.
+func TestAppsConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{NP: 1, Apps: []App{{NP: 1, Prog: "true"}}}, "launch: give the ranks as Apps or as NP, Prog and Args, not both"},
+		{Config{Prog: "true", Apps: []App{{NP: 1, Prog: "true"}}}, "not both"},
+		{Config{Args: []string{}, Apps: []App{{NP: 1, Prog: "true"}}}, "not both"},
+		{Config{Apps: []App{{NP: 1, Prog: "true"}, {Prog: "sh", Args: []string{"-c", "exit 0"}}}}, `launch: app 2 of 2 (sh -c "exit 0"): need at least 1 rank, got 0`},
+		{Config{Apps: []App{{NP: -1, Prog: "true"}}}, "launch: app 1 of 1 (true): need at least 1 rank, got -1"},
+		{Config{Apps: []App{{NP: 1, Prog: "true"}, {NP: 2}, {NP: 1, Prog: "true"}}}, "launch: app 2 of 3: no program given"},
+		{Config{Apps: []App{{NP: 1, Prog: "true"}, {NP: 1, Prog: "./testdata/no-such-thing"}}}, "no-such-thing"},
+	} {
+		err := Run(context.Background(), tc.cfg)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Run(%+v) = %v, want an error containing %q", tc.cfg, err, tc.want)
+		}
+	}
+}
+
+func TestCommandLine(t *testing.T) {
+	for _, tc := range []struct {
+		prog string
+		args []string
+		want string
+	}{
+		{"/usr/bin/python3", []string{"train.py", "--lr", "0.1"}, "/usr/bin/python3 train.py --lr 0.1"},
+		{"sh", []string{"-c", "echo $X; exit 1", ""}, `sh -c "echo $X; exit 1" ""`},
+		{"./prog", []string{strings.Repeat("a", 50), strings.Repeat("b", 22)}, "./prog " + strings.Repeat("a", 50) + " " + strings.Repeat("b", 22)},
+		{"./prog", []string{strings.Repeat("a", 50), strings.Repeat("b", 23), "c"}, "./prog " + strings.Repeat("a", 50) + " " + strings.Repeat("b", 22) + "..."},
+		{strings.Repeat("p", 100), []string{"x"}, strings.Repeat("p", 80) + "..."},
+		{"./é", []string{strings.Repeat("a", 75)}, "./é " + strings.Repeat("a", 75)},
+		{"./é", []string{strings.Repeat("a", 76)}, "./é " + strings.Repeat("a", 75) + "..."},
+		{"./" + strings.Repeat("a", 77) + "é", nil, "./" + strings.Repeat("a", 77) + "..."},
+	} {
+		if got := commandLine(tc.prog, tc.args); got != tc.want {
+			t.Errorf("commandLine(%q, %q) = %q, want %q", tc.prog, tc.args, got, tc.want)
+		}
 	}
 }

@@ -14,11 +14,48 @@ import (
 	"strings"
 )
 
-// resolveProg turns Config.Prog into an executable path. A Go main package (a
+// resolver turns the programs of a job (Config.Prog, App.Prog) into
+// executable paths. A Go main package is built once, however many apps
+// name it (by the same or another spelling: ./x, x/, its import path).
+type resolver struct {
+	dir    string            // Config.Dir
+	stderr io.Writer         // build output
+	progs  map[string]string // Prog as given -> executable
+	built  map[string]string // a package's source directory -> executable
+	tmps   []string          // the build directories, removed by cleanup
+}
+
+func newResolver(dir string, stderr io.Writer) *resolver {
+	return &resolver{dir: dir, stderr: stderr, progs: map[string]string{}, built: map[string]string{}}
+}
+
+// cleanup removes the executables built.
+func (rv *resolver) cleanup() {
+	for _, tmp := range rv.tmps {
+		os.RemoveAll(tmp)
+	}
+	rv.tmps = nil
+}
+
+// resolve returns the executable of prog, building it when it is a Go
+// package not built yet.
+func (rv *resolver) resolve(ctx context.Context, prog string) (string, error) {
+	if path, ok := rv.progs[prog]; ok {
+		return path, nil
+	}
+	path, err := rv.resolveProg(ctx, prog)
+	if err != nil {
+		return "", err
+	}
+	rv.progs[prog] = path
+	return path, nil
+}
+
+// resolveProg turns prog into an executable path. A Go main package (a
 // directory, or an import path that is neither a file nor on PATH) is built
 // into a temporary directory that cleanup removes.
-func resolveProg(ctx context.Context, prog, dir string, stderr io.Writer) (path string, cleanup func(), err error) {
-	nop := func() {}
+func (rv *resolver) resolveProg(ctx context.Context, prog string) (path string, err error) {
+	dir := rv.dir
 	local := prog // prog as a file system path, relative to dir
 	if dir != "" && !filepath.IsAbs(prog) {
 		local = filepath.Join(dir, prog)
@@ -30,27 +67,23 @@ func resolveProg(ctx context.Context, prog, dir string, stderr io.Writer) (path 
 		switch {
 		case statErr == nil && fi.IsDir():
 			if err := checkMainDir(local); err != nil {
-				return "", nop, err
+				return "", err
 			}
 			pkg := prog
 			if !isLocalPath(pkg) {
 				pkg = "./" + pkg // "examples/x" would be read as an import path
 			}
-			return buildPackage(ctx, pkg, dir, dirBase(local), stderr)
+			return rv.build(ctx, pkg, local, dirBase(local))
 		case statErr == nil:
 			if fi.Mode()&0o111 == 0 {
-				return "", nop, fmt.Errorf("launch: %s is not executable", prog)
+				return "", fmt.Errorf("launch: %s is not executable", prog)
 			}
-			abs, err := filepath.Abs(local)
-			if err != nil {
-				return "", nop, err
-			}
-			return abs, nop, nil
+			return filepath.Abs(local)
 		case !isLocalPath(prog):
 			// Perhaps an import path: github.com/x/y/cmd/z.
-			return buildImportPath(ctx, prog, dir, stderr, statErr)
+			return rv.buildImportPath(ctx, prog, statErr)
 		default:
-			return "", nop, fmt.Errorf("launch: %w", statErr)
+			return "", fmt.Errorf("launch: %w", statErr)
 		}
 	}
 
@@ -58,18 +91,18 @@ func resolveProg(ctx context.Context, prog, dir string, stderr io.Writer) (path 
 		if abs, err := filepath.Abs(p); err == nil {
 			p = abs
 		}
-		return p, nop, nil
+		return p, nil
 	}
 	if fi, err := os.Stat(local); err == nil && fi.IsDir() {
 		if err := checkMainDir(local); err != nil {
-			return "", nop, err
+			return "", err
 		}
-		return buildPackage(ctx, "./"+prog, dir, dirBase(local), stderr)
+		return rv.build(ctx, "./"+prog, local, dirBase(local))
 	}
 	if strings.Contains(prog, ".") {
-		return buildImportPath(ctx, prog, dir, stderr, nil)
+		return rv.buildImportPath(ctx, prog, nil)
 	}
-	return "", nop, fmt.Errorf("launch: %q: executable file not found in $PATH, and it is not a Go package directory", prog)
+	return "", fmt.Errorf("launch: %q: executable file not found in $PATH, and it is not a Go package directory", prog)
 }
 
 func isLocalPath(p string) bool {
@@ -115,29 +148,29 @@ func goTool() (string, error) {
 }
 
 // buildImportPath builds prog when `go list` says it is a main package.
-func buildImportPath(ctx context.Context, prog, dir string, stderr io.Writer, statErr error) (string, func(), error) {
-	nop := func() {}
-	notFound := func() (string, func(), error) {
+func (rv *resolver) buildImportPath(ctx context.Context, prog string, statErr error) (string, error) {
+	notFound := func() (string, error) {
 		if statErr != nil {
-			return "", nop, fmt.Errorf("launch: %w (and not a Go package)", statErr)
+			return "", fmt.Errorf("launch: %w (and not a Go package)", statErr)
 		}
-		return "", nop, fmt.Errorf("launch: %q is neither a file, an executable on PATH, nor a Go package", prog)
+		return "", fmt.Errorf("launch: %q is neither a file, an executable on PATH, nor a Go package", prog)
 	}
 	gocmd, err := goTool()
 	if err != nil {
 		return notFound()
 	}
-	cmd := exec.CommandContext(ctx, gocmd, "list", "-f", "{{.Name}}", "--", prog)
-	cmd.Dir = dir
+	cmd := exec.CommandContext(ctx, gocmd, "list", "-f", "{{.Name}} {{.Dir}}", "--", prog)
+	cmd.Dir = rv.dir
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
 		return notFound()
 	}
-	if name := strings.TrimSpace(out.String()); name != "main" {
-		return "", nop, fmt.Errorf("launch: %s is Go package %q, not a main package", prog, name)
+	name, srcDir, _ := strings.Cut(strings.TrimSpace(out.String()), " ")
+	if name != "main" {
+		return "", fmt.Errorf("launch: %s is Go package %q, not a main package", prog, name)
 	}
-	return buildPackage(ctx, prog, dir, pathBase(prog), stderr)
+	return rv.build(ctx, prog, srcDir, pathBase(prog))
 }
 
 func pathBase(importPath string) string {
@@ -145,18 +178,25 @@ func pathBase(importPath string) string {
 	return importPath[i+1:]
 }
 
-// buildPackage runs `go build -o TMP/name pkg` in dir.
-func buildPackage(ctx context.Context, pkg, dir, name string, stderr io.Writer) (string, func(), error) {
-	nop := func() {}
+// build runs `go build -o TMP/name pkg` in the resolver's directory,
+// unless the package in srcDir (its source directory) was built already.
+func (rv *resolver) build(ctx context.Context, pkg, srcDir, name string) (string, error) {
+	key := srcDir
+	if abs, err := filepath.Abs(srcDir); err == nil {
+		key = abs
+	}
+	if exe, ok := rv.built[key]; ok {
+		return exe, nil
+	}
 	gocmd, err := goTool()
 	if err != nil {
-		return "", nop, err
+		return "", err
 	}
 	tmp, err := os.MkdirTemp("", "goccl-run-")
 	if err != nil {
-		return "", nop, fmt.Errorf("launch: %w", err)
+		return "", fmt.Errorf("launch: %w", err)
 	}
-	cleanup := func() { os.RemoveAll(tmp) }
+	rv.tmps = append(rv.tmps, tmp)
 	if name == "" || name == "." || name == string(filepath.Separator) {
 		name = "prog"
 	}
@@ -165,11 +205,11 @@ func buildPackage(ctx context.Context, pkg, dir, name string, stderr io.Writer) 
 	}
 	out := filepath.Join(tmp, name)
 	cmd := exec.CommandContext(ctx, gocmd, "build", "-o", out, pkg)
-	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = stderr, stderr
+	cmd.Dir = rv.dir
+	cmd.Stdout, cmd.Stderr = rv.stderr, rv.stderr
 	if err := cmd.Run(); err != nil {
-		cleanup()
-		return "", nop, fmt.Errorf("launch: go build %s: %w", pkg, err)
+		return "", fmt.Errorf("launch: go build %s: %w", pkg, err)
 	}
-	return out, cleanup, nil
+	rv.built[key] = out
+	return out, nil
 }
