@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 
 	"github.com/goccl/goccl/internal/config"
 	"github.com/goccl/goccl/rendezvous"
@@ -11,9 +14,11 @@ import (
 
 // JoinEnv joins the default process group of a job whose Python ranks call
 // init_process_group("gloo") with init_method "env://" (the default), from
-// the same variables: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (or
-// goccl's GOCCL_RANK, ... and the other launchers rendezvous.FromEnv
-// reads). The store is found as torch 1.13's env:// finds it:
+// the same variables: MASTER_ADDR and MASTER_PORT for the store (never
+// goccl's own GOCCL_STORE_ADDR, which the Python ranks do not know), RANK
+// and WORLD_SIZE (or the other launchers' rank variables that
+// rendezvous.FromEnv reads). The store is found as torch 1.13's env://
+// finds it:
 //
 //   - under torchrun's agent (TORCHELASTIC_USE_AGENT_STORE=True, also set
 //     by goccl run) every rank is a client of the c10d TCPStore at
@@ -32,9 +37,17 @@ func JoinEnv(ctx context.Context, opts ...Option) (*Group, error) {
 	if !ok {
 		return nil, fmt.Errorf("gloo: join: RANK and WORLD_SIZE are not set (nor %s, OMPI_COMM_WORLD_RANK, SLURM_PROCID): %w", config.Rank.Name, ErrInvalidArgument)
 	}
-	if env.StoreAddr == "" {
+	// torch's variables, not goccl's own store (GOCCL_STORE_ADDR, which
+	// goccl run also sets): the Python ranks know only these.
+	host, port := os.Getenv("MASTER_ADDR"), os.Getenv("MASTER_PORT")
+	if host == "" || port == "" {
 		return nil, fmt.Errorf("gloo: join: rank %d: MASTER_ADDR and MASTER_PORT are not set: %w", env.Rank, ErrInvalidArgument)
 	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return nil, fmt.Errorf("gloo: join: rank %d: MASTER_PORT=%q is not a port number in [1, 65535]: %w", env.Rank, port, ErrInvalidArgument)
+	}
+	storeAddr := net.JoinHostPort(host, port)
+	agent := strings.EqualFold(os.Getenv("TORCHELASTIC_USE_AGENT_STORE"), "true")
 	var closers []func() error
 	closeAll := func() {
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -43,15 +56,14 @@ func JoinEnv(ctx context.Context, opts ...Option) (*Group, error) {
 	}
 	// torch's TCPStore client keeps every key of its users under "/";
 	// PrefixStore(p, store) puts p + "/" in front.
-	addr, prefix := env.StoreAddr, "/"
-	if env.AgentStore != "" {
-		attempt := env.Attempt
+	addr, prefix := storeAddr, "/"
+	if agent {
+		attempt := os.Getenv("TORCHELASTIC_RESTART_COUNT")
 		if attempt == "" {
 			attempt = "0"
 		}
-		addr, prefix = env.AgentStore, "//worker/attempt_"+attempt+"/"
+		prefix = "//worker/attempt_" + attempt + "/"
 	} else if env.Rank == 0 {
-		_, port, _ := net.SplitHostPort(env.StoreAddr)
 		ln, err := net.Listen("tcp", net.JoinHostPort("", port))
 		if err != nil {
 			return nil, fmt.Errorf("gloo: join: rank 0 serves the TCPStore on port %s (MASTER_PORT): %w", port, err)
@@ -66,7 +78,7 @@ func JoinEnv(ctx context.Context, opts ...Option) (*Group, error) {
 		return nil, fmt.Errorf("gloo: join: rank %d: store at %s: %w", env.Rank, addr, err)
 	}
 	closers = append(closers, raw.Close)
-	if env.AgentStore == "" {
+	if !agent {
 		// A TCPStore made by env:// waits, on rank 0, for world size
 		// clients to have added one to "init/" (TCPStore::waitForWorkers).
 		if _, err := raw.Add(ctx, "init/", 1); err != nil {

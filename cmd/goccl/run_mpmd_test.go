@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -206,6 +207,33 @@ func TestRunHelpMPMD(t *testing.T) {
 	} {
 		if !strings.Contains(help, want) {
 			t.Errorf("help lacks %q:\n%s", want, help)
+		}
+	}
+}
+
+// TestRunMixedTorchGloo: goccl run starts a mixed job, a Go rank of package
+// gloo (examples/torch-gloo) beside two PyTorch ranks, which find one
+// another through the c10d store goccl run serves (JoinEnv must use
+// MASTER_ADDR/MASTER_PORT, not goccl's own store address).
+func TestRunMixedTorchGloo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PyTorch (seconds)")
+	}
+	if err := exec.Command("/usr/bin/python3", "-c", "import torch.distributed").Run(); err != nil {
+		t.Skipf("/usr/bin/python3 cannot import torch.distributed (Debian python3-torch): %v", err)
+	}
+	t.Setenv("GLOO_SOCKET_IFNAME", "lo")
+	stdout, stderr, code := runGoccl(t, "run", "-n", "1", "../../examples/torch-gloo", "-epochs", "2", "-timeout", "2m",
+		":", "-n", "2", "/usr/bin/python3", "../../examples/torch-gloo/train.py")
+	if code != 0 {
+		t.Fatalf("exit code %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	for _, want := range []string{
+		"[0] largest difference between the Go copy and trainer rank 1's parameters: 0\n",
+		"[1] trainer rank 1: done", "[2] trainer rank 2: done",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s\nstderr:\n%s", want, stdout, stderr)
 		}
 	}
 }
