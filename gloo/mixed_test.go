@@ -161,25 +161,17 @@ func goRankMain() int {
 	}
 	r := &reporter{rank: g.Rank()}
 	k := 0
-	if err := goScript[float32](ctx, g, r, &k, "float32"); err != nil {
-		fmt.Println(err)
-		return 1
-	}
-	if err := goScript[int64](ctx, g, r, &k, "int64"); err != nil {
-		fmt.Println(err)
-		return 1
-	}
-	if err := goScript[float64](ctx, g, r, &k, "float64"); err != nil {
-		fmt.Println(err)
-		return 1
-	}
-	if err := goScript[uint8](ctx, g, r, &k, "uint8"); err != nil {
-		fmt.Println(err)
-		return 1
-	}
-	if err := Barrier(ctx, g); err != nil {
-		fmt.Println(err)
-		return 1
+	for _, script := range []func() error{
+		func() error { return goScript[float32](ctx, g, r, &k, "float32") },
+		func() error { return goScript[int64](ctx, g, r, &k, "int64") },
+		func() error { return goScript[float64](ctx, g, r, &k, "float64") },
+		func() error { return goScript[uint8](ctx, g, r, &k, "uint8") },
+		func() error { return Barrier(ctx, g) },
+	} {
+		if err := script(); err != nil {
+			fmt.Println(err)
+			return 1
+		}
 	}
 	fmt.Printf("rank %d done, %d wrong\n", g.Rank(), r.bad)
 	if r.bad > 0 {

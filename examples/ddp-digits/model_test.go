@@ -308,22 +308,17 @@ func TestEpochBars(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.Stderr = stderr
-	frames, rest := ptytest.Frames(pty.Output())
+	last, rest := ptytest.LastFrames(pty.Output())
 	if rest != "" {
 		t.Errorf("the terminal got more than bars: %q", rest)
-	}
-	last := map[string]string{}
-	for _, f := range frames {
-		name, _, _ := strings.Cut(f, " [")
-		last[name] = f
 	}
 	steps := " " + strconv.Itoa(res.stepsPerEpoch) + "/" + strconv.Itoa(res.stepsPerEpoch) + " "
 	for _, name := range []string{"epoch 1/2", "epoch 2/2"} {
 		if !strings.Contains(last[name], steps) {
-			t.Errorf("last frame of %q: %q, want %q in it (frames %q)", name, last[name], steps, frames)
+			t.Errorf("last frame of %q: %q, want %q in it (bars %q)", name, last[name], steps, last)
 		}
 	}
 	if len(last) != 2 || strings.Contains(out.String(), "\x1b") {
-		t.Errorf("bars %q; output %q", frames, out.String())
+		t.Errorf("bars %q; output %q", last, out.String())
 	}
 }

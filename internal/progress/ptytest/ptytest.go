@@ -81,3 +81,15 @@ func Frames(out string) (frames []string, rest string) {
 	}
 	return frames, frame.ReplaceAllString(out, "")
 }
+
+// LastFrames is the last frame of each bar in out, by bar name (the frame's
+// text before " ["), and the rest of out as Frames gives it.
+func LastFrames(out string) (last map[string]string, rest string) {
+	frames, rest := Frames(out)
+	last = map[string]string{}
+	for _, f := range frames {
+		name, _, _ := strings.Cut(f, " [")
+		last[name] = f
+	}
+	return last, rest
+}
