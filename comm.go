@@ -76,6 +76,35 @@ func (c *Comm) Rank() int { return c.rank }
 // Size is the world size.
 func (c *Comm) Size() int { return c.size }
 
+// PeerBytes returns the payload bytes this rank has sent to and received
+// from peer over their link since Init: what the algorithms moved (a ring
+// AllReduce of S bytes moves about 2(n-1)/n·S each way per rank), headers
+// and checksums left out. It is 0, 0 for this rank itself and for a peer
+// out of range. Safe to call from any goroutine, also during operations.
+func (c *Comm) PeerBytes(peer int) (sent, received uint64) {
+	if peer < 0 || peer >= c.size || c.group == nil {
+		return 0, 0
+	}
+	l := c.group.Link(peer)
+	if l == nil {
+		return 0, 0
+	}
+	return l.Counters().Sent(), l.Counters().Received()
+}
+
+// links returns the link to each peer (nil for this rank; nil slice for a
+// communicator of one rank).
+func (c *Comm) links() []transport.Link {
+	if c.group == nil {
+		return nil
+	}
+	ls := make([]transport.Link, c.size)
+	for p := range ls {
+		ls[p] = c.group.Link(p)
+	}
+	return ls
+}
+
 // LocalRank is the rank among the ranks on this host.
 func (c *Comm) LocalRank() int { return c.localRank }
 

@@ -158,15 +158,14 @@ func (c *Comm) setupMetrics(cfg *options) error {
 		}
 		reg = r
 	}
-	m, err := newMetrics(reg, c.rank, cmp.Or(c.jobID, "local"))
+	links := c.links()
+	m, err := newMetrics(reg, c.rank, cmp.Or(c.jobID, "local"), links)
 	if err != nil {
 		return err
 	}
-	if c.group != nil {
-		for p := 0; p < c.size; p++ {
-			if l := c.group.Link(p); l != nil {
-				m.links.WithLabelValues(strconv.Itoa(p), l.Name()).Set(1)
-			}
+	for p, l := range links {
+		if l != nil {
+			m.links.WithLabelValues(strconv.Itoa(p), l.Name()).Set(1)
 		}
 	}
 	c.met = m

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/goccl/goccl/transport"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -22,9 +23,15 @@ import (
 //	goccl_operation_duration_seconds{op}        histogram of operation times, start to end on this rank
 //	goccl_operation_failures_total{op,reason}   failed operations by cause: peer_lost, aborted, timeout, mismatch, closed, corrupt, invalid, other
 //	goccl_link_info{peer,transport}             1 for each peer, naming its link's transport (shm, tcp, ...)
+//	goccl_peer_bytes_sent_total{peer,transport}      payload bytes sent to each peer (its link's counters)
+//	goccl_peer_bytes_received_total{peer,transport}  payload bytes received from each peer
 //
 // op is the operation's name (AllReduce, ..., Group). Counting allocates
 // nothing; with metrics off (the default) an operation pays one nil check.
+// The per-peer byte series are read from the links' own counters when
+// scraped (transport.Counters, one atomic add per message whether metrics
+// are on or not): they count what crossed each link, algorithm traffic
+// included, where goccl_operation_bytes_total counts what callers asked for.
 
 // WithMetrics registers the communicator's series (see above) with reg, for
 // programs that serve their own /metrics. Close unregisters them.
@@ -43,7 +50,7 @@ type metrics struct {
 }
 
 // newMetrics makes the series and registers them with reg.
-func newMetrics(reg prometheus.Registerer, rank int, comm string) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, rank int, comm string, links []transport.Link) (*metrics, error) {
 	cl := prometheus.Labels{"rank": strconv.Itoa(rank), "comm": comm}
 	ops := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "goccl_operations_total", ConstLabels: cl,
 		Help: "Operations completed on the communicator (failed ones included)."}, []string{"op"})
@@ -58,7 +65,7 @@ func newMetrics(reg prometheus.Registerer, rank int, comm string) (*metrics, err
 		links: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "goccl_link_info", ConstLabels: cl,
 			Help: "1 for each peer, labelled with the transport of its link."}, []string{"peer", "transport"}),
 	}
-	m.all = []prometheus.Collector{ops, bytes, secs, m.failures, m.links}
+	m.all = []prometheus.Collector{ops, bytes, secs, m.failures, m.links, newPeerBytes(cl, links)}
 	for k := opKind(1); k < numOpKinds; k++ {
 		m.ops[k] = ops.WithLabelValues(k.String())
 		m.bytes[k] = bytes.WithLabelValues(k.String())
@@ -73,6 +80,36 @@ func newMetrics(reg prometheus.Registerer, rank int, comm string) (*metrics, err
 		}
 	}
 	return m, nil
+}
+
+// peerBytes collects the per-peer byte series from the links' counters at
+// scrape time.
+type peerBytes struct {
+	links          []transport.Link // by peer; nil for this rank
+	sent, received *prometheus.Desc
+}
+
+func newPeerBytes(cl prometheus.Labels, links []transport.Link) *peerBytes {
+	return &peerBytes{
+		links: links,
+		sent: prometheus.NewDesc("goccl_peer_bytes_sent_total",
+			"Payload bytes sent to the peer over its link (what the algorithms moved, headers left out).", []string{"peer", "transport"}, cl),
+		received: prometheus.NewDesc("goccl_peer_bytes_received_total",
+			"Payload bytes received from the peer over its link.", []string{"peer", "transport"}, cl),
+	}
+}
+
+func (p *peerBytes) Describe(ch chan<- *prometheus.Desc) { ch <- p.sent; ch <- p.received }
+
+func (p *peerBytes) Collect(ch chan<- prometheus.Metric) {
+	for peer, l := range p.links {
+		if l == nil {
+			continue
+		}
+		c, labels := l.Counters(), []string{strconv.Itoa(peer), l.Name()}
+		ch <- prometheus.MustNewConstMetric(p.sent, prometheus.CounterValue, float64(c.Sent()), labels...)
+		ch <- prometheus.MustNewConstMetric(p.received, prometheus.CounterValue, float64(c.Received()), labels...)
+	}
 }
 
 // observe counts one finished operation.

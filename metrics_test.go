@@ -148,3 +148,58 @@ func TestMetricsAllocs(t *testing.T) {
 		return nil
 	})
 }
+
+// TestPeerBytes: Comm.PeerBytes and the goccl_peer_bytes_*_total series
+// count the payload that crossed each link: a 1000-byte Send counts 1000
+// sent on the sender and 1000 received on the receiver, nothing on the
+// way back; the series equal PeerBytes.
+func TestPeerBytes(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	var mu sync.Mutex
+	got := map[string]float64{}
+	ranktest.RunWith(t, 2, 30*time.Second, []goccl.Option{goccl.WithMetrics(reg)}, func(ctx context.Context, c *goccl.Comm) error {
+		peer := 1 - c.Rank()
+		if s, r := c.PeerBytes(c.Rank()); s != 0 || r != 0 {
+			return fmt.Errorf("rank %d: PeerBytes of itself = %d, %d", c.Rank(), s, r)
+		}
+		if s, r := c.PeerBytes(7); s != 0 || r != 0 {
+			return fmt.Errorf("rank %d: PeerBytes(7) = %d, %d", c.Rank(), s, r)
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		s0, r0 := c.PeerBytes(peer)
+		buf := make([]uint8, 1000)
+		var err error
+		if c.Rank() == 0 {
+			err = goccl.Send(ctx, c, buf, len(buf), 1)
+		} else {
+			err = goccl.Recv(ctx, c, buf, len(buf), 0)
+		}
+		if err != nil {
+			return err
+		}
+		s1, r1 := c.PeerBytes(peer)
+		wantS, wantR := uint64(1000), uint64(0)
+		if c.Rank() == 1 {
+			wantS, wantR = 0, 1000
+		}
+		if s1-s0 != wantS || r1-r0 != wantR {
+			return fmt.Errorf("rank %d: the Send moved %d sent, %d received; want %d, %d", c.Rank(), s1-s0, r1-r0, wantS, wantR)
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		if c.Rank() == 0 {
+			mu.Lock()
+			got = series(t, reg)
+			mu.Unlock()
+		}
+		return c.Barrier(ctx)
+	})
+	if got["goccl_peer_bytes_sent_total{peer=1,rank=0,transport=shm}"] < 1000 ||
+		got["goccl_peer_bytes_received_total{peer=0,rank=1,transport=shm}"] < 1000 ||
+		got["goccl_peer_bytes_received_total{peer=0,rank=1,transport=shm}"] != got["goccl_peer_bytes_sent_total{peer=1,rank=0,transport=shm}"] {
+		t.Errorf("peer byte series: %v", got)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/goccl/goccl/internal/closed"
 )
@@ -239,7 +240,30 @@ type Link interface {
 	Abort(lost int) error
 	// Name is a short description for logs, e.g. "shm" or "tcp/2 socks 10.0.0.2:41000".
 	Name() string
+	// Counters counts the payload bytes this link has sent and received
+	// (headers and checksums left out): messages whose Send, TrySend or
+	// Recv succeeded, and ReadPeer/WritePeer copies on links that offer
+	// PeerMemory. It is never nil and safe to read from any goroutine.
+	Counters() *Counters
 }
+
+// Counters are a link's byte counters (see Link.Counters). The zero value
+// is ready; adding costs one atomic add and no allocation.
+type Counters struct {
+	sent, received atomic.Uint64
+}
+
+// AddSent counts n payload bytes sent.
+func (c *Counters) AddSent(n int) { c.sent.Add(uint64(n)) }
+
+// AddReceived counts n payload bytes received.
+func (c *Counters) AddReceived(n int) { c.received.Add(uint64(n)) }
+
+// Sent is the number of payload bytes sent so far.
+func (c *Counters) Sent() uint64 { return c.sent.Load() }
+
+// Received is the number of payload bytes received so far.
+func (c *Counters) Received() uint64 { return c.received.Load() }
 
 // Region names a buffer of one rank that its peer may read directly with
 // PeerMemory.ReadPeer. It is opaque to everything but the link that made it

@@ -37,6 +37,7 @@ func (p *pipe) close(closer, lost int) {
 
 // Link is one end of an in-memory connection.
 type Link struct {
+	counters transport.Counters
 	self, peer int
 	out, in    *pipe
 	inline     bool // TrySend sends when the pipe has room
@@ -82,7 +83,18 @@ func mesh(n, depth int, inline, direct bool) [][]transport.Link {
 func (l *Link) Peer() int    { return l.peer }
 func (l *Link) Name() string { return "mem" }
 
+// Counters implements transport.Link.
+func (l *Link) Counters() *transport.Counters { return &l.counters }
+
 func (l *Link) Send(ctx context.Context, h *transport.Header, buf []byte) error {
+	err := l.send(ctx, h, buf)
+	if err == nil {
+		l.counters.AddSent(len(buf))
+	}
+	return err
+}
+
+func (l *Link) send(ctx context.Context, h *transport.Header, buf []byte) error {
 	if err := l.usable(ctx, "send"); err != nil {
 		return err
 	}
@@ -111,6 +123,14 @@ func (l *Link) Send(ctx context.Context, h *transport.Header, buf []byte) error 
 // TrySend sends only on a MeshInline link whose pipe has room; on a Mesh link
 // it never does, so the tests exercise the background senders.
 func (l *Link) TrySend(h *transport.Header, buf []byte) (bool, error) {
+	ok, err := l.trySend(h, buf)
+	if ok && err == nil {
+		l.counters.AddSent(len(buf))
+	}
+	return ok, err
+}
+
+func (l *Link) trySend(h *transport.Header, buf []byte) (bool, error) {
 	if err := l.usable(context.Background(), "send"); err != nil {
 		return false, err
 	}
@@ -126,6 +146,14 @@ func (l *Link) TrySend(h *transport.Header, buf []byte) (bool, error) {
 }
 
 func (l *Link) Recv(ctx context.Context, want *transport.Header, buf []byte, reduce transport.ReduceFunc) error {
+	err := l.recv(ctx, want, buf, reduce)
+	if err == nil {
+		l.counters.AddReceived(len(buf))
+	}
+	return err
+}
+
+func (l *Link) recv(ctx context.Context, want *transport.Header, buf []byte, reduce transport.ReduceFunc) error {
 	if err := ctx.Err(); err != nil {
 		return l.ctxErr(ctx, "recv")
 	}
@@ -262,6 +290,14 @@ func (l *Link) Expose(buf []byte) transport.Region {
 
 // ReadPeer copies from a buffer the peer exposed.
 func (l *Link) ReadPeer(ctx context.Context, r transport.Region, off int, dst []byte) error {
+	err := l.readPeer(ctx, r, off, dst)
+	if err == nil {
+		l.counters.AddReceived(len(dst))
+	}
+	return err
+}
+
+func (l *Link) readPeer(ctx context.Context, r transport.Region, off int, dst []byte) error {
 	buf, err := l.peerRegion(ctx, "read", r, off, len(dst))
 	if err == nil {
 		copy(dst, buf)
@@ -271,6 +307,14 @@ func (l *Link) ReadPeer(ctx context.Context, r transport.Region, off int, dst []
 
 // WritePeer copies into a buffer the peer exposed.
 func (l *Link) WritePeer(ctx context.Context, r transport.Region, off int, src []byte) error {
+	err := l.writePeer(ctx, r, off, src)
+	if err == nil {
+		l.counters.AddSent(len(src))
+	}
+	return err
+}
+
+func (l *Link) writePeer(ctx context.Context, r transport.Region, off int, src []byte) error {
 	buf, err := l.peerRegion(ctx, "write", r, off, len(src))
 	if err == nil {
 		copy(buf, src)

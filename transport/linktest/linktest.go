@@ -62,6 +62,7 @@ func RunConfig(t *testing.T, c Config) {
 	s := &suite{cfg: c, sizes: sizes(c.Sizes)}
 	t.Run("PeerAndName", s.peerAndName)
 	t.Run("RoundTrip", s.roundTrip)
+	t.Run("Counters", s.counters)
 	t.Run("Headers", s.headers)
 	t.Run("Mismatch", s.mismatch)
 	t.Run("MismatchWhileSending", s.mismatchWhileSending)
@@ -389,6 +390,32 @@ func (s *suite) roundTrip(t *testing.T) {
 			exchange(t, ctx, [2]transport.Link{a, b}, seq, n, fold)
 			seq++
 		}
+	}
+}
+
+// counters: each side's Counters add up the payload bytes of the messages
+// it sent and received, headers left out, and a failed Recv counts nothing.
+func (s *suite) counters(t *testing.T) {
+	a, b := s.pair(t)
+	ctx := testCtx(t)
+	total := uint64(0)
+	for i, n := range s.sizes {
+		exchange(t, ctx, [2]transport.Link{a, b}, uint64(i+1), n, i%2 == 1)
+		total += uint64(n)
+	}
+	for i, l := range []transport.Link{a, b} {
+		if c := l.Counters(); c.Sent() != total || c.Received() != total {
+			t.Errorf("link %d: Counters sent %d received %d, want %d each", i, c.Sent(), c.Received(), total)
+		}
+	}
+	short, cancel := context.WithTimeout(ctx, settle)
+	defer cancel()
+	h := hdr(uint64(len(s.sizes)+1), 8)
+	if err := a.Recv(short, &h, make([]byte, 8), nil); err == nil {
+		t.Fatal("Recv with nothing sent succeeded")
+	}
+	if got := a.Counters().Received(); got != total {
+		t.Errorf("after a failed Recv: received %d, want %d", got, total)
 	}
 }
 

@@ -52,13 +52,21 @@ func (l *link) Expose(buf []byte) transport.Region {
 // ReadPeer copies len(dst) bytes at offset off of the peer's region reg into
 // dst with process_vm_readv, in pieces of at most cmaDirectPiece bytes.
 func (l *link) ReadPeer(ctx context.Context, reg transport.Region, off int, dst []byte) error {
-	return l.access(ctx, "read", reg, off, dst, false)
+	err := l.access(ctx, "read", reg, off, dst, false)
+	if err == nil {
+		l.counters.AddReceived(len(dst))
+	}
+	return err
 }
 
 // WritePeer copies src into the peer's region reg at offset off with
 // process_vm_writev, in pieces of at most cmaDirectPiece bytes.
 func (l *link) WritePeer(ctx context.Context, reg transport.Region, off int, src []byte) error {
-	return l.access(ctx, "write", reg, off, src, true)
+	err := l.access(ctx, "write", reg, off, src, true)
+	if err == nil {
+		l.counters.AddSent(len(src))
+	}
+	return err
 }
 
 // access reads (write false) or writes the peer's memory; see the file

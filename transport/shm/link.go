@@ -57,6 +57,7 @@ const (
 )
 
 type link struct {
+	counters transport.Counters
 	self, peer int
 	out, in    *Ring
 
@@ -131,6 +132,9 @@ func NewLink(self, peer int, out, in *Ring, opts ...LinkOption) transport.Link {
 
 func (l *link) Peer() int    { return l.peer }
 func (l *link) Name() string { return "shm" }
+
+// Counters implements transport.Link.
+func (l *link) Counters() *transport.Counters { return &l.counters }
 
 // enter registers a call that will touch the mappings; false when closed.
 func (l *link) enter() bool {
@@ -256,6 +260,14 @@ func slotsFor(n, slotSize int) int {
 // A Send interrupted (ctx or closure) after part of the message was published
 // closes the link, since the peer could not tell where the next message starts.
 func (l *link) Send(ctx context.Context, h *transport.Header, buf []byte) error {
+	err := l.send(ctx, h, buf)
+	if err == nil {
+		l.counters.AddSent(len(buf))
+	}
+	return err
+}
+
+func (l *link) send(ctx context.Context, h *transport.Header, buf []byte) error {
 	if h.Bytes != uint64(len(buf)) {
 		return fmt.Errorf("shm: send to peer %d: header says %d bytes, buffer has %d", l.peer, h.Bytes, len(buf))
 	}
@@ -277,6 +289,14 @@ func (l *link) Send(ctx context.Context, h *transport.Header, buf []byte) error 
 // slots, or one that would go by CMA (whose Send waits for the receiver), is
 // never sent by TrySend.
 func (l *link) TrySend(h *transport.Header, buf []byte) (bool, error) {
+	ok, err := l.trySend(h, buf)
+	if ok && err == nil {
+		l.counters.AddSent(len(buf))
+	}
+	return ok, err
+}
+
+func (l *link) trySend(h *transport.Header, buf []byte) (bool, error) {
 	if h.Bytes != uint64(len(buf)) {
 		return false, fmt.Errorf("shm: send to peer %d: header says %d bytes, buffer has %d", l.peer, h.Bytes, len(buf))
 	}
@@ -352,6 +372,14 @@ func (l *link) publish(ctx context.Context, h *transport.Header, buf []byte) err
 // sides see it closed) and returns the error. A Recv interrupted in the middle
 // of a message also closes the link.
 func (l *link) Recv(ctx context.Context, want *transport.Header, buf []byte, reduce transport.ReduceFunc) error {
+	err := l.recv(ctx, want, buf, reduce)
+	if err == nil {
+		l.counters.AddReceived(len(buf))
+	}
+	return err
+}
+
+func (l *link) recv(ctx context.Context, want *transport.Header, buf []byte, reduce transport.ReduceFunc) error {
 	if want.Bytes != uint64(len(buf)) {
 		return fmt.Errorf("shm: recv from peer %d: header says %d bytes, buffer has %d", l.peer, want.Bytes, len(buf))
 	}

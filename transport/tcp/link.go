@@ -65,6 +65,7 @@ const (
 // persistent send goroutine (receive goroutine on the rx side) fed through
 // channels, or written by the caller of TrySend.
 type link struct {
+	counters transport.Counters
 	peer   int
 	self   int
 	name   string
@@ -178,6 +179,9 @@ func newLink(self, peer int, tx, rx []net.Conn, checksum bool) *link {
 func (l *link) Peer() int    { return l.peer }
 func (l *link) Name() string { return l.name }
 
+// Counters implements transport.Link.
+func (l *link) Counters() *transport.Counters { return &l.counters }
+
 // Close closes every socket and waits for the link's goroutines. It is
 // idempotent and may run concurrently with a blocked Send or Recv, which then
 // fail with transport.ErrClosed.
@@ -275,7 +279,11 @@ func (l *link) brokenErr(cause error) error {
 
 // Send transmits h and buf; it returns once buf may be reused.
 func (l *link) Send(ctx context.Context, h *transport.Header, buf []byte) error {
-	return l.sendFrame(ctx, h, buf, false)
+	err := l.sendFrame(ctx, h, buf, false)
+	if err == nil {
+		l.counters.AddSent(len(buf))
+	}
+	return err
 }
 
 // sendFrame is Send; inline writes every socket's chunks of a striped payload
@@ -458,6 +466,7 @@ func (l *link) TrySend(h *transport.Header, buf []byte) (bool, error) {
 	if err := l.sendFrame(context.Background(), h, buf, true); err != nil {
 		return false, err
 	}
+	l.counters.AddSent(len(buf))
 	return true, nil
 }
 
@@ -465,6 +474,14 @@ func (l *link) TrySend(h *transport.Header, buf []byte) (bool, error) {
 // want. With several sockets and a reduce function, reduce runs concurrently
 // on disjoint pieces of buf.
 func (l *link) Recv(ctx context.Context, want *transport.Header, buf []byte, reduce transport.ReduceFunc) error {
+	err := l.recvFrame(ctx, want, buf, reduce)
+	if err == nil {
+		l.counters.AddReceived(len(buf))
+	}
+	return err
+}
+
+func (l *link) recvFrame(ctx context.Context, want *transport.Header, buf []byte, reduce transport.ReduceFunc) error {
 	if l.closed.Load() {
 		return l.closedErr("recv")
 	}
