@@ -37,7 +37,7 @@ func (p *pipe) close(closer, lost int) {
 
 // Link is one end of an in-memory connection.
 type Link struct {
-	counters transport.Counters
+	counters   transport.Counters
 	self, peer int
 	out, in    *pipe
 	inline     bool // TrySend sends when the pipe has room

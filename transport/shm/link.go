@@ -57,7 +57,7 @@ const (
 )
 
 type link struct {
-	counters transport.Counters
+	counters   transport.Counters
 	self, peer int
 	out, in    *Ring
 

@@ -66,11 +66,11 @@ const (
 // channels, or written by the caller of TrySend.
 type link struct {
 	counters transport.Counters
-	peer   int
-	self   int
-	name   string
-	tx, rx []*sock
-	crc    bool // a CRC32C follows every chunk
+	peer     int
+	self     int
+	name     string
+	tx, rx   []*sock
+	crc      bool // a CRC32C follows every chunk
 
 	closed    atomic.Bool
 	closeOnce sync.Once
