@@ -71,11 +71,26 @@ func (g *Group) AllReduceRing(ctx context.Context, op *Op, send, recv []byte, co
 	if err := g.checkGroup(op); err != nil {
 		return err
 	}
-	P, r, es := g.Size, g.Rank, op.ElemSize
-	if P == 1 {
-		copyIfDifferent(recv[:count*es], send[:count*es])
+	if g.Size == 1 {
+		copyIfDifferent(recv[:count*op.ElemSize], send[:count*op.ElemSize])
 		return nil
 	}
+	if err := g.ringReduceScatter(ctx, op, send, recv, count); err != nil {
+		return err
+	}
+	return g.ringAllGather(ctx, op, recv, count)
+}
+
+// ringOwned is the block (elements [off, off+n) of count) that rank r of P
+// holds fully reduced after ringReduceScatter: block r+1.
+func ringOwned(count, P, r int) (off, n int) { return block(count, P, mod(r+1, P)) }
+
+// ringReduceScatter is the first half of AllReduceRing: P-1 steps after
+// which block ringOwned of recv holds the reduction over the group (the
+// other blocks of recv hold partial sums). Blocks are block(count, P, i),
+// uneven when P does not divide count. Size must be at least 2.
+func (g *Group) ringReduceScatter(ctx context.Context, op *Op, send, recv []byte, count int) error {
+	P, r, es := g.Size, g.Rank, op.ElemSize
 	next, prev := mod(r+1, P), mod(r-1, P)
 	blk := func(b []byte, i int) []byte {
 		off, n := block(count, P, mod(i, P))
@@ -89,6 +104,18 @@ func (g *Group) AllReduceRing(ctx context.Context, op *Op, send, recv []byte, co
 		if err := g.sendRecvFold(ctx, op, next, blk(src, r-s), prev, blk(recv, r-s-1), blk(send, r-s-1)); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// ringAllGather is the second half of AllReduceRing: starting from each
+// rank's ringOwned block of recv, P-1 steps leave every block everywhere.
+func (g *Group) ringAllGather(ctx context.Context, op *Op, recv []byte, count int) error {
+	P, r, es := g.Size, g.Rank, op.ElemSize
+	next, prev := mod(r+1, P), mod(r-1, P)
+	blk := func(b []byte, i int) []byte {
+		off, n := block(count, P, mod(i, P))
+		return b[off*es : (off+n)*es]
 	}
 	for s := 0; s < P-1; s++ {
 		if err := g.sendRecv(ctx, op, next, blk(recv, r+1-s), prev, blk(recv, r-s), false); err != nil {

@@ -45,6 +45,12 @@ type Group struct {
 	f3   fold3                // state of the current three-operand receive
 	f3fn transport.ReduceFunc // f3.reduce, bound once
 
+	// A sub-group (Sub) runs schedules over some of its parent's ranks
+	// through the parent's links and senders: ranks maps its ranks to the
+	// parent's; failures abort the parent, arrivals are noted there.
+	parent *Group
+	ranks  []int
+
 	// Direct schedules (direct.go), set up by AgreeDirect.
 	direct        bool
 	pm            []transport.PeerMemory // by rank; nil at Rank
@@ -78,11 +84,55 @@ func NewGroup(rank, size int, links []transport.Link) *Group {
 	return g
 }
 
+// Sub returns the sub-group of the ranks listed (parent ranks, this rank
+// among them, each once), numbered in the order given: a schedule run on it
+// reaches rank ranks[i] as its rank i, over the parent's links. Sub-groups
+// are how the hierarchical schedules run one algorithm among a host's ranks
+// and another among the hosts, and how a ring is ordered so that it enters
+// each host once. A sub-group runs one schedule at a time, like its parent,
+// and never at the same time as it; it has no direct schedules.
+func (g *Group) Sub(ranks []int) (*Group, error) {
+	me := -1
+	seen := make(map[int]bool, len(ranks))
+	for i, r := range ranks {
+		if r < 0 || r >= g.Size || seen[r] {
+			return nil, fmt.Errorf("algo: sub-group %v: rank %d is out of range or repeated (group of %d)", ranks, r, g.Size)
+		}
+		seen[r] = true
+		if r == g.Rank {
+			me = i
+		}
+	}
+	if me < 0 {
+		return nil, fmt.Errorf("algo: sub-group %v lacks this rank %d", ranks, g.Rank)
+	}
+	root := g
+	for root.parent != nil {
+		// A sub-group of a sub-group maps straight to the root's ranks.
+		mapped := make([]int, len(ranks))
+		for i, r := range ranks {
+			mapped[i] = root.ranks[r]
+		}
+		ranks, root = mapped, root.parent
+	}
+	s := &Group{Rank: me, Size: len(ranks), parent: root, ranks: append([]int(nil), ranks...),
+		links: make([]transport.Link, len(ranks)), senders: make([]*sender, len(ranks)), heard: make([]uint64, len(ranks))}
+	s.f3fn = s.f3.reduce
+	for i, r := range ranks {
+		s.links[i], s.senders[i] = root.links[r], root.senders[r]
+	}
+	return s, nil
+}
+
 // Link returns the link to peer (nil for this rank).
 func (g *Group) Link(peer int) transport.Link { return g.links[peer] }
 
-// Close stops the background senders and closes every link.
+// Close stops the background senders and closes every link. On a
+// sub-group it does nothing: the parent owns them.
 func (g *Group) Close() error {
+	if g.parent != nil {
+		return nil
+	}
 	var first error
 	for p, l := range g.links {
 		if l == nil {
@@ -104,6 +154,10 @@ func (g *Group) Abort() { g.AbortLost(transport.NoLostRank) }
 // AbortLost is Abort after this rank lost rank lost: every peer is told, so
 // that its pending and later operations fail naming that rank.
 func (g *Group) AbortLost(lost int) {
+	if g.parent != nil {
+		g.parent.AbortLost(lost)
+		return
+	}
 	if !g.aborted.CompareAndSwap(false, true) {
 		return
 	}
@@ -187,9 +241,18 @@ func (g *Group) recv(ctx context.Context, op *Op, peer int, buf []byte, reduce b
 	}
 	err := g.links[peer].Recv(ctx, &g.recvHdr, buf, f)
 	if err == nil {
-		g.heard[peer] = op.Header.Seq
+		g.noteHeard(peer, op.Header.Seq)
 	}
 	return err
+}
+
+// noteHeard records that a message of operation seq came from peer.
+func (g *Group) noteHeard(peer int, seq uint64) {
+	if g.parent != nil {
+		g.parent.heard[g.ranks[peer]] = seq
+		return
+	}
+	g.heard[peer] = seq
 }
 
 // NotHeard lists the peers from which no message of operation seq has
@@ -220,7 +283,7 @@ func (g *Group) recvFold(ctx context.Context, op *Op, peer int, dst, a []byte) e
 	err := g.links[peer].Recv(ctx, &g.recvHdr, dst, g.f3fn)
 	g.f3.a = nil
 	if err == nil {
-		g.heard[peer] = op.Header.Seq
+		g.noteHeard(peer, op.Header.Seq)
 	}
 	return err
 }

@@ -1,0 +1,207 @@
+package algo
+
+import (
+	"context"
+	"fmt"
+	"slices"
+)
+
+// Hier is the shape of a communicator spread over hosts, as the
+// hierarchical schedules use it: the ranks of each host (intra-host links,
+// shared memory) and the ranks that share a local index across the hosts
+// (inter-host links, the network). The schedules split each collective into
+// an intra-host step, an inter-host step among one rank per host per chunk,
+// and an intra-host step, so that every byte crosses the network once per
+// host instead of once per rank (NCCL's tree and ring within and across
+// nodes; the "2D" and hierarchical collectives of MPI libraries: Träff,
+// "Decomposing MPI collectives for exploiting multi-lane communication",
+// 2020, and the HAN component of Open MPI).
+type Hier struct {
+	Hosts   int   // number of hosts
+	PerHost int   // ranks on every host; 0 when hosts hold different numbers of ranks
+	HostOf  []int // host index (0.. in order of each host's lowest rank) of each rank
+	LocalOf []int // each rank's index among its host's ranks (in rank order)
+
+	Local *Group // this rank's host, ranks in rank order (nil when alone on its host)
+	Inter *Group // the ranks with this rank's local index, one per host, in host order (nil with one host or uneven hosts)
+	// Ring is every rank, host after host: a ring over it enters and leaves
+	// each host once, whatever the rank numbering (nil with one host).
+	Ring *Group
+}
+
+// NewHier builds g's hierarchy from the host of every rank (any values,
+// equal for ranks on one host). Hosts are numbered in the order of their
+// lowest rank.
+func NewHier(g *Group, hostKey []string) (*Hier, error) {
+	if len(hostKey) != g.Size {
+		return nil, fmt.Errorf("algo: %d host keys for %d ranks", len(hostKey), g.Size)
+	}
+	h := &Hier{HostOf: make([]int, g.Size), LocalOf: make([]int, g.Size)}
+	index := map[string]int{}
+	var members [][]int
+	for r, k := range hostKey {
+		i, ok := index[k]
+		if !ok {
+			i = len(members)
+			index[k] = i
+			members = append(members, nil)
+		}
+		h.HostOf[r], h.LocalOf[r] = i, len(members[i])
+		members[i] = append(members[i], r)
+	}
+	h.Hosts = len(members)
+	h.PerHost = len(members[0])
+	for _, m := range members {
+		if len(m) != h.PerHost {
+			h.PerHost = 0
+		}
+	}
+	var err error
+	mine := members[h.HostOf[g.Rank]]
+	if len(mine) > 1 {
+		if h.Local, err = g.Sub(mine); err != nil {
+			return nil, err
+		}
+	}
+	if h.Hosts > 1 {
+		if h.Ring, err = g.Sub(slices.Concat(members...)); err != nil {
+			return nil, err
+		}
+		if h.PerHost > 0 {
+			l := h.LocalOf[g.Rank]
+			inter := make([]int, h.Hosts)
+			for i, m := range members {
+				inter[i] = m[l]
+			}
+			if h.Inter, err = g.Sub(inter); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return h, nil
+}
+
+// Hierarchical reports whether the hierarchical schedules can run: several
+// hosts, the same number of ranks on each, more than one on each.
+func (h *Hier) Hierarchical() bool { return h != nil && h.Inter != nil && h.PerHost > 1 }
+
+// AllReduceHier reduces send (count elements) into recv on every rank in
+// three steps: a ring reduce-scatter among the host's ranks (local rank l
+// ends with the host's sum of chunk l+1 of PerHost), an AllReduce of that
+// chunk with algorithm a among the ranks of local index l on every host,
+// and a ring all-gather among the host's ranks. Per rank, the network
+// carries 2(H-1)/H of its chunk each way: 2(H-1)/H·S per host in all,
+// where a flat ring over P = H·L ranks carries 2(P-1)/P·S across each host
+// boundary. Every rank ends with the same bits: each chunk is reduced along
+// one order. h must be Hierarchical.
+func (g *Group) AllReduceHier(ctx context.Context, op *Op, send, recv []byte, count int, h *Hier, a Algorithm) error {
+	if err := g.checkGroup(op); err != nil {
+		return err
+	}
+	if !h.Hierarchical() {
+		return fmt.Errorf("algo: no hierarchy to run AllReduceHier on (%d hosts, %d ranks each)", h.Hosts, h.PerHost)
+	}
+	local, inter, es := h.Local, h.Inter, op.ElemSize
+	if err := local.ringReduceScatter(ctx, op, send, recv, count); err != nil {
+		return err
+	}
+	if off, n := ringOwned(count, local.Size, local.Rank); n > 0 {
+		chunk := recv[off*es : (off+n)*es]
+		if err := inter.AllReduce(ctx, op, chunk, chunk, n, a); err != nil {
+			return err
+		}
+	}
+	return local.ringAllGather(ctx, op, recv, count)
+}
+
+// BroadcastHier copies root's send (count elements) to recv on every rank:
+// a Broadcast among the ranks with root's local index (one per host, root's
+// host first to send), then a Broadcast within each host from that rank.
+// The network carries the buffer once per host. h must be Hierarchical.
+func (g *Group) BroadcastHier(ctx context.Context, op *Op, send, recv []byte, count, root int, h *Hier) error {
+	if err := g.checkGroup(op); err != nil {
+		return err
+	}
+	if !h.Hierarchical() {
+		return fmt.Errorf("algo: no hierarchy to run BroadcastHier on")
+	}
+	lr := h.LocalOf[root]
+	if h.LocalOf[g.Rank] == lr {
+		if err := h.Inter.Broadcast(ctx, op, send, recv, count, h.HostOf[root]); err != nil {
+			return err
+		}
+	}
+	return h.Local.Broadcast(ctx, op, recv, recv, count, lr)
+}
+
+// rankAt is the rank at local index l of host i (h.PerHost > 0).
+func (h *Hier) rankAt(i, l int) int {
+	for r := range h.HostOf {
+		if h.HostOf[r] == i && h.LocalOf[r] == l {
+			return r
+		}
+	}
+	return -1
+}
+
+// AllGatherHier gathers count elements of send from every rank into recv
+// (block r from rank r): an AllGather among the ranks of this rank's local
+// index (one per host) collects their H blocks, an AllGather within the
+// host collects the host's L sets of H blocks, and the blocks are put in
+// rank order. The network carries each block once per host that receives
+// it, as a flat ring does at best. h must be Hierarchical.
+func (g *Group) AllGatherHier(ctx context.Context, op *Op, send, recv []byte, count int, h *Hier) error {
+	if err := g.checkGroup(op); err != nil {
+		return err
+	}
+	if !h.Hierarchical() {
+		return fmt.Errorf("algo: no hierarchy to run AllGatherHier on")
+	}
+	H, L, bb := h.Hosts, h.PerHost, count*op.ElemSize
+	// tmp holds L sets of H blocks: set l is what the ranks of local
+	// index l gathered across the hosts, block i from host i.
+	tmp := make([]byte, H*L*bb) // not Scratch: the sub-groups' schedules may use it
+	mine := tmp[h.LocalOf[g.Rank]*H*bb : (h.LocalOf[g.Rank]+1)*H*bb]
+	if err := h.Inter.AllGather(ctx, op, send[:bb], mine, count); err != nil {
+		return err
+	}
+	if err := h.Local.AllGather(ctx, op, mine, tmp, H*count); err != nil {
+		return err
+	}
+	for l := 0; l < L; l++ {
+		for i := 0; i < H; i++ {
+			r := h.rankAt(i, l)
+			copy(recv[r*bb:(r+1)*bb], tmp[(l*H+i)*bb:(l*H+i+1)*bb])
+		}
+	}
+	return nil
+}
+
+// ReduceScatterHier reduces send (Size*count elements, block r for rank r)
+// across the ranks and leaves block Rank in recv: the blocks are regrouped
+// by the local index of their rank, a ReduceScatter within the host leaves
+// local rank l with the host's sums of the H blocks of local index l, and a
+// ReduceScatter among the ranks of local index l (one per host) leaves
+// each with its own block. The network carries (H-1)/H of a host's data,
+// once. h must be Hierarchical.
+func (g *Group) ReduceScatterHier(ctx context.Context, op *Op, send, recv []byte, count int, h *Hier) error {
+	if err := g.checkGroup(op); err != nil {
+		return err
+	}
+	if !h.Hierarchical() {
+		return fmt.Errorf("algo: no hierarchy to run ReduceScatterHier on")
+	}
+	H, L, bb := h.Hosts, h.PerHost, count*op.ElemSize
+	byLocal := make([]byte, H*L*bb)
+	for l := 0; l < L; l++ {
+		for i := 0; i < H; i++ {
+			r := h.rankAt(i, l)
+			copy(byLocal[(l*H+i)*bb:(l*H+i+1)*bb], send[r*bb:(r+1)*bb])
+		}
+	}
+	hostSums := make([]byte, H*bb)
+	if err := h.Local.ReduceScatter(ctx, op, byLocal, hostSums, H*count); err != nil {
+		return err
+	}
+	return h.Inter.ReduceScatter(ctx, op, hostSums, recv[:bb], count)
+}
