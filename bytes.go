@@ -134,7 +134,9 @@ func (c *Comm) run(ctx context.Context, a *call) error {
 		c.logAlgo(opAllReduce, alg, alg.String(), n)
 		return c.finish(a, c.group.AllReduce(ctx, &c.op, a.send, a.recv, count, alg))
 	case opBroadcast:
-		if n := len(a.recv); c.useDirect(opBroadcast, n, n, "tree") {
+		if n := len(a.recv); c.useHier(opBroadcast, n, "tree") {
+			err = c.group.BroadcastHier(ctx, &c.op, a.send, a.recv, count, root, c.group.Hierarchy())
+		} else if c.useDirect(opBroadcast, n, n, "tree") {
 			err = c.group.BroadcastDirect(ctx, &c.op, a.send, a.recv, count, root)
 		} else {
 			err = c.group.Broadcast(ctx, &c.op, a.send, a.recv, count, root)
@@ -144,14 +146,18 @@ func (c *Comm) run(ctx context.Context, a *call) error {
 		c.logAlgo(opReduce, 0, "tree", len(a.send))
 		return c.finish(a, c.group.Reduce(ctx, &c.op, a.send, a.recv, count, root))
 	case opAllGather:
-		if c.useDirect(opAllGather, len(a.recv), len(a.send), "ring") {
+		if c.useHier(opAllGather, len(a.recv), "ring") {
+			err = c.group.AllGatherHier(ctx, &c.op, a.send, a.recv, count, c.group.Hierarchy())
+		} else if c.useDirect(opAllGather, len(a.recv), len(a.send), "ring") {
 			err = c.group.AllGatherDirect(ctx, &c.op, a.send, a.recv, count)
 		} else {
 			err = c.group.AllGather(ctx, &c.op, a.send, a.recv, count)
 		}
 		return c.end(opAllGather, err)
 	case opReduceScatter:
-		if c.useDirect(opReduceScatter, len(a.send), len(a.recv), "ring") {
+		if c.useHier(opReduceScatter, len(a.send), "ring") {
+			err = c.group.ReduceScatterHier(ctx, &c.op, a.send, a.recv, count, c.group.Hierarchy())
+		} else if c.useDirect(opReduceScatter, len(a.send), len(a.recv), "ring") {
 			err = c.group.ReduceScatterDirect(ctx, &c.op, a.send, a.recv, count)
 		} else {
 			err = c.group.ReduceScatter(ctx, &c.op, a.send, a.recv, count)

@@ -36,6 +36,11 @@ func worker(mode string) int {
 	if mode == "reinit" {
 		return reinitWorker(ctx)
 	}
+	if hosts := os.Getenv("GOCCL_TEST_HOSTS"); hosts != "" {
+		// Pretend the ranks live on the hosts listed, one per rank.
+		r, _ := strconv.Atoi(os.Getenv("GOCCL_RANK"))
+		os.Setenv("GOCCL_HOSTID", strings.Split(hosts, ",")[r])
+	}
 	c, err := goccl.Init(ctx)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "init:", err)

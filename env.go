@@ -2,6 +2,7 @@ package goccl
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/goccl/goccl/internal/algo"
 	"github.com/goccl/goccl/internal/bootstrap"
@@ -70,6 +71,9 @@ func (c *Comm) fromEnv(cfg *options, p *bootstrap.Params) (err error) {
 		}
 	}
 	p.ShmDir = config.ShmDir.Get()
+	if p.HostID = config.HostID.Get(); strings.ContainsAny(p.HostID, "|\n") {
+		return fmt.Errorf("%s=%q: a host identity may not contain '|' or a newline", config.HostID.Name, p.HostID)
+	}
 	if p.ShmDisable, err = config.ShmDisable.Bool(); err != nil {
 		return err
 	}
@@ -131,7 +135,7 @@ func algoFromEnv() (algo.Algorithm, error) {
 	if err != nil {
 		return 0, err
 	}
-	return map[string]algo.Algorithm{"": algo.Auto, "ring": algo.Ring, "rhd": algo.RHD, "tree": algo.Tree, "rd": algo.RD, "direct": algo.Direct}[w], nil
+	return map[string]algo.Algorithm{"": algo.Auto, "ring": algo.Ring, "rhd": algo.RHD, "tree": algo.Tree, "rd": algo.RD, "direct": algo.Direct, "hier": algo.Hier}[w], nil
 }
 
 // traceFromEnv sets up the operation recorder from GOCCL_TRACE_FILE and

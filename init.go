@@ -114,6 +114,11 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		return fail(err)
 	}
 	c.group = algo.NewGroup(c.rank, c.size, res.Links)
+	if err := c.setupHier(res.HostKeys); err != nil {
+		c.group.Close()
+		res.Release()
+		return fail(err)
+	}
 	c.release, c.rdv, c.jobID, c.localRank = res.Release, res.Store, res.JobID, res.LocalRank
 	c.splitOpts = []Option{WithTimeout(c.timeout), WithJobToken(p.Token), WithTLS(res.TLSServer, res.TLSClient)}
 	if p.Checksum {

@@ -29,7 +29,16 @@ import (
 //     vectors, so it loses once bandwidth dominates), halving-doubling
 //     (log2 P latency terms) up to rhdMaxBytes, the ring (P-1 latency terms,
 //     no rank sends more than 2n(P-1)/P) above.
+//
+// Across hosts (several hosts with the same number of ranks each, from the
+// host identities of Init): from hierMinBytes the hierarchical schedules
+// (internal/algo/hier.go), which cross the network once per host instead of
+// once per rank; below, the flat algorithms (the ring in host-major order).
+// Among the hosts, AllReduceHier reduces each rank's chunk with recursive
+// doubling up to rdMaxBytes, halving-doubling up to rhdMaxBytes and the
+// ring above, as for a flat group.
 const (
+	hierMinBytes       = 64 << 10
 	directMinBytes     = 16 << 10
 	rdMaxBytes         = 32 << 10
 	rdMaxBytesInPlace2 = 2 << 20
@@ -40,13 +49,15 @@ const (
 // one GOCCL_ALGO forces (if the group can run it), else the tuner's choice.
 func (c *Comm) chooseAllReduce(nbytes int, inPlace bool) algo.Algorithm {
 	a := c.algoForced
-	if a == algo.Direct && !c.group.Direct() {
+	if a == algo.Direct && !c.group.Direct() || a == algo.Hier && !c.hierarchical() {
 		a = algo.Auto
 	}
 	if a == algo.Auto {
 		switch {
 		case c.group.Direct() && nbytes >= c.directMin*(c.size-1):
 			a = algo.Direct
+		case c.hierarchical() && nbytes >= hierMinBytes:
+			a = algo.Hier
 		case c.size == 2 && (!inPlace || nbytes <= rdMaxBytesInPlace2), nbytes <= rdMaxBytes:
 			a = algo.RD
 		case nbytes <= rhdMaxBytes:
@@ -84,4 +95,50 @@ func (c *Comm) logAlgo(kind opKind, a algo.Algorithm, name string, nbytes int) {
 		c.log.log(slog.LevelInfo, subColl, []slog.Attr{slog.String("op", kind.String())},
 			"%v uses %s (first use: %d bytes, %d ranks)", kind, name, nbytes, c.size)
 	}
+}
+
+// hierarchical reports whether the ranks span several hosts with the same
+// number of ranks, more than one, on each: the hierarchical schedules apply.
+func (c *Comm) hierarchical() bool { return c.group != nil && c.group.Hierarchy().Hierarchical() }
+
+// useHier reports whether an operation of kind whose largest buffer is
+// nbytes runs its hierarchical schedule (GOCCL_ALGO=hier forces it where
+// the ranks allow), and logs which (once).
+func (c *Comm) useHier(kind opKind, nbytes int, other string) bool {
+	if !c.hierarchical() {
+		return false
+	}
+	hier := c.algoForced == algo.Hier || c.algoForced == algo.Auto && nbytes >= hierMinBytes
+	if hier {
+		c.logAlgo(kind, algo.Hier, "hier", nbytes)
+	}
+	return hier
+}
+
+// interAlgo is the algorithm AllReduceHier runs among the hosts for an
+// AllReduce of nbytes (each rank's chunk is nbytes/PerHost).
+func (c *Comm) interAlgo(nbytes int) algo.Algorithm {
+	h := c.group.Hierarchy()
+	chunk := nbytes / max(1, h.PerHost)
+	switch {
+	case h.Hosts == 2 || chunk <= rdMaxBytes:
+		return algo.RD
+	case chunk <= rhdMaxBytes:
+		return algo.RHD
+	}
+	return algo.Ring
+}
+
+// setupHier gives the group its hierarchy from the ranks' host identities
+// (nothing when every rank is on one host).
+func (c *Comm) setupHier(hostKeys []string) error {
+	h, err := algo.NewHier(c.group, hostKeys)
+	if err != nil {
+		return err
+	}
+	if h.Hosts > 1 {
+		c.group.SetHier(h, c.interAlgo)
+		c.log.Infof(subInit, "init: %d hosts, %d ranks per host (0: uneven); this rank is local rank %d of host %d", h.Hosts, h.PerHost, h.LocalOf[c.rank], h.HostOf[c.rank])
+	}
+	return nil
 }

@@ -16,6 +16,7 @@ const (
 	Tree                    // binomial-tree reduce to rank 0 then binomial-tree broadcast
 	RD                      // recursive doubling: log2 P exchanges of the whole vector
 	Direct                  // single-copy reads of the peers' buffers (direct.go); needs AgreeDirect
+	Hier                    // within each host, then among one rank per host, then within each host (hier.go); needs SetHier
 )
 
 func (a Algorithm) String() string {
@@ -30,6 +31,8 @@ func (a Algorithm) String() string {
 		return "rd"
 	case Direct:
 		return "direct"
+	case Hier:
+		return "hier"
 	}
 	return "auto"
 }
@@ -327,9 +330,20 @@ func (g *Group) AllReduceTree(ctx context.Context, op *Op, send, recv []byte, co
 }
 
 // AllReduce reduces send into recv with the given algorithm (Auto is resolved
-// by the caller's tuner; here it means ring).
+// by the caller's tuner; here it means ring). With a hierarchy (SetHier) of
+// several hosts, the ring runs in host-major order (it enters and leaves
+// each host once), and Hier runs AllReduceHier with the inter-host
+// algorithm SetHier gave.
 func (g *Group) AllReduce(ctx context.Context, op *Op, send, recv []byte, count int, a Algorithm) error {
 	switch a {
+	case Hier:
+		if g.hier.Hierarchical() {
+			return g.AllReduceHier(ctx, op, send, recv, count, g.hier, g.hierInter(count*op.ElemSize))
+		}
+	case Ring, Auto:
+		if g.hier != nil && g.hier.Ring != nil {
+			return g.hier.Ring.AllReduceRing(ctx, op, send, recv, count)
+		}
 	case RHD:
 		return g.AllReduceRHD(ctx, op, send, recv, count)
 	case Tree:

@@ -51,6 +51,9 @@ type Group struct {
 	parent *Group
 	ranks  []int
 
+	hier      *Hierarchy                 // SetHier
+	interAlgo func(nbytes int) Algorithm // SetHier
+
 	// Direct schedules (direct.go), set up by AgreeDirect.
 	direct        bool
 	pm            []transport.PeerMemory // by rank; nil at Rank

@@ -6,7 +6,7 @@ import (
 	"slices"
 )
 
-// Hier is the shape of a communicator spread over hosts, as the
+// Hierarchy is the shape of a communicator spread over hosts, as the
 // hierarchical schedules use it: the ranks of each host (intra-host links,
 // shared memory) and the ranks that share a local index across the hosts
 // (inter-host links, the network). The schedules split each collective into
@@ -16,7 +16,7 @@ import (
 // nodes; the "2D" and hierarchical collectives of MPI libraries: Träff,
 // "Decomposing MPI collectives for exploiting multi-lane communication",
 // 2020, and the HAN component of Open MPI).
-type Hier struct {
+type Hierarchy struct {
 	Hosts   int   // number of hosts
 	PerHost int   // ranks on every host; 0 when hosts hold different numbers of ranks
 	HostOf  []int // host index (0.. in order of each host's lowest rank) of each rank
@@ -32,11 +32,11 @@ type Hier struct {
 // NewHier builds g's hierarchy from the host of every rank (any values,
 // equal for ranks on one host). Hosts are numbered in the order of their
 // lowest rank.
-func NewHier(g *Group, hostKey []string) (*Hier, error) {
+func NewHier(g *Group, hostKey []string) (*Hierarchy, error) {
 	if len(hostKey) != g.Size {
 		return nil, fmt.Errorf("algo: %d host keys for %d ranks", len(hostKey), g.Size)
 	}
-	h := &Hier{HostOf: make([]int, g.Size), LocalOf: make([]int, g.Size)}
+	h := &Hierarchy{HostOf: make([]int, g.Size), LocalOf: make([]int, g.Size)}
 	index := map[string]int{}
 	var members [][]int
 	for r, k := range hostKey {
@@ -81,9 +81,27 @@ func NewHier(g *Group, hostKey []string) (*Hier, error) {
 	return h, nil
 }
 
+// SetHier gives g its hierarchy (nil: none) and the inter-host AllReduce
+// algorithm of AllReduceHier for a vector of nbytes (the chunk each rank
+// reduces across the hosts is nbytes/PerHost).
+func (g *Group) SetHier(h *Hierarchy, inter func(nbytes int) Algorithm) {
+	g.hier, g.interAlgo = h, inter
+}
+
+// Hierarchy returns the hierarchy SetHier gave (nil: none).
+func (g *Group) Hierarchy() *Hierarchy { return g.hier }
+
+// hierInter is the inter-host algorithm for an AllReduce of nbytes.
+func (g *Group) hierInter(nbytes int) Algorithm {
+	if g.interAlgo == nil {
+		return Ring
+	}
+	return g.interAlgo(nbytes)
+}
+
 // Hierarchical reports whether the hierarchical schedules can run: several
 // hosts, the same number of ranks on each, more than one on each.
-func (h *Hier) Hierarchical() bool { return h != nil && h.Inter != nil && h.PerHost > 1 }
+func (h *Hierarchy) Hierarchical() bool { return h != nil && h.Inter != nil && h.PerHost > 1 }
 
 // AllReduceHier reduces send (count elements) into recv on every rank in
 // three steps: a ring reduce-scatter among the host's ranks (local rank l
@@ -94,7 +112,7 @@ func (h *Hier) Hierarchical() bool { return h != nil && h.Inter != nil && h.PerH
 // where a flat ring over P = H·L ranks carries 2(P-1)/P·S across each host
 // boundary. Every rank ends with the same bits: each chunk is reduced along
 // one order. h must be Hierarchical.
-func (g *Group) AllReduceHier(ctx context.Context, op *Op, send, recv []byte, count int, h *Hier, a Algorithm) error {
+func (g *Group) AllReduceHier(ctx context.Context, op *Op, send, recv []byte, count int, h *Hierarchy, a Algorithm) error {
 	if err := g.checkGroup(op); err != nil {
 		return err
 	}
@@ -118,7 +136,7 @@ func (g *Group) AllReduceHier(ctx context.Context, op *Op, send, recv []byte, co
 // a Broadcast among the ranks with root's local index (one per host, root's
 // host first to send), then a Broadcast within each host from that rank.
 // The network carries the buffer once per host. h must be Hierarchical.
-func (g *Group) BroadcastHier(ctx context.Context, op *Op, send, recv []byte, count, root int, h *Hier) error {
+func (g *Group) BroadcastHier(ctx context.Context, op *Op, send, recv []byte, count, root int, h *Hierarchy) error {
 	if err := g.checkGroup(op); err != nil {
 		return err
 	}
@@ -135,7 +153,7 @@ func (g *Group) BroadcastHier(ctx context.Context, op *Op, send, recv []byte, co
 }
 
 // rankAt is the rank at local index l of host i (h.PerHost > 0).
-func (h *Hier) rankAt(i, l int) int {
+func (h *Hierarchy) rankAt(i, l int) int {
 	for r := range h.HostOf {
 		if h.HostOf[r] == i && h.LocalOf[r] == l {
 			return r
@@ -150,7 +168,7 @@ func (h *Hier) rankAt(i, l int) int {
 // host collects the host's L sets of H blocks, and the blocks are put in
 // rank order. The network carries each block once per host that receives
 // it, as a flat ring does at best. h must be Hierarchical.
-func (g *Group) AllGatherHier(ctx context.Context, op *Op, send, recv []byte, count int, h *Hier) error {
+func (g *Group) AllGatherHier(ctx context.Context, op *Op, send, recv []byte, count int, h *Hierarchy) error {
 	if err := g.checkGroup(op); err != nil {
 		return err
 	}
@@ -160,7 +178,7 @@ func (g *Group) AllGatherHier(ctx context.Context, op *Op, send, recv []byte, co
 	H, L, bb := h.Hosts, h.PerHost, count*op.ElemSize
 	// tmp holds L sets of H blocks: set l is what the ranks of local
 	// index l gathered across the hosts, block i from host i.
-	tmp := make([]byte, H*L*bb) // not Scratch: the sub-groups' schedules may use it
+	tmp := g.Scratch(H * L * bb) // the sub-groups' schedules use their own scratch
 	mine := tmp[h.LocalOf[g.Rank]*H*bb : (h.LocalOf[g.Rank]+1)*H*bb]
 	if err := h.Inter.AllGather(ctx, op, send[:bb], mine, count); err != nil {
 		return err
@@ -184,7 +202,7 @@ func (g *Group) AllGatherHier(ctx context.Context, op *Op, send, recv []byte, co
 // ReduceScatter among the ranks of local index l (one per host) leaves
 // each with its own block. The network carries (H-1)/H of a host's data,
 // once. h must be Hierarchical.
-func (g *Group) ReduceScatterHier(ctx context.Context, op *Op, send, recv []byte, count int, h *Hier) error {
+func (g *Group) ReduceScatterHier(ctx context.Context, op *Op, send, recv []byte, count int, h *Hierarchy) error {
 	if err := g.checkGroup(op); err != nil {
 		return err
 	}
@@ -192,14 +210,14 @@ func (g *Group) ReduceScatterHier(ctx context.Context, op *Op, send, recv []byte
 		return fmt.Errorf("algo: no hierarchy to run ReduceScatterHier on")
 	}
 	H, L, bb := h.Hosts, h.PerHost, count*op.ElemSize
-	byLocal := make([]byte, H*L*bb)
+	scratch := g.Scratch(H*L*bb + H*bb) // the sub-groups' schedules use their own scratch
+	byLocal, hostSums := scratch[:H*L*bb], scratch[H*L*bb:]
 	for l := 0; l < L; l++ {
 		for i := 0; i < H; i++ {
 			r := h.rankAt(i, l)
 			copy(byLocal[(l*H+i)*bb:(l*H+i+1)*bb], send[r*bb:(r+1)*bb])
 		}
 	}
-	hostSums := make([]byte, H*bb)
 	if err := h.Local.ReduceScatter(ctx, op, byLocal, hostSums, H*count); err != nil {
 		return err
 	}

@@ -54,6 +54,7 @@ type Params struct {
 	NSocks     int    // TCP sockets per peer and direction (>= 1)
 	ShmDir     string // directory of the shared-memory rings ("": /dev/shm)
 	ShmDisable bool   // TCP between every pair of ranks
+	HostID     string // this rank's host identity (GOCCL_HOSTID); "" to detect it (hostIdentity)
 	Checksum   bool   // CRC32C on every TCP chunk
 
 	// TLS for the TCP links: TLSServer and TLSClient when set (both); else,
@@ -74,7 +75,9 @@ type Params struct {
 type Result struct {
 	Links     []transport.Link // by rank; nil at Rank
 	LocalRank int
-	JobID     string
+	// HostKeys holds each rank's host identity: equal for ranks on one host.
+	HostKeys []string
+	JobID    string
 	// Store is the store the ranks met through (Params.Store or the one
 	// Connect made), for later exchanges (Split).
 	Store rendezvous.Store
@@ -134,7 +137,11 @@ func Connect(ctx context.Context, p Params) (res *Result, err error) {
 	if b.ep, err = tcp.Listen(p.Rank, iface.IP, res.JobID, epOpts...); err != nil {
 		return nil, err
 	}
-	me := card{Host: hostIdentity(), Addr: b.ep.Addr(), Pid: os.Getpid()}
+	hostID, err := hostIdentity(p.HostID)
+	if err != nil {
+		return nil, err
+	}
+	me := card{Host: hostID, Addr: b.ep.Addr(), Pid: os.Getpid()}
 	if err := store.Set(ctx, cardKey(p.Rank), []byte(me.String())); err != nil {
 		return nil, err
 	}
@@ -157,6 +164,10 @@ func Connect(ctx context.Context, p Params) (res *Result, err error) {
 		}
 	}
 	res.CardsRead = time.Now()
+	res.HostKeys = make([]string, p.Size)
+	for r := range cards {
+		res.HostKeys[r] = cards[r].Host
+	}
 
 	// The links.
 	useShm := make([]bool, p.Size)
@@ -391,10 +402,19 @@ func parseCard(s string) (card, error) {
 	return card{Host: f[0], Addr: f[1], Pid: pid}, nil
 }
 
-// hostIdentity is equal for two processes exactly when they can share memory
-// through the same /dev/shm: the kernel boot id, the hostname, and the device
-// number of the /dev/shm mount (different containers on one host differ).
-func hostIdentity() string {
+// hostIdentity is equal for two processes exactly when they count as one
+// host: they share memory through the same /dev/shm and the same network
+// stack. It is GOCCL_HOSTID when set (NCCL_HOSTID's idea), else the kernel
+// boot id, the hostname, the device number of the /dev/shm mount (different
+// containers on one host differ) and the network namespace (the "hosts" of a
+// network-namespace cluster on one machine differ, as pods do).
+func hostIdentity(override string) (string, error) {
+	if override != "" {
+		if strings.ContainsAny(override, "|\n") {
+			return "", fmt.Errorf("host identity %q may not contain '|' or a newline", override)
+		}
+		return "id:" + override, nil
+	}
 	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	host, _ := os.Hostname()
 	var dev uint64
@@ -402,5 +422,6 @@ func hostIdentity() string {
 	if syscall.Stat("/dev/shm", &st) == nil {
 		dev = uint64(st.Dev)
 	}
-	return strings.TrimSpace(string(boot)) + "/" + host + "/" + strconv.FormatUint(dev, 16)
+	netns, _ := os.Readlink("/proc/self/ns/net") // "net:[4026531840]"
+	return strings.TrimSpace(string(boot)) + "/" + host + "/" + strconv.FormatUint(dev, 16) + "/" + netns, nil
 }

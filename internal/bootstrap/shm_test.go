@@ -71,7 +71,7 @@ func TestConnectShmFailureEndsConnect(t *testing.T) {
 			// (and, for "ring", that it has its ring from rank 1, which
 			// does not exist).
 			mem.Set(ctx, "goccl/jobid", []byte("shmfail"))
-			mem.Set(ctx, cardKey(0), []byte(card{Host: hostIdentity(), Addr: "127.0.0.1:9", Pid: os.Getpid()}.String()))
+			mem.Set(ctx, cardKey(0), []byte(card{Host: must(hostIdentity("")), Addr: "127.0.0.1:9", Pid: os.Getpid()}.String()))
 			if tc.shm0 != "" {
 				mem.Set(ctx, "goccl/shm/0", []byte(tc.shm0))
 			}
@@ -93,4 +93,11 @@ func TestConnectShmFailureEndsConnect(t *testing.T) {
 			}
 		})
 	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

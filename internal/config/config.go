@@ -98,14 +98,16 @@ var (
 		Doc: "exchange a fingerprint (op, count, type, root) before every collective so a mismatch is named before any data moves"})
 	Timeout = define(Var{Name: "GOCCL_TIMEOUT", Kind: Duration, Default: "5m",
 		Doc: "bound on Init and on every operation whose context has no deadline"})
-	Algo = define(Var{Name: "GOCCL_ALGO", Kind: Enum, Words: []string{"ring", "rhd", "rd", "tree", "direct"},
-		Doc: "force the AllReduce algorithm (default: the tuner chooses)"})
+	Algo = define(Var{Name: "GOCCL_ALGO", Kind: Enum, Words: []string{"ring", "rhd", "rd", "tree", "direct", "hier"},
+		Doc: "force the AllReduce algorithm (default: the tuner chooses); hier also forces the hierarchical Broadcast, AllGather and ReduceScatter"})
 	DirectMinBytes = define(Var{Name: "GOCCL_DIRECT_MIN_BYTES", Kind: Int, Default: "16384", Min: 0, Max: math.MaxInt32,
 		Doc: "per peer, the smallest buffer in bytes for the single-copy (direct read) schedules"})
 	SocketIfname = define(Var{Name: "GOCCL_SOCKET_IFNAME", Kind: String,
 		Doc: "network interface(s) for TCP links and the store, in NCCL_SOCKET_IFNAME syntax (eth0, ^docker, =eth1)"})
 	NSocksPerPeer = define(Var{Name: "GOCCL_NSOCKS_PERPEER", Kind: Int, Default: "2", Min: 1, Max: 64,
 		Doc: "TCP sockets per peer and direction; messages above 2 MiB are striped over them"})
+	HostID = define(Var{Name: "GOCCL_HOSTID", Kind: String,
+		Doc: "this rank's host identity (like NCCL_HOSTID): ranks with the same value share memory and count as one host; default: boot id, host name, /dev/shm device and network namespace"})
 	ShmDisable = define(Var{Name: "GOCCL_SHM_DISABLE", Kind: Bool, Default: "0",
 		Doc: "use TCP between ranks on the same host instead of shared memory"})
 	ShmDir = define(Var{Name: "GOCCL_SHM_DIR", Kind: String, Default: "/dev/shm",
