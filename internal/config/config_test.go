@@ -104,7 +104,7 @@ func TestTypedGetters(t *testing.T) {
 		t.Errorf("ALGO=RHD: %q %v", w, err)
 	}
 	t.Setenv(Algo.Name, "bogus")
-	if _, err := Algo.Word(); err == nil || !strings.Contains(err.Error(), "ring, rhd, rd, tree or direct") {
+	if _, err := Algo.Word(); err == nil || !strings.Contains(err.Error(), "ring, rhd, rd, tree, direct or hier") {
 		t.Errorf("ALGO=bogus: %v", err)
 	}
 	t.Setenv(Algo.Name, "")
