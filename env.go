@@ -129,7 +129,7 @@ func tlsFromEnv(cfg *options, p *bootstrap.Params) error {
 }
 
 // algoFromEnv reads GOCCL_ALGO, the AllReduce algorithm to force (like
-// NCCL_ALGO): ring, rhd, rd, tree or direct; unset means the tuner decides.
+// NCCL_ALGO): ring, rhd, rd, tree, direct or hier; unset means the tuner decides.
 func algoFromEnv() (algo.Algorithm, error) {
 	w, err := config.Algo.Word()
 	if err != nil {
