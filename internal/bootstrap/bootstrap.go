@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/goccl/goccl/rendezvous"
+	"github.com/goccl/goccl/topo"
 	"github.com/goccl/goccl/transport"
 	"github.com/goccl/goccl/transport/tcp"
 )
@@ -394,13 +395,6 @@ func parseCard(s string) (card, error) {
 // hostIdentity is equal for two processes exactly when they can share memory
 // through the same /dev/shm: the kernel boot id, the hostname, and the device
 // number of the /dev/shm mount (different containers on one host differ).
-func hostIdentity() string {
-	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	host, _ := os.Hostname()
-	var dev uint64
-	var st syscall.Stat_t
-	if syscall.Stat("/dev/shm", &st) == nil {
-		dev = uint64(st.Dev)
-	}
-	return strings.TrimSpace(string(boot)) + "/" + host + "/" + strconv.FormatUint(dev, 16)
-}
+// topo.HostID computes it, so that topology dumps group ranks by host as the
+// links do.
+func hostIdentity() string { return topo.HostID("/") }
