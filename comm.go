@@ -61,6 +61,7 @@ type Comm struct {
 	past      [pastOps]transport.Header // the last collectives' headers, at Seq % pastOps (explainMismatch)
 
 	debugCheck bool   // GOCCL_DEBUG_CHECK=1: fingerprints exchanged before each collective
+	topoDump   string // GOCCL_TOPO_DUMP_FILE ("": no topology exchanged at Init; topodump.go)
 	checkBuf   []byte // fingerprintSize * size bytes
 
 	aborted  atomic.Bool

@@ -54,6 +54,9 @@ func (c *Comm) fromEnv(cfg *options, p *bootstrap.Params) (err error) {
 	if err := c.traceFromEnv(); err != nil {
 		return err
 	}
+	if !cfg.split {
+		c.topoDump = config.TopoDumpFile.Get()
+	}
 	if c.size == 1 {
 		return nil // no links
 	}

@@ -100,6 +100,7 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		if err := c.setupMetrics(&cfg); err != nil {
 			return fail(err)
 		}
+		c.writeTopology(ctx, nil, c.detectTopology())
 		return c, nil
 	}
 	if _, ok := ctx.Deadline(); !ok && c.timeout > 0 {
@@ -128,6 +129,7 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		c.splitOpts = append(c.splitOpts, WithLogger(cfg.logger))
 	}
 	tLinks := time.Now()
+	c.publishTopology(ctx, res.Store) // GOCCL_TOPO_DUMP_FILE only
 
 	// Phase 4: everyone is connected.
 	if err := c.Barrier(ctx); err != nil {
@@ -138,6 +140,7 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	if err := c.agreeDirect(ctx); err != nil {
 		return fail(err)
 	}
+	c.writeTopology(ctx, res.Store, nil) // rank 0, GOCCL_TOPO_DUMP_FILE only
 	c.log.Infof(subInit, "init: %d ranks, store %v, address exchange %v, links %v, barrier %v, total %v",
 		c.size, res.StoreReady.Sub(start).Round(time.Microsecond), res.CardsRead.Sub(res.StoreReady).Round(time.Microsecond),
 		tLinks.Sub(res.CardsRead).Round(time.Microsecond), time.Since(tLinks).Round(time.Microsecond), time.Since(start).Round(time.Microsecond))

@@ -22,6 +22,7 @@ type options struct {
 	token                 string
 	checksum              bool
 	jobID                 string // set by Split: the new communicator's job id
+	split                 bool   // set by Split: no GOCCL_TOPO_DUMP_FILE (the parent's Init wrote the job's)
 	tlsServer, tlsClient  *tls.Config
 	metrics               prometheus.Registerer // WithMetrics (nil: GOCCL_METRICS_ADDR's, or none)
 	logger                *slog.Logger

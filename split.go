@@ -97,7 +97,7 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 		jobID = hex.EncodeToString(sum[:16])
 	}
 	opts := append([]Option{WithRank(newRank), WithWorldSize(len(group)), WithStore(store),
-		func(cfg *options) { cfg.jobID = jobID }}, c.splitOpts...)
+		func(cfg *options) { cfg.jobID, cfg.split = jobID, true }}, c.splitOpts...)
 	nc, err := Init(ctx, opts...)
 	if err != nil {
 		return fail(err)

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/goccl/goccl/rendezvous"
+	"github.com/goccl/goccl/topo"
 	"github.com/goccl/goccl/transport"
 	"github.com/goccl/goccl/transport/tcp"
 )
@@ -403,11 +404,9 @@ func parseCard(s string) (card, error) {
 }
 
 // hostIdentity is equal for two processes exactly when they count as one
-// host: they share memory through the same /dev/shm and the same network
-// stack. It is GOCCL_HOSTID when set (NCCL_HOSTID's idea), else the kernel
-// boot id, the hostname, the device number of the /dev/shm mount (different
-// containers on one host differ) and the network namespace (the "hosts" of a
-// network-namespace cluster on one machine differ, as pods do).
+// host: GOCCL_HOSTID when set (NCCL_HOSTID's idea), else topo.HostID (boot
+// id, host name, /dev/shm device, network namespace), so that topology
+// dumps group ranks by host as the links do.
 func hostIdentity(override string) (string, error) {
 	if override != "" {
 		if strings.ContainsAny(override, "|\n") {
@@ -415,13 +414,5 @@ func hostIdentity(override string) (string, error) {
 		}
 		return "id:" + override, nil
 	}
-	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	host, _ := os.Hostname()
-	var dev uint64
-	var st syscall.Stat_t
-	if syscall.Stat("/dev/shm", &st) == nil {
-		dev = uint64(st.Dev)
-	}
-	netns, _ := os.Readlink("/proc/self/ns/net") // "net:[4026531840]"
-	return strings.TrimSpace(string(boot)) + "/" + host + "/" + strconv.FormatUint(dev, 16) + "/" + netns, nil
+	return topo.HostID("/"), nil
 }

@@ -122,6 +122,8 @@ var (
 		Doc: "keep the last N operations and print them when an operation fails (0: off; 64 when GOCCL_TRACE_FILE is set)"})
 	MetricsAddr = define(Var{Name: "GOCCL_METRICS_ADDR", Kind: String,
 		Doc: "serve the communicators' Prometheus metrics at http://ADDR/metrics, the port moved up by the local rank (:9400: local rank 1 on 9401)"})
+	TopoDumpFile = define(Var{Name: "GOCCL_TOPO_DUMP_FILE", Kind: String,
+		Doc: "at Init, rank 0 writes the job's topology (every host with its ranks, CPUs, NUMA nodes, interfaces, RDMA devices, GPUs) to this file, as NCCL_TOPO_DUMP_FILE does: XML of NCCL's shape, one <system> per host, or JSON when the name ends in .json; %h is replaced by the host name, %p by the process id"})
 	ProgressNice = define(Var{Name: "GOCCL_PROGRESS_NICE", Kind: Int, Default: "-10", Min: -20, Max: 19,
 		Doc: "nice value of the thread that runs non-blocking operations, so that communication issued during compute proceeds as soon as peers answer (lowering it needs CAP_SYS_NICE; 0: the process's own)"})
 	Checksum = define(Var{Name: "GOCCL_CHECKSUM", Kind: Bool, Default: "0",
