@@ -4,6 +4,7 @@
 //	goccl perf COLL [flags]                        nccl-tests-style benchmark
 //	goccl roce check-pcap FILE                     decode RoCE frames, verify ICRCs
 //	goccl doctor host [--json]                     check this host (RDMA, MTUs, /dev/shm, env)
+//	goccl cluster up --hosts N [--bw R] [--delay D] hosts as network namespaces, shaped links
 //	goccl version (or goccl --version)             print the version
 //
 // Flags are GNU style (github.com/spf13/pflag: --name=value, --name value,

@@ -68,7 +68,7 @@ const (
 var DefaultSubnet = netip.MustParsePrefix("10.200.0.0/24")
 
 var (
-	ErrNotRoot  = errors.New("needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) to create network namespaces")
+	ErrNotRoot  = errors.New("needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) to make and remove network namespaces")
 	ErrNoIP     = errors.New("the ip command (iproute2) is not installed")
 	ErrNoTC     = errors.New("the tc command (iproute2) is not installed")
 	ErrNoNetem  = errors.New("the kernel has no netem qdisc (sch_netem, CONFIG_NET_SCH_NETEM), which a delay, jitter or loss needs: load it (modprobe sch_netem) or shape the rate alone (delay 0, loss 0)")
