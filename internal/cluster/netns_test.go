@@ -57,8 +57,9 @@ func fatal(err error) {
 
 // serve accepts connections on addr; each starts with a mode byte: 'e'
 // echoes, 's' counts the bytes that follow up to EOF and answers with the
-// count and the nanoseconds from the first byte to EOF. It prints "ready"
-// once listening and exits after two minutes whatever happens.
+// count and the times (Unix nanoseconds) of the first byte and of EOF. It
+// prints "ready" once listening and exits after two minutes whatever
+// happens.
 func serve(addr string) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -94,9 +95,10 @@ func serve(addr string) {
 						break
 					}
 				}
-				var reply [16]byte
+				var reply [24]byte
 				binary.LittleEndian.PutUint64(reply[:], uint64(n))
-				binary.LittleEndian.PutUint64(reply[8:], uint64(time.Since(start)))
+				binary.LittleEndian.PutUint64(reply[8:], uint64(start.UnixNano()))
+				binary.LittleEndian.PutUint64(reply[16:], uint64(time.Now().UnixNano()))
 				conn.Write(reply[:])
 			}
 		}()
@@ -134,9 +136,12 @@ func rtt(addr string) {
 }
 
 type sendResult struct {
-	Bytes int64
-	Time  time.Duration // at the receiver, first byte to EOF
+	Bytes      int64
+	Start, End int64 // at the receiver: first byte and EOF, Unix nanoseconds
 }
+
+// Time is the time from the first byte to EOF at the receiver.
+func (r sendResult) Time() time.Duration { return time.Duration(r.End - r.Start) }
 
 // send writes to addr's sink for 1.5 s and prints what the sink counted.
 func send(addr string) {
@@ -154,11 +159,12 @@ func send(addr string) {
 		}
 	}
 	conn.(*net.TCPConn).CloseWrite()
-	var reply [16]byte
+	var reply [24]byte
 	if _, err := io.ReadFull(conn, reply[:]); err != nil {
 		fatal(err)
 	}
-	json.NewEncoder(os.Stdout).Encode(sendResult{int64(binary.LittleEndian.Uint64(reply[:])), time.Duration(binary.LittleEndian.Uint64(reply[8:]))})
+	le := binary.LittleEndian
+	json.NewEncoder(os.Stdout).Encode(sendResult{int64(le.Uint64(reply[:])), int64(le.Uint64(reply[8:])), int64(le.Uint64(reply[16:]))})
 }
 
 // helper returns the command running this test binary as helper mode on
@@ -211,6 +217,23 @@ func runHelper(t *testing.T, c *cluster.Cluster, i int, mode, addr string, resul
 	}
 }
 
+// runHelperT is runHelper for goroutines: it reports with t.Errorf.
+func runHelperT(t *testing.T, c *cluster.Cluster, i int, mode, addr string, result any) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := helper(ctx, t, c, i, mode, addr)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Errorf("%s from %s to %s: %v: %s", mode, c.Hosts[i].Name, addr, err, stderr.String())
+		return
+	}
+	if err := json.Unmarshal(out, result); err != nil {
+		t.Errorf("%s: %v: %q", mode, err, out)
+	}
+}
+
 // TestShaping measures what the links of a 2-host cluster carry: the
 // round-trip time of one-byte TCP echoes and the throughput of one TCP
 // flow for 1.5 s, against the configured rate and delay: a round trip is
@@ -243,10 +266,10 @@ func TestShaping(t *testing.T) {
 
 			var s sendResult
 			runHelper(t, c, 0, "send", addr, &s)
-			bps := float64(s.Bytes) * 8 / s.Time.Seconds()
+			bps := float64(s.Bytes) * 8 / s.Time().Seconds()
 			rate := float64(tc.cfg.Rate)
 			t.Logf("throughput %s -> %s: %.1f Mbit/s (%d bytes in %v; rate %v, %.0f%% of it)",
-				c.Hosts[0].Name, c.Hosts[1].Name, bps/1e6, s.Bytes, s.Time.Round(time.Millisecond), tc.cfg.Rate, 100*bps/rate)
+				c.Hosts[0].Name, c.Hosts[1].Name, bps/1e6, s.Bytes, s.Time().Round(time.Millisecond), tc.cfg.Rate, 100*bps/rate)
 			if bps > 1.1*rate || bps < 0.5*rate {
 				t.Errorf("throughput %.1f Mbit/s, outside [0.5, 1.1] × %v", bps/1e6, tc.cfg.Rate)
 			}
@@ -268,6 +291,55 @@ func TestShaping(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestIncast: two hosts send to a third at once for 1.5 s; the switch
+// port towards the receiver holds their sum to the rate, as a switch's
+// output port does: within [0.5, 1.1] × rate over the time from the first
+// byte of either flow to the end of both at the receiver.
+func TestIncast(t *testing.T) {
+	c := clustertest.New(t, cluster.Config{Hosts: 3, Rate: 100e6})
+	addr := startServer(t, c, 1)
+	var r [2]sendResult
+	done := make(chan struct{})
+	for k, i := range []int{0, 2} {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			runHelperT(t, c, i, "send", addr, &r[k])
+		}()
+	}
+	<-done
+	<-done
+	if t.Failed() {
+		t.FailNow()
+	}
+	window := time.Duration(max(r[0].End, r[1].End) - min(r[0].Start, r[1].Start))
+	overlap := time.Duration(min(r[0].End, r[1].End) - max(r[0].Start, r[1].Start))
+	bps := float64(r[0].Bytes+r[1].Bytes) * 8 / window.Seconds()
+	t.Logf("incast into %s: %.1f Mbit/s together over %v (flows %.1f and %.1f Mbit/s, overlapping %v; rate %v)",
+		c.Hosts[1].Name, bps/1e6, window.Round(time.Millisecond),
+		float64(r[0].Bytes)*8/r[0].Time().Seconds()/1e6, float64(r[1].Bytes)*8/r[1].Time().Seconds()/1e6,
+		overlap.Round(time.Millisecond), c.Config.Rate)
+	if rate := float64(c.Config.Rate); bps > 1.1*rate || bps < 0.5*rate {
+		t.Errorf("incast: %.1f Mbit/s together, outside [0.5, 1.1] × %v", bps/1e6, c.Config.Rate)
+	}
+	stats, err := c.Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := rootOf(stats[1].Port)
+	t.Logf("%s's switch port: %d bytes, %d drops, %d overlimits", c.Hosts[1].Name, port.Bytes, port.Drops, port.Overlimits)
+	if port.Bytes < uint64(r[0].Bytes+r[1].Bytes) || port.Drops+port.Overlimits == 0 {
+		t.Errorf("%s's switch port %+v: want all %d bytes through it, and drops or waits", c.Hosts[1].Name, port, r[0].Bytes+r[1].Bytes)
+	}
+}
+
+// rootOf is the root qdisc among qs (root first), or zero.
+func rootOf(qs []cluster.QdiscStats) cluster.QdiscStats {
+	if len(qs) > 0 && qs[0].Root {
+		return qs[0]
+	}
+	return cluster.QdiscStats{}
 }
 
 // TestUpDown builds a 3-host cluster and checks it against the state file
