@@ -1,0 +1,668 @@
+// Package cluster builds a cluster of "hosts" on one Linux machine for
+// multi-host tests and experiments: H network namespaces, NAME-h0 ...
+// NAME-h(H-1), each with a loopback and one veth, eth0, whose other end is
+// a port of a Linux bridge in a namespace of its own, NAME-sw (the switch),
+// so the machine's own network is never touched. Host i has the address
+// Subnet+i+1 (10.200.0.1, 10.200.0.2, ... by default).
+//
+// Shaping (tc), per host link, as on a full-duplex NIC cable to a switch:
+//
+//   - Rate: tbf at the host's egress (eth0, host to switch) and at the
+//     switch port's egress (switch to host), so a host sends at most Rate
+//     and receives at most Rate however many hosts send to it at once.
+//   - Delay, Jitter, Loss: netem at the host's egress only, so a packet
+//     from one host to another is delayed once: Delay is the one-way
+//     latency between two hosts and a round trip takes 2×Delay. With a
+//     rate, netem is the root and tbf its child: a packet waits out the
+//     delay, then its turn at the rate (propagation plus serialization).
+//
+// Up records what it makes in a state file (StateDir/cluster-NAME.json)
+// before making it, and undoes its work when a step fails; Down removes a
+// cluster from its state file and from the namespaces whose names follow
+// the cluster's pattern, so it also cleans up after a crash, and it is
+// idempotent. Every ip or tc command that fails is reported as a
+// *CommandError with the command line and its stderr.
+//
+// It needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN), iproute2's ip and tc, and
+// the kernel's sch_tbf (for a rate) and sch_netem (for delay, jitter or
+// loss); each missing piece has its error (ErrNotRoot, ErrNoIP, ErrNoTC,
+// ErrNoTBF, ErrNoNetem).
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+const (
+	// DefaultName is the cluster name when Config.Name is empty.
+	DefaultName = "goccl"
+	// DefaultStateDir is where state files go when Config.StateDir is
+	// empty (a tmpfs: the namespaces do not outlive a reboot either).
+	DefaultStateDir = "/run/goccl"
+	// DefaultMTU is the links' MTU when Config.MTU is 0.
+	DefaultMTU = 1500
+	// HostIface is the name of every host's veth, in its namespace.
+	HostIface = "eth0"
+	// BridgeName is the bridge's name, in the switch namespace.
+	BridgeName = "br0"
+)
+
+// DefaultSubnet is the hosts' subnet when Config.Subnet is not set. Each
+// cluster has its own bridge in its own namespace, so clusters with the
+// same subnet do not meet.
+var DefaultSubnet = netip.MustParsePrefix("10.200.0.0/24")
+
+var (
+	ErrNotRoot  = errors.New("needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) to make and remove network namespaces")
+	ErrNoIP     = errors.New("the ip command (iproute2) is not installed")
+	ErrNoTC     = errors.New("the tc command (iproute2) is not installed")
+	ErrNoNetem  = errors.New("the kernel has no netem qdisc (sch_netem, CONFIG_NET_SCH_NETEM), which a delay, jitter or loss needs: load it (modprobe sch_netem) or shape the rate alone (delay 0, loss 0)")
+	ErrNoTBF    = errors.New("the kernel has no tbf qdisc (sch_tbf, CONFIG_NET_SCH_TBF), which a rate needs: load it (modprobe sch_tbf) or leave the links unshaped (rate 0)")
+	ErrExists   = errors.New("a cluster of that name exists")
+	ErrNotFound = errors.New("no such cluster")
+)
+
+// Config describes a cluster. The zero values of the fields with defaults
+// take them.
+type Config struct {
+	// Name names the namespaces: Name-h0 ... and Name-sw. Letters,
+	// digits, '.', '_' and '-', at most 64; default DefaultName.
+	Name string `json:"name"`
+	// Hosts is the number of hosts, at least 1 and at most what the
+	// subnet holds.
+	Hosts int `json:"hosts"`
+	// Rate bounds each host link in each direction; 0: unshaped.
+	Rate Rate `json:"rate"`
+	// Delay is the one-way latency between two hosts (netem at the
+	// sender's egress), whole microseconds; Jitter varies it (netem's
+	// normal distribution; it reorders packets, as netem does).
+	Delay  time.Duration `json:"delay"`
+	Jitter time.Duration `json:"jitter"`
+	// Loss is the percentage of packets a host's egress drops, 0 to 100.
+	// With a loss the hosts' veths send MTU-sized packets (gso_max_segs
+	// 1), so the loss applies per packet, not per 64 KiB TCP super-packet.
+	Loss float64 `json:"loss"`
+	// MTU of the veths (the bridge follows its ports); default DefaultMTU.
+	// The kernel refuses what a veth cannot take (over 65535).
+	MTU int `json:"mtu"`
+	// Subnet holds the hosts' addresses (host i: the subnet's address
+	// plus i+1); IPv4, a prefix of 8 to 30 bits; default DefaultSubnet.
+	Subnet netip.Prefix `json:"subnet"`
+	// StateDir holds the state file; default DefaultStateDir.
+	StateDir string `json:"-"`
+}
+
+// Host is one host of a cluster.
+type Host struct {
+	Name  string     `json:"name"`  // its namespace, and its name in a hostfile
+	Addr  netip.Addr `json:"addr"`  // on HostIface, in Subnet
+	Iface string     `json:"iface"` // HostIface, in the host's namespace
+	Port  string     `json:"port"`  // its bridge port, in the switch namespace
+}
+
+// ExecPrefix is the command line that runs a command on the host: append
+// the command to it.
+func (h Host) ExecPrefix() []string { return []string{"ip", "netns", "exec", h.Name} }
+
+// Cluster is a cluster that Up made (or Load read): what its state file
+// records.
+type Cluster struct {
+	Name     string    `json:"name"`
+	Config   Config    `json:"config"` // normalized: the defaults filled in
+	Switch   string    `json:"switch"` // the bridge's namespace
+	Bridge   string    `json:"bridge"`
+	Hosts    []Host    `json:"hosts"`
+	Created  time.Time `json:"created"`
+	Complete bool      `json:"complete"` // false while Up runs, or after it crashed
+	// StateFile is the path of the state file.
+	StateFile string `json:"-"`
+}
+
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+
+// Normalize returns cfg with its defaults filled in, or an error naming
+// the first field that is wrong.
+func (cfg Config) Normalize() (Config, error) {
+	if cfg.Name == "" {
+		cfg.Name = DefaultName
+	}
+	if !namePattern.MatchString(cfg.Name) {
+		return cfg, fmt.Errorf("invalid cluster name %q: letters, digits, '.', '_' and '-', starting with a letter or digit, at most 64", cfg.Name)
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = DefaultStateDir
+	}
+	if cfg.MTU == 0 {
+		cfg.MTU = DefaultMTU
+	}
+	if cfg.MTU < 68 {
+		return cfg, fmt.Errorf("invalid MTU %d: at least 68", cfg.MTU)
+	}
+	if !cfg.Subnet.IsValid() {
+		cfg.Subnet = DefaultSubnet
+	}
+	if !cfg.Subnet.Addr().Is4() || cfg.Subnet.Bits() < 8 || cfg.Subnet.Bits() > 30 {
+		return cfg, fmt.Errorf("invalid subnet %s: want an IPv4 prefix of 8 to 30 bits (10.200.0.0/24)", cfg.Subnet)
+	}
+	cfg.Subnet = cfg.Subnet.Masked()
+	if room := 1<<(32-cfg.Subnet.Bits()) - 2; cfg.Hosts < 1 || cfg.Hosts > room {
+		return cfg, fmt.Errorf("invalid number of hosts %d: 1 to %d in %s", cfg.Hosts, room, cfg.Subnet)
+	}
+	if cfg.Delay < 0 || cfg.Jitter < 0 {
+		return cfg, fmt.Errorf("invalid delay %v or jitter %v: negative", cfg.Delay, cfg.Jitter)
+	}
+	if cfg.Delay%time.Microsecond != 0 || cfg.Jitter%time.Microsecond != 0 {
+		return cfg, fmt.Errorf("invalid delay %v or jitter %v: whole microseconds (netem's resolution)", cfg.Delay, cfg.Jitter)
+	}
+	if cfg.Jitter > 0 && cfg.Delay == 0 {
+		return cfg, fmt.Errorf("invalid jitter %v: it varies a delay, and the delay is 0", cfg.Jitter)
+	}
+	if cfg.Loss < 0 || cfg.Loss > 100 || math.IsNaN(cfg.Loss) {
+		return cfg, fmt.Errorf("invalid loss %v: a percentage, 0 to 100", cfg.Loss)
+	}
+	return cfg, nil
+}
+
+// needsNetem reports whether the links need netem.
+func (cfg Config) needsNetem() bool { return cfg.Delay > 0 || cfg.Loss > 0 }
+
+// SwitchName is the switch namespace of cluster name.
+func SwitchName(name string) string { return name + "-sw" }
+
+// HostName is the namespace of host i of cluster name.
+func HostName(name string, i int) string { return name + "-h" + strconv.Itoa(i) }
+
+// StateFile is the path of the state file of cluster name in dir ("":
+// DefaultStateDir).
+func StateFile(name, dir string) string {
+	if dir == "" {
+		dir = DefaultStateDir
+	}
+	return filepath.Join(dir, "cluster-"+name+".json")
+}
+
+// owns reports whether ns is a namespace of cluster name: Name-sw or
+// Name-h<number>, and nothing else (cluster "a" does not own "a-b-h0").
+func owns(name, ns string) bool {
+	rest, ok := strings.CutPrefix(ns, name+"-")
+	if !ok {
+		return false
+	}
+	if rest == "sw" {
+		return true
+	}
+	digits, ok := strings.CutPrefix(rest, "h")
+	if !ok || digits == "" || (len(digits) > 1 && digits[0] == '0') {
+		return false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// geteuid is os.Geteuid; tests replace it.
+var geteuid = os.Geteuid
+
+// Up builds the cluster cfg describes and returns it. It refuses a name
+// that a state file or a namespace already uses (ErrExists). When a step
+// fails, Up removes what it made before returning the error.
+func Up(ctx context.Context, cfg Config) (*Cluster, error) {
+	return up(ctx, cfg, 0)
+}
+
+func up(ctx context.Context, cfg Config, failAt int) (*Cluster, error) {
+	cfg, err := cfg.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	if geteuid() != 0 {
+		return nil, fmt.Errorf("cluster %s: %w", cfg.Name, ErrNotRoot)
+	}
+	r, err := newRunner(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %s: %w", cfg.Name, err)
+	}
+	c := plan(cfg)
+	if err := r.checkFree(c); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
+		return nil, fmt.Errorf("cluster %s: state directory: %w", cfg.Name, err)
+	}
+	if err := c.save(); err != nil {
+		return nil, fmt.Errorf("cluster %s: %w", cfg.Name, err)
+	}
+	r.failAt, r.n = failAt, 0 // count the build's commands
+	if err := r.build(c); err != nil {
+		err = fmt.Errorf("cluster %s: %w", cfg.Name, err)
+		r.failAt = 0
+		if _, derr := r.down(c.Name, c.Config.StateDir); derr != nil {
+			err = errors.Join(err, fmt.Errorf("removing what was made: %w", derr))
+		}
+		return nil, err
+	}
+	c.Complete = true
+	if err := c.save(); err != nil {
+		return c, fmt.Errorf("cluster %s: %w", cfg.Name, err)
+	}
+	return c, nil
+}
+
+// plan is the cluster cfg describes, before anything is made.
+func plan(cfg Config) *Cluster {
+	c := &Cluster{
+		Name:      cfg.Name,
+		Config:    cfg,
+		Switch:    SwitchName(cfg.Name),
+		Bridge:    BridgeName,
+		Created:   time.Now().UTC().Truncate(time.Second),
+		StateFile: StateFile(cfg.Name, cfg.StateDir),
+	}
+	base := cfg.Subnet.Addr().As4()
+	n := uint32(base[0])<<24 | uint32(base[1])<<16 | uint32(base[2])<<8 | uint32(base[3])
+	for i := range cfg.Hosts {
+		a := n + uint32(i) + 1
+		c.Hosts = append(c.Hosts, Host{
+			Name:  HostName(cfg.Name, i),
+			Addr:  netip.AddrFrom4([4]byte{byte(a >> 24), byte(a >> 16), byte(a >> 8), byte(a)}),
+			Iface: HostIface,
+			Port:  "p" + strconv.Itoa(i),
+		})
+	}
+	return c
+}
+
+// checkFree returns ErrExists when c's state file or one of its
+// namespaces is there.
+func (r *runner) checkFree(c *Cluster) error {
+	var what []string
+	if _, err := os.Stat(c.StateFile); err == nil {
+		what = append(what, "state file "+c.StateFile)
+	}
+	all, err := r.namespaces()
+	if err != nil {
+		return fmt.Errorf("cluster %s: %w", c.Name, err)
+	}
+	for _, ns := range all {
+		if owns(c.Name, ns) {
+			what = append(what, "namespace "+ns)
+		}
+	}
+	if len(what) > 0 {
+		return fmt.Errorf("cluster %s: %w (%s): remove it with 'goccl cluster down --name %s' (cluster.Down)", c.Name, ErrExists, strings.Join(what, ", "), c.Name)
+	}
+	return nil
+}
+
+// build makes c: the switch, then each host with its link and shaping.
+func (r *runner) build(c *Cluster) error {
+	sw := c.Switch
+	if err := r.ipCmd("netns", "add", sw); err != nil {
+		return err
+	}
+	if err := r.ipCmd("-n", sw, "link", "set", "lo", "up"); err != nil {
+		return err
+	}
+	// Probe the qdiscs on the switch's loopback before building the
+	// hosts: a kernel without them fails here, with the sentinel.
+	if c.Config.needsNetem() {
+		if err := r.tcCmd("-n", sw, "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1us"); err != nil {
+			return qdiscErr(err, "netem")
+		}
+		if err := r.tcCmd("-n", sw, "qdisc", "del", "dev", "lo", "root"); err != nil {
+			return err
+		}
+	}
+	if err := r.ipCmd("-n", sw, "link", "add", c.Bridge, "type", "bridge"); err != nil {
+		return err
+	}
+	if err := r.ipCmd("-n", sw, "link", "set", c.Bridge, "up"); err != nil {
+		return err
+	}
+	mtu := strconv.Itoa(c.Config.MTU)
+	for _, h := range c.Hosts {
+		if err := r.ipCmd("netns", "add", h.Name); err != nil {
+			return err
+		}
+		steps := [][]string{
+			{"-n", h.Name, "link", "set", "lo", "up"},
+			// Made in the switch namespace with its peer straight in the
+			// host's: nothing passes through the machine's namespace.
+			{"-n", sw, "link", "add", h.Port, "type", "veth", "peer", "name", h.Iface, "netns", h.Name},
+			// Set apart, the kernel says what is wrong with an MTU
+			// ("mtu greater than device maximum"; at creation, only
+			// "Invalid argument").
+			{"-n", sw, "link", "set", h.Port, "mtu", mtu},
+			{"-n", h.Name, "link", "set", h.Iface, "mtu", mtu},
+			{"-n", sw, "link", "set", h.Port, "master", c.Bridge},
+			{"-n", sw, "link", "set", h.Port, "up"},
+			{"-n", h.Name, "addr", "add", netip.PrefixFrom(h.Addr, c.Config.Subnet.Bits()).String(), "dev", h.Iface},
+		}
+		if c.Config.Loss > 0 {
+			steps = append(steps, []string{"-n", h.Name, "link", "set", h.Iface, "gso_max_segs", "1"})
+		}
+		steps = append(steps, []string{"-n", h.Name, "link", "set", h.Iface, "up"})
+		for _, s := range steps {
+			if err := r.ipCmd(s...); err != nil {
+				return err
+			}
+		}
+		if err := r.shape(c, h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// shape puts the qdiscs on host h's link: netem and tbf at the host's
+// egress, tbf at the switch port's.
+func (r *runner) shape(c *Cluster, h Host) error {
+	if c.Config.needsNetem() {
+		args := []string{"-n", h.Name, "qdisc", "add", "dev", h.Iface, "root", "handle", "1:", "netem",
+			"limit", strconv.Itoa(c.netemLimit()), "delay", us(c.Config.Delay)}
+		if c.Config.Jitter > 0 {
+			args = append(args, us(c.Config.Jitter))
+		}
+		if c.Config.Loss > 0 {
+			args = append(args, "loss", strconv.FormatFloat(c.Config.Loss, 'f', -1, 64)+"%")
+		}
+		if err := r.tcCmd(args...); err != nil {
+			return qdiscErr(err, "netem")
+		}
+	}
+	if c.Config.Rate == 0 {
+		return nil
+	}
+	parent := []string{"root"}
+	if c.Config.needsNetem() {
+		parent = []string{"parent", "1:1"}
+	}
+	if err := r.tcCmd(slices.Concat([]string{"-n", h.Name, "qdisc", "add", "dev", h.Iface}, parent, []string{"handle", "2:"}, c.tbf())...); err != nil {
+		return qdiscErr(err, "tbf")
+	}
+	if err := r.tcCmd(slices.Concat([]string{"-n", c.Switch, "qdisc", "add", "dev", h.Port, "root", "handle", "2:"}, c.tbf())...); err != nil {
+		return qdiscErr(err, "tbf")
+	}
+	return nil
+}
+
+// us is d as tc reads a time, in microseconds.
+func us(d time.Duration) string { return strconv.FormatInt(d.Microseconds(), 10) + "us" }
+
+// tbf is the tbf qdisc's parameters for c's rate. The burst (bytes sent at
+// once after an idle spell) is 2 ms of the rate but at least 64 KiB, so a
+// whole TSO/GSO packet passes in one piece and a timer that fires late on a
+// loaded machine costs no throughput; the queue holds 2×Delay + 20 ms of the
+// rate (a TCP flow's window at that delay, plus room), at least 4 bursts.
+func (c *Cluster) tbf() []string {
+	bytesPerSec := float64(c.Config.Rate) / 8
+	frame := float64(c.Config.MTU + 14)
+	burst := math.Max(math.Max(bytesPerSec*0.002, 64<<10), 2*frame)
+	limit := math.Max(bytesPerSec*(2*c.Config.Delay+2*c.Config.Jitter+20*time.Millisecond).Seconds(), 4*burst)
+	return []string{"tbf", "rate", c.Config.Rate.String(), "burst", strconv.Itoa(int(burst)), "limit", strconv.Itoa(int(limit))}
+}
+
+// netemLimit is netem's queue, in packets: what the link carries during
+// Delay+Jitter, twice over, counted in 256-byte packets (ACKs are small);
+// at least netem's default 1000. Without a rate it assumes 40 Gbit/s,
+// about what a veth carries.
+func (c *Cluster) netemLimit() int {
+	rate := float64(c.Config.Rate)
+	if rate == 0 {
+		rate = 40e9
+	}
+	n := 2 * rate / 8 * (c.Config.Delay + c.Config.Jitter).Seconds() / 256
+	return int(math.Min(math.Max(n, 1000), 1<<24))
+}
+
+// save writes c's state file (through a temporary file and a rename).
+func (c *Cluster) save() error {
+	b, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := c.StateFile + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("state file: %w", err)
+	}
+	if err := os.Rename(tmp, c.StateFile); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("state file: %w", err)
+	}
+	return nil
+}
+
+// Load reads the state file of cluster name in stateDir (""
+// DefaultStateDir); ErrNotFound when there is none.
+func Load(name, stateDir string) (*Cluster, error) {
+	if name == "" {
+		name = DefaultName
+	}
+	if stateDir == "" {
+		stateDir = DefaultStateDir
+	}
+	path := StateFile(name, stateDir)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("cluster %s: %w (no state file %s)", name, ErrNotFound, path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cluster %s: %w", name, err)
+	}
+	c := &Cluster{}
+	if err := json.Unmarshal(b, c); err != nil {
+		return nil, fmt.Errorf("cluster %s: state file %s: %w", name, path, err)
+	}
+	c.Config.StateDir, c.StateFile = stateDir, path
+	return c, nil
+}
+
+// Removed is what Down removed.
+type Removed struct {
+	Namespaces []string // deleted, in the order deleted
+	Killed     []int    // processes that were still running in them
+	StateFile  string   // "" when there was none
+}
+
+// Down removes cluster name: the namespaces its state file lists and every
+// namespace whose name follows its pattern (name-sw, name-h<N>), after
+// killing (SIGKILL) the processes still running in them; then its state
+// file (in stateDir, "": DefaultStateDir). The veths and the bridge go
+// with their namespaces. Removing nothing is no error.
+func Down(ctx context.Context, name, stateDir string) (*Removed, error) {
+	if name == "" {
+		name = DefaultName
+	}
+	if !namePattern.MatchString(name) {
+		return nil, fmt.Errorf("invalid cluster name %q", name)
+	}
+	if stateDir == "" {
+		stateDir = DefaultStateDir
+	}
+	if geteuid() != 0 {
+		return nil, fmt.Errorf("cluster %s: %w", name, ErrNotRoot)
+	}
+	r, err := newRunner(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %s: %w", name, err)
+	}
+	rm, err := r.down(name, stateDir)
+	if err != nil {
+		return rm, fmt.Errorf("cluster %s: %w", name, err)
+	}
+	return rm, nil
+}
+
+// Down removes c (Down with c's name and state directory).
+func (c *Cluster) Down(ctx context.Context) (*Removed, error) {
+	return Down(ctx, c.Name, c.Config.StateDir)
+}
+
+func (r *runner) down(name, stateDir string) (*Removed, error) {
+	rm := &Removed{}
+	var errs []error
+	path := StateFile(name, stateDir)
+	want := map[string]bool{}
+	if c, err := Load(name, stateDir); err == nil {
+		want[c.Switch] = true
+		for _, h := range c.Hosts {
+			want[h.Name] = true
+		}
+	}
+	// An unreadable state file is no error: the pattern finds what it
+	// listed, and it goes with them.
+	all, err := r.namespaces()
+	if err != nil {
+		return rm, err
+	}
+	var doomed []string
+	for _, ns := range all {
+		if want[ns] || owns(name, ns) {
+			doomed = append(doomed, ns)
+		}
+	}
+	for _, ns := range doomed {
+		out, err := r.run("ip", "netns", "pids", ns)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, f := range strings.Fields(string(out)) {
+			pid, err := strconv.Atoi(f)
+			if err != nil || pid <= 1 || pid == os.Getpid() {
+				continue
+			}
+			if syscall.Kill(pid, syscall.SIGKILL) == nil {
+				rm.Killed = append(rm.Killed, pid)
+			}
+		}
+	}
+	waitGone(rm.Killed, 2*time.Second)
+	left := false
+	for _, ns := range doomed {
+		if err := r.ipCmd("netns", "delete", ns); err != nil {
+			errs = append(errs, err)
+			left = true
+			continue
+		}
+		rm.Namespaces = append(rm.Namespaces, ns)
+	}
+	// The state file goes once nothing it lists is left (an unreadable
+	// one too: the pattern found what it listed).
+	if !left {
+		if err := os.Remove(path); err == nil {
+			rm.StateFile = path
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return rm, errors.Join(errs...)
+}
+
+// waitGone waits up to max for the processes pids to end (so that their
+// namespaces, and the links in them, are gone when Down returns).
+func waitGone(pids []int, max time.Duration) {
+	deadline := time.Now().Add(max)
+	for _, pid := range pids {
+		for time.Now().Before(deadline) {
+			if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); err != nil || zombie(b) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// zombie reports whether /proc/PID/stat's contents b are a zombie's (dead,
+// waiting for its parent to reap it: its namespaces are already released).
+func zombie(b []byte) bool {
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] == 'Z'
+}
+
+// namespaces lists the named network namespaces (ip netns list).
+func (r *runner) namespaces() ([]string, error) {
+	out, err := r.run("ip", "netns", "list")
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) > 0 {
+			names = append(names, f[0]) // "NAME (id: 3)"
+		}
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+// Leftovers lists the namespaces of cluster name that exist now.
+func Leftovers(ctx context.Context, name string) ([]string, error) {
+	r, err := newRunner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	all, err := r.namespaces()
+	if err != nil {
+		return nil, err
+	}
+	var mine []string
+	for _, ns := range all {
+		if owns(name, ns) {
+			mine = append(mine, ns)
+		}
+	}
+	return mine, nil
+}
+
+// Command returns a command that runs name with args on host i (ip netns
+// exec HOST name args...).
+func (c *Cluster) Command(ctx context.Context, i int, name string, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, "ip", slices.Concat([]string{"netns", "exec", c.Hosts[i].Name, name}, args)...)
+}
+
+// Hostfile is an OpenMPI hostfile of the hosts: a line "NAME slots=N" for
+// each.
+func (c *Cluster) Hostfile(slots int) string {
+	var b strings.Builder
+	for _, h := range c.Hosts {
+		fmt.Fprintf(&b, "%s slots=%d\n", h.Name, slots)
+	}
+	return b.String()
+}
+
+// Shaping describes the links' shaping in words: "rate 1gbit each way per
+// host, delay 100us one way, loss 0%, mtu 1500".
+func (cfg Config) Shaping() string {
+	rate := "unshaped rate"
+	if cfg.Rate > 0 {
+		rate = "rate " + cfg.Rate.String() + " each way per host"
+	}
+	delay := "no added delay"
+	if cfg.Delay > 0 {
+		delay = "delay " + cfg.Delay.String()
+		if cfg.Jitter > 0 {
+			delay += " ± " + cfg.Jitter.String()
+		}
+		delay += " one way host to host"
+	}
+	return fmt.Sprintf("%s, %s, loss %s%%, mtu %d", rate, delay, strconv.FormatFloat(cfg.Loss, 'f', -1, 64), cfg.MTU)
+}
