@@ -159,11 +159,11 @@ func TestClusterMpirun(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	// The namespaces share /dev/shm and the machine's identity, so the
-	// ranks would take each other for neighbours: TCP only.
+	// The namespaces share /dev/shm, but the host identity includes the
+	// network namespace: the two ranks link over TCP, through the shaping.
 	cmd := c.Command(ctx, 0, mpirun, "--allow-run-as-root", "--hostfile", hostfile, "--map-by", "node", "-np", "2",
 		"--mca", "plm_rsh_agent", exe+" cluster rsh",
-		"-x", "GOCCL_CLI_TEST_MAIN=1", "-x", "GOCCL_SHM_DISABLE=1", "-x", "GOCCL_STORE_DIR="+t.TempDir(),
+		"-x", "GOCCL_CLI_TEST_MAIN=1", "-x", "GOCCL_DEBUG=INFO", "-x", "GOCCL_DEBUG_SUBSYS=NET,SHM", "-x", "GOCCL_STORE_DIR="+t.TempDir(),
 		exe, "perf", "all_reduce", "-b", "8", "-e", "1M", "-f", "4")
 	var env []string
 	for _, kv := range os.Environ() {
@@ -192,6 +192,9 @@ func TestClusterMpirun(t *testing.T) {
 		if r.wrongOOP != "0" || r.wrongIP != "0" {
 			t.Errorf("row %+v", r)
 		}
+	}
+	if logs := e.String() + o.String(); !strings.Contains(logs, "via tcp") || strings.Contains(logs, "via shm") {
+		t.Errorf("the ranks of two hosts did not link over TCP (GOCCL_DEBUG=INFO):\n%s", logs)
 	}
 	stats, err := c.Stats(ctx)
 	if err != nil {
