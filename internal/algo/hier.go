@@ -104,7 +104,7 @@ func (g *Group) hierInter(nbytes int) Algorithm {
 func (h *Hierarchy) Hierarchical() bool { return h != nil && h.Inter != nil && h.PerHost > 1 }
 
 // AllReduceHier reduces send (count elements) into recv on every rank in
-// three steps: a ring reduce-scatter among the host's ranks (local rank l
+// three steps, pipelined by pieces of hierPieceBytes: a ring reduce-scatter among the host's ranks (local rank l
 // ends with the host's sum of chunk l+1 of PerHost), an AllReduce of that
 // chunk with algorithm a among the ranks of local index l on every host,
 // and a ring all-gather among the host's ranks. Per rank, the network
@@ -119,17 +119,78 @@ func (g *Group) AllReduceHier(ctx context.Context, op *Op, send, recv []byte, co
 	if !h.Hierarchical() {
 		return fmt.Errorf("algo: no hierarchy to run AllReduceHier on (%d hosts, %d ranks each)", h.Hosts, h.PerHost)
 	}
-	local, inter, es := h.Local, h.Inter, op.ElemSize
-	if err := local.ringReduceScatter(ctx, op, send, recv, count); err != nil {
-		return err
-	}
-	if off, n := ringOwned(count, local.Size, local.Rank); n > 0 {
-		chunk := recv[off*es : (off+n)*es]
-		if err := inter.AllReduce(ctx, op, chunk, chunk, n, a); err != nil {
+	es := op.ElemSize
+	// Pieces of hierPieceBytes, so that the network carries piece k while
+	// the host reduces piece k+1 and spreads piece k-1 (every rank cuts
+	// the same pieces).
+	per := max(1, hierPieceBytes/es)
+	pieces := max(1, (count+per-1)/per)
+	piece := func(k int) (lo, n int) { lo = k * per; return lo, min(count, lo+per) - lo }
+	local, inter := h.Local, h.Inter
+	if pieces == 1 {
+		if err := local.ringReduceScatter(ctx, op, send, recv, count); err != nil {
 			return err
 		}
+		if err := interChunk(ctx, op, inter, local, recv, count, a); err != nil {
+			return err
+		}
+		return local.ringAllGather(ctx, op, recv, count)
 	}
-	return local.ringAllGather(ctx, op, recv, count)
+	// The inter-host step runs on its own goroutine over the Inter
+	// sub-group's links while this one works the Local sub-group's: their
+	// links, senders and buffers are disjoint.
+	reduced := make(chan int, pieces)
+	crossed := make(chan error, pieces)
+	go func() {
+		defer close(crossed)
+		for k := range reduced {
+			lo, n := piece(k)
+			err := interChunk(ctx, op, inter, local, recv[lo*es:(lo+n)*es], n, a)
+			crossed <- err
+			if err != nil {
+				return
+			}
+		}
+	}()
+	var err error
+	for k := 0; k <= pieces && err == nil; k++ {
+		if k < pieces {
+			lo, n := piece(k)
+			if err = local.ringReduceScatter(ctx, op, send[lo*es:(lo+n)*es], recv[lo*es:(lo+n)*es], n); err != nil {
+				break
+			}
+			reduced <- k
+		}
+		if k > 0 {
+			if err = <-crossed; err != nil {
+				break
+			}
+			lo, n := piece(k - 1)
+			err = local.ringAllGather(ctx, op, recv[lo*es:(lo+n)*es], n)
+		}
+	}
+	close(reduced)
+	if err != nil {
+		g.abortFor(err) // ends the inter-host step if it still waits
+	}
+	for range crossed {
+	}
+	return err
+}
+
+// hierPieceBytes is the piece AllReduceHier pipelines in (a variable for
+// the tests, which make it small).
+var hierPieceBytes = 4 << 20
+
+// interChunk runs AllReduceHier's inter-host step on one piece of recv
+// (count elements): an AllReduce with algorithm a of this rank's chunk.
+func interChunk(ctx context.Context, op *Op, inter, local *Group, recv []byte, count int, a Algorithm) error {
+	off, n := ringOwned(count, local.Size, local.Rank)
+	if n == 0 {
+		return nil
+	}
+	chunk := recv[off*op.ElemSize : (off+n)*op.ElemSize]
+	return inter.AllReduce(ctx, op, chunk, chunk, n, a)
 }
 
 // BroadcastHier copies root's send (count elements) to recv on every rank:

@@ -77,6 +77,9 @@ func TestNewHier(t *testing.T) {
 // schedules, for hosts × ranks per host of 2×2, 3×2, 2×3, 4×2, blocked and
 // strided rank layouts, counts from 0 to several chunks.
 func TestHierCollectives(t *testing.T) {
+	// Pieces of 4 KiB: the larger counts run AllReduceHier's pipeline.
+	defer func(b int) { hierPieceBytes = b }(hierPieceBytes)
+	hierPieceBytes = 4 << 10
 	shapes := [][2]int{{2, 2}, {3, 2}, {2, 3}, {4, 2}}
 	for _, shape := range shapes {
 		H, L := shape[0], shape[1]
@@ -187,4 +190,29 @@ func TestHierCollectives(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestHierPipelineAbort: a rank that fails during the pipelined
+// AllReduceHier makes every rank return an error (no rank waits forever on
+// a piece that never comes, no goroutine is left sending).
+func TestHierPipelineAbort(t *testing.T) {
+	defer func(b int) { hierPieceBytes = b }(hierPieceBytes)
+	hierPieceBytes = 1 << 10
+	count := 20000
+	errs := runRanks(t, 4, func(g *Group) error {
+		h, err := NewHier(g, hostKeys(2, 2, false))
+		if err != nil {
+			return err
+		}
+		if g.Rank == 3 {
+			g.Abort() // rank 3 dies before its first message
+			return nil
+		}
+		buf := make([]byte, 4*count)
+		if err := g.AllReduceHier(context.Background(), testOp(1, count), buf, buf, count, h, Ring); err == nil {
+			return fmt.Errorf("rank %d: AllReduceHier succeeded without rank 3", g.Rank)
+		}
+		return nil
+	})
+	noErrors(t, errs)
 }
