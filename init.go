@@ -27,7 +27,9 @@ const defaultNSocks = 2
 // (set by `goccl run`), torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
 // MASTER_PORT), OpenMPI (OMPI_COMM_WORLD_*), Slurm (SLURM_PROCID,
 // SLURM_NTASKS, SLURM_LOCALID). With none of them the communicator has one
-// rank. See package rendezvous for how ranks find the store under mpirun.
+// rank. See package rendezvous for how ranks find the store under mpirun;
+// GOCCL_STORE=etcd://host:2379/prefix makes every rank a client of an etcd
+// cluster instead of rank 0 serving the store.
 //
 // Init connects every pair of ranks: shared memory (/dev/shm) when both run on
 // the same host, TCP otherwise (GOCCL_SHM_DISABLE=1 forces TCP;

@@ -1,7 +1,8 @@
 // Package rendezvous provides the key-value stores ranks use to find each other
 // at Init: an embedded TCP store served by rank 0 (the default), a file store in
 // a shared directory, a client of PyTorch's c10d TCPStore (the store
-// torchrun's agent serves), and an in-process store for tests.
+// torchrun's agent serves), a client of an etcd cluster, and an in-process
+// store for tests.
 //
 // # Finding the store
 //
@@ -59,6 +60,25 @@
 // file or belongs to another user is refused. The store and every TCP link
 // of the job then prove that token. Rank 0 deletes the file when its store
 // closes.
+//
+// # Rendezvous through etcd
+//
+// GOCCL_STORE=etcd://host:2379[,host:2379...]/prefix (FromEnv sets
+// Env.Etcd) makes every rank, rank 0 included, a client of that etcd
+// cluster (EtcdStore, DialEtcd): nobody serves, so no rank has to be up
+// before the others can reach the store, and the store survives the loss of
+// any rank. Connect keeps the job's keys under
+// <prefix>/<job id>/<attempt>/<generation>/ (EtcdJobPrefix: the job id as
+// for the address file, "default" without one; torchrun's restart count;
+// the count of this process's Inits), all on one etcd lease that every open
+// rank keeps alive. The last of the world's ranks to close revokes it,
+// deleting the keys; the keys of a job whose ranks died vanish the lease's
+// TTL (60 s) after the last one stopped. Every rank counts itself in when
+// it connects: a rank that finds the world already complete under its
+// prefix (an earlier run with the same job id that crashed less than a TTL
+// ago, or a job still running) fails, naming the prefix, instead of reading
+// that run's keys. GOCCL_STORE=tcp://host:port and file:///dir are
+// spellings of GOCCL_STORE_ADDR and GOCCL_STORE_DIR.
 //
 // # The TCP store
 //

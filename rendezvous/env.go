@@ -1,6 +1,7 @@
 package rendezvous
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -28,6 +29,10 @@ type Env struct {
 	// the keys of a restarted job apart from the earlier attempts' in the
 	// agent's store, which outlives them.
 	Attempt string
+	// Etcd is GOCCL_STORE when it names an etcd cluster
+	// (etcd://host:port[,host:port...]/prefix, see ParseEtcdURL), "" if
+	// not: Connect then makes every rank a client of that cluster.
+	Etcd string
 }
 
 // envSource is one launcher's rank variables.
@@ -65,6 +70,11 @@ var envSources = []envSource{
 //     is "True" (any case, or "1") and GOCCL_STORE_ADDR is not set; Attempt is
 //     TORCHELASTIC_RESTART_COUNT.
 //   - StoreDir is GOCCL_STORE_DIR.
+//   - GOCCL_STORE, a URL, overrides the store variables above:
+//     etcd://host:port[,host:port...]/prefix sets Etcd (and clears
+//     StoreAddr and AgentStore), tcp://host:port sets StoreAddr (and clears
+//     AgentStore), file:///dir sets StoreDir (and clears StoreAddr and
+//     AgentStore).
 //   - JobID is the first set of GOCCL_JOB_ID, TORCHELASTIC_RUN_ID,
 //     OMPI_MCA_ess_base_jobid, PMIX_NAMESPACE, OMPI_MCA_orte_ess_jobid, and
 //     SLURM_JOB_ID (as SLURM_JOB_ID.SLURM_STEP_ID when the step is set).
@@ -164,6 +174,11 @@ func fromLookup(lookup func(string) (string, bool)) (env Env, ok bool, err error
 	}
 	env.Attempt, _ = get("TORCHELASTIC_RESTART_COUNT")
 	env.StoreDir, _ = get(config.StoreDir.Name)
+	if v, ok := get(config.Store.Name); ok {
+		if err := parseStoreURL(strings.TrimSpace(v), &env); err != nil {
+			return fail("%s=%q: %v", config.Store.Name, v, err)
+		}
+	}
 	for _, name := range []string{config.JobID.Name, "TORCHELASTIC_RUN_ID", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "OMPI_MCA_orte_ess_jobid"} {
 		if v, ok := get(name); ok {
 			env.JobID = v
@@ -194,4 +209,76 @@ func checkHostPort(addr string) error {
 		return fmt.Errorf("port %q is not a number in [1, 65535]", port)
 	}
 	return nil
+}
+
+// storeURLSyntax is what GOCCL_STORE accepts, for messages.
+const storeURLSyntax = "want etcd://host:port[,host:port...]/prefix, tcp://host:port or file:///dir"
+
+// parseStoreURL applies GOCCL_STORE's value to env (see FromEnv).
+func parseStoreURL(v string, env *Env) error {
+	scheme, rest, ok := strings.Cut(v, "://")
+	if !ok {
+		return errors.New(storeURLSyntax)
+	}
+	switch strings.ToLower(scheme) {
+	case "etcd":
+		if _, _, err := ParseEtcdURL(v); err != nil {
+			return err
+		}
+		env.Etcd, env.StoreAddr, env.AgentStore = v, "", ""
+	case "tcp":
+		rest = strings.TrimSuffix(rest, "/")
+		if err := checkHostPort(rest); err != nil {
+			return fmt.Errorf("tcp://host:port: %v", err)
+		}
+		env.StoreAddr, env.AgentStore = rest, ""
+	case "file":
+		if !strings.HasPrefix(rest, "/") {
+			return errors.New("file:///dir: want an absolute directory (three slashes)")
+		}
+		env.StoreDir, env.StoreAddr, env.AgentStore = rest, "", ""
+	default:
+		return fmt.Errorf("unknown scheme %q: %s", scheme, storeURLSyntax)
+	}
+	return nil
+}
+
+// DefaultEtcdPrefix is the prefix of an etcd:// URL that names none.
+const DefaultEtcdPrefix = "/goccl/"
+
+// ParseEtcdURL parses etcd://host:port[,host:port...][/prefix] into
+// endpoints (host:port each; an IPv6 host in brackets) and a key prefix
+// that begins and ends with "/" (DefaultEtcdPrefix when the URL has no
+// path): etcd://h1:2379,h2:2379/jobs/a gives [h1:2379 h2:2379] and
+// "/jobs/a/". Query strings, fragments and user information are refused.
+func ParseEtcdURL(s string) (endpoints []string, prefix string, err error) {
+	scheme, rest, ok := strings.Cut(s, "://")
+	if !ok || !strings.EqualFold(scheme, "etcd") {
+		return nil, "", fmt.Errorf("%q is not an etcd:// URL", s)
+	}
+	if strings.ContainsAny(rest, "?#@") {
+		return nil, "", errors.New("etcd://host:port[,host:port...]/prefix takes no query, fragment or user information")
+	}
+	hosts, path, _ := strings.Cut(rest, "/")
+	if hosts == "" {
+		return nil, "", errors.New("etcd:// URL names no endpoint (want etcd://host:port[,host:port...]/prefix)")
+	}
+	for _, h := range strings.Split(hosts, ",") {
+		host, _, err := net.SplitHostPort(h)
+		if err == nil && host == "" {
+			err = errors.New("no host")
+		}
+		if err == nil {
+			err = checkHostPort(h)
+		}
+		if err != nil {
+			return nil, "", fmt.Errorf("etcd endpoint %q: %v (want host:port)", h, err)
+		}
+		endpoints = append(endpoints, h)
+	}
+	path = strings.Trim(path, "/")
+	if path == "" {
+		return endpoints, DefaultEtcdPrefix, nil
+	}
+	return endpoints, "/" + path + "/", nil
 }

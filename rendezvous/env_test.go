@@ -162,6 +162,30 @@ func TestFromEnv(t *testing.T) {
 		{name: "bad store addr", env: vars{"GOCCL_RANK": "0", "GOCCL_WORLD_SIZE": "1", "GOCCL_STORE_ADDR": "nohostport"}, ok: true, err: `GOCCL_STORE_ADDR="nohostport"`},
 		{name: "store addr port 0", env: vars{"GOCCL_RANK": "0", "GOCCL_WORLD_SIZE": "1", "GOCCL_STORE_ADDR": "h:0"}, ok: true, err: `GOCCL_STORE_ADDR="h:0"`},
 		{name: "store addr named port", env: vars{"GOCCL_RANK": "0", "GOCCL_WORLD_SIZE": "1", "GOCCL_STORE_ADDR": "h:http"}, ok: true, err: `GOCCL_STORE_ADDR="h:http"`},
+		{
+			name: "GOCCL_STORE etcd overrides the store address and the agent store",
+			env: vars{"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "node0", "MASTER_PORT": "29500", "TORCHELASTIC_USE_AGENT_STORE": "True",
+				"GOCCL_STORE_ADDR": "node1:7000", "GOCCL_STORE": "etcd://e1:2379,e2:2379/jobs"},
+			want: Env{Rank: 1, WorldSize: 2, Etcd: "etcd://e1:2379,e2:2379/jobs", Source: "torchrun"},
+			ok:   true,
+		},
+		{
+			name: "GOCCL_STORE tcp",
+			env:  vars{"GOCCL_RANK": "0", "GOCCL_WORLD_SIZE": "2", "GOCCL_STORE_ADDR": "node1:7000", "GOCCL_STORE": "tcp://node2:7001"},
+			want: Env{Rank: 0, WorldSize: 2, StoreAddr: "node2:7001", Source: "goccl"},
+			ok:   true,
+		},
+		{
+			name: "GOCCL_STORE file",
+			env:  vars{"GOCCL_RANK": "0", "GOCCL_WORLD_SIZE": "2", "GOCCL_STORE_ADDR": "node1:7000", "GOCCL_STORE": "file:///nfs/x"},
+			want: Env{Rank: 0, WorldSize: 2, StoreDir: "/nfs/x", Source: "goccl"},
+			ok:   true,
+		},
+		{name: "GOCCL_STORE without scheme", env: vars{"GOCCL_RANK": "0", "GOCCL_WORLD_SIZE": "1", "GOCCL_STORE": "h:2379"}, ok: true, err: `GOCCL_STORE="h:2379": want etcd://`},
+		{name: "GOCCL_STORE unknown scheme", env: vars{"GOCCL_RANK": "0", "GOCCL_WORLD_SIZE": "1", "GOCCL_STORE": "redis://h:1"}, ok: true, err: `GOCCL_STORE="redis://h:1": unknown scheme "redis"`},
+		{name: "GOCCL_STORE etcd without port", env: vars{"GOCCL_RANK": "0", "GOCCL_WORLD_SIZE": "1", "GOCCL_STORE": "etcd://h/p"}, ok: true, err: `GOCCL_STORE="etcd://h/p": etcd endpoint "h"`},
+		{name: "GOCCL_STORE tcp bad port", env: vars{"GOCCL_RANK": "0", "GOCCL_WORLD_SIZE": "1", "GOCCL_STORE": "tcp://h:0"}, ok: true, err: `GOCCL_STORE="tcp://h:0"`},
+		{name: "GOCCL_STORE relative file", env: vars{"GOCCL_RANK": "0", "GOCCL_WORLD_SIZE": "1", "GOCCL_STORE": "file://dir"}, ok: true, err: `GOCCL_STORE="file://dir": file:///dir`},
 		{name: "bad master port", env: vars{"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "m", "MASTER_PORT": "70000"}, ok: true, err: `MASTER_PORT="70000"`},
 	}
 	for _, tt := range tests {

@@ -206,8 +206,8 @@ func (p *Params) warnf(sub string) func(format string, args ...any) {
 	return func(format string, args ...any) { p.Log(slog.LevelWarn, sub, nil, format, args...) }
 }
 
-// generations counts, per rendezvous (store address or address file, rank
-// and world size), the Connect calls of this process that made their store.
+// generations counts, per rendezvous (store address, address file, or etcd
+// URL and job id; rank and world size), the Connect calls of this process that made their store.
 var generations struct {
 	sync.Mutex
 	n map[string]uint64
@@ -224,7 +224,10 @@ var generations struct {
 // process (tests) each have their own.
 func nextGeneration(env rendezvous.Env) uint64 {
 	where := env.StoreAddr
-	if where == "" {
+	switch {
+	case env.Etcd != "":
+		where = env.Etcd + "|" + env.JobID
+	case where == "":
 		where = rendezvous.AddrFilePath(env)
 	}
 	key := fmt.Sprintf("%s|%d|%d", where, env.Rank, env.WorldSize)

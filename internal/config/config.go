@@ -147,6 +147,8 @@ var (
 		Doc: "the number of ranks on this host"})
 	StoreAddr = define(Var{Name: "GOCCL_STORE_ADDR", Kind: String, Group: "launcher",
 		Doc: "host:port of the rendezvous store (rank 0 serves it)"})
+	Store = define(Var{Name: "GOCCL_STORE", Kind: String, Group: "launcher",
+		Doc: "the rendezvous store as a URL, overriding the others: etcd://host:2379[,host:2379...]/prefix (every rank a client of etcd, keys under prefix/<job id>/), tcp://host:port (as GOCCL_STORE_ADDR) or file:///dir (as GOCCL_STORE_DIR)"})
 	StoreDir = define(Var{Name: "GOCCL_STORE_DIR", Kind: String, Group: "launcher",
 		Doc: "shared directory for a file store (multi-host jobs without a store address)"})
 	JobID = define(Var{Name: "GOCCL_JOB_ID", Kind: String, Group: "launcher",
