@@ -17,10 +17,11 @@ import (
 // "Decomposing MPI collectives for exploiting multi-lane communication",
 // 2020, and the HAN component of Open MPI).
 type Hierarchy struct {
-	Hosts   int   // number of hosts
-	PerHost int   // ranks on every host; 0 when hosts hold different numbers of ranks
-	HostOf  []int // host index (0.. in order of each host's lowest rank) of each rank
-	LocalOf []int // each rank's index among its host's ranks (in rank order)
+	Hosts   int     // number of hosts
+	PerHost int     // ranks on every host; 0 when hosts hold different numbers of ranks
+	HostOf  []int   // host index (0.. in order of each host's lowest rank) of each rank
+	LocalOf []int   // each rank's index among its host's ranks (in rank order)
+	members [][]int // each host's ranks, in rank order
 
 	Local *Group // this rank's host, ranks in rank order (nil when alone on its host)
 	Inter *Group // the ranks with this rank's local index, one per host, in host order (nil with one host or uneven hosts)
@@ -49,7 +50,7 @@ func NewHier(g *Group, hostKey []string) (*Hierarchy, error) {
 		h.HostOf[r], h.LocalOf[r] = i, len(members[i])
 		members[i] = append(members[i], r)
 	}
-	h.Hosts = len(members)
+	h.Hosts, h.members = len(members), members
 	h.PerHost = len(members[0])
 	for _, m := range members {
 		if len(m) != h.PerHost {
@@ -213,15 +214,8 @@ func (g *Group) BroadcastHier(ctx context.Context, op *Op, send, recv []byte, co
 	return h.Local.Broadcast(ctx, op, recv, recv, count, lr)
 }
 
-// rankAt is the rank at local index l of host i (h.PerHost > 0).
-func (h *Hierarchy) rankAt(i, l int) int {
-	for r := range h.HostOf {
-		if h.HostOf[r] == i && h.LocalOf[r] == l {
-			return r
-		}
-	}
-	return -1
-}
+// rankAt is the rank at local index l of host i.
+func (h *Hierarchy) rankAt(i, l int) int { return h.members[i][l] }
 
 // AllGatherHier gathers count elements of send from every rank into recv
 // (block r from rank r): an AllGather among the ranks of this rank's local
