@@ -47,7 +47,7 @@ func JoinEnv(ctx context.Context, opts ...Option) (*Group, error) {
 		return nil, fmt.Errorf("gloo: join: rank %d: MASTER_PORT=%q is not a port number in [1, 65535]: %w", env.Rank, port, ErrInvalidArgument)
 	}
 	storeAddr := net.JoinHostPort(host, port)
-	agent := strings.EqualFold(os.Getenv("TORCHELASTIC_USE_AGENT_STORE"), "true")
+	agent := strings.EqualFold(os.Getenv("TORCHELASTIC_USE_AGENT_STORE"), "true") || os.Getenv("TORCHELASTIC_USE_AGENT_STORE") == "1" // as rendezvous.FromEnv reads it
 	var closers []func() error
 	closeAll := func() {
 		for i := len(closers) - 1; i >= 0; i-- {
