@@ -36,6 +36,9 @@ type command struct {
 	// run executes the subcommand with the arguments after its name and
 	// returns the process exit status.
 	run func(args []string, stdout, stderr io.Writer) int
+	// hidden keeps the command out of the usage listing and suggestions
+	// (an internal one, as goccl rund).
+	hidden bool
 }
 
 var commands = map[string]*command{}
@@ -92,7 +95,10 @@ func cli(args []string, stdout, stderr io.Writer) int {
 
 func commandNames() []string {
 	names := make([]string, 0, len(commands))
-	for n := range commands {
+	for n, c := range commands {
+		if c.hidden {
+			continue
+		}
 		names = append(names, n)
 	}
 	sort.Strings(names)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +19,19 @@ import (
 )
 
 func init() {
+	register(&command{
+		name:    launch.AgentCommand,
+		summary: "the agent of goccl run -H on each host (started by goccl run; reads its share of the job on standard input)",
+		usage:   "goccl " + launch.AgentCommand,
+		hidden:  true,
+		run: func(args []string, stdout, stderr io.Writer) int {
+			if len(args) > 0 {
+				fmt.Fprintf(stderr, "goccl %s takes no arguments: goccl run -H starts it and gives it its job on standard input\n", launch.AgentCommand)
+				return 2
+			}
+			return launch.ServeNode(os.Stdin, stdout, stderr)
+		},
+	})
 	register(&command{
 		name:    "run",
 		summary: "start N local ranks of a program (a torchrun/mpirun for one host)",
@@ -162,11 +176,21 @@ func (f *nprocFlag) Set(s string) error {
 // first application context) and, with ":", the others.
 type runArgs struct {
 	np    int
+	npSet bool // the first context gave -n (with hosts, the default is every slot)
 	env   envList // --metrics-addr's variable first, then the --env settings
 	grace time.Duration
 	prog  string
 	args  []string
 	more  []runApp // the contexts after the first (-n N1 PROG1 : -n N2 PROG2), nil for one program
+	hosts
+}
+
+// hosts are the multi-host flags of goccl run.
+type hosts struct {
+	list   []launch.Host // -H and --hostfile, nil on this host alone
+	rsh    []string      // --rsh's words
+	agent  string        // --launch-agent
+	export []string      // -x
 }
 
 // runApp is one application context of goccl run's command line.
@@ -187,7 +211,7 @@ const contextSep = ":"
 
 // jobFlags are the flags of goccl run that are the launcher's, not a
 // context's: only the first context takes them.
-var jobFlags = []string{"grace", "metrics-addr"}
+var jobFlags = []string{"grace", "metrics-addr", "host", "hostfile", "rsh", "launch-agent", "x"}
 
 // runFlags are the flags of one context of goccl run.
 type runFlags struct {
@@ -195,6 +219,11 @@ type runFlags struct {
 	env         envList
 	grace       *time.Duration
 	metricsAddr *string
+	hosts       *[]string
+	hostfile    *string
+	rsh         *string
+	agent       *string
+	export      *[]string
 }
 
 // newRunFlags returns goccl run's flag set (of one context).
@@ -215,7 +244,49 @@ func newRunFlags(stderr io.Writer) (*cliFlags, *runFlags) {
 	fs.Var(&f.env, "env", "set `KEY=VALUE` in the environment of PROG's ranks (repeatable)")
 	f.grace = fs.Duration("grace", launch.DefaultGrace, "time between SIGTERM and SIGKILL when stopping ranks (first context only)")
 	f.metricsAddr = fs.String("metrics-addr", "", "serve each rank's Prometheus metrics at `ADDR` (:9400: local rank r on port 9400+r); sets "+config.MetricsAddr.Name+" (first context only)")
+	f.hosts = fs.StringArrayP("host", "H", nil, "run the ranks on `HOSTS` (h1:4,h2:4: NAME[:SLOTS],...; repeatable), filling each host's slots in order (first context only)")
+	f.hostfile = fs.String("hostfile", "", "run the ranks on the hosts of `FILE` (OpenMPI's syntax: NAME [slots=N] per line; first context only)")
+	fs.StringVar(f.hostfile, "machinefile", "", "same as --hostfile `FILE`")
+	f.rsh = fs.String("rsh", "ssh", "remote shell `COMMAND` that starts goccl on the other hosts, as COMMAND HOST 'goccl rund' (OpenMPI's plm_rsh_agent; first context only)")
+	f.agent = fs.String("launch-agent", "", "the goccl executable at `PATH` on the hosts (default: this one's path; first context only)")
+	f.export = fs.StringArrayP("x", "x", nil, "give the ranks on other hosts this program's variable `NAME` too (as mpirun -x; GOCCL_* always go; first context only)")
 	return fs, f
+}
+
+// hostList is the multi-host part of the first context's flags.
+func (f *runFlags) hostList(fs *cliFlags) (hosts, error) {
+	var h hosts
+	for _, v := range *f.hosts {
+		list, err := launch.ParseHosts(v)
+		if err != nil {
+			return h, fmt.Errorf("-H %s: %v", v, err)
+		}
+		h.list = append(h.list, list...)
+	}
+	if *f.hostfile != "" {
+		if len(h.list) > 0 {
+			return h, errors.New("give the hosts with -H or with --hostfile, not both")
+		}
+		file, err := os.Open(*f.hostfile)
+		if err != nil {
+			return h, err
+		}
+		defer file.Close()
+		if h.list, err = launch.ParseHostfile(file, *f.hostfile); err != nil {
+			return h, err
+		}
+	}
+	for _, name := range []string{"rsh", "launch-agent", "x"} {
+		if fs.Changed(name) && h.list == nil {
+			return h, fmt.Errorf("--%s is for a job on several hosts: give them with -H or --hostfile", name)
+		}
+	}
+	h.rsh = strings.Fields(*f.rsh)
+	if len(h.rsh) == 0 {
+		return h, errors.New("--rsh is empty")
+	}
+	h.agent, h.export = *f.agent, *f.export
+	return h, nil
 }
 
 // splitContexts splits args at each standalone ":".
@@ -289,7 +360,11 @@ func parseRunArgs(args []string, stderr io.Writer) (*runArgs, int) {
 			if *f.metricsAddr != "" {
 				metricsEnv = envList{config.MetricsAddr.Name + "=" + *f.metricsAddr} // --env may still override it
 			}
-			ra = &runArgs{np: f.np.n, env: append(metricsEnv, f.env...), grace: *f.grace, prog: prog, args: fs.Args()[1:]}
+			ra = &runArgs{np: f.np.n, npSet: f.np.set != "", env: append(metricsEnv, f.env...), grace: *f.grace, prog: prog, args: fs.Args()[1:]}
+			var err error
+			if ra.hosts, err = f.hostList(fs); err != nil {
+				return fail("%v", err)
+			}
 			continue
 		}
 		for _, name := range jobFlags {
@@ -307,34 +382,43 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	if ra == nil {
 		return status
 	}
-	// A PyTorch c10d store for the PyTorch programs among the ranks, as
-	// torchrun's agent serves one (goccl's own ranks use goccl's store).
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		fmt.Fprintf(stderr, "goccl run: cannot serve a c10d store for PyTorch: %v\n", err)
-		return 1
-	}
-	torchStore := rendezvous.ServeC10d(ln)
-	defer torchStore.Close()
-	_, port, _ := net.SplitHostPort(torchStore.Addr())
-	torchEnv := []string{"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port,
-		"TORCHELASTIC_USE_AGENT_STORE=True", "TORCHELASTIC_RESTART_COUNT=0"}
 	cfg := launch.Config{
 		Stdout:         stdout,
 		Stderr:         stderr,
 		Grace:          ra.grace,
 		ForwardSignals: true,
-		Progress:       progress.ForRanks(stderr),
+	}
+	if ra.list != nil {
+		// The agent of rank 0's host serves PyTorch's store.
+		cfg.Hosts, cfg.Rsh, cfg.Agent, cfg.Export = ra.list, ra.rsh, ra.agent, ra.export
+		if ra.more == nil && !ra.npSet {
+			ra.np = 0
+			for _, h := range ra.list {
+				ra.np += h.Slots
+			}
+		}
+	} else {
+		// A PyTorch c10d store for the PyTorch programs among the ranks, as
+		// torchrun's agent serves one (goccl's own ranks use goccl's store).
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			fmt.Fprintf(stderr, "goccl run: cannot serve a c10d store for PyTorch: %v\n", err)
+			return 1
+		}
+		torchStore := rendezvous.ServeC10d(ln)
+		defer torchStore.Close()
+		_, port, _ := net.SplitHostPort(torchStore.Addr())
+		cfg.Env = launch.TorchEnv("127.0.0.1", port)
+		cfg.Progress = progress.ForRanks(stderr)
 	}
 	if ra.more == nil {
-		cfg.NP, cfg.Prog, cfg.Args, cfg.Env = ra.np, ra.prog, ra.args, append(torchEnv, ra.env...)
+		cfg.NP, cfg.Prog, cfg.Args, cfg.Env = ra.np, ra.prog, ra.args, append(cfg.Env, ra.env...)
 	} else {
-		cfg.Env = torchEnv
 		for _, a := range ra.apps() {
 			cfg.Apps = append(cfg.Apps, launch.App{NP: a.np, Prog: a.prog, Args: a.args, Env: a.env})
 		}
 	}
-	err = launch.Run(context.Background(), cfg)
+	err := launch.Run(context.Background(), cfg)
 	return reportLaunch("goccl run", err, stderr)
 }
 

@@ -104,6 +104,8 @@ var (
 		Doc: "per peer, the smallest buffer in bytes for the single-copy (direct read) schedules"})
 	SocketIfname = define(Var{Name: "GOCCL_SOCKET_IFNAME", Kind: String,
 		Doc: "network interface(s) for TCP links and the store, in NCCL_SOCKET_IFNAME syntax (eth0, ^docker, =eth1)"})
+	SocketTimeout = define(Var{Name: "GOCCL_SOCKET_TIMEOUT", Kind: Duration, Default: "10s",
+		Doc: "how long a TCP link to another host may go without an acknowledgement or keep-alive reply before it counts as lost (the peer's host or the path to it is gone: TCP_USER_TIMEOUT and keep-alive probes); 0: the kernel's defaults (many minutes)"})
 	NSocksPerPeer = define(Var{Name: "GOCCL_NSOCKS_PERPEER", Kind: Int, Default: "2", Min: 1, Max: 64,
 		Doc: "TCP sockets per peer and direction; messages above 2 MiB are striped over them"})
 	HostID = define(Var{Name: "GOCCL_HOSTID", Kind: String,

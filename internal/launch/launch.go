@@ -90,6 +90,48 @@ type Config struct {
 	// following it; after the ranks exit Run erases the line once more (a
 	// bar left by a rank that was killed).
 	Progress *os.File
+
+	// Place, when not nil, makes these ranks one host's share of a job
+	// that spans several (goccl run -H starts one such share per host
+	// through its agent, ServeNode; under Slurm or Kubernetes each node's
+	// goccl run is one): their ranks are numbered from Place.FirstRank in
+	// a world of Place.WorldSize, their store is Place.StoreAddr and their
+	// job id Place.JobID. nil means a job of this host alone: ranks from 0,
+	// a store at a free port of 127.0.0.1, a fresh job id.
+	Place *Place
+	// OnExit, when not nil, is called (from Run's goroutine, in order) for
+	// every rank that exits before Run stops the ranks, with nil for a rank
+	// that exited with status 0 and the rank's failure otherwise (before
+	// Run has picked the failure it reports). The agent of goccl run -H
+	// reports the exits to the launcher with it.
+	OnExit func(rank int, failure *ExitError)
+
+	// Hosts, when not empty, makes Run start the ranks on these hosts
+	// (goccl run -H, --hostfile), filling each host's slots in order
+	// (OpenMPI's --map-by slot): Run then starts an agent on each host
+	// (Agent, through Rsh) that starts the host's ranks, and ties their
+	// lifetimes together across the hosts. See RunHosts for the rest.
+	Hosts []Host
+	// Rsh is the remote shell command, as words ("ssh", or "goccl cluster
+	// rsh" for namespace hosts), run as Rsh... HOST COMMAND as ssh is:
+	// COMMAND is one string for the remote shell. nil means ssh. A host
+	// named localhost (or 127.0.0.1, ::1) is started without it.
+	Rsh []string
+	// Agent is the goccl executable on the hosts, run as "Agent rund"
+	// (OpenMPI's --launch-agent); "" means this program's own path.
+	Agent string
+	// Export names variables of this process's environment that the ranks
+	// on other hosts also get (mpirun -x); GOCCL_* variables always go.
+	Export []string
+}
+
+// Place is one host's share of a multi-host job (Config.Place).
+type Place struct {
+	FirstRank int    // the job-wide rank of the host's first rank
+	WorldSize int    // the job's number of ranks
+	Node      int    // the host's index among the job's hosts (torchrun's GROUP_RANK)
+	StoreAddr string // host:port of rank 0's store, reachable from every host
+	JobID     string // the job's id, the same on every host
 }
 
 // App is one program of a job of several (Config.Apps).
@@ -129,14 +171,18 @@ var (
 // exec.Cmd.ExtraFiles.
 const progressFD = 3
 
-// RankEnv returns the GOCCL_* variables of rank in a local job of np ranks.
-func RankEnv(rank, np int, storeAddr, jobID string) []string {
-	r, n := strconv.Itoa(rank), strconv.Itoa(np)
+// slot is where one rank runs: its rank and the job's world size, its
+// local rank among the host's ranks and their number, and the host's index
+// among the job's hosts.
+type slot struct{ rank, world, local, localWorld, node int }
+
+// RankEnv returns the GOCCL_* variables of the rank at s.
+func (s slot) RankEnv(storeAddr, jobID string) []string {
 	return []string{
-		EnvRank + "=" + r,
-		EnvWorldSize + "=" + n,
-		EnvLocalRank + "=" + r,
-		EnvLocalWorldSize + "=" + n,
+		EnvRank + "=" + strconv.Itoa(s.rank),
+		EnvWorldSize + "=" + strconv.Itoa(s.world),
+		EnvLocalRank + "=" + strconv.Itoa(s.local),
+		EnvLocalWorldSize + "=" + strconv.Itoa(s.localWorld),
 		EnvStoreAddr + "=" + storeAddr,
 		EnvJobID + "=" + jobID,
 	}
@@ -145,7 +191,7 @@ func RankEnv(rank, np int, storeAddr, jobID string) []string {
 // CompatVars are the other launchers' variables every rank also gets, so
 // that programs written for torchrun (PyTorch) or OpenMPI's mpirun find their
 // rank under goccl run: torchrun's RANK, WORLD_SIZE, LOCAL_RANK,
-// LOCAL_WORLD_SIZE and GROUP_RANK (always 0: one host) and OpenMPI's
+// LOCAL_WORLD_SIZE and GROUP_RANK (the host's index; 0 on one host) and OpenMPI's
 // OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK and
 // OMPI_COMM_WORLD_LOCAL_SIZE. (MASTER_ADDR and MASTER_PORT, for PyTorch's
 // env:// initialisation, come from `goccl run`, which serves a c10d store:
@@ -156,13 +202,14 @@ var CompatVars = []string{
 	"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
 }
 
-// CompatEnv returns CompatVars set for rank in a local job of np ranks.
-func CompatEnv(rank, np int) []string {
-	r, n := strconv.Itoa(rank), strconv.Itoa(np)
+// CompatEnv returns CompatVars set for the rank at s.
+func (s slot) CompatEnv() []string {
+	r, n := strconv.Itoa(s.rank), strconv.Itoa(s.world)
+	l, ln := strconv.Itoa(s.local), strconv.Itoa(s.localWorld)
 	return []string{
-		"RANK=" + r, "WORLD_SIZE=" + n, "LOCAL_RANK=" + r, "LOCAL_WORLD_SIZE=" + n, "GROUP_RANK=0",
+		"RANK=" + r, "WORLD_SIZE=" + n, "LOCAL_RANK=" + l, "LOCAL_WORLD_SIZE=" + ln, "GROUP_RANK=" + strconv.Itoa(s.node),
 		"OMPI_COMM_WORLD_RANK=" + r, "OMPI_COMM_WORLD_SIZE=" + n,
-		"OMPI_COMM_WORLD_LOCAL_RANK=" + r, "OMPI_COMM_WORLD_LOCAL_SIZE=" + n,
+		"OMPI_COMM_WORLD_LOCAL_RANK=" + l, "OMPI_COMM_WORLD_LOCAL_SIZE=" + ln,
 	}
 }
 
@@ -190,6 +237,9 @@ type ExitError struct {
 	App  int
 	Prog string
 	Args []string
+	// Host is the host the rank ran on, in a job of several hosts (as
+	// Config.Hosts names it); "" otherwise.
+	Host string
 	apps int // the job's number of programs: Error names Prog when more than 1
 }
 
@@ -200,11 +250,14 @@ func (e *ExitError) Error() string {
 	} else {
 		what = "exited with status " + strconv.Itoa(e.Status)
 	}
-	prog := ""
-	if e.apps > 1 {
-		prog = ", " + commandLine(e.Prog, e.Args)
+	where := ""
+	if e.Host != "" {
+		where = " on " + e.Host
 	}
-	return fmt.Sprintf("rank %d (pid %d%s) %s; %s", e.Rank, e.Pid, prog, what, stoppedPhrase(e.Stopped, true))
+	if e.apps > 1 {
+		where += ", " + commandLine(e.Prog, e.Args)
+	}
+	return fmt.Sprintf("rank %d (pid %d%s) %s; %s", e.Rank, e.Pid, where, what, stoppedPhrase(e.Stopped, true))
 }
 
 // commandLine is prog and args as a shell would take them (arguments with
@@ -376,6 +429,9 @@ func jobApps(cfg Config) ([]App, error) {
 // or another error (bad config, build or start failure, ctx ended: the ranks
 // are then stopped the same way).
 func Run(ctx context.Context, cfg Config) error {
+	if len(cfg.Hosts) > 0 {
+		return runHosts(ctx, cfg)
+	}
 	apps, err := jobApps(cfg)
 	if err != nil {
 		return err
@@ -388,21 +444,7 @@ func Run(ctx context.Context, cfg Config) error {
 			app = append(app, i)
 		}
 	}
-	if cfg.Stdout == nil {
-		cfg.Stdout = os.Stdout
-	}
-	if cfg.Stderr == nil {
-		cfg.Stderr = os.Stderr
-	}
-	if cfg.Label == nil {
-		cfg.Label = DefaultLabel
-	}
-	if cfg.Grace <= 0 {
-		cfg.Grace = DefaultGrace
-	}
-	if cfg.Settle <= 0 {
-		cfg.Settle = DefaultSettle
-	}
+	fillDefaults(&cfg)
 
 	var sigs chan os.Signal
 	if cfg.ForwardSignals {
@@ -426,12 +468,19 @@ func Run(ctx context.Context, cfg Config) error {
 	default:
 	}
 
-	port, err := FreePort()
-	if err != nil {
-		return fmt.Errorf("launch: finding a free port for the store: %w", err)
+	place := Place{WorldSize: np, JobID: NewJobID()}
+	if cfg.Place != nil {
+		place = *cfg.Place
+		if place.FirstRank < 0 || place.FirstRank+np > place.WorldSize || place.StoreAddr == "" || place.JobID == "" {
+			return fmt.Errorf("launch: bad place %+v for %d ranks", place, np)
+		}
+	} else {
+		port, err := FreePort()
+		if err != nil {
+			return fmt.Errorf("launch: finding a free port for the store: %w", err)
+		}
+		place.StoreAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	}
-	storeAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	jobID := NewJobID()
 	parentEnv := os.Environ()
 	if os.Getenv(EnvJobToken) == "" {
 		parentEnv = append(parentEnv, EnvJobToken+"="+NewJobToken())
@@ -450,8 +499,9 @@ func Run(ctx context.Context, cfg Config) error {
 		cmd.Dir = cfg.Dir
 		env := make([]string, 0, len(parentEnv)+8+len(CompatVars)+len(cfg.Env)+len(a.Env))
 		env = append(env, parentEnv...)
-		env = append(env, CompatEnv(i, np)...)
-		env = append(env, RankEnv(i, np, storeAddr, jobID)...)
+		at := slot{rank: place.FirstRank + i, world: place.WorldSize, local: i, localWorld: np, node: place.Node}
+		env = append(env, at.CompatEnv()...)
+		env = append(env, at.RankEnv(place.StoreAddr, place.JobID)...)
 		if i == 0 && cfg.Progress != nil {
 			cmd.ExtraFiles = []*os.File{cfg.Progress}
 			env = append(env, EnvProgressFD+"="+strconv.Itoa(progressFD))
@@ -479,7 +529,7 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 			r.pipes = append(r.pipes, pr)
 			ws = append(ws, pw)
-			prefix := cfg.Label(i, isErr)
+			prefix := cfg.Label(place.FirstRank+i, isErr)
 			if cfg.Progress != nil && progress.IsTerminal(out) {
 				prefix = progress.ClearLine + prefix
 			}
@@ -550,12 +600,22 @@ func Run(ctx context.Context, cfg Config) error {
 			running--
 			r := ranks[e.rank]
 			r.done = true
-			if stopping || e.err == nil {
+			if stopping {
+				continue
+			}
+			if e.err == nil {
+				if cfg.OnExit != nil {
+					cfg.OnExit(place.FirstRank+e.rank, nil)
+				}
 				continue
 			}
 			ee := exitError(e, r.cmd.Process.Pid)
 			a := apps[app[e.rank]]
+			ee.Rank += place.FirstRank
 			ee.App, ee.Prog, ee.Args, ee.apps = app[e.rank], a.Prog, a.Args, len(apps)
+			if cfg.OnExit != nil {
+				cfg.OnExit(ee.Rank, ee)
+			}
 			if first == nil || ee.causes(first) {
 				first = ee
 			}

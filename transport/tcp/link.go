@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/goccl/goccl/internal/config"
 	"github.com/goccl/goccl/transport"
 )
 
@@ -690,6 +691,12 @@ func (l *link) fail(op string, ctx context.Context, hasDL bool, err error) error
 		e = context.DeadlineExceeded
 	case isClosedErr(err):
 		e = l.brokenErr(err)
+	case isUnreachableErr(err):
+		// The kernel gave up on the peer (setDeadPeerTimeout): its host,
+		// or the path to it, is gone.
+		cause := fmt.Errorf("unreachable: its host stopped answering (nothing acknowledged for %v, %s): %w", socketTimeout(), config.SocketTimeout.Name, err)
+		l.verdict.CompareAndSwap(nil, &cause)
+		e = &transport.LostError{Rank: l.peer, Via: -1, Cause: cause}
 	default:
 		e = err
 	}
@@ -698,6 +705,12 @@ func (l *link) fail(op string, ctx context.Context, hasDL bool, err error) error
 
 func isCtxErr(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// isUnreachableErr reports whether err says the peer's host stopped
+// answering: the connection timed out, or the route to it is gone.
+func isUnreachableErr(err error) bool {
+	return errors.Is(err, syscall.ETIMEDOUT) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH)
 }
 
 func isClosedErr(err error) bool {

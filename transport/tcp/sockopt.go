@@ -7,6 +7,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
+
+	"github.com/goccl/goccl/internal/config"
 )
 
 // sockBufSize is the socket buffer size goccl asks for.
@@ -51,6 +54,8 @@ func tuneConn(c *net.TCPConn) {
 	if sameHost(c) {
 		rcv, snd = bufSizes.localRcv, bufSizes.localSnd
 		setCongestion(c, sameHostCongestion)
+	} else {
+		setDeadPeerTimeout(c, socketTimeout())
 	}
 	if rcv > 0 {
 		_ = c.SetReadBuffer(rcv)
@@ -58,6 +63,35 @@ func tuneConn(c *net.TCPConn) {
 	if snd > 0 {
 		_ = c.SetWriteBuffer(snd)
 	}
+}
+
+// socketTimeout is GOCCL_SOCKET_TIMEOUT (0: the kernel's defaults), read
+// once.
+var socketTimeout = sync.OnceValue(func() time.Duration {
+	d, _, err := config.SocketTimeout.Duration()
+	if err != nil || d < 0 {
+		d, _ = config.ParseDuration(config.SocketTimeout.Default)
+	}
+	return d
+})
+
+// setDeadPeerTimeout makes c fail within about d once its peer stops
+// answering (its host is down, or the path to it): keep-alive probes from
+// d/5 of silence, a second apart, find an idle connection's peer gone, and
+// TCP_USER_TIMEOUT (Linux) ends a connection whose sent data stays
+// unacknowledged for d. A live peer's kernel answers both even while its
+// process is busy, and a full receive window does not count (its window
+// probes are answered), so only an unreachable peer trips it; a broken
+// connection then reports the peer lost, like one that was reset. d = 0
+// leaves the kernel's defaults (keep-alive after Go's 15 s, retransmission
+// for many minutes).
+func setDeadPeerTimeout(c *net.TCPConn, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	idle := max(d/5, time.Second)
+	_ = c.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: idle, Interval: time.Second, Count: max(1, int((d-idle)/time.Second))})
+	setUserTimeout(c, d)
 }
 
 // sameHost reports whether c connects two sockets of this host: to a
