@@ -191,6 +191,7 @@ type hosts struct {
 	rsh    []string      // --rsh's words
 	agent  string        // --launch-agent
 	export []string      // -x
+	node   *launch.NodeEnv // --nnodes and the rest: one node of several, each running goccl run; nil if not
 }
 
 // runApp is one application context of goccl run's command line.
@@ -211,7 +212,7 @@ const contextSep = ":"
 
 // jobFlags are the flags of goccl run that are the launcher's, not a
 // context's: only the first context takes them.
-var jobFlags = []string{"grace", "metrics-addr", "host", "hostfile", "rsh", "launch-agent", "x"}
+var jobFlags = []string{"grace", "metrics-addr", "host", "hostfile", "rsh", "launch-agent", "x", "nnodes", "node-rank", "master-addr", "master-port"}
 
 // runFlags are the flags of one context of goccl run.
 type runFlags struct {
@@ -224,6 +225,10 @@ type runFlags struct {
 	rsh         *string
 	agent       *string
 	export      *[]string
+	nnodes      *int
+	nodeRank    *int
+	masterAddr  *string
+	masterPort  *int
 }
 
 // newRunFlags returns goccl run's flag set (of one context).
@@ -250,6 +255,10 @@ func newRunFlags(stderr io.Writer) (*cliFlags, *runFlags) {
 	f.rsh = fs.String("rsh", "ssh", "remote shell `COMMAND` that starts goccl on the other hosts, as COMMAND HOST 'goccl rund' (OpenMPI's plm_rsh_agent; first context only)")
 	f.agent = fs.String("launch-agent", "", "the goccl executable at `PATH` on the hosts (default: this one's path; first context only)")
 	f.export = fs.StringArrayP("x", "x", nil, "give the ranks on other hosts this program's variable `NAME` too (as mpirun -x; GOCCL_* always go; first context only)")
+	f.nnodes = fs.Int("nnodes", 1, "this goccl run is one of `N` (one per node, as torchrun's): its ranks are those of --node-rank (first context only)")
+	f.nodeRank = fs.Int("node-rank", -1, "this node's index `R` in [0, --nnodes): its ranks are R*n to R*n+n-1 (first context only)")
+	f.masterAddr = fs.String("master-addr", "", "node 0's address `HOST`, where rank 0 serves the store (first context only)")
+	f.masterPort = fs.Int("master-port", 29500, "`PORT` of rank 0's store at --master-addr; PyTorch's c10d store is served at PORT+1 by node 0 (first context only)")
 	return fs, f
 }
 
@@ -281,12 +290,45 @@ func (f *runFlags) hostList(fs *cliFlags) (hosts, error) {
 			return h, fmt.Errorf("--%s is for a job on several hosts: give them with -H or --hostfile", name)
 		}
 	}
+	var err error
+	if h.node, err = f.nodeFlags(fs); err != nil || h.list == nil {
+		return h, err
+	}
+	if h.node != nil {
+		return h, errors.New("-H or --hostfile start every host's ranks from here; --nnodes is for one goccl run per node: give one or the other")
+	}
 	h.rsh = strings.Fields(*f.rsh)
 	if len(h.rsh) == 0 {
 		return h, errors.New("--rsh is empty")
 	}
 	h.agent, h.export = *f.agent, *f.export
 	return h, nil
+}
+
+// nodeFlags are torchrun's multi-node flags (--nnodes N --node-rank R
+// --master-addr HOST --master-port PORT), nil when --nnodes is 1 or unset.
+func (f *runFlags) nodeFlags(fs *cliFlags) (*launch.NodeEnv, error) {
+	if *f.nnodes < 1 {
+		return nil, fmt.Errorf("--nnodes %d: must be at least 1", *f.nnodes)
+	}
+	if *f.nnodes == 1 {
+		for _, name := range []string{"node-rank", "master-addr", "master-port"} {
+			if fs.Changed(name) {
+				return nil, fmt.Errorf("--%s is for a job of several nodes: give --nnodes too", name)
+			}
+		}
+		return nil, nil
+	}
+	switch {
+	case *f.nodeRank < 0 || *f.nodeRank >= *f.nnodes:
+		return nil, fmt.Errorf("--node-rank %d: give this node's index in [0, %d) (--nnodes %d)", *f.nodeRank, *f.nnodes, *f.nnodes)
+	case *f.masterAddr == "":
+		return nil, errors.New("--nnodes needs --master-addr: node 0's address, where rank 0 serves the store")
+	case *f.masterPort < 1 || *f.masterPort > 65534:
+		return nil, fmt.Errorf("--master-port %d: want a port in [1, 65534] (PyTorch's store takes the next one)", *f.masterPort)
+	}
+	return &launch.NodeEnv{Source: "flags", NNodes: *f.nnodes, NodeRank: *f.nodeRank, MasterAddr: *f.masterAddr, MasterPort: *f.masterPort,
+		JobID: fmt.Sprintf("nodes-%s-%d", *f.masterAddr, *f.masterPort)}, nil
 }
 
 // splitContexts splits args at each standalone ":".
@@ -382,13 +424,25 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	if ra == nil {
 		return status
 	}
+	if ra.list == nil && ra.node == nil && os.Getenv(config.Rank.Name) == "" {
+		// Under srun or in a Kubernetes job's pod: one goccl run per node.
+		node, ok, err := launch.DetectNodeEnv(os.LookupEnv)
+		if err != nil {
+			fmt.Fprintf(stderr, "goccl run: %v\n", err)
+			return 2
+		}
+		if ok {
+			ra.node = &node
+		}
+	}
 	cfg := launch.Config{
 		Stdout:         stdout,
 		Stderr:         stderr,
 		Grace:          ra.grace,
 		ForwardSignals: true,
 	}
-	if ra.list != nil {
+	switch {
+	case ra.list != nil:
 		// The agent of rank 0's host serves PyTorch's store.
 		cfg.Hosts, cfg.Rsh, cfg.Agent, cfg.Export = ra.list, ra.rsh, ra.agent, ra.export
 		if ra.more == nil && !ra.npSet {
@@ -397,7 +451,14 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 				ra.np += h.Slots
 			}
 		}
-	} else {
+	case ra.node != nil:
+		closeTorch, err := nodeConfig(&cfg, ra, stderr)
+		if err != nil {
+			fmt.Fprintf(stderr, "goccl run: %v\n", err)
+			return 1
+		}
+		defer closeTorch()
+	default:
 		// A PyTorch c10d store for the PyTorch programs among the ranks, as
 		// torchrun's agent serves one (goccl's own ranks use goccl's store).
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -420,6 +481,40 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	}
 	err := launch.Run(context.Background(), cfg)
 	return reportLaunch("goccl run", err, stderr)
+}
+
+// nodeConfig makes cfg this node's share of a job of one goccl run per
+// node (ra.node): its ranks follow the earlier nodes' (each node runs the
+// same number), rank 0's store is at the master's address and port, and
+// node 0 serves PyTorch's c10d store at the next port. It says so on
+// stderr.
+func nodeConfig(cfg *launch.Config, ra *runArgs, stderr io.Writer) (closeTorch func(), err error) {
+	node := ra.node
+	np := ra.np
+	for _, a := range ra.more {
+		np += a.np
+	}
+	master := net.JoinHostPort(node.MasterAddr, strconv.Itoa(node.MasterPort))
+	torchPort := strconv.Itoa(node.MasterPort + 1)
+	cfg.Place = &launch.Place{FirstRank: node.NodeRank * np, WorldSize: node.NNodes * np, Node: node.NodeRank,
+		StoreAddr: master, JobID: node.JobID}
+	cfg.Env = launch.TorchEnv(node.MasterAddr, torchPort)
+	closeTorch = func() {}
+	if node.NodeRank == 0 {
+		ln, err := net.Listen("tcp", ":"+torchPort)
+		if err != nil {
+			return nil, fmt.Errorf("node 0 cannot serve PyTorch's c10d store at port %s (the master port + 1): %v", torchPort, err)
+		}
+		srv := rendezvous.ServeC10d(ln)
+		closeTorch = func() { srv.Close() }
+	}
+	token := ""
+	if os.Getenv(config.JobToken.Name) == "" {
+		token = "; no " + config.JobToken.Name + ": connections are not authenticated (set the same secret on every node)"
+	}
+	fmt.Fprintf(stderr, "goccl run: node %d of %d (%s): ranks %d-%d of %d, rank 0's store at %s%s\n",
+		node.NodeRank, node.NNodes, node.Source, cfg.Place.FirstRank, cfg.Place.FirstRank+np-1, cfg.Place.WorldSize, master, token)
+	return closeTorch, nil
 }
 
 // reportLaunch prints a launch error and returns the exit status for it.

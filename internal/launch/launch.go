@@ -482,7 +482,9 @@ func Run(ctx context.Context, cfg Config) error {
 		place.StoreAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	}
 	parentEnv := os.Environ()
-	if os.Getenv(EnvJobToken) == "" {
+	if os.Getenv(EnvJobToken) == "" && cfg.Place == nil {
+		// A share of a bigger job has the job's token in cfg.Env, or none
+		// (every host must hold the same one: it cannot be made here).
 		parentEnv = append(parentEnv, EnvJobToken+"="+NewJobToken())
 	}
 
