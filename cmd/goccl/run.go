@@ -176,7 +176,7 @@ func (f *nprocFlag) Set(s string) error {
 // first application context) and, with ":", the others.
 type runArgs struct {
 	np    int
-	npSet bool // the first context gave -n (with hosts, the default is every slot)
+	npSet bool    // the first context gave -n (with hosts, the default is every slot)
 	env   envList // --metrics-addr's variable first, then the --env settings
 	grace time.Duration
 	prog  string
@@ -187,10 +187,10 @@ type runArgs struct {
 
 // hosts are the multi-host flags of goccl run.
 type hosts struct {
-	list   []launch.Host // -H and --hostfile, nil on this host alone
-	rsh    []string      // --rsh's words
-	agent  string        // --launch-agent
-	export []string      // -x
+	list   []launch.Host   // -H and --hostfile, nil on this host alone
+	rsh    []string        // --rsh's words
+	agent  string          // --launch-agent
+	export []string        // -x
 	node   *launch.NodeEnv // --nnodes and the rest: one node of several, each running goccl run; nil if not
 }
 
@@ -301,7 +301,10 @@ func (f *runFlags) hostList(fs *cliFlags) (hosts, error) {
 	if len(h.rsh) == 0 {
 		return h, errors.New("--rsh is empty")
 	}
-	h.agent, h.export = *f.agent, *f.export
+	h.agent = *f.agent
+	if len(*f.export) > 0 {
+		h.export = *f.export
+	}
 	return h, nil
 }
 

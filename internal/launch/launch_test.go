@@ -30,6 +30,9 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(helperEnv); mode != "" {
 		os.Exit(helper(mode))
 	}
+	if len(os.Args) == 2 && os.Args[1] == AgentCommand && os.Getenv(agentEnv) == "1" {
+		os.Exit(ServeNode(os.Stdin, os.Stdout, os.Stderr))
+	}
 	os.Exit(m.Run())
 }
 
@@ -37,7 +40,8 @@ func helper(mode string) int {
 	rank, _ := strconv.Atoi(os.Getenv("GOCCL_RANK"))
 	switch mode {
 	case "env":
-		for _, k := range append([]string{EnvRank, EnvWorldSize, EnvLocalRank, EnvLocalWorldSize, EnvStoreAddr, EnvJobID, "LAUNCH_TEST_PARENT", "LAUNCH_TEST_EXTRA"}, CompatVars...) {
+		for _, k := range append([]string{EnvRank, EnvWorldSize, EnvLocalRank, EnvLocalWorldSize, EnvStoreAddr, EnvJobID, EnvJobToken,
+			"LAUNCH_TEST_PARENT", "LAUNCH_TEST_EXTRA", "MASTER_ADDR", "MASTER_PORT"}, CompatVars...) {
 			fmt.Printf("%s=%s\n", k, os.Getenv(k))
 		}
 		fmt.Fprintf(os.Stderr, "args=%q\n", os.Args[1:])

@@ -7,9 +7,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -102,4 +105,61 @@ func Remove(t testing.TB, name, stateDir string) {
 	if _, err := os.Stat(cluster.StateFile(name, stateDir)); err == nil {
 		t.Errorf("cluster %s: state file left after Down", name)
 	}
+}
+
+// Forward makes a server of this process that listens at target (on its
+// loopback, in the test's own namespace, such as an embedded etcd) reachable
+// from c's hosts: it listens on host i's address, at a free port, and
+// relays each connection to target. It returns the address the hosts dial;
+// t's cleanup stops it and its connections.
+func Forward(t testing.TB, c *cluster.Cluster, i int, target string) string {
+	t.Helper()
+	ln, err := c.Listen(i, net.JoinHostPort(c.Hosts[i].Addr.String(), "0"))
+	if err != nil {
+		t.Fatalf("cluster %s: listening on host %d: %v", c.Name, i, err)
+	}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+		wg    sync.WaitGroup
+	)
+	track := func(cs ...net.Conn) {
+		mu.Lock()
+		conns = append(conns, cs...)
+		mu.Unlock()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", target)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			track(in, out)
+			for _, p := range [][2]net.Conn{{in, out}, {out, in}} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					io.Copy(p[0], p[1])
+					p[0].(*net.TCPConn).CloseWrite()
+				}()
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return ln.Addr().String()
 }
