@@ -101,6 +101,13 @@ func (c *Comm) end(kind opKind, err error) error {
 					err = fmt.Errorf("%w; no message of this operation yet from rank(s) %s", err, joinInts(nh))
 				}
 			}
+			if c.group != nil && transport.LostRank(err) < 0 {
+				if lost := c.group.LostErr(); lost != nil {
+					// The group was aborted because a rank was lost: that is
+					// why this call failed, whatever it saw.
+					err = lost
+				}
+			}
 			c.explainMismatch(err)
 			err = c.wrap(kind, c.op.Header.Seq, err)
 		}

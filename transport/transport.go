@@ -247,6 +247,31 @@ type Link interface {
 	Counters() *Counters
 }
 
+// LossWatcher is implemented by links that can tell, while no call is in
+// progress on them, that a rank is lost: the peer's host stopped answering
+// (the path to it is gone), or the peer gave up on the job because it lost
+// a rank (the reason its Abort sent). WatchLoss arranges for f to be called
+// once, from another goroutine, with a *PeerError (Op "link") wrapping a
+// *LostError when that happens; not after the link is closed, and not for
+// a peer that closed the link without losing a rank or whose process
+// ended (the next call on the link reports those, as it always has). The
+// group of links uses it to fail a rank that is waiting on another peer,
+// or idle, as soon as the job is broken.
+type LossWatcher interface {
+	WatchLoss(f func(error))
+}
+
+// LossMarker is implemented by links whose goodbye (see Abort) can name a
+// lost rank even when they close for another reason: MarkLost(lost) makes
+// every later Close or Abort of the link tell the peer that this side lost
+// rank lost. A group that aborts because a rank was lost marks every link
+// first, then aborts them: a call that fails in between (its context
+// cancelled part-way through a message) and closes its link must not tell
+// the peer "closed, no loss".
+type LossMarker interface {
+	MarkLost(lost int)
+}
+
 // Counters are a link's byte counters (see Link.Counters). The zero value
 // is ready; adding costs one atomic add and no allocation.
 type Counters struct {

@@ -41,6 +41,7 @@ type Group struct {
 	heard   []uint64         // by rank: sequence number of the last operation a message came from
 	sendHdr transport.Header
 	aborted atomic.Bool
+	lost    atomic.Pointer[error] // the first error that named a lost rank (root group only)
 
 	f3   fold3                // state of the current three-operand receive
 	f3fn transport.ReduceFunc // f3.reduce, bound once
@@ -82,6 +83,11 @@ func NewGroup(rank, size int, links []transport.Link) *Group {
 	for p, l := range links {
 		if l != nil {
 			g.senders[p] = newSender(l)
+			if w, ok := l.(transport.LossWatcher); ok {
+				// A rank waiting on another peer, or idle, fails as soon as
+				// the job is broken, naming the lost rank.
+				w.WatchLoss(g.abortFor)
+			}
 		}
 	}
 	return g
@@ -164,6 +170,13 @@ func (g *Group) AbortLost(lost int) {
 	if !g.aborted.CompareAndSwap(false, true) {
 		return
 	}
+	if lost != transport.NoLostRank {
+		for _, l := range g.links {
+			if m, ok := l.(transport.LossMarker); ok {
+				m.MarkLost(lost)
+			}
+		}
+	}
 	for _, l := range g.links {
 		if l != nil {
 			l.Abort(lost)
@@ -172,7 +185,29 @@ func (g *Group) AbortLost(lost int) {
 }
 
 // abortFor aborts the group after err, relaying a lost rank if err names one.
-func (g *Group) abortFor(err error) { g.AbortLost(transport.LostRank(err)) }
+func (g *Group) abortFor(err error) {
+	if transport.LostRank(err) >= 0 {
+		root := g
+		for root.parent != nil {
+			root = root.parent
+		}
+		root.lost.CompareAndSwap(nil, &err)
+	}
+	g.AbortLost(transport.LostRank(err))
+}
+
+// LostErr is the first error that named a lost rank and aborted the group
+// (a schedule's, or a link's LossWatcher's), nil if none: the cause of the
+// failure of every call that found the group aborted.
+func (g *Group) LostErr() error {
+	for g.parent != nil {
+		g = g.parent
+	}
+	if p := g.lost.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
 
 // Scratch returns a reusable buffer of n bytes (contents undefined).
 func (g *Group) Scratch(n int) []byte {

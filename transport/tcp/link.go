@@ -16,7 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/goccl/goccl/internal/config"
 	"github.com/goccl/goccl/transport"
 )
 
@@ -79,6 +78,7 @@ type link struct {
 	byeErr    error                 // brokenErr's verdict
 	verdict   atomic.Pointer[error] // &byeErr once decided
 	failed    atomic.Pointer[error] // why this side closed the link after a failed call (closeAfter)
+	marked    atomic.Int64          // MarkLost's rank + 1, 0 if none
 	done      chan struct{}         // closed by Close
 	wg        sync.WaitGroup
 
@@ -206,8 +206,14 @@ const (
 // Abort is Close, telling the peer that this side lost rank lost (see
 // transport.Link).
 func (l *link) Abort(lost int) error {
+	if lost == transport.NoLostRank {
+		if m := l.marked.Load(); m != 0 {
+			lost = int(m - 1)
+		}
+	}
 	l.closeOnce.Do(func() {
 		l.closed.Store(true)
+		losses.unwatch(l) // before the descriptors close
 		var b [goodbyeSize]byte
 		copy(b[:8], goodbyeMagic)
 		binary.LittleEndian.PutUint32(b[8:], uint32(int32(lost)))
@@ -225,6 +231,9 @@ func (l *link) Abort(lost int) error {
 	l.wg.Wait()
 	return nil
 }
+
+// MarkLost implements transport.LossMarker.
+func (l *link) MarkLost(lost int) { l.marked.CompareAndSwap(0, int64(lost)+1) }
 
 // closedErr is the error of a call on a closed link: the verdict on the peer
 // if a broken connection closed it (brokenErr), else ErrClosed.
@@ -694,7 +703,7 @@ func (l *link) fail(op string, ctx context.Context, hasDL bool, err error) error
 	case isUnreachableErr(err):
 		// The kernel gave up on the peer (setDeadPeerTimeout): its host,
 		// or the path to it, is gone.
-		cause := fmt.Errorf("unreachable: its host stopped answering (nothing acknowledged for %v, %s): %w", socketTimeout(), config.SocketTimeout.Name, err)
+		cause := unreachable(err)
 		l.verdict.CompareAndSwap(nil, &cause)
 		e = &transport.LostError{Rank: l.peer, Via: -1, Cause: cause}
 	default:
