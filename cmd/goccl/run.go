@@ -34,18 +34,21 @@ func init() {
 	})
 	register(&command{
 		name:    "run",
-		summary: "start N local ranks of a program (a torchrun/mpirun for one host)",
+		summary: "start the ranks of a program, on this host or several (a torchrun/mpirun)",
 		usage:   "goccl run -n N [--env KEY=VALUE]... [--grace DURATION] PROG [ARGS...] [: -n N PROG [ARGS...]]...",
 		run:     runRun,
 	})
 }
 
 var runHelp = `usage: goccl run -n N [--env KEY=VALUE]... [--grace DURATION] [--metrics-addr ADDR] [--] PROG [ARGS...]
+       goccl run -H HOST:SLOTS,... | --hostfile FILE [--rsh COMMAND] [-x NAME]... [-n N] PROG [ARGS...]
+       goccl run --nnodes N --node-rank R --master-addr HOST [--master-port PORT] -n N PROG [ARGS...]
        goccl run [--grace DURATION] [--metrics-addr ADDR] -n N1 [--env KEY=VALUE]... PROG1 [ARGS1...] : -n N2 [--env KEY=VALUE]... PROG2 [ARGS2...] [: ...]
 
-Starts N ranks of PROG on this host and waits for them. N is given with -n
-or -np (as to mpirun) or --nproc-per-node (as to torchrun, which also spells
-it --nproc_per_node); given twice, the values must agree. Flags are GNU
+Starts N ranks of PROG on this host (or on several, see below) and waits
+for them. N is given with -n or -np (as to mpirun) or --nproc-per-node (as
+to torchrun, which also spells it --nproc_per_node); given twice, the
+values must agree. Flags are GNU
 style (--env=K=V, --env K=V, -n4, -n 4); long flags also take one dash, as
 mpirun and Go programs write them (-np 4, -env K=V). The flags end at PROG
 (or at --): everything after PROG is PROG's, up to a standalone ":" (see
@@ -92,6 +95,48 @@ drawn by rank 0 only, on goccl run's stderr when that is a terminal (as
 ` + config.Progress.Name + ` says: auto, 0 or 1), which rank 0 gets as descriptor 3,
 named by ` + config.ProgressFD.Name + `; each line forwarded to a terminal then erases the
 bar first.
+
+Several hosts (OpenMPI's -H and --hostfile): with -H h1:4,h2:4 (NAME or
+NAME:SLOTS, comma-separated, repeatable; a name listed again adds slots) or
+--hostfile FILE (OpenMPI's syntax: one "NAME [slots=N]" per line, # for
+comments), goccl run fills each host's slots in order (-n defaults to every
+slot) and starts, through the remote shell (--rsh, default ssh; for the
+namespace hosts of goccl cluster, --rsh "goccl cluster rsh"), one agent per
+host: COMMAND HOST 'goccl rund', where goccl is this executable's path
+(--launch-agent PATH for another). A host named localhost (127.0.0.1, ::1)
+is started without the remote shell. The agent gets its share of the job on
+its standard input (nothing on its command line: the job token stays out
+of ps), starts its ranks and reports their exits; their output comes back
+through the remote shell, prefixed with the job-wide rank. Ranks are
+numbered across the hosts: RANK, LOCAL_RANK (within the host), GROUP_RANK
+(the host's index) and the GOCCL_ and OMPI_ forms as above. The agent on rank
+0's host picks the store address: the address of the interface
+` + config.SocketIfname.Name + ` selects, as the ranks' TCP links do, at a free
+port; it also serves PyTorch's c10d store there. The ranks on other hosts
+get this host's ` + "GOCCL_*" + ` variables (but the per-rank ones), the --env
+settings, a job token, and the variables named by -x NAME (as mpirun -x).
+Programs must be at the same path on every host (a shared file system, as
+for mpirun); a Go package is built here once, so the hosts must see its
+temporary directory too (give an installed executable otherwise). The
+ranks run in this directory when the host has it. When a rank fails, goccl
+run stops the ranks on every host (the agents pass SIGTERM, then SIGKILL,
+on); a host whose remote shell fails is named with what it said; an agent
+whose launcher disappears (its input ends) stops its ranks.
+
+One goccl run per node (torchrun's multi-node mode): --nnodes N --node-rank
+R --master-addr HOST [--master-port PORT] make this goccl run node R of N,
+its -n ranks numbered from R*n, rank 0's store at HOST:PORT (default 29500)
+and PyTorch's c10d store, served by node 0, at PORT+1. Without flags this
+is what goccl run does under srun (SLURM_STEP_NODELIST, SLURM_NODEID,
+SLURM_STEP_NUM_NODES; one task per node: srun --ntasks-per-node=1; the
+first node of the step is the master, at MASTER_PORT or a port derived from
+SLURM_JOB_ID) and in a Kubernetes pod of a multi-node job (Kubeflow's
+PET_NNODES, PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT; else a
+PyTorchJob's or JobSet's MASTER_ADDR, MASTER_PORT, WORLD_SIZE counting
+pods, and RANK or JOB_COMPLETION_INDEX), unless ` + config.Rank.Name + ` is set.
+It prints the node's place on stderr. Every node must hold the same
+` + config.JobToken.Name + ` (export it before srun, or from a Kubernetes
+Secret); without one the connections are not authenticated.
 
 When a rank exits with a non-zero status or is killed by a signal, goccl run
 waits a moment (250ms) for other failures, then the other ranks get SIGTERM,
