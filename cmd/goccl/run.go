@@ -109,11 +109,11 @@ its standard input (nothing on its command line: the job token stays out
 of ps), starts its ranks and reports their exits; their output comes back
 through the remote shell, prefixed with the job-wide rank. Ranks are
 numbered across the hosts: RANK, LOCAL_RANK (within the host), GROUP_RANK
-(the host's index) and the GOCCL_ and OMPI_ forms as above. The agent on rank
+(the host's index) and goccl's and OpenMPI's forms as above. The agent on rank
 0's host picks the store address: the address of the interface
 ` + config.SocketIfname.Name + ` selects, as the ranks' TCP links do, at a free
 port; it also serves PyTorch's c10d store there. The ranks on other hosts
-get this host's ` + "GOCCL_*" + ` variables (but the per-rank ones), the --env
+get this host's goccl variables (but the per-rank ones), the --env
 settings, a job token, and the variables named by -x NAME (as mpirun -x).
 Programs must be at the same path on every host (a shared file system, as
 for mpirun); a Go package is built here once, so the hosts must see its
