@@ -299,7 +299,7 @@ func newRunFlags(stderr io.Writer) (*cliFlags, *runFlags) {
 	fs.StringVar(f.hostfile, "machinefile", "", "same as --hostfile `FILE`")
 	f.rsh = fs.String("rsh", "ssh", "remote shell `COMMAND` that starts goccl on the other hosts, as COMMAND HOST 'goccl rund' (OpenMPI's plm_rsh_agent; first context only)")
 	f.agent = fs.String("launch-agent", "", "the goccl executable at `PATH` on the hosts (default: this one's path; first context only)")
-	f.export = fs.StringArrayP("x", "x", nil, "give the ranks on other hosts this program's variable `NAME` too (as mpirun -x; GOCCL_* always go; first context only)")
+	f.export = fs.StringArrayP("x", "x", nil, "give the ranks on other hosts this program's variable `NAME` too (as mpirun -x; goccl's own variables always go; first context only)")
 	f.nnodes = fs.Int("nnodes", 1, "this goccl run is one of `N` (one per node, as torchrun's): its ranks are those of --node-rank (first context only)")
 	f.nodeRank = fs.Int("node-rank", -1, "this node's index `R` in [0, --nnodes): its ranks are R*n to R*n+n-1 (first context only)")
 	f.masterAddr = fs.String("master-addr", "", "node 0's address `HOST`, where rank 0 serves the store (first context only)")

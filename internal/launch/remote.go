@@ -176,7 +176,7 @@ func forwardedEnv(export, extra []string) []string {
 		EnvStoreAddr: true, EnvJobID: true, EnvProgressFD: true}
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, "GOCCL_") && !perRank[k] {
+		if strings.HasPrefix(k, config.Prefix) && !perRank[k] {
 			env = append(env, kv)
 		}
 	}
