@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Flat against hierarchical collectives on a cluster of network-namespace
-# hosts with shaped links (goccl cluster): H hosts x L ranks per host, one
-# goccl perf rank per process started inside its host with ip netns exec,
-# GOCCL_ALGO=ring (the flat ring, in host-major order) then hier. For each
-# run it prints goccl perf's table and the bytes host 0 sent on its link per
-# operation (from the link's tx counter), beside the prediction: 2(P-1)/P*S
-# for the flat ring's host boundary, 2(H-1)/H*S for the hierarchical
-# AllReduce. busbw over hosts is algbw*2(H-1)/H. Needs root and iproute2.
+# hosts with shaped links (goccl cluster), beside OpenMPI on the same
+# cluster: H hosts x L ranks per host, started with goccl run -H (goccl)
+# and mpirun --hostfile (OpenMPI's tuned collectives, then its hierarchical
+# HAN component), both through goccl cluster rsh. goccl runs GOCCL_ALGO=ring
+# (the flat ring, in host-major order) then hier. For each run it prints the
+# table and the bytes host 0 sent on its link per operation (from the
+# link's tx counter), beside the prediction: 2(P-1)/P*S for a flat ring's
+# host boundary, 2(H-1)/H*S for the hierarchical AllReduce. busbw over
+# hosts is algbw*2(H-1)/H. Needs root, iproute2 and (for the OpenMPI rows)
+# openmpi-bin and libopenmpi-dev.
 #
 # Usage: scripts/hier-bench.sh [HOSTS (2)] [PERHOST (2)] [RATE (1gbit)] [COLL (all_reduce)] [SIZE (32M)] [ITERS (5)]
 set -euo pipefail
@@ -18,25 +21,48 @@ name=hb$$
 out=$(mktemp -d /tmp/hier-bench.XXXXXX)
 go build -o "$out/goccl" ./cmd/goccl
 trap '"$out/goccl" cluster down --name $name >/dev/null 2>&1 || true; rm -rf "$out"' EXIT
-"$out/goccl" cluster up --hosts "$H" --bw "$RATE" --name "$name" >/dev/null
+"$out/goccl" cluster up --hosts "$H" --bw "$RATE" --name "$name" --slots "$L" --hostfile "$out/hosts" >/dev/null
 n=$((H * L))
-echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) CPUs, $(go version | cut -d' ' -f3), $H hosts x $L ranks, links $RATE, $COLL $SIZE, $ITERS iterations after $WARMUP"
+hosts=$(for i in $(seq 0 $((H - 1))); do printf '%s-h%d:%d,' "$name" "$i" "$L"; done)
+hosts=${hosts%,}
+ompi=$(mpirun --version 2>/dev/null | head -1 || true)
+echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) CPUs, $(go version | cut -d' ' -f3), ${ompi:-no OpenMPI}, $H hosts x $L ranks, links $RATE, $COLL $SIZE, $ITERS iterations after $WARMUP"
 txbytes() { ip netns exec "$name-h0" cat /sys/class/net/eth0/statistics/tx_bytes; }
+# report NAME OPS BEFORE AFTER PRED_FACTOR: host 0's bytes per operation.
+report() {
+  awk -v d=$(($4 - $3)) -v ops="$2" -v f="$5" -v s="$SIZE_B" -v what="$1" 'BEGIN {
+    printf "%s: host 0 sent %.0f bytes (%.2f x S) per operation on its link (protocol overhead included)", what, d/ops, d/ops/s
+    if (f != "-") printf "; prediction %.0f (%.2f x S)", f*s, f
+    printf "\n" }'
+}
+SIZE_B=$(numfmt --from=iec "$SIZE")
+ring=$(awk -v P="$n" 'BEGIN{print 2*(P-1)/P}')
+hier=$(awk -v H="$H" 'BEGIN{print 2*(H-1)/H}')
 for algo in ring hier; do
-  port=$((30000 + RANDOM % 1000))
   before=$(txbytes)
-  pids=()
-  for r in $(seq 0 $((n - 1))); do
-    ip netns exec "$name-h$((r / L))" env GOCCL_RANK=$r GOCCL_WORLD_SIZE=$n GOCCL_LOCAL_RANK=$((r % L)) \
-      GOCCL_LOCAL_WORLD_SIZE=$L GOCCL_STORE_ADDR=10.200.0.1:$port GOCCL_ALGO=$algo GOCCL_JOB_TOKEN=bench$$ \
-      "$out/goccl" perf "$COLL" -b "$SIZE" -e "$SIZE" -n "$ITERS" -w "$WARMUP" -c 0 >"$out/rank$r.txt" 2>&1 &
-    pids+=($!)
-  done
-  for p in "${pids[@]}"; do wait "$p" || { cat "$out/rank0.txt"; exit 1; }; done
+  "$out/goccl" run -H "$hosts" --rsh "$out/goccl cluster rsh" --env GOCCL_ALGO=$algo \
+    "$out/goccl" perf "$COLL" -b "$SIZE" -e "$SIZE" -n "$ITERS" -w "$WARMUP" -c 0 >"$out/goccl.txt" 2>&1 || { cat "$out/goccl.txt"; exit 1; }
   after=$(txbytes)
-  echo "## GOCCL_ALGO=$algo"
-  grep -E '^ +[0-9]' "$out/rank0.txt"
-  awk -v d=$((after - before)) -v ops=$((2 * (ITERS + WARMUP))) -v H="$H" -v P="$n" -v algo="$algo" -v s="$(grep -E '^ +[0-9]' "$out/rank0.txt" | awk '{print $1}')" 'BEGIN {
-    pred = (algo == "ring") ? 2*(P-1)/P*s : 2*(H-1)/H*s
-    printf "host 0 sent %.0f bytes per operation on its link (out of place and in place; protocol overhead included); prediction %.0f (%.2f x S)\n", d/ops, pred, pred/s }'
+  echo "## goccl GOCCL_ALGO=$algo"
+  grep -E '^\[0\] +[0-9]' "$out/goccl.txt" | sed 's/^\[0\]//'
+  f=$ring; [ $algo = hier ] && f=$hier
+  report "goccl $algo" $((2 * (ITERS + WARMUP))) "$before" "$after" "$f"
 done
+if command -v mpicc >/dev/null && [ "$COLL" != reduce ] && [ "$COLL" != sendrecv ]; then
+  mpicc -O2 -o "$out/mpi_coll_perf" ../shared/peers/mpi_coll_perf.c -lm
+  for coll in tuned han; do
+    mca=(--mca btl self,vader,tcp --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0)
+    [ $coll = han ] && mca+=(--mca coll_han_priority 100)
+    before=$(txbytes)
+    cmd=(mpirun --allow-run-as-root --hostfile "$out/hosts" --map-by slot -np "$n"
+      --mca plm_rsh_agent "$out/goccl cluster rsh" "${mca[@]}"
+      "$out/mpi_coll_perf" -c "$COLL" -b "$SIZE" -e "$SIZE" -n "$ITERS" -w "$WARMUP")
+    # The remote shell takes one command line, as ssh does: quote it.
+    "$out/goccl" cluster rsh "$name-h0" "$(printf '%q ' "${cmd[@]}")" >"$out/mpi.txt" 2>&1 || { cat "$out/mpi.txt"; exit 1; }
+    after=$(txbytes)
+    echo "## OpenMPI coll $coll"
+    grep -E '^ +[0-9]' "$out/mpi.txt"
+    # mpi_coll_perf runs warm-up, timed and one checked operation, out of place only.
+    report "OpenMPI $coll" $((ITERS + WARMUP + 1)) "$before" "$after" -
+  done
+fi

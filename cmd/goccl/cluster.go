@@ -36,9 +36,12 @@ down    removes the cluster: its namespaces (and so its links and bridge),
         the processes still running in them, its state file; it also finds
         what a crashed 'up' left, by name; removing nothing is no error
 rsh     runs COMMAND on HOST as ssh would (ip netns exec HOST sh -c
-        'COMMAND...'): the remote shell for mpirun, which runs inside a host
-        (the hosts cannot reach the machine's own network):
-          ip netns exec NAME-h0 mpirun --hostfile FILE \
+        'COMMAND...'), with HOST as its host name (a UTS namespace of its
+        own, where unshare is installed): the remote shell for goccl run -H
+        and for mpirun, which runs inside a host (the hosts cannot reach the
+        machine's own network):
+          goccl run -H NAME-h0:2,NAME-h1:2 --rsh "goccl cluster rsh" PROG
+          goccl cluster rsh NAME-h0 mpirun --hostfile FILE \
               --mca plm_rsh_agent "goccl cluster rsh" -np 4 PROG
 
 Shaping (each host's link, like a full-duplex cable to a switch):
@@ -204,7 +207,8 @@ func runClusterUp(args []string, stdout, stderr io.Writer) int {
 	rsh := rshAgent()
 	fmt.Fprintf(stdout, "\nrun a command: ip netns exec %s COMMAND   (on %s; any host's name works)\n", h0, h0)
 	fmt.Fprintf(stdout, "remote shell:  %s   (ssh-like: HOST COMMAND...)\n", rsh)
-	fmt.Fprintf(stdout, "mpirun:        ip netns exec %s mpirun --hostfile HOSTFILE --mca plm_rsh_agent %q ...\n", h0, rsh)
+	fmt.Fprintf(stdout, "goccl run:     goccl run -H %s:N,... --rsh %q PROG\n", h0, rsh)
+	fmt.Fprintf(stdout, "mpirun:        %s %s mpirun --hostfile HOSTFILE --mca plm_rsh_agent %q ...\n", rsh, h0, rsh)
 	fmt.Fprintf(stdout, "state file:    %s\n", c.StateFile)
 	fmt.Fprintf(stdout, "tear down:     goccl cluster down --name %s%s\n", c.Name, stateDirFlag(c.Config.StateDir))
 	return 0
@@ -347,7 +351,7 @@ func rshAgent() string {
 // standard streams are the command's.
 func runClusterRsh(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
-		fmt.Fprint(stdout, "usage: goccl cluster rsh HOST COMMAND...\n\nRuns COMMAND on the cluster host HOST as ssh would: ip netns exec HOST sh -c 'COMMAND...'.\n")
+		fmt.Fprint(stdout, "usage: goccl cluster rsh HOST COMMAND...\n\nRuns COMMAND on the cluster host HOST as ssh would: ip netns exec HOST sh -c 'COMMAND...',\nwith HOST as the host name (in a UTS namespace of its own, where unshare is installed).\n")
 		return 0
 	}
 	if len(args) < 2 {
@@ -364,7 +368,14 @@ func runClusterRsh(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "goccl cluster rsh: %v: %v\n", cluster.ErrNoIP, err)
 		return 1
 	}
-	err = syscall.Exec(ip, []string{"ip", "netns", "exec", host, "sh", "-c", strings.Join(args[1:], " ")}, os.Environ())
+	argv := []string{"ip", "netns", "exec", host, "sh", "-c", strings.Join(args[1:], " ")}
+	if unshare, err := exec.LookPath("unshare"); err == nil {
+		// The host's own host name, in a UTS namespace of its own: programs
+		// that key shared state by host name (OpenMPI's shared-memory
+		// segments) must not collide across the hosts, which share /dev/shm.
+		argv = []string{"ip", "netns", "exec", host, unshare, "--uts", "--", "sh", "-c", `hostname "$0" && exec sh -c "$1"`, host, strings.Join(args[1:], " ")}
+	}
+	err = syscall.Exec(ip, argv, os.Environ())
 	fmt.Fprintf(stderr, "goccl cluster rsh: %v\n", err)
 	return 1
 }
