@@ -84,7 +84,7 @@ type HostError struct {
 	Host    string
 	Err     error
 	Output  string // the last lines the agent (or the remote shell) wrote to its standard error
-	Stopped int    // ranks on the other hosts still running when the launcher stopped them
+	Stopped int    // ranks not known to have exited when the launcher stopped them
 }
 
 func (e *HostError) Error() string {
@@ -92,7 +92,7 @@ func (e *HostError) Error() string {
 	if e.Output != "" {
 		s += " (it said: " + e.Output + ")"
 	}
-	return s + "; " + stoppedPhrase(e.Stopped, true)
+	return s + "; " + stoppedPhrase(e.Stopped, false)
 }
 
 func (e *HostError) Unwrap() error { return e.Err }
@@ -353,17 +353,23 @@ func (l *hostLauncher) start(share hostShare, spec nodeSpec) (*agent, error) {
 		return nil, &HostError{Host: share.host.Name, Err: fmt.Errorf("starting %s: %w", strings.Join(cmd.Args, " "), err)}
 	}
 	l.agents = append(l.agents, a)
-	l.readers.Add(2)
+	var read sync.WaitGroup
+	read.Add(2)
+	l.readers.Add(1)
 	go func() {
-		defer l.readers.Done()
+		defer read.Done()
 		l.readControl(a, stdout)
 	}()
 	go func() {
-		defer l.readers.Done()
+		defer read.Done()
 		l.readStderr(a, stderr)
 	}()
 	go func() {
-		// Wait only after the readers are done with the pipes (exec.Cmd's rule).
+		defer l.readers.Done()
+		// Wait only after the readers are done with the pipes (exec.Cmd's
+		// rule: Wait closes them), so that "done" is always read before
+		// the agent counts as gone.
+		read.Wait()
 		err := cmd.Wait()
 		l.events <- agentEvent{agent: a, kind: "gone", err: err}
 	}()
