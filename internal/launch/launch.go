@@ -333,6 +333,18 @@ func stoppedPhrase(n int, other bool) string {
 	return fmt.Sprintf("stopped the %s%d ranks", o, n)
 }
 
+// catchSignals returns the channel SIGINT and SIGTERM arrive on when
+// forward is set (the caller calls signal.Stop on it), or nil (a channel
+// that never delivers).
+func catchSignals(forward bool) chan os.Signal {
+	if !forward {
+		return nil
+	}
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	return sigs
+}
+
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -446,13 +458,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	fillDefaults(&cfg)
 
-	var sigs chan os.Signal
-	if cfg.ForwardSignals {
-		// Catch signals from the start, the build included.
-		sigs = make(chan os.Signal, 4)
-		signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-		defer signal.Stop(sigs)
-	}
+	sigs := catchSignals(cfg.ForwardSignals) // from the start, the build included
+	defer signal.Stop(sigs)
 
 	rv := newResolver(cfg.Dir, cfg.Stderr)
 	defer rv.cleanup()

@@ -242,12 +242,8 @@ func runHosts(ctx context.Context, cfg Config) error {
 		rsh = []string{"ssh"}
 	}
 
-	var sigs chan os.Signal
-	if cfg.ForwardSignals {
-		sigs = make(chan os.Signal, 4)
-		signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-		defer signal.Stop(sigs)
-	}
+	sigs := catchSignals(cfg.ForwardSignals)
+	defer signal.Stop(sigs)
 	// The programs, built or found here, by absolute path: the hosts see
 	// this host's file system at the same paths (a shared file system, as
 	// for mpirun).
