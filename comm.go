@@ -31,6 +31,14 @@ type Comm struct {
 	directMin             int // smallest buffer (bytes) for the direct schedules (GOCCL_DIRECT_MIN_BYTES)
 	progressNice          int // nice value of the non-blocking worker's thread (GOCCL_PROGRESS_NICE; 0: unchanged)
 
+	// The tuner's choice between flat and hierarchical schedules across
+	// hosts (tunerprobe.go): per operation kind, the smallest buffer
+	// (bytes) that runs the hierarchical one; what Init's probe measured;
+	// whether to probe (GOCCL_TUNER_PROBE).
+	hierMin    [numOpKinds]int
+	tuned      tuning
+	tunerProbe bool
+
 	// The operation recorder (GOCCL_TRACE_FILE, GOCCL_FLIGHT_RECORDER; nil:
 	// off) and the running operation's start, bytes (sent plus received for
 	// a group) and schedule.
@@ -81,7 +89,9 @@ func (c *Comm) Size() int { return c.size }
 // from peer over their link since Init: what the algorithms moved (a ring
 // AllReduce of S bytes moves about 2(n-1)/n·S each way per rank), headers
 // and checksums left out. It is 0, 0 for this rank itself and for a peer
-// out of range. Safe to call from any goroutine, also during operations.
+// out of range. Across hosts, Init's tuner probe (GOCCL_TUNER_PROBE) counts
+// too: about 0.7 MiB from rank 0 to host 0's second rank and 1 MiB to host
+// 1's first. Safe to call from any goroutine, also during operations.
 func (c *Comm) PeerBytes(peer int) (sent, received uint64) {
 	if peer < 0 || peer >= c.size || c.group == nil {
 		return 0, 0

@@ -94,7 +94,6 @@ func freeAddr(t *testing.T) string {
 func spawn(t *testing.T, n int, mode string, extraEnv ...string) []string {
 	t.Helper()
 	addr := freeAddr(t)
-	outs := make([]bytes.Buffer, n)
 	cmds := make([]*exec.Cmd, n)
 	for r := 0; r < n; r++ {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -102,11 +101,22 @@ func spawn(t *testing.T, n int, mode string, extraEnv ...string) []string {
 			"GOCCL_RANK="+strconv.Itoa(r), "GOCCL_WORLD_SIZE="+strconv.Itoa(n),
 			"GOCCL_LOCAL_RANK="+strconv.Itoa(r), "GOCCL_STORE_ADDR="+addr, "GOCCL_TIMEOUT=120s")
 		cmd.Env = append(cmd.Env, extraEnv...)
+		cmds[r] = cmd
+	}
+	return spawnCmds(t, cmds)
+}
+
+// spawnCmds runs the ranks' commands, rank r's being cmds[r] with its
+// environment set, and returns each rank's combined output; it fails the
+// test if any rank fails.
+func spawnCmds(t *testing.T, cmds []*exec.Cmd) []string {
+	t.Helper()
+	outs := make([]bytes.Buffer, len(cmds))
+	for r, cmd := range cmds {
 		cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		cmds[r] = cmd
 	}
 	failed := false
 	for r, cmd := range cmds {
@@ -115,7 +125,7 @@ func spawn(t *testing.T, n int, mode string, extraEnv ...string) []string {
 			t.Errorf("rank %d: %v\n%s", r, err, outs[r].String())
 		}
 	}
-	res := make([]string, n)
+	res := make([]string, len(cmds))
 	for r := range outs {
 		res[r] = outs[r].String()
 	}

@@ -13,14 +13,14 @@ import (
 
 // fromEnv reads the GOCCL_* variables that Init uses, in one place, through
 // their declarations in internal/config: into c's settings (timeout, forced
-// algorithm, direct-schedule threshold, debug check) and, for a world of more
-// than one rank, into the bootstrap parameters p (the interface, job token,
-// shared memory, sockets per peer, checksums and TLS). Options in cfg win
-// over the environment. Every set GOCCL_* value is checked first, so a bad
-// one fails Init at once naming the variable (ErrInvalidArgument).
-// (GOCCL_DEBUG, GOCCL_DEBUG_SUBSYS and GOCCL_DEBUG_FILE are read by the
-// logger, log.go; the launchers' variables by
-// rendezvous.FromEnv.)
+// algorithm, direct-schedule threshold, debug check, tuner probe) and, for a
+// world of more than one rank, into the bootstrap parameters p (the
+// interface, job token, shared memory, sockets per peer, checksums and TLS).
+// Options in cfg win over the environment. Every set GOCCL_* value is
+// checked first, so a bad one fails Init at once naming the variable
+// (ErrInvalidArgument). (GOCCL_DEBUG, GOCCL_DEBUG_SUBSYS and
+// GOCCL_DEBUG_FILE are read by the logger, log.go; the launchers' variables
+// by rendezvous.FromEnv.)
 func (c *Comm) fromEnv(cfg *options, p *bootstrap.Params) (err error) {
 	defer func() {
 		if err != nil {
@@ -45,6 +45,9 @@ func (c *Comm) fromEnv(cfg *options, p *bootstrap.Params) (err error) {
 		return err
 	}
 	if c.debugCheck, err = config.DebugCheck.Bool(); err != nil {
+		return err
+	}
+	if c.tunerProbe, err = config.TunerProbe.Bool(); err != nil {
 		return err
 	}
 	c.progressNice = defaultProgressNice

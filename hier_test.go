@@ -10,7 +10,9 @@ import (
 // GOCCL_HOSTID places on several "hosts" of this machine: shared memory
 // within a host, TCP between hosts, and the hierarchical schedules (forced
 // with GOCCL_ALGO=hier, or chosen by the tuner for large buffers), with the
-// hosts' ranks numbered in blocks and dealt out round robin.
+// hosts' ranks numbered in blocks and dealt out round robin. The tuner's
+// probe is off (GOCCL_TUNER_PROBE=0): its fixed threshold, hierMinBytes,
+// decides, not measurements of loopback (TestTunerProbe covers those).
 func TestCollectivesHierarchical(t *testing.T) {
 	counts := "0,1,7,100003" // 100003 elements: above the tuner's hierMinBytes
 	if testing.Short() {
@@ -23,7 +25,8 @@ func TestCollectivesHierarchical(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				keys := strings.Split(hosts, ",")
 				n := len(keys)
-				env := []string{"GOCCL_TEST_HOSTS=" + hosts, "GOCCL_TEST_COUNTS=" + counts, "GOCCL_DEBUG=INFO", "GOCCL_DEBUG_SUBSYS=INIT,COLL,NET,SHM"}
+				env := []string{"GOCCL_TEST_HOSTS=" + hosts, "GOCCL_TEST_COUNTS=" + counts, "GOCCL_DEBUG=INFO", "GOCCL_DEBUG_SUBSYS=INIT,COLL,NET,SHM",
+					"GOCCL_TUNER_PROBE=0"}
 				if forced != "" {
 					env = append(env, "GOCCL_ALGO="+forced)
 				}

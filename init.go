@@ -142,6 +142,10 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	if err := c.agreeDirect(ctx); err != nil {
 		return fail(err)
 	}
+	// Phase 6: across hosts, the tuner's probe of the links.
+	if err := c.tune(ctx); err != nil {
+		return fail(err)
+	}
 	c.writeTopology(ctx, res.Store, nil) // rank 0, GOCCL_TOPO_DUMP_FILE only
 	c.log.Infof(subInit, "init: %d ranks, store %v, address exchange %v, links %v, barrier %v, total %v",
 		c.size, res.StoreReady.Sub(start).Round(time.Microsecond), res.CardsRead.Sub(res.StoreReady).Round(time.Microsecond),

@@ -30,13 +30,27 @@ import (
 //     (log2 P latency terms) up to rhdMaxBytes, the ring (P-1 latency terms,
 //     no rank sends more than 2n(P-1)/P) above.
 //
-// Across hosts (several hosts with the same number of ranks each, from the
-// host identities of Init): from hierMinBytes the hierarchical schedules
+// Across hosts (several hosts with the same number of ranks each, more
+// than one, from the host identities of Init): the hierarchical schedules
 // (internal/algo/hier.go), which cross the network once per host instead of
-// once per rank; below, the flat algorithms (the ring in host-major order).
-// Among the hosts, AllReduceHier reduces each rank's chunk with recursive
-// doubling up to rdMaxBytes, halving-doubling up to rhdMaxBytes and the
-// ring above, as for a flat group.
+// once per rank, from a size per operation (hierMin), below it the flat
+// algorithms (the ring in host-major order). Init measures the links
+// (GOCCL_TUNER_PROBE, tunerprobe.go): rank 0 times round trips and
+// transfers within its host and to the next host, and the Hockney
+// (alpha-beta) cost model of algo.CostModel — the per-algorithm costs of
+// Thakur, Rabenseifner and Gropp, "Optimization of Collective
+// Communication Operations in MPICH" (IJHPCA, 2005), round by round, a
+// round taking its slowest message, the messages that leave one host at
+// once sharing its link — predicts the flat and the hierarchical schedule
+// of AllReduce, Broadcast, AllGather and ReduceScatter at every power of
+// two; the crossover is the size from which the hierarchical one is
+// predicted faster at every larger size (never, if not at 1 GiB). Rank 0
+// broadcasts measurements and crossovers, so every rank decides alike, and
+// a collective compares its size with one number. Without the probe (0,
+// GOCCL_ALGO set, unusable measurements) the crossover is hierMinBytes for
+// all four. Among the hosts, AllReduceHier reduces each rank's chunk with
+// recursive doubling up to rdMaxBytes, halving-doubling up to rhdMaxBytes
+// and the ring above, as for a flat group.
 const (
 	hierMinBytes       = 64 << 10
 	directMinBytes     = 16 << 10
@@ -56,17 +70,25 @@ func (c *Comm) chooseAllReduce(nbytes int, inPlace bool) algo.Algorithm {
 		switch {
 		case c.group.Direct() && nbytes >= c.directMin*(c.size-1):
 			a = algo.Direct
-		case c.hierarchical() && nbytes >= hierMinBytes:
+		case c.hierarchical() && nbytes >= c.hierMin[opAllReduce]:
 			a = algo.Hier
-		case c.size == 2 && (!inPlace || nbytes <= rdMaxBytesInPlace2), nbytes <= rdMaxBytes:
-			a = algo.RD
-		case nbytes <= rhdMaxBytes:
-			a = algo.RHD
 		default:
-			a = algo.Ring
+			a = flatAllReduce(c.size, nbytes, inPlace)
 		}
 	}
 	return a
+}
+
+// flatAllReduce is the tuner's AllReduce algorithm for size ranks when
+// neither the direct nor the hierarchical schedule runs.
+func flatAllReduce(size, nbytes int, inPlace bool) algo.Algorithm {
+	switch {
+	case size == 2 && (!inPlace || nbytes <= rdMaxBytesInPlace2), nbytes <= rdMaxBytes:
+		return algo.RD
+	case nbytes <= rhdMaxBytes:
+		return algo.RHD
+	}
+	return algo.Ring
 }
 
 // useDirect reports whether an operation of kind whose largest buffer is
@@ -108,7 +130,7 @@ func (c *Comm) useHier(kind opKind, nbytes int, other string) bool {
 	if !c.hierarchical() {
 		return false
 	}
-	hier := c.algoForced == algo.Hier || c.algoForced == algo.Auto && nbytes >= hierMinBytes
+	hier := c.algoForced == algo.Hier || c.algoForced == algo.Auto && nbytes >= c.hierMin[kind]
 	if hier {
 		c.logAlgo(kind, algo.Hier, "hier", nbytes)
 	}
@@ -119,9 +141,14 @@ func (c *Comm) useHier(kind opKind, nbytes int, other string) bool {
 // AllReduce of nbytes (each rank's chunk is nbytes/PerHost).
 func (c *Comm) interAlgo(nbytes int) algo.Algorithm {
 	h := c.group.Hierarchy()
-	chunk := nbytes / max(1, h.PerHost)
+	return interAlgoFor(h.Hosts, h.PerHost, nbytes)
+}
+
+// interAlgoFor is interAlgo for hosts hosts of perHost ranks.
+func interAlgoFor(hosts, perHost, nbytes int) algo.Algorithm {
+	chunk := nbytes / max(1, perHost)
 	switch {
-	case h.Hosts == 2 || chunk <= rdMaxBytes:
+	case hosts == 2 || chunk <= rdMaxBytes:
 		return algo.RD
 	case chunk <= rhdMaxBytes:
 		return algo.RHD
@@ -135,6 +162,9 @@ func (c *Comm) setupHier(hostKeys []string) error {
 	h, err := algo.NewHier(c.group, hostKeys)
 	if err != nil {
 		return err
+	}
+	for _, k := range hierKinds {
+		c.hierMin[k] = hierMinBytes
 	}
 	if h.Hosts > 1 {
 		c.group.SetHier(h, c.interAlgo)

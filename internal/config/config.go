@@ -100,6 +100,8 @@ var (
 		Doc: "bound on Init and on every operation whose context has no deadline"})
 	Algo = define(Var{Name: "GOCCL_ALGO", Kind: Enum, Words: []string{"ring", "rhd", "rd", "tree", "direct", "hier"},
 		Doc: "force the AllReduce algorithm (default: the tuner chooses); hier also forces the hierarchical Broadcast, AllGather and ReduceScatter"})
+	TunerProbe = define(Var{Name: "GOCCL_TUNER_PROBE", Kind: Bool, Default: "1",
+		Doc: "across hosts, measure the network's and shared memory's latency and bandwidth at Init (1 MiB over the network: 10-20 ms at 1 Gbit/s) and choose between the flat and the hierarchical schedules by size from them; 0: a fixed 64 KiB (every rank must agree)"})
 	DirectMinBytes = define(Var{Name: "GOCCL_DIRECT_MIN_BYTES", Kind: Int, Default: "16384", Min: 0, Max: math.MaxInt32,
 		Doc: "per peer, the smallest buffer in bytes for the single-copy (direct read) schedules"})
 	SocketIfname = define(Var{Name: "GOCCL_SOCKET_IFNAME", Kind: String,

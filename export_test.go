@@ -1,0 +1,24 @@
+package goccl
+
+// Tuning is what the tuner's probe left on a communicator, for the tests of
+// package goccl_test: the links rank 0 measured (bytes per second and
+// one-way latency in seconds; zero without a probe) and, per operation with
+// a hierarchical schedule, the smallest buffer that runs it.
+type Tuning struct {
+	InterBandwidth, InterLatency float64
+	IntraBandwidth, IntraLatency float64
+	HierMin                      map[string]int
+}
+
+// TuningOf returns c's Tuning.
+func TuningOf(c *Comm) Tuning {
+	t := Tuning{HierMin: map[string]int{}}
+	if costs := c.tuned.costs; costs.Valid() {
+		t.InterBandwidth, t.InterLatency = costs.Inter.Bandwidth(), costs.Inter.Alpha
+		t.IntraBandwidth, t.IntraLatency = costs.Intra.Bandwidth(), costs.Intra.Alpha
+	}
+	for _, k := range hierKinds {
+		t.HierMin[k.String()] = c.hierMin[k]
+	}
+	return t
+}
