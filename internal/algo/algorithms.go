@@ -400,13 +400,43 @@ func pieceElems(es int) int {
 }
 
 func (g *Group) bcastTree(ctx context.Context, op *Op, send, recv []byte, count, root int) error {
-	P, es := g.Size, op.ElemSize
-	if P == 1 {
-		copyIfDifferent(recv[:count*es], send[:count*es])
+	if g.Size == 1 {
+		copyIfDifferent(recv[:count*op.ElemSize], send[:count*op.ElemSize])
 		return nil
 	}
 	var children [64]int
-	parent, nc := treeNeighbours(g.Rank, P, root, &children)
+	parent, nc := treeNeighbours(g.Rank, g.Size, root, &children)
+	return g.bcastPipe(ctx, op, send, recv, count, parent, children[:nc])
+}
+
+// bcastChain broadcasts along the chain root, root+1, ..., root-1,
+// pipelined in pieces: every rank receives each piece from the one before
+// and forwards it to the one after, so every rank sends and receives the
+// message once (the bandwidth-optimal broadcast of NCCL's ring, at the cost
+// of P−1 piece latencies where the binomial tree has lg P).
+func (g *Group) bcastChain(ctx context.Context, op *Op, send, recv []byte, count, root int) error {
+	P := g.Size
+	if P == 1 {
+		copyIfDifferent(recv[:count*op.ElemSize], send[:count*op.ElemSize])
+		return nil
+	}
+	vr := mod(g.Rank-root, P)
+	parent := -1
+	if vr > 0 {
+		parent = mod(g.Rank-1, P)
+	}
+	var child [1]int
+	nc := 0
+	if vr < P-1 {
+		child[0], nc = mod(g.Rank+1, P), 1
+	}
+	return g.bcastPipe(ctx, op, send, recv, count, parent, child[:nc])
+}
+
+// bcastPipe is a pipelined broadcast over a tree: each piece of recv comes
+// from parent (-1 at the root, which sends send) and goes on to children.
+func (g *Group) bcastPipe(ctx context.Context, op *Op, send, recv []byte, count, parent int, children []int) error {
+	es, nc := op.ElemSize, len(children)
 	piece := pieceElems(es)
 	npieces := max(1, (count+piece-1)/piece)
 	for k := 0; k < npieces; k++ {

@@ -183,6 +183,18 @@ func (g *Group) AllReduceHier(ctx context.Context, op *Op, send, recv []byte, co
 // the tests, which make it small).
 var hierPieceBytes = 4 << 20
 
+// hierChainMinBytes is the smallest message BroadcastHier sends along a
+// chain of the hosts rather than a binomial tree (a variable for the tests).
+var hierChainMinBytes = 1 << 20
+
+// InterChain reports whether BroadcastHier sends nbytes among hosts hosts
+// along a chain: from 3 hosts (with 2 the tree is a chain) and
+// hierChainMinBytes. The chain puts the message on every host's link once,
+// where the tree's root sends it to lg H hosts: on 4 hosts at 1 Gbit/s a
+// 32 MiB Broadcast took 553 ms with the tree (the root host's link carried
+// 2.5 S) and (docs/benchmarks.md) about half with the chain.
+func InterChain(hosts, nbytes int) bool { return hosts >= 3 && nbytes >= hierChainMinBytes }
+
 // interChunk runs AllReduceHier's inter-host step on one piece of recv
 // (count elements): an AllReduce with algorithm a of this rank's chunk.
 func interChunk(ctx context.Context, op *Op, inter, local *Group, recv []byte, count int, a Algorithm) error {
@@ -207,7 +219,11 @@ func (g *Group) BroadcastHier(ctx context.Context, op *Op, send, recv []byte, co
 	}
 	lr := h.LocalOf[root]
 	if h.LocalOf[g.Rank] == lr {
-		if err := h.Inter.Broadcast(ctx, op, send, recv, count, h.HostOf[root]); err != nil {
+		bcast := h.Inter.bcastTree
+		if InterChain(h.Hosts, count*op.ElemSize) {
+			bcast = h.Inter.bcastChain
+		}
+		if err := bcast(ctx, op, send, recv, count, h.HostOf[root]); err != nil {
 			return err
 		}
 	}

@@ -78,8 +78,9 @@ func TestNewHier(t *testing.T) {
 // strided rank layouts, counts from 0 to several chunks.
 func TestHierCollectives(t *testing.T) {
 	// Pieces of 4 KiB: the larger counts run AllReduceHier's pipeline.
-	defer func(b int) { hierPieceBytes = b }(hierPieceBytes)
+	defer func(b, c int) { hierPieceBytes, hierChainMinBytes = b, c }(hierPieceBytes, hierChainMinBytes)
 	hierPieceBytes = 4 << 10
+	hierChainMinBytes = 64 << 10 // the largest count broadcasts along a chain of hosts
 	shapes := [][2]int{{2, 2}, {3, 2}, {2, 3}, {4, 2}}
 	for _, shape := range shapes {
 		H, L := shape[0], shape[1]

@@ -64,6 +64,7 @@ type CostModel struct {
 	interRing                 schedule
 	interBlocks               schedule // H−1 ring steps of 1/P among the hosts, L lanes at once
 	interTree, localTree      schedule // BroadcastHier's two trees
+	interChain                schedule // BroadcastHier's chain among the hosts (InterChain)
 }
 
 // NewCostModel models ranks on hosts: hostOf[r] is the host of rank r, hosts
@@ -109,6 +110,7 @@ func NewCostModel(hostOf []int, c Costs) *CostModel {
 	m.interRing = b.ring(inter, 2*(H-1), 1/float64(P))
 	m.interBlocks = b.ring(inter, H-1, 1/float64(P))
 	m.interTree = b.tree(inter[:1], 1)
+	m.interChain = b.chain(inter[0], 1)
 	m.localTree = b.tree(members, 1)
 	return m
 }
@@ -166,7 +168,8 @@ func (m *CostModel) AllReduceHier(nbytes int, inter Algorithm) float64 {
 }
 
 // Broadcast predicts a Broadcast of nbytes from rank 0: the flat binomial
-// tree, or BroadcastHier's tree among the hosts then within each, each
+// tree, or BroadcastHier's tree (or chain, InterChain) among the hosts then
+// its tree within each, each
 // pipelined in pieces of pipelineBytes. +Inf for hier when the
 // hierarchical schedules cannot run.
 func (m *CostModel) Broadcast(nbytes int, hier bool) float64 {
@@ -176,7 +179,11 @@ func (m *CostModel) Broadcast(nbytes int, hier bool) float64 {
 	if !m.hierarchical() {
 		return math.Inf(1)
 	}
-	return m.interTree.pipelined(m.Costs, nbytes, pipelineBytes) + m.localTree.pipelined(m.Costs, nbytes, pipelineBytes)
+	inter := &m.interTree
+	if InterChain(m.Hosts, nbytes) {
+		inter = &m.interChain
+	}
+	return inter.pipelined(m.Costs, nbytes, pipelineBytes) + m.localTree.pipelined(m.Costs, nbytes, pipelineBytes)
 }
 
 // AllGather predicts an AllGather whose output is nbytes: the ring in rank
@@ -396,6 +403,16 @@ func (b *shaper) tree(lanes [][]int, frac float64) schedule {
 				}
 			}
 		})
+	}
+	return *s
+}
+
+// chain is the rounds of a chain broadcast along ranks: round d sends from
+// ranks[d-1] to ranks[d].
+func (b *shaper) chain(ranks []int, frac float64) schedule {
+	s := b.start()
+	for d := 1; d < len(ranks); d++ {
+		b.add(s, frac, 1, func(send func(int, int)) { send(ranks[d-1], ranks[d]) })
 	}
 	return *s
 }
