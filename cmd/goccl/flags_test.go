@@ -154,14 +154,14 @@ func TestGNUForms(t *testing.T) {
 		args []string
 		want runArgs
 	}{
-		{[]string{"--nproc-per-node=2", "prog"}, runArgs{np: 2, prog: "prog"}},
-		{[]string{"-np", "2", "prog", "a"}, runArgs{np: 2, prog: "prog", args: []string{"a"}}},
-		{[]string{"-n2", "prog"}, runArgs{np: 2, prog: "prog"}},
-		{[]string{"--n=2", "prog"}, runArgs{np: 2, prog: "prog"}},
-		{[]string{"-np=2", "--nproc_per_node", "2", "prog"}, runArgs{np: 2, prog: "prog"}},
+		{[]string{"--nproc-per-node=2", "prog"}, runArgs{np: 2, npSet: true, prog: "prog"}},
+		{[]string{"-np", "2", "prog", "a"}, runArgs{np: 2, npSet: true, prog: "prog", args: []string{"a"}}},
+		{[]string{"-n2", "prog"}, runArgs{np: 2, npSet: true, prog: "prog"}},
+		{[]string{"--n=2", "prog"}, runArgs{np: 2, npSet: true, prog: "prog"}},
+		{[]string{"-np=2", "--nproc_per_node", "2", "prog"}, runArgs{np: 2, npSet: true, prog: "prog"}},
 		// Nothing after PROG is goccl run's, flags or "--".
-		{[]string{"-np", "2", "prog", "-np", "3", "--env", "X=1", "--", "-n4"}, runArgs{np: 2, prog: "prog", args: []string{"-np", "3", "--env", "X=1", "--", "-n4"}}},
-		{[]string{"-n", "3", "--", "-prog", "-np", "4"}, runArgs{np: 3, prog: "-prog", args: []string{"-np", "4"}}},
+		{[]string{"-np", "2", "prog", "-np", "3", "--env", "X=1", "--", "-n4"}, runArgs{np: 2, npSet: true, prog: "prog", args: []string{"-np", "3", "--env", "X=1", "--", "-n4"}}},
+		{[]string{"-n", "3", "--", "-prog", "-np", "4"}, runArgs{np: 3, npSet: true, prog: "-prog", args: []string{"-np", "4"}}},
 		{[]string{"--env=A=1", "--env", "B=2", "-env", "C=3", "-env=D=4", "--grace=2s", "-metrics-addr", ":9400", "prog"},
 			runArgs{np: 1, env: envList{config.MetricsAddr.Name + "=:9400", "A=1", "B=2", "C=3", "D=4"}, grace: 2 * time.Second, prog: "prog"}},
 	} {

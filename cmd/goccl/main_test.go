@@ -182,7 +182,7 @@ func TestSuggestions(t *testing.T) {
 		}
 	}
 	// Nothing close: no suggestion.
-	for _, args := range [][]string{{"frobnicate"}, {"--frobnicate"}, {"run", "-x", "1", "true"}, {"run", "--bogus", "true"}} {
+	for _, args := range [][]string{{"frobnicate"}, {"--frobnicate"}, {"run", "-q", "1", "true"}, {"run", "--bogus", "true"}} {
 		var o, e bytes.Buffer
 		if code := cli(args, &o, &e); code != 2 || !strings.Contains(e.String(), "unknown") || strings.Contains(e.String(), "did you mean") {
 			t.Errorf("%q: code %d, stderr %q", args, code, e.String())
