@@ -166,6 +166,21 @@ func (l *link) shutdown(lost int) {
 	l.peerProc.release()
 }
 
+// MarkLost implements transport.LossMarker: it writes the lost rank into
+// both rings' headers now, before the link closes, so that the peer reads
+// it however this side's link ends up closed (a failed call's Close
+// included). The rings stay open.
+func (l *link) MarkLost(lost int) {
+	if lost < 0 {
+		return
+	}
+	if l.state.Add(1)&(closedBit|unmappedBit) == 0 {
+		l.out.closeLost.CompareAndSwap(0, uint32(lost)+1)
+		l.in.closeLost.CompareAndSwap(0, uint32(lost)+1)
+	}
+	l.leave()
+}
+
 // Close sets the closed flag on both rings, wakes every waiter in either
 // process, and unmaps the rings once no call of this process uses them. Pending
 // and later calls on both sides fail with transport.ErrClosed (a Recv still
