@@ -496,7 +496,11 @@ func tryAddrFile(ctx context.Context, path string, last *string, o *options) (*T
 		return nil, nil
 	}
 	if err != nil {
-		*last = fmt.Sprintf("dial %s: %v", addr, err)
+		// A dial cut short by the caller's deadline says nothing about the
+		// server: keep what an earlier, completed attempt found.
+		if ctx.Err() == nil || !strings.HasPrefix(*last, "the server at") {
+			*last = fmt.Sprintf("dial %s: %v", addr, err)
+		}
 		return nil, nil
 	}
 	cl := newTCPStore(addr, c, br, inst, *o)

@@ -136,7 +136,9 @@ func TestConnectAddrFileWrongServer(t *testing.T) {
 	other := startServer(t)
 	env := Env{Rank: 1, WorldSize: 2, JobID: "j", StoreDir: dir}
 	os.WriteFile(AddrFilePath(env), []byte(other.Addr()+"\nnonce\n"), 0o644)
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	// Long enough for one whole attempt under a loaded CI machine (300 ms
+	// was not: the only dial ran out of time).
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_, err := Connect(ctx, env, "")
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "not the one that wrote the file") {
