@@ -31,7 +31,7 @@ txbytes() { ip netns exec "$name-h0" cat /sys/class/net/eth0/statistics/tx_bytes
 # report NAME OPS BEFORE AFTER PRED_FACTOR: host 0's bytes per operation.
 report() {
   awk -v d=$(($4 - $3)) -v ops="$2" -v f="$5" -v s="$SIZE_B" -v what="$1" 'BEGIN {
-    printf "%s: host 0 sent %.0f bytes (%.2f x S) per operation on its link (protocol overhead included)", what, d/ops, d/ops/s
+    printf "%s: host 0 sent %.0f bytes (%.2f x S) per operation on its link (headers included)", what, d/ops, d/ops/s
     if (f != "-") printf "; prediction %.0f (%.2f x S)", f*s, f
     printf "\n" }'
 }
@@ -46,7 +46,10 @@ for algo in ring hier; do
   echo "## goccl GOCCL_ALGO=$algo"
   grep -E '^\[0\] +[0-9]' "$out/goccl.txt" | sed 's/^\[0\]//'
   f=$ring; [ $algo = hier ] && f=$hier
-  report "goccl $algo" $((2 * (ITERS + WARMUP))) "$before" "$after" "$f"
+  # goccl perf runs WARMUP operations at the largest and at the smallest
+  # size (both SIZE here), then, out of place and in place, one untimed
+  # first call and ITERS timed ones.
+  report "goccl $algo" $((2 * WARMUP + 2 * (ITERS + 1))) "$before" "$after" "$f"
 done
 if command -v mpicc >/dev/null && [ "$COLL" != reduce ] && [ "$COLL" != sendrecv ]; then
   mpicc -O2 -o "$out/mpi_coll_perf" ../shared/peers/mpi_coll_perf.c -lm
