@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/goccl/goccl"
+	"github.com/goccl/goccl/rdma"
 	"github.com/goccl/goccl/rendezvous"
 )
 
@@ -35,6 +36,12 @@ func worker(mode string) int {
 	}
 	if mode == "reinit" {
 		return reinitWorker(ctx)
+	}
+	if os.Getenv("GOCCL_TEST_ROCE_FAULTS") == "1" {
+		// 1 % of the device's packets dropped, duplicated, reordered and
+		// corrupted (a different pattern per rank).
+		r, _ := strconv.Atoi(os.Getenv("GOCCL_RANK"))
+		goccl.SetRoCEFaults(rdma.Faults{Drop: 0.01, Duplicate: 0.01, Reorder: 0.01, Corrupt: 0.01, Seed: uint64(r) + 1})
 	}
 	if hosts := os.Getenv("GOCCL_TEST_HOSTS"); hosts != "" {
 		// Pretend the ranks live on the hosts listed, one per rank.
@@ -143,10 +150,19 @@ func TestCollectivesMultiProcess(t *testing.T) {
 	if testing.Short() {
 		counts = "0,1,7,1003"
 	}
-	for _, tr := range []struct{ name, env string }{{"shm", "GOCCL_SHM_DISABLE=0"}, {"tcp", "GOCCL_SHM_DISABLE=1"}} {
-		for n := 1; n <= 4; n++ {
+	for _, tr := range []struct {
+		name, env, net string
+		sizes          []int
+	}{
+		{"shm", "GOCCL_SHM_DISABLE=0", "GOCCL_NET=socket", []int{1, 2, 3, 4}},
+		{"tcp", "GOCCL_SHM_DISABLE=1", "GOCCL_NET=socket", []int{1, 2, 3, 4}},
+		// Every link over the soft RoCE device's queue pairs (NCCL's
+		// NCCL_SHM_DISABLE=1 NCCL_P2P_DISABLE=1 NCCL_NET=IB on one node).
+		{"NET/RoCE/v2", "GOCCL_SHM_DISABLE=1", "GOCCL_NET=roce", []int{2, 3}},
+	} {
+		for _, n := range tr.sizes {
 			t.Run(fmt.Sprintf("%s/np%d", tr.name, n), func(t *testing.T) {
-				outs := spawn(t, n, "matrix", tr.env, "GOCCL_TEST_COUNTS="+counts, "GOCCL_DEBUG=INFO")
+				outs := spawn(t, n, "matrix", tr.env, tr.net, "GOCCL_TEST_COUNTS="+counts, "GOCCL_DEBUG=INFO")
 				for r, out := range outs {
 					if !strings.Contains(out, "operations checked") {
 						t.Fatalf("rank %d did not report:\n%s", r, out)

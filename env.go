@@ -2,6 +2,7 @@ package goccl
 
 import (
 	"fmt"
+	"github.com/goccl/goccl/rdma"
 	"strings"
 
 	"github.com/goccl/goccl/internal/algo"
@@ -87,12 +88,38 @@ func (c *Comm) fromEnv(cfg *options, p *bootstrap.Params) (err error) {
 	if err := apply(&p.NSocks, config.NSocksPerPeer.Int); err != nil {
 		return err
 	}
+	if err := roceFromEnv(p); err != nil {
+		return err
+	}
 	env, err := config.Checksum.Bool()
 	if err != nil {
 		return err
 	}
 	p.Checksum = cfg.checksum || env
 	return tlsFromEnv(cfg, p)
+}
+
+// roceDeviceOptions are given to every RoCE device Init opens: set only by
+// the tests (export_test.go), to inject packet faults.
+var roceDeviceOptions []rdma.Option
+
+// roceFromEnv reads GOCCL_NET and, for roce, the device's variables.
+func roceFromEnv(p *bootstrap.Params) error {
+	net, err := config.Net.Word()
+	if err != nil || net != "roce" {
+		return err
+	}
+	r := &bootstrap.RoCE{HCA: config.IBHCA.Get(), GIDIndex: -1}
+	var timeout, retry int
+	for _, e := range []error{apply(&r.GIDIndex, config.IBGIDIndex.Int), apply(&timeout, config.IBTimeout.Int), apply(&retry, config.IBRetryCnt.Int)} {
+		if e != nil {
+			return e
+		}
+	}
+	r.Timeout, r.RetryCnt = uint8(timeout), uint8(retry)
+	r.DeviceOptions = roceDeviceOptions
+	p.RoCE = r
+	return nil
 }
 
 // apply sets *dst to a variable's value (or its default) when it has one.

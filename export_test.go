@@ -1,5 +1,11 @@
 package goccl
 
+import "github.com/goccl/goccl/rdma"
+
+// SetRoCEFaults makes every RoCE device this process's Init opens inject
+// f's packet faults (GOCCL_NET=roce).
+func SetRoCEFaults(f rdma.Faults) { roceDeviceOptions = []rdma.Option{rdma.WithFaults(f)} }
+
 // Tuning is what the tuner's probe left on a communicator, for the tests of
 // package goccl_test: the links rank 0 measured (bytes per second and
 // one-way latency in seconds; zero without a probe) and, per operation with

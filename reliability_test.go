@@ -50,10 +50,11 @@ func TestRankKilled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test; skipped with -short")
 	}
-	for _, tr := range []struct{ name, env string }{{"shm", "GOCCL_SHM_DISABLE=0"}, {"tcp", "GOCCL_SHM_DISABLE=1"}} {
+	for _, tr := range []struct{ name, env string }{{"shm", "GOCCL_SHM_DISABLE=0"}, {"tcp", "GOCCL_SHM_DISABLE=1"},
+		{"roce", "GOCCL_SHM_DISABLE=1 GOCCL_NET=roce"}} {
 		for _, n := range []int{2, 4} {
 			t.Run(fmt.Sprintf("%s/np%d", tr.name, n), func(t *testing.T) {
-				testRankKilled(t, n, n-1, tr.env)
+				testRankKilled(t, n, n-1, strings.Fields(tr.env)...)
 			})
 		}
 	}
@@ -90,7 +91,7 @@ func startWatched(t *testing.T, cmd *exec.Cmd, readers *sync.WaitGroup, onLine f
 	return exited
 }
 
-func testRankKilled(t *testing.T, n, victim int, env string) {
+func testRankKilled(t *testing.T, n, victim int, env ...string) {
 	addr := freeAddr(t)
 	cmds := make([]*exec.Cmd, n)
 	outs := make([]strings.Builder, n)
@@ -100,9 +101,10 @@ func testRankKilled(t *testing.T, n, victim int, env string) {
 	var readers sync.WaitGroup
 	for r := 0; r < n; r++ {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "GOCCL_TEST_WORKER=loop", env,
+		cmd.Env = append(os.Environ(), "GOCCL_TEST_WORKER=loop",
 			"GOCCL_RANK="+strconv.Itoa(r), "GOCCL_WORLD_SIZE="+strconv.Itoa(n),
 			"GOCCL_LOCAL_RANK="+strconv.Itoa(r), "GOCCL_STORE_ADDR="+addr, "GOCCL_TIMEOUT=60s")
+		cmd.Env = append(cmd.Env, env...)
 		cmds[r] = cmd
 		waited[r] = startWatched(t, cmd, &readers, func(line string) {
 			outMu.Lock()

@@ -31,6 +31,9 @@ type PD struct{ d *Device }
 // AllocPD allocates a protection domain (ibv_alloc_pd).
 func (d *Device) AllocPD() *PD { return &PD{d: d} }
 
+// Device is the device the domain belongs to.
+func (pd *PD) Device() *Device { return pd.d }
+
 // MR is a registered memory region over a Go byte slice (ibv_reg_mr). Its
 // address (VA) is the slice's address in this process, as with verbs; the
 // slice must stay referenced (and not be resized) while registered.
@@ -61,6 +64,9 @@ func (pd *PD) RegMR(buf []byte, access int) (*MR, error) {
 	d.mrs[mr.key] = mr
 	return mr, nil
 }
+
+// PD is the protection domain the region belongs to.
+func (m *MR) PD() *PD { return m.pd }
 
 // LKey and RKey name the region in local and remote work requests.
 func (m *MR) LKey() uint32 { return m.key }
@@ -133,6 +139,21 @@ func (c *CQ) Poll(max int) []WC {
 	c.entries = c.entries[n:]
 	return out
 }
+
+// PollInto moves up to len(dst) completions into dst without waiting and
+// returns how many (ibv_poll_cq without an allocation).
+func (c *CQ) PollInto(dst []WC) int {
+	c.mu.Lock()
+	n := copy(dst, c.entries)
+	c.entries = c.entries[:copy(c.entries, c.entries[n:])]
+	c.mu.Unlock()
+	return n
+}
+
+// Ready is signalled (one buffered token) whenever a completion is added:
+// a waiter polls, then waits on Ready, then polls again (the completion
+// channel of ibv_req_notify_cq, without the re-arming).
+func (c *CQ) Ready() <-chan struct{} { return c.signal }
 
 // Wait returns at least one completion (up to max), waiting until there is
 // one or ctx is done.
@@ -317,6 +338,17 @@ func (q *QP) deliverLocked() {
 			q.sendCQ.push(c)
 		}
 	}
+}
+
+// GIDString formats a device's GID and UDP port for messages: "ip:port"
+// for a RoCE v2 device (an IPv4-mapped GID), the GID as an IPv6 address
+// for a RoCE v1 device.
+func GIDString(gid [16]byte, port uint16) string {
+	a := netip.AddrFrom16(gid)
+	if a.Is4In6() {
+		return netip.AddrPortFrom(a.Unmap(), port).String()
+	}
+	return a.String()
 }
 
 // peerFor is the link address of the device an address vector names.

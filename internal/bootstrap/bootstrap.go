@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/goccl/goccl/rdma"
 	"github.com/goccl/goccl/rendezvous"
 	"github.com/goccl/goccl/topo"
 	"github.com/goccl/goccl/transport"
@@ -57,6 +58,9 @@ type Params struct {
 	ShmDisable bool   // TCP between every pair of ranks
 	HostID     string // this rank's host identity (GOCCL_HOSTID); "" to detect it (hostIdentity)
 	Checksum   bool   // CRC32C on every TCP chunk
+	// RoCE, when set, carries the links to other hosts over queue pairs of
+	// a soft RoCE device instead of TCP (roce.go).
+	RoCE *RoCE
 
 	// TLS for the TCP links: TLSServer and TLSClient when set (both); else,
 	// with MakeTLS, configurations made from CertFile, KeyFile and CAFile
@@ -178,6 +182,9 @@ func Connect(ctx context.Context, p Params) (res *Result, err error) {
 	if err := b.connectShm(ctx, store, res.JobID, useShm, cards); err != nil {
 		return nil, err
 	}
+	if p.RoCE != nil {
+		b.dev = b.openRoCE(iface)
+	}
 	if err := b.connectTCP(ctx, cards, useShm); err != nil {
 		return nil, err
 	}
@@ -191,9 +198,12 @@ func Connect(ctx context.Context, p Params) (res *Result, err error) {
 		}
 	}
 	res.Links = b.links
-	ep, made := b.ep, b.made
+	ep, made, dev := b.ep, b.made, b.dev
 	res.Release = func() {
 		ep.Close()
+		if dev != nil {
+			dev.Close()
+		}
 		if made != nil {
 			made.Close()
 		}
@@ -245,6 +255,7 @@ type boot struct {
 	p     Params
 	made  rendezvous.Store // the store Connect connected to, if any
 	ep    *tcp.Endpoint
+	dev   *rdma.Device // GOCCL_NET=roce: this rank's device (nil: none)
 	links []transport.Link
 }
 
@@ -259,6 +270,9 @@ func (b *boot) fail(err error) error {
 	}
 	if b.ep != nil {
 		b.ep.Close()
+	}
+	if b.dev != nil {
+		b.dev.Close()
 	}
 	if b.made != nil {
 		b.made.Close()
@@ -340,6 +354,9 @@ func (b *boot) connectTCP(ctx context.Context, cards []card, useShm []bool) erro
 		go func(r int) {
 			defer wg.Done()
 			b.links[r], errs[r] = b.ep.Connect(ctx, r, cards[r].Addr, b.p.NSocks)
+			if errs[r] == nil && b.p.RoCE != nil {
+				b.links[r], errs[r] = b.dialRoCE(ctx, b.links[r])
+			}
 		}(r)
 	}
 	wg.Wait()

@@ -108,6 +108,16 @@ var (
 		Doc: "network interface(s) for TCP links and the store, in NCCL_SOCKET_IFNAME syntax (eth0, ^docker, =eth1)"})
 	SocketTimeout = define(Var{Name: "GOCCL_SOCKET_TIMEOUT", Kind: Duration, Default: "10s",
 		Doc: "how long a TCP link to another host may go without an acknowledgement or keep-alive reply before it counts as lost (the peer's host or the path to it is gone: TCP_USER_TIMEOUT and keep-alive probes); 0: the kernel's defaults (many minutes)"})
+	Net = define(Var{Name: "GOCCL_NET", Kind: Enum, Default: "socket", Words: []string{"socket", "roce"},
+		Doc: "network transport between hosts (as NCCL_NET): socket (TCP) or roce (RC queue pairs of goccl's soft RoCE device, opened on the GOCCL_IB_HCA interface; a rank that cannot open it warns and its links stay on TCP); every rank should agree"})
+	IBHCA = define(Var{Name: "GOCCL_IB_HCA", Kind: String,
+		Doc: "with GOCCL_NET=roce, the interface the soft RoCE device opens on, in NCCL_IB_HCA syntax (eth0, =eth0, ^docker; a :1 port suffix is accepted); default: GOCCL_SOCKET_IFNAME's choice"})
+	IBGIDIndex = define(Var{Name: "GOCCL_IB_GID_INDEX", Kind: Int, Default: "-1", Min: -1, Max: 255,
+		Doc: "with GOCCL_NET=roce, the GID index as in a Linux RoCE GID table (NCCL_IB_GID_INDEX): even (0, 2) selects RoCE v1 (raw Ethernet frames, link-local GID, root needed), odd or -1 RoCE v2 over UDP on the interface's IPv4 address"})
+	IBTimeout = define(Var{Name: "GOCCL_IB_TIMEOUT", Kind: Int, Default: "16", Min: 1, Max: 31,
+		Doc: "with GOCCL_NET=roce, the queue pairs' local ACK timeout exponent (4.096 µs × 2^N, as NCCL_IB_TIMEOUT; 16: 268 ms): the wait before resending a loss no later packet reveals; a queue pair fails after GOCCL_IB_RETRY_CNT timeouts in a row without progress (a dead peer is noticed sooner, by its control connection)"})
+	IBRetryCnt = define(Var{Name: "GOCCL_IB_RETRY_CNT", Kind: Int, Default: "7", Min: 0, Max: 7,
+		Doc: "with GOCCL_NET=roce, the queue pairs' retry count (as NCCL_IB_RETRY_CNT)"})
 	NSocksPerPeer = define(Var{Name: "GOCCL_NSOCKS_PERPEER", Kind: Int, Default: "2", Min: 1, Max: 64,
 		Doc: "TCP sockets per peer and direction; messages above 2 MiB are striped over them"})
 	HostID = define(Var{Name: "GOCCL_HOSTID", Kind: String,
