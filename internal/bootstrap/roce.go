@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/goccl/goccl/internal/config"
 	"github.com/goccl/goccl/rdma"
 	"github.com/goccl/goccl/transport"
 	"github.com/goccl/goccl/transport/roce"
@@ -44,7 +45,7 @@ func (b *boot) openRoCE(tcpIface tcp.Interface) *rdma.Device {
 		}
 	}
 	if err != nil {
-		b.p.Log(slog.LevelWarn, "NET", nil, "GOCCL_NET=roce: no RoCE device for rank %d: %v; its links to other hosts stay on TCP", b.p.Rank, err)
+		b.p.Log(slog.LevelWarn, "NET", nil, "%s=roce: no RoCE device for rank %d: %v; its links to other hosts stay on TCP", config.Net.Name, b.p.Rank, err)
 		return nil
 	}
 	b.p.Log(slog.LevelInfo, "NET", nil, "RoCE v%d device %s on %s", d.Version(), rdma.GIDString(d.GID(), d.Addr().Port()), iface.Name)
@@ -60,7 +61,7 @@ func (r *RoCE) iface(tcpIface tcp.Interface) (tcp.Interface, error) {
 	for _, s := range strings.Split(r.HCA, ",") {
 		if i := strings.LastIndexByte(s, ':'); i >= 0 {
 			if port := s[i+1:]; port != "1" {
-				return tcp.Interface{}, fmt.Errorf("GOCCL_IB_HCA=%q: port %q: the soft RoCE device has port 1 only", r.HCA, port)
+				return tcp.Interface{}, fmt.Errorf("%s=%q: port %q: the soft RoCE device has port 1 only", config.IBHCA.Name, r.HCA, port)
 			}
 			s = s[:i]
 		}
@@ -68,7 +69,7 @@ func (r *RoCE) iface(tcpIface tcp.Interface) (tcp.Interface, error) {
 	}
 	sel, err := tcp.SelectInterface(strings.Join(specs, ","))
 	if err != nil {
-		return tcp.Interface{}, fmt.Errorf("GOCCL_IB_HCA=%q: %w", r.HCA, err)
+		return tcp.Interface{}, fmt.Errorf("%s=%q: %w", config.IBHCA.Name, r.HCA, err)
 	}
 	return sel, nil
 }
@@ -84,7 +85,7 @@ func (b *boot) dialRoCE(ctx context.Context, ctrl transport.Link) (transport.Lin
 	}
 	if fallback && b.dev != nil {
 		b.p.Log(slog.LevelWarn, "NET", []slog.Attr{slog.Int("peer", ctrl.Peer())},
-			"GOCCL_NET=roce: rank %d has no RoCE device; the link to it stays on TCP", ctrl.Peer())
+			"%s=roce: rank %d has no RoCE device; the link to it stays on TCP", config.Net.Name, ctrl.Peer())
 	}
 	return l, nil
 }
