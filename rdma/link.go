@@ -58,6 +58,7 @@ type udpLink struct {
 	txOOB    [][]byte
 	udpAddrs map[netip.AddrPort]*net.UDPAddr
 	gso      bool                    // send runs with UDP_SEGMENT
+	hdr      [28]byte                // IPv4 and UDP headers for the ICRC (device lock held)
 	noGSO    map[netip.AddrPort]bool // peers whose path refused a run
 	sent     int                     // datagrams sent since the last flush returned
 	runsSent int                     // buffers of more than one datagram sent (for tests)
@@ -99,7 +100,9 @@ func openUDPLink(addr string) (*udpLink, error) {
 	return l, nil
 }
 
-func (l *udpLink) icrc(to netip.AddrPort, ib []byte) (uint32, error) { return icrcV2(l.addr, to, ib) }
+func (l *udpLink) icrc(to netip.AddrPort, ib []byte) (uint32, error) {
+	return icrcV2(&l.hdr, l.addr, to, ib)
+}
 
 func (l *udpLink) queue(b []byte, to netip.AddrPort) {
 	if k := len(l.txq) - 1; l.gso && k >= 0 && !l.noGSO[to] {
@@ -266,7 +269,7 @@ func (l *udpLink) readLoop(d *Device) {
 					continue
 				}
 				ib := pkt[:len(pkt)-wire.ICRCSize]
-				want, err := icrcV2(from, l.addr, ib)
+				want, err := icrcV2(&l.hdr, from, l.addr, ib)
 				d.receiveLocked(ib, err == nil && want == binary.LittleEndian.Uint32(pkt[len(ib):]), from)
 			}
 		}
@@ -278,9 +281,11 @@ func (l *udpLink) readLoop(d *Device) {
 func (l *udpLink) close() error { return l.conn.Close() }
 
 // icrcV2 computes the ICRC of ib as sent from src to dst over IPv4/UDP
-// (see udpLink for the headers assumed).
-func icrcV2(src, dst netip.AddrPort, ib []byte) (uint32, error) {
-	var hdr [28]byte
+// (see udpLink for the headers assumed), building them in hdr (a scratch
+// buffer that outlives the call: one on the stack would escape, as crc32
+// takes slices).
+func icrcV2(hdr *[28]byte, src, dst netip.AddrPort, ib []byte) (uint32, error) {
+	*hdr = [28]byte{}
 	ip := hdr[:20]
 	ip[0] = 0x45
 	total := 20 + 8 + len(ib) + wire.ICRCSize

@@ -100,12 +100,19 @@ func TestRunHostsCluster(t *testing.T) {
 	c, hostsArg, rsh := hostsCluster(t, 4)
 	etcd := etcdtest.Start(t)
 	etcdAddr := clustertest.Forward(t, c, 0, etcd.Endpoint) // the hosts reach it through host 0's address
-	for _, store := range []string{"embedded", "etcd"} {
+	// "roce": the embedded store, the links between hosts over the soft
+	// RoCE device's queue pairs (GOCCL_NET=roce).
+	for _, store := range []string{"embedded", "etcd", "roce"} {
 		t.Run(store, func(t *testing.T) {
 			for i, coll := range perfColls {
 				args := []string{"run", "-H", hostsArg, "--rsh", rsh}
-				if store == "etcd" {
+				switch {
+				case store == "etcd":
 					args = append(args, "--env", fmt.Sprintf("GOCCL_STORE=etcd://%s/hosts-test/%d", etcdAddr, i))
+				case store == "roce" && i == 0:
+					args = append(args, "--env", "GOCCL_NET=roce", "--env", "GOCCL_DEBUG=INFO")
+				case store == "roce":
+					args = append(args, "--env", "GOCCL_NET=roce")
 				}
 				exe, _ := os.Executable()
 				args = append(args, exe, "perf", coll, "-b", "8", "-e", "1M", "-f", "16", "-n", "2", "-w", "1", "-c", "1")
@@ -115,6 +122,12 @@ func TestRunHostsCluster(t *testing.T) {
 				}
 				if n := strings.Count(stdout, "[0] #  Rank "); n != 8 {
 					t.Errorf("%s: %d ranks in the report, want 8", coll, n)
+				}
+				if store == "roce" && i == 0 {
+					// Each rank's links to the 6 ranks of other hosts.
+					if n := strings.Count(stdout+stderr, "via NET/RoCE/v2"); n != 8*6 {
+						t.Errorf("%d links via NET/RoCE/v2, want 48:\n%s\n%s", n, stdout, stderr)
+					}
 				}
 			}
 		})

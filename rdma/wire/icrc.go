@@ -15,6 +15,7 @@ import (
 // BECN and reserved bits, which switches may set) set to ones, and the rest
 // of the packet up to the ICRC. It is stored little-endian after the pad.
 
+// lrhOnes stands for the LRH and for every masked field.
 var lrhOnes = [8]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
 
 // ICRCv2 computes the ICRC of a RoCE v2 packet from its IP header (IPv4,
@@ -30,12 +31,17 @@ func ICRCv2(ipHeader, udpHeader, ibPacket []byte) (uint32, error) {
 		if len(ipHeader) > 60 {
 			return 0, errors.New("wire: IPv4 header longer than 60 bytes")
 		}
-		var ip [60]byte
-		n := copy(ip[:], ipHeader)
-		ip[1] = 0xff                // type of service
-		ip[8] = 0xff                // TTL
-		ip[10], ip[11] = 0xff, 0xff // header checksum
-		crc = crc32.Update(crc, crc32.IEEETable, ip[:n])
+		// The fields routers change (type of service, TTL, header
+		// checksum) count as ones; the header is read in place (a copy
+		// to mask would escape to the heap: crc32 takes a slice).
+		h := ipHeader
+		crc = crc32.Update(crc, crc32.IEEETable, h[0:1])
+		crc = crc32.Update(crc, crc32.IEEETable, lrhOnes[:1])
+		crc = crc32.Update(crc, crc32.IEEETable, h[2:8])
+		crc = crc32.Update(crc, crc32.IEEETable, lrhOnes[:1])
+		crc = crc32.Update(crc, crc32.IEEETable, h[9:10])
+		crc = crc32.Update(crc, crc32.IEEETable, lrhOnes[:2])
+		crc = crc32.Update(crc, crc32.IEEETable, h[12:])
 	case 6:
 		if len(ipHeader) != 40 {
 			return 0, errors.New("wire: IPv6 header must be 40 bytes")
@@ -47,10 +53,8 @@ func ICRCv2(ipHeader, udpHeader, ibPacket []byte) (uint32, error) {
 	default:
 		return 0, errors.New("wire: not an IPv4 or IPv6 header")
 	}
-	var udp [8]byte
-	copy(udp[:], udpHeader)
-	udp[6], udp[7] = 0xff, 0xff
-	crc = crc32.Update(crc, crc32.IEEETable, udp[:])
+	crc = crc32.Update(crc, crc32.IEEETable, udpHeader[:6])
+	crc = crc32.Update(crc, crc32.IEEETable, lrhOnes[:2]) // UDP checksum
 	return updateIB(crc, ibPacket), nil
 }
 
@@ -77,11 +81,9 @@ func maskGRHLike(h *[40]byte) {
 }
 
 func updateIB(crc uint32, ib []byte) uint32 {
-	var bth [BTHSize]byte
-	copy(bth[:], ib)
-	bth[4] = 0xff
-	crc = crc32.Update(crc, crc32.IEEETable, bth[:])
-	return crc32.Update(crc, crc32.IEEETable, ib[BTHSize:])
+	crc = crc32.Update(crc, crc32.IEEETable, ib[:4])
+	crc = crc32.Update(crc, crc32.IEEETable, lrhOnes[:1]) // BTH reserved byte
+	return crc32.Update(crc, crc32.IEEETable, ib[5:])
 }
 
 // PutICRC stores icrc after the packet (little-endian, as on the wire).
