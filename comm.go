@@ -2,6 +2,7 @@ package goccl
 
 import (
 	"context"
+	"github.com/goccl/goccl/transport/roce"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,6 +62,7 @@ type Comm struct {
 	poison    error
 	closed    bool
 	release   func()           // closes what the bootstrap made besides the links (nil: nothing)
+	roce      *roce.Domain     // GOCCL_NET=roce: the device's domain, where Register registers (nil: none)
 	rdv       rendezvous.Store // the store it rendezvoused through (for Split)
 	jobID     string
 	splits    atomic.Int64              // Split calls so far

@@ -1,6 +1,9 @@
 package goccl
 
-import "github.com/goccl/goccl/rdma"
+import (
+	"github.com/goccl/goccl/rdma"
+	"github.com/goccl/goccl/transport/roce"
+)
 
 // SetRoCEFaults makes every RoCE device this process's Init opens inject
 // f's packet faults (GOCCL_NET=roce).
@@ -27,4 +30,20 @@ func TuningOf(c *Comm) Tuning {
 		t.HierMin[k.String()] = c.hierMin[k]
 	}
 	return t
+}
+
+// HasRoCE reports whether c's links to other hosts (or all links, with
+// GOCCL_SHM_DISABLE=1) run over a RoCE device.
+func HasRoCE(c *Comm) bool { return c.roce != nil }
+
+// ZeroCopied sums, over c's RoCE links, the bytes sent straight from
+// registered buffers.
+func ZeroCopied(c *Comm) uint64 {
+	var n uint64
+	for p := 0; p < c.size; p++ {
+		if l, ok := c.group.Link(p).(*roce.Link); ok {
+			n += l.ZeroCopied()
+		}
+	}
+	return n
 }

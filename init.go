@@ -122,7 +122,7 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		res.Release()
 		return fail(err)
 	}
-	c.release, c.rdv, c.jobID, c.localRank = res.Release, res.Store, res.JobID, res.LocalRank
+	c.release, c.rdv, c.jobID, c.localRank, c.roce = res.Release, res.Store, res.JobID, res.LocalRank, res.RoCE
 	c.splitOpts = []Option{WithTimeout(c.timeout), WithJobToken(p.Token), WithTLS(res.TLSServer, res.TLSClient)}
 	if p.Checksum {
 		c.splitOpts = append(c.splitOpts, WithChecksum())

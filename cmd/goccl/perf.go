@@ -93,6 +93,10 @@ the long names also take one dash, as in Go programs (-minbytes 8):
                           "cputime"), not to complete them (default 0)
   -u, --unalign N         misalign the send and receive buffers by N elements
                           (default 0)
+  -R, --local_register N  1 or 2: register the send and receive buffers with
+                          the communicator (goccl.Register, as nccl-tests
+                          calls ncclCommRegister): RoCE links then send from
+                          them without the staging copy (default 0)
   -a, --average N         time across ranks: 0 rank 0, 1 mean, 2 min, 3 max (default 1)
   -J, --output_file FILE  also write the results as JSON to FILE, in
                           nccl-tests' JSON layout (rank 0); --json is the same
@@ -103,8 +107,7 @@ the long names also take one dash, as in Go programs (-minbytes 8):
   -g, --ngpus N           GPUs (devices) per thread: only 1 is supported
 
 Accepted for nccl-tests command lines, with no effect here (the report's
-header names those given): -G/--cudagraph, -R/--local_register,
--y/--stream_null, -x/--cta_policy, -D/--device_implementation,
+header names those given): -G/--cudagraph, -y/--stream_null, -x/--cta_policy, -D/--device_implementation,
 -V/--device_cta_count and -M/--memory are about GPUs; -p/--parallel_init is
 about several threads per process; -S/--report_timestamps,
 -I/--per_iter_timing and -K/--per_iter_skip are not implemented by goccl perf.
@@ -135,6 +138,7 @@ type perfConfig struct {
 	runCycles  int // -N: sweeps, 0 for ever
 	cputime    int // -C: 1 reports the time to issue
 	unalign    int // -u: elements by which the buffers are misaligned
+	register   int // -R: register the buffers with the communicator
 	ignored    []*ignoredFlag
 }
 
@@ -158,7 +162,6 @@ func ignoredFlags() []*ignoredFlag {
 		{short: "y", long: "stream_null", max: 1, noEffect: true},
 		{short: "G", long: "cudagraph", noEffect: true},
 		{short: "S", long: "report_timestamps", max: 1},
-		{short: "R", long: "local_register", max: 2, noEffect: true},
 		{short: "x", long: "cta_policy", def: -1, min: -1, max: 2, noEffect: true},
 		{short: "D", long: "device_implementation", noEffect: true},
 		{short: "V", long: "device_cta_count", def: 16, min: 1, max: 128, noEffect: true},
@@ -220,6 +223,7 @@ func parsePerfArgs(args []string, stderr io.Writer) (*perfConfig, error) {
 	fs.IntVarP(&cfg.runCycles, "run_cycles", "N", cfg.runCycles, "")
 	fs.IntVarP(&cfg.cputime, "report_cputime", "C", 0, "")
 	fs.IntVarP(&cfg.unalign, "unalign", "u", 0, "")
+	fs.IntVarP(&cfg.register, "local_register", "R", 0, "")
 	for _, f := range cfg.ignored {
 		f.v = f.def
 		fs.IntVarP(&f.v, f.long, f.short, f.def, "")
@@ -282,6 +286,8 @@ func parsePerfArgs(args []string, stderr io.Writer) (*perfConfig, error) {
 		return nil, errors.New("-np must not be negative")
 	case cfg.root < -1:
 		return nil, fmt.Errorf("invalid root %d", cfg.root)
+	case cfg.register < 0 || cfg.register > 2:
+		return nil, fmt.Errorf("-R (local_register) must be from 0 to 2, not %d", cfg.register)
 	}
 	for _, f := range cfg.ignored {
 		if f.v < f.min || (f.max > 0 && f.v > f.max) {
@@ -324,6 +330,9 @@ func (cfg *perfConfig) headerNotes() []string {
 		l = append(l, "# Blocking Enabled: wait after each inner iteration (-m), no barrier ")
 	case 3:
 		l = append(l, "# Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes barrier ")
+	}
+	if cfg.register > 0 {
+		l = append(l, fmt.Sprintf("# Local registration: send and receive buffers registered with the communicator (-R %d; RoCE links send from them without staging)", cfg.register))
 	}
 	var noEffect, notImpl []string
 	for _, f := range cfg.ignored {
@@ -514,6 +523,17 @@ func perfRank(ctx context.Context, cfg *perfConfig, c benchComm, stdout, stderr 
 	}
 	b := newBench(ctx, cfg, c, stdout, stderr)
 	b.bar = bar
+	if gc, ok := c.(*goccl.Comm); ok && cfg.register > 0 {
+		// -R: nccl-tests registers the buffers (ncclCommRegister); 1 and 2
+		// (its symmetric registration) are one here.
+		for _, buf := range [][]byte{b.sendBase, b.recvBase} {
+			reg, err := goccl.Register(gc, buf)
+			if err != nil {
+				return 1, err
+			}
+			defer reg.Deregister()
+		}
+	}
 	b.printf("%s", formatConfigLine(cfg.minBytes, cfg.maxBytes, cfg.stepFactor, cfg.stepBytes, cfg.warmup, cfg.iters, cfg.aggIters, cfg.check)+unalignSuffix(cfg.unalign))
 	for _, l := range cfg.headerNotes() {
 		b.printf("%s", l)

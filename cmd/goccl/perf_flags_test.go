@@ -381,7 +381,8 @@ func TestPerfFlagValues(t *testing.T) {
 	// -x -1 and -V 16 are nccl-tests' defaults: not reported.
 	want := []string{
 		"# Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes barrier ",
-		"# No effect on CPU (no GPU, one thread per rank): -p 1 (parallel_init), -G 1 (cudagraph), -R 2 (local_register)",
+		"# Local registration: send and receive buffers registered with the communicator (-R 2; RoCE links send from them without staging)",
+		"# No effect on CPU (no GPU, one thread per rank): -p 1 (parallel_init), -G 1 (cudagraph)",
 		"# Not implemented by goccl perf, ignored: -S 1 (report_timestamps)",
 	}
 	if got := cfg.headerNotes(); strings.Join(got, "\n") != strings.Join(want, "\n") {
@@ -570,8 +571,9 @@ func TestPerfFakeNcclTestsFlags(t *testing.T) {
 	lines := strings.Split(out, "\n")
 	if !strings.Contains(lines[0], " iters: 2 agg iters: 2 validation: 1 graph: 0") ||
 		lines[1] != "# Blocking Enabled: wait and barrier after each inner iteration (-m) " ||
-		lines[2] != "# No effect on CPU (no GPU, one thread per rank): -G 1 (cudagraph), -R 1 (local_register)" ||
-		lines[3] != "#" || !strings.Contains(out, "cputime") {
+		lines[2] != "# Local registration: send and receive buffers registered with the communicator (-R 1; RoCE links send from them without staging)" ||
+		lines[3] != "# No effect on CPU (no GPU, one thread per rank): -G 1 (cudagraph)" ||
+		lines[4] != "#" || !strings.Contains(out, "cputime") {
 		t.Errorf("header:\n%s", out)
 	}
 }
@@ -597,7 +599,7 @@ func TestPerfLaunchNcclTestsFlags(t *testing.T) {
 				t.Errorf("-z %s: row %+v", z, r)
 			}
 		}
-		if !strings.Contains(stdout, "agg iters: 2") || !strings.Contains(stdout, "-G 1 (cudagraph), -R 1 (local_register)") ||
+		if !strings.Contains(stdout, "agg iters: 2") || !strings.Contains(stdout, "-G 1 (cudagraph)") || !strings.Contains(stdout, "# Local registration") ||
 			(z != "0") != strings.Contains(stdout, "# Blocking Enabled") {
 			t.Errorf("-z %s: header:\n%s", z, stdout)
 		}

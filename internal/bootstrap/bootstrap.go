@@ -30,6 +30,7 @@ import (
 	"github.com/goccl/goccl/rendezvous"
 	"github.com/goccl/goccl/topo"
 	"github.com/goccl/goccl/transport"
+	"github.com/goccl/goccl/transport/roce"
 	"github.com/goccl/goccl/transport/tcp"
 )
 
@@ -93,6 +94,9 @@ type Result struct {
 	// TLSServer and TLSClient are the TLS configurations of the TCP links
 	// (nil: plain TCP).
 	TLSServer, TLSClient *tls.Config
+	// RoCE is the RoCE device's domain (GOCCL_NET=roce and a device
+	// opened; else nil): Comm.Register registers memory in it.
+	RoCE *roce.Domain
 	// StoreReady and CardsRead are when the store was reached and when every
 	// address card had been read (for the caller's timing log).
 	StoreReady, CardsRead time.Time
@@ -183,7 +187,10 @@ func Connect(ctx context.Context, p Params) (res *Result, err error) {
 		return nil, err
 	}
 	if p.RoCE != nil {
-		b.dev = b.openRoCE(iface)
+		if b.dev = b.openRoCE(iface); b.dev != nil {
+			b.dom = roce.NewDomain(b.dev)
+			res.RoCE = b.dom
+		}
 	}
 	if err := b.connectTCP(ctx, cards, useShm); err != nil {
 		return nil, err
@@ -256,6 +263,7 @@ type boot struct {
 	made  rendezvous.Store // the store Connect connected to, if any
 	ep    *tcp.Endpoint
 	dev   *rdma.Device // GOCCL_NET=roce: this rank's device (nil: none)
+	dom   *roce.Domain // and its domain (registered memory)
 	links []transport.Link
 }
 

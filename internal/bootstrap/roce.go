@@ -78,12 +78,12 @@ func (r *RoCE) iface(tcpIface tcp.Interface) (tcp.Interface, error) {
 // peer falls back too).
 func (b *boot) dialRoCE(ctx context.Context, ctrl transport.Link) (transport.Link, error) {
 	r := b.p.RoCE
-	l, fallback, err := roce.Dial(ctx, ctrl, b.dev, roce.Options{Timeout: r.Timeout, RetryCnt: r.RetryCnt})
+	l, fallback, err := roce.Dial(ctx, ctrl, b.dom, roce.Options{Timeout: r.Timeout, RetryCnt: r.RetryCnt})
 	if err != nil {
 		ctrl.Close()
 		return nil, err
 	}
-	if fallback && b.dev != nil {
+	if fallback && b.dom != nil {
 		b.p.Log(slog.LevelWarn, "NET", []slog.Attr{slog.Int("peer", ctrl.Peer())},
 			"%s=roce: rank %d has no RoCE device; the link to it stays on TCP", config.Net.Name, ctrl.Peer())
 	}

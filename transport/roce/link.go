@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/goccl/goccl/rdma"
@@ -98,6 +99,7 @@ func (o *Options) fill() error {
 // Link is a transport.Link over one RC queue pair; see the package doc.
 type Link struct {
 	peer          int
+	dom           *Domain
 	ctrl          transport.Link
 	qp            *rdma.QP
 	cq            *rdma.CQ
@@ -109,6 +111,7 @@ type Link struct {
 	rkey          uint32
 	name          string
 	counters      transport.Counters
+	zeroCopied    atomic.Uint64 // payload bytes sent straight from registered buffers
 
 	mu       sync.Mutex
 	wcs      [64]rdma.WC
@@ -205,21 +208,21 @@ func exchange(ctx context.Context, ctrl transport.Link, mine *setup) (setup, err
 	return peer, err
 }
 
-// Dial makes the RoCE link to ctrl's peer over dev, exchanging what the
-// queue pairs need over ctrl (the peer calls Dial at the same time). When
-// this side has no device (dev nil) or the peer has none, it returns ctrl
+// Dial makes the RoCE link to ctrl's peer in dom (its device and memory),
+// exchanging what the queue pairs need over ctrl (the peer calls Dial at
+// the same time). When this side has no device (dom nil) or the peer has none, it returns ctrl
 // itself and fallback true: both sides then go on over TCP. On success ctrl
 // belongs to the returned link (its control channel); on error Dial closes
 // what it made but not ctrl.
-func Dial(ctx context.Context, ctrl transport.Link, dev *rdma.Device, o Options) (l transport.Link, fallback bool, err error) {
+func Dial(ctx context.Context, ctrl transport.Link, dom *Domain, o Options) (l transport.Link, fallback bool, err error) {
 	if err := o.fill(); err != nil {
 		return nil, false, err
 	}
 	peer := ctrl.Peer()
 	var mine setup
 	var rl *Link
-	if dev != nil {
-		if rl, err = newLink(dev, peer, o); err != nil {
+	if dom != nil {
+		if rl, err = newLink(dom, peer, o); err != nil {
 			return nil, false, err
 		}
 		mine = setup{hasDev: true, info: rl.qp.LocalInfo(rl.rmr), slots: rl.rslots, per: rl.rslot}
@@ -240,11 +243,11 @@ func Dial(ctx context.Context, ctrl transport.Link, dev *rdma.Device, o Options)
 	return rl, false, nil
 }
 
-func newLink(dev *rdma.Device, peer int, o Options) (*Link, error) {
-	l := &Link{peer: peer, rslots: o.Slots, rslot: o.SlotBytes,
+func newLink(dom *Domain, peer int, o Options) (*Link, error) {
+	l := &Link{peer: peer, dom: dom, rslots: o.Slots, rslot: o.SlotBytes,
 		sendSig: make(chan struct{}, 1), recvSig: make(chan struct{}, 1), done: make(chan struct{})}
-	pd := dev.AllocPD()
-	l.cq = dev.CreateCQ()
+	pd := dom.pd
+	l.cq = dom.dev.CreateCQ()
 	var err error
 	if l.qp, err = pd.CreateQP(l.cq, l.cq); err != nil {
 		return nil, err
@@ -353,6 +356,10 @@ func (l *Link) Peer() int { return l.peer }
 // Name implements transport.Link.
 func (l *Link) Name() string { return l.name }
 
+// ZeroCopied counts the payload bytes sent straight from registered
+// buffers (no staging copy).
+func (l *Link) ZeroCopied() uint64 { return l.zeroCopied.Load() }
+
 // Counters implements transport.Link.
 func (l *Link) Counters() *transport.Counters { return &l.counters }
 
@@ -413,8 +420,9 @@ func (l *Link) release() {
 
 // Roles of await.
 const (
-	roleSend = iota
-	roleRecv
+	roleSend  = iota
+	roleRecv  // a chunk has arrived
+	roleFlush // every chunk posted has been acknowledged
 )
 
 // progressLocked takes the completions there are and signals the side
@@ -474,8 +482,11 @@ func signal(c chan struct{}) {
 // readyLocked reports whether role can go on: a free slot at the peer and
 // a free staging slot (send), a chunk in the ring (recv).
 func (l *Link) readyLocked(role int) bool {
-	if role == roleRecv {
+	switch role {
+	case roleRecv:
 		return l.consumed < l.arrived
+	case roleFlush:
+		return l.sendDone >= l.posted
 	}
 	return l.sent < l.credits+uint64(l.pslots) && l.sent < l.sendDone+uint64(l.pslots)
 }
@@ -484,7 +495,7 @@ func (l *Link) readyLocked(role int) bool {
 // briefly, then sleeps on the completion queue, the other side's signal,
 // the link's end and ctx.
 func (l *Link) await(ctx context.Context, role int) error {
-	sig, timer := l.sendSig, l.sendTimer
+	sig, timer := l.sendSig, l.sendTimer // roleFlush is the sender's too
 	if role == roleRecv {
 		sig, timer = l.recvSig, l.recvTimer
 	}
@@ -592,7 +603,23 @@ func (l *Link) Send(ctx context.Context, h *transport.Header, buf []byte) error 
 	return l.send(ctx, h, buf)
 }
 
+// zeroCopyMin is the smallest registered message sent without staging:
+// below it the copy costs less than waiting for the acknowledgement.
+const zeroCopyMin = 64 << 10
+
 func (l *Link) send(ctx context.Context, h *transport.Header, buf []byte) error {
+	if len(buf) >= zeroCopyMin {
+		if reg, off := l.dom.acquire(buf); reg != nil {
+			defer reg.release()
+			return l.sendRegistered(ctx, h, buf, reg, off)
+		}
+	}
+	return l.sendStaged(ctx, h, buf)
+}
+
+// sendStaged sends buf through the staging slots: it returns once the
+// last chunk is posted.
+func (l *Link) sendStaged(ctx context.Context, h *transport.Header, buf []byte) error {
 	off := 0
 	for first := true; first || off < len(buf); first = false {
 		if err := l.await(ctx, roleSend); err != nil {
@@ -625,6 +652,59 @@ func (l *Link) send(ctx context.Context, h *transport.Header, buf []byte) error 
 	return nil
 }
 
+// sendRegistered sends buf, which lies at offset off of reg: the header
+// alone from a staging slot, then the payload by RDMA WRITEs straight from
+// the registered buffer; it returns once every chunk is acknowledged (the
+// device reads the buffer until then, also to resend). A failure part-way
+// closes the link, which stops the device reading.
+func (l *Link) sendRegistered(ctx context.Context, h *transport.Header, buf []byte, reg *Region, off int) error {
+	pos := -1 // -1: the header
+	for pos < len(buf) {
+		if err := l.await(ctx, roleSend); err != nil {
+			if pos >= 0 {
+				l.Close()
+			}
+			return l.callErr("send", err)
+		}
+		slot := int(l.sent % uint64(l.pslots))
+		wr := rdma.SendWR{ID: l.sent, Opcode: qp.WRWriteImm, RemoteAddr: l.raddr + uint64(slot*l.pslot), RKey: l.rkey}
+		if pos < 0 {
+			h.Encode(l.smr.Bytes()[slot*l.pslot:])
+			wr.MR, wr.Offset, wr.Length = l.smr, slot*l.pslot, hdrRoom
+			pos = 0
+		} else {
+			n := min(len(buf)-pos, l.pslot)
+			wr.MR, wr.Offset, wr.Length = reg.mr, off+pos, n
+			pos += n
+		}
+		wr.Imm = immData | uint32(wr.Length)
+		if err := l.qp.PostSend(wr); err != nil {
+			return l.postErr("send", err)
+		}
+		l.sent++
+		l.mu.Lock()
+		l.posted++
+		l.mu.Unlock()
+	}
+	if err := l.await(ctx, roleFlush); err != nil {
+		l.mu.Lock()
+		peerClosed := !l.local && errors.Is(err, transport.ErrClosed) && !errors.Is(err, transport.ErrPeerLost)
+		l.mu.Unlock()
+		// Close either way: the queue pair must stop reading buf, which
+		// it would go on resending from while acknowledgements are due.
+		l.Close()
+		if !peerClosed {
+			return l.callErr("send", err)
+		}
+		// The peer closed its link after the whole message was posted (it
+		// received it and was done, acknowledgements in flight): a
+		// success, as a TCP send whose peer then closes.
+	}
+	l.counters.AddSent(len(buf))
+	l.zeroCopied.Add(uint64(len(buf)))
+	return nil
+}
+
 // TrySend implements transport.Link: it sends when the whole message fits
 // the peer's free slots and the free staging slots now.
 func (l *Link) TrySend(h *transport.Header, buf []byte) (bool, error) {
@@ -643,7 +723,9 @@ func (l *Link) TrySend(h *transport.Header, buf []byte) (bool, error) {
 	if need > free {
 		return false, nil
 	}
-	return true, l.send(ctx, h, buf)
+	// Staged even from a registered buffer: a registered send waits for
+	// the acknowledgements.
+	return true, l.sendStaged(ctx, h, buf)
 }
 
 // Recv implements transport.Link.
