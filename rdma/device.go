@@ -159,6 +159,7 @@ type DeviceStats struct {
 	ICRCErrors, Malformed        uint64 // dropped on receipt
 	KernelDrops                  uint64 // dropped by the kernel, the socket's receive buffer full (RoCE v1)
 	UnknownQP                    uint64 // for no QP of this device
+	ForeignSource                uint64 // for a connected QP, from another address than its peer's
 	// Faults injected (WithFaults).
 	InjectedDrops, InjectedDuplicates, InjectedReorders, InjectedCorruptions uint64
 }
@@ -207,6 +208,13 @@ func V1ActiveMTU(ifMTU int) int {
 func start(l link, version int, addr netip.AddrPort, gid [16]byte, mtu int, opts []Option) *Device {
 	d := &Device{lk: l, version: version, addr: addr, gid: gid, mtu: mtu, qps: map[uint32]*QP{}, mrs: map[uint32]*MR{},
 		nextQPN: 0x11, nextKey: 0x100, done: make(chan struct{}), start: time.Now()}
+	if version == 1 {
+		// Every process on an interface has its own RoCE v1 device with
+		// the interface's GID and sees every frame: QP numbers must differ
+		// across them, as on one HCA, or a frame for one process's QP
+		// would reach another's. A random base (24-bit QPNs) does that.
+		d.nextQPN = 0x100 + rand.Uint32N(0xfe0000)
+	}
 	for _, o := range opts {
 		o(d)
 	}
@@ -286,6 +294,12 @@ func (d *Device) receiveLocked(ib []byte, icrcOK bool, from netip.AddrPort) {
 	q, ok := d.qps[p.BTH.DestQP]
 	if !ok {
 		d.stats.UnknownQP++
+		return
+	}
+	if q.peer.IsValid() && (from.Port() != q.peer.Port() || from.Addr().Unmap() != q.peer.Addr().Unmap()) {
+		// An RC QP takes packets from its peer only (a v1 frame meant for
+		// another process's device on this interface, a stale peer).
+		d.stats.ForeignSource++
 		return
 	}
 	q.eng.Tick(d.now())

@@ -265,3 +265,44 @@ func TestAtomicsOverUDP(t *testing.T) {
 		t.Errorf("word is %d, want 1 (swapped after 10 adds of 3)", got)
 	}
 }
+
+// TestForeignSource: a connected QP takes packets from its peer only: a
+// third device that aims a WRITE at it (its QP number and PSN right) is
+// ignored, counted as ForeignSource, and nothing lands in the buffer.
+func TestForeignSource(t *testing.T) {
+	a, b, c := newSide(t, 4096), newSide(t, 4096), newSide(t, 4096)
+	connect(t, a, b, 10, 1)
+	// c's QP believes it is a: b's QPN and PSN as its peer.
+	c.psn = a.psn
+	for _, st := range []struct {
+		attr qp.Attr
+		mask qp.AttrMask
+	}{
+		{qp.Attr{State: qp.StateInit, Port: 1, AccessFlags: AccessRemoteWrite}, qp.AttrState | qp.AttrPKeyIndex | qp.AttrPort | qp.AttrAccessFlags},
+		{qp.Attr{State: qp.StateRTR, PathMTU: 1024, DestQPN: b.qp.QPN(), RQPSN: b.psn, MaxDestRdAtomic: 1, MinRNRTimer: 1,
+			AV: qp.AddressVector{DGID: b.d.GID(), DPort: b.d.Addr().Port()}},
+			qp.AttrState | qp.AttrAV | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN | qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer},
+		{qp.Attr{State: qp.StateRTS, SQPSN: c.psn, Timeout: 10, RetryCnt: 1, RNRRetry: 0, MaxQPRdAtomic: 1},
+			qp.AttrState | qp.AttrSQPSN | qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxQPRdAtomic},
+	} {
+		if err := c.qp.Modify(&st.attr, st.mask); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copy(c.buf, "intruder")
+	if err := c.qp.PostSend(SendWR{ID: 1, Opcode: qp.WRWrite, MR: c.mr, Length: 8, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	wcs, err := c.cq.Wait(ctx, 1)
+	if err != nil || wcs[0].Status != qp.StatusRetryExcErr {
+		t.Fatalf("the intruder's WRITE: %v %+v", err, wcs)
+	}
+	if st := b.d.Stats(); st.ForeignSource == 0 {
+		t.Fatalf("stats %+v: nothing counted as from a foreign source", st)
+	}
+	if string(b.buf[:8]) == "intruder" {
+		t.Fatal("the intruder's WRITE landed")
+	}
+}

@@ -101,10 +101,15 @@ func TestRunHostsCluster(t *testing.T) {
 	etcd := etcdtest.Start(t)
 	etcdAddr := clustertest.Forward(t, c, 0, etcd.Endpoint) // the hosts reach it through host 0's address
 	// "roce": the embedded store, the links between hosts over the soft
-	// RoCE device's queue pairs (GOCCL_NET=roce).
-	for _, store := range []string{"embedded", "etcd", "roce"} {
+	// RoCE device's queue pairs (GOCCL_NET=roce); "roce-v1": RoCE v1
+	// (GOCCL_IB_GID_INDEX=0: raw Ethernet frames, each host's two ranks
+	// with a device on the same interface and GID), AllReduce and AllToAll.
+	for _, store := range []string{"embedded", "etcd", "roce", "roce-v1"} {
 		t.Run(store, func(t *testing.T) {
 			for i, coll := range perfColls {
+				if store == "roce-v1" && coll != "all_reduce" && coll != "alltoall" {
+					continue
+				}
 				args := []string{"run", "-H", hostsArg, "--rsh", rsh}
 				switch {
 				case store == "etcd":
@@ -113,6 +118,8 @@ func TestRunHostsCluster(t *testing.T) {
 					args = append(args, "--env", "GOCCL_NET=roce", "--env", "GOCCL_DEBUG=INFO")
 				case store == "roce":
 					args = append(args, "--env", "GOCCL_NET=roce")
+				case store == "roce-v1":
+					args = append(args, "--env", "GOCCL_NET=roce", "--env", "GOCCL_IB_GID_INDEX=0", "--env", "GOCCL_DEBUG=INFO")
 				}
 				exe, _ := os.Executable()
 				args = append(args, exe, "perf", coll, "-b", "8", "-e", "1M", "-f", "16", "-n", "2", "-w", "1", "-c", "1")
@@ -123,10 +130,10 @@ func TestRunHostsCluster(t *testing.T) {
 				if n := strings.Count(stdout, "[0] #  Rank "); n != 8 {
 					t.Errorf("%s: %d ranks in the report, want 8", coll, n)
 				}
-				if store == "roce" && i == 0 {
+				if want := map[string]string{"roce": "via NET/RoCE/v2", "roce-v1": "via NET/RoCE/v1"}[store]; want != "" && i == 0 {
 					// Each rank's links to the 6 ranks of other hosts.
-					if n := strings.Count(stdout+stderr, "via NET/RoCE/v2"); n != 8*6 {
-						t.Errorf("%d links via NET/RoCE/v2, want 48:\n%s\n%s", n, stdout, stderr)
+					if n := strings.Count(stdout+stderr, want); n != 8*6 {
+						t.Errorf("%d links %s, want 48:\n%s\n%s", n, want, stdout, stderr)
 					}
 				}
 			}
