@@ -53,7 +53,8 @@ type Device struct {
 	wg      sync.WaitGroup
 	start   time.Time
 
-	stats DeviceStats
+	stats   DeviceStats
+	touched []*MR // regions with Notify that the packet being handled writes
 
 	pcap  *pcapgo.Writer // WithPcap
 	frame []byte         // pcap frame buffer
@@ -305,6 +306,13 @@ func (d *Device) receiveLocked(ib []byte, icrcOK bool, from netip.AddrPort) {
 	q.eng.Tick(d.now())
 	q.eng.Receive(&p)
 	q.flushLocked()
+	for _, mr := range d.touched {
+		select {
+		case mr.notify <- struct{}{}:
+		default:
+		}
+	}
+	d.touched = d.touched[:0]
 }
 
 // timerLoop ticks the engines so that retry timers and RNR waits fire.

@@ -43,6 +43,33 @@ type MR struct {
 	va     uint64
 	key    uint32
 	access int
+	notify chan struct{} // Notify's (nil: not asked for)
+}
+
+// Pass puts a notice in Notify's channel (when it has room): a waiter that
+// took one it did not need hands it on to another.
+func (m *MR) Pass() {
+	m.Notify()
+	select {
+	case m.notify <- struct{}{}:
+	default:
+	}
+}
+
+// Notify returns a channel that receives (at most one value pending) after
+// a remote WRITE or atomic has landed in the region. It is the soft
+// device's stand-in for a CPU polling its memory: a process waiting for a
+// signal word that a peer updates by RDMA sleeps on it instead of spinning.
+// It may fire early (at the first packet of a multi-packet WRITE): check
+// the memory and wait again.
+func (m *MR) Notify() <-chan struct{} {
+	d := m.pd.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if m.notify == nil {
+		m.notify = make(chan struct{}, 1)
+	}
+	return m.notify
 }
 
 // RegMR registers buf with the given access flags.
@@ -102,6 +129,9 @@ func (m pdMemory) Remote(rkey uint32, va uint64, n int, access uint32) ([]byte, 
 		return nil, fmt.Errorf("region %#x lacks access %#x", rkey, access)
 	case n < 0 || va < mr.va || va-mr.va > uint64(len(mr.buf)) || uint64(n) > uint64(len(mr.buf))-(va-mr.va):
 		return nil, fmt.Errorf("[%#x, +%d) is outside region %#x", va, n, rkey)
+	}
+	if mr.notify != nil && access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 {
+		m.pd.d.touched = append(m.pd.d.touched, mr)
 	}
 	off := va - mr.va
 	return mr.buf[off : off+uint64(n)], nil
@@ -199,6 +229,15 @@ func (pd *PD) CreateQP(sendCQ, recvCQ *CQ) (*QP, error) {
 	d.nextQPN++
 	d.qps[q.eng.QPN] = q
 	return q, nil
+}
+
+// Destroy removes the queue pair from its device (ibv_destroy_qp): packets
+// for it are dropped as for an unknown QP from then on, and its outstanding
+// WRs never complete. It must not be used afterwards.
+func (q *QP) Destroy() {
+	q.d.mu.Lock()
+	defer q.d.mu.Unlock()
+	delete(q.d.qps, q.eng.QPN)
 }
 
 // QPN is the queue pair number.

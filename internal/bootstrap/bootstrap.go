@@ -189,6 +189,7 @@ func Connect(ctx context.Context, p Params) (res *Result, err error) {
 	if p.RoCE != nil {
 		if b.dev = b.openRoCE(iface); b.dev != nil {
 			b.dom = roce.NewDomain(b.dev)
+			b.dom.Timeout, b.dom.RetryCnt = p.RoCE.Timeout, p.RoCE.RetryCnt
 			res.RoCE = b.dom
 		}
 	}

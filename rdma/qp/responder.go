@@ -2,6 +2,8 @@ package qp
 
 import (
 	"encoding/binary"
+	"sync/atomic"
+	"unsafe"
 
 	"github.com/goccl/goccl/rdma/wire"
 )
@@ -98,7 +100,13 @@ func (q *QP) responderReceive(p *wire.Packet) {
 			q.fatal(psn, wire.NAKInvalidRequest) // more data than the RETH announced
 			return
 		}
-		copy(q.curMR[q.curOff:], p.Payload)
+		if first && last && len(p.Payload) == 8 && len(q.curMR) == 8 && word(q.curMR) != nil {
+			// An aligned 8-byte WRITE is single-copy atomic, as on a
+			// NIC: a CPU polling the word (a signal) sees old or new.
+			word(q.curMR).Store(binary.LittleEndian.Uint64(p.Payload))
+		} else {
+			copy(q.curMR[q.curOff:], p.Payload)
+		}
 		q.curOff += len(p.Payload)
 		if last {
 			if q.curOff != len(q.curMR) {
@@ -219,17 +227,12 @@ func (q *QP) serveAtomic(p *wire.Packet) {
 		q.fatal(psn, wire.NAKInvalidRequest)
 		return
 	}
-	word, err := q.mem.Remote(a.RKey, a.VA, 8, AccessRemoteAtomic)
+	mem, err := q.mem.Remote(a.RKey, a.VA, 8, AccessRemoteAtomic)
 	if err != nil || q.attr.AccessFlags&AccessRemoteAtomic == 0 {
 		q.fatal(psn, wire.NAKRemoteAccessError)
 		return
 	}
-	orig := binary.LittleEndian.Uint64(word)
-	if p.BTH.Opcode == wire.RCFetchAdd {
-		binary.LittleEndian.PutUint64(word, orig+a.SwapAdd)
-	} else if orig == a.Compare {
-		binary.LittleEndian.PutUint64(word, a.SwapAdd)
-	}
+	orig := atomicRMW(mem, p.BTH.Opcode == wire.RCFetchAdd, a.SwapAdd, a.Compare)
 	q.atomics[q.nextAtomic] = savedAtomic{valid: true, psn: psn, orig: orig}
 	q.nextAtomic = (q.nextAtomic + 1) % len(q.atomics)
 	q.ePSN = wire.PSNAdd(q.ePSN, 1)
@@ -240,4 +243,42 @@ func (q *QP) serveAtomic(p *wire.Packet) {
 func (q *QP) atomicAck(psn uint32, orig uint64) {
 	q.emit(wire.Packet{BTH: wire.BTH{Opcode: wire.RCAtomicAcknowledge, PSN: psn},
 		AETH: wire.AETH{Syndrome: wire.ACK(wire.CreditsInvalid), MSN: q.msn}, AtomicAck: orig})
+}
+
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
+// word returns b (8 bytes) as an atomic word when it is 8-byte aligned in
+// this process's memory on a little-endian machine, else nil.
+func word(b []byte) *atomic.Uint64 {
+	if !littleEndian || uintptr(unsafe.Pointer(&b[0]))%8 != 0 {
+		return nil
+	}
+	return (*atomic.Uint64)(unsafe.Pointer(&b[0]))
+}
+
+// atomicRMW applies FETCH_ADD (add) or COMPARE_SWAP to the little-endian
+// word b and returns its original value. On aligned memory it is a CPU
+// atomic (this machine is little-endian, as the wire's atomics are here), so
+// the operation is atomic also against the owner's own atomic operations
+// on the word (a process mixing local and remote signals); unaligned
+// memory (only a test's fake) is updated plainly.
+func atomicRMW(b []byte, add bool, swapAdd, compare uint64) uint64 {
+	if w := word(b); w != nil {
+		if add {
+			return w.Add(swapAdd) - swapAdd
+		}
+		for {
+			orig := w.Load()
+			if orig != compare || w.CompareAndSwap(orig, swapAdd) {
+				return orig
+			}
+		}
+	}
+	orig := binary.LittleEndian.Uint64(b)
+	if add {
+		binary.LittleEndian.PutUint64(b, orig+swapAdd)
+	} else if orig == compare {
+		binary.LittleEndian.PutUint64(b, swapAdd)
+	}
+	return orig
 }

@@ -21,6 +21,10 @@ type Domain struct {
 	dev *rdma.Device
 	pd  *rdma.PD
 
+	// Timeout and RetryCnt are the ACK timeout exponent and retry count of
+	// the queue pairs made outside Dial (OneSided); 0: the defaults.
+	Timeout, RetryCnt uint8
+
 	mu   sync.RWMutex
 	regs []*Region // sorted by address, not overlapping
 }

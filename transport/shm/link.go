@@ -577,3 +577,8 @@ func (l *link) wait(ctx context.Context, c cond) error {
 		waiting.Store(0)
 	}
 }
+
+// PeerExited reports whether the peer's process has exited (false when it
+// cannot be watched: another pid namespace). Symmetric-memory waits, which
+// have no ring to find closed, poll it before they sleep.
+func (l *link) PeerExited() bool { return l.peerProc.exited() }

@@ -232,31 +232,9 @@ func CreateRing(path string, cfg Config) (*Ring, error) {
 	what := func() string {
 		return fmt.Sprintf("%d bytes needed: %d slots of %d+%d bytes plus a %d-byte header", size, cfg.Slots, cfg.SlotSize, slotMeta, headerPage)
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	mem, st, err := createMapped(path, size, "create ring "+path, what)
 	if err != nil {
-		return nil, fmt.Errorf("shm: create ring %s (%s): %w", path, what(), err)
-	}
-	defer f.Close()
-	fail := func(err error) (*Ring, error) {
-		os.Remove(path)
 		return nil, err
-	}
-	fd := int(f.Fd())
-	if err := unix.Fallocate(fd, 0, 0, size); err != nil {
-		if !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.ENOSYS) {
-			return fail(fmt.Errorf("shm: create ring %s: cannot reserve %s (is %s large enough?): %w", path, what(), filepath.Dir(path), err))
-		}
-		if err := f.Truncate(size); err != nil {
-			return fail(fmt.Errorf("shm: create ring %s: cannot size it (%s): %w", path, what(), err))
-		}
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return fail(fmt.Errorf("shm: create ring %s: %w", path, err))
-	}
-	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		return fail(fmt.Errorf("shm: create ring %s: mmap (%s): %w", path, what(), err))
 	}
 	le := binary.LittleEndian
 	le.PutUint32(mem[offVersion:], ringVersion)
@@ -271,6 +249,40 @@ func CreateRing(path string, cfg Config) (*Ring, error) {
 	// Publish: the opener checks the magic last-written word (release store).
 	(*atomic.Uint64)(unsafe.Pointer(&mem[offMagic])).Store(ringMagic)
 	return r, nil
+}
+
+// createMapped creates (O_EXCL) the file path of size bytes, reserved up
+// front (fallocate) so that a full file system is reported here and not
+// as a SIGBUS later, and maps it shared. Errors begin "shm: op" and say
+// what the size is for.
+func createMapped(path string, size int64, op string, what func() string) ([]byte, unix.Stat_t, error) {
+	var st unix.Stat_t
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, st, fmt.Errorf("shm: %s (%s): %w", op, what(), err)
+	}
+	defer f.Close()
+	fail := func(err error) ([]byte, unix.Stat_t, error) {
+		os.Remove(path)
+		return nil, st, err
+	}
+	fd := int(f.Fd())
+	if err := unix.Fallocate(fd, 0, 0, size); err != nil {
+		if !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.ENOSYS) {
+			return fail(fmt.Errorf("shm: %s: cannot reserve %s (is %s large enough?): %w", op, what(), filepath.Dir(path), err))
+		}
+		if err := f.Truncate(size); err != nil {
+			return fail(fmt.Errorf("shm: %s: cannot size it (%s): %w", op, what(), err))
+		}
+	}
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fail(fmt.Errorf("shm: %s: %w", op, err))
+	}
+	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fail(fmt.Errorf("shm: %s: mmap (%s): %w", op, what(), err))
+	}
+	return mem, st, nil
 }
 
 // OpenRing maps an existing ring created by the peer (the sender opens its outbound ring).
