@@ -1,6 +1,10 @@
 package goccl
 
-import "context"
+import (
+	"context"
+
+	"github.com/goccl/goccl/internal/algo"
+)
 
 // Each *Bytes method describes its call (a call) and hands it to do, which
 // runs it on this goroutine when no non-blocking operation is outstanding,
@@ -130,6 +134,9 @@ func (c *Comm) run(ctx context.Context, a *call) error {
 	switch a.kind {
 	case opAllReduce:
 		n := len(a.recv)
+		if c.collnet != nil && c.algoForced == algo.Auto {
+			return c.finish(a, c.allReduceCollNet(ctx, a))
+		}
 		alg := c.chooseAllReduce(n, sameStart(a.send, a.recv))
 		c.logAlgo(opAllReduce, alg, alg.String(), n)
 		return c.finish(a, c.group.AllReduce(ctx, &c.op, a.send, a.recv, count, alg))

@@ -2,6 +2,7 @@ package goccl
 
 import (
 	"context"
+	"github.com/goccl/goccl/internal/collnet"
 	"github.com/goccl/goccl/transport/roce"
 	"sync"
 	"sync/atomic"
@@ -63,6 +64,7 @@ type Comm struct {
 	closed    bool
 	release   func()           // closes what the bootstrap made besides the links (nil: nothing)
 	roce      *roce.Domain     // GOCCL_NET=roce: the device's domain, where Register registers (nil: none)
+	collnet   *collnet.Client  // GOCCL_COLLNET_ENABLE=1: the attachment to the aggregation tree (nil: none)
 	rdv       rendezvous.Store // the store it rendezvoused through (for Split)
 	jobID     string
 	splits    atomic.Int64              // Split calls so far
@@ -134,6 +136,9 @@ func (c *Comm) Close() error {
 	}
 	c.closed = true
 	var err error
+	if c.collnet != nil {
+		c.collnet.Close()
+	}
 	if c.group != nil {
 		err = c.group.Close()
 	}

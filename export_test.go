@@ -47,3 +47,7 @@ func ZeroCopied(c *Comm) uint64 {
 	}
 	return n
 }
+
+// UsesCollNet reports whether c's AllReduce goes through an aggregation
+// tree.
+func UsesCollNet(c *Comm) bool { return c.collnet != nil }

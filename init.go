@@ -146,6 +146,10 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	if err := c.tune(ctx); err != nil {
 		return fail(err)
 	}
+	// Phase 7: in-network aggregation (GOCCL_COLLNET_ENABLE).
+	if err := c.setupCollNet(ctx); err != nil {
+		return fail(err)
+	}
 	c.writeTopology(ctx, res.Store, nil) // rank 0, GOCCL_TOPO_DUMP_FILE only
 	c.log.Infof(subInit, "init: %d ranks, store %v, address exchange %v, links %v, barrier %v, total %v",
 		c.size, res.StoreReady.Sub(start).Round(time.Microsecond), res.CardsRead.Sub(res.StoreReady).Round(time.Microsecond),

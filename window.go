@@ -116,8 +116,8 @@ func NewWindow(ctx context.Context, c *Comm, bytes int, opts ...WindowOption) (*
 				p.PeerExited[r] = e.PeerExited
 			}
 		default:
-			return fail(fmt.Errorf("%w: no one-sided path to peer %d: its link is %s (symmetric memory needs shared memory on one host or GOCCL_NET=roce across hosts)",
-				ErrInvalidArgument, r, l.Name()))
+			return fail(fmt.Errorf("%w: no one-sided path to peer %d: its link is %s (symmetric memory needs shared memory on one host or %s=roce across hosts)",
+				ErrInvalidArgument, r, l.Name(), config.Net.Name))
 		}
 	}
 	w, err := symm.New(ctx, p)

@@ -118,6 +118,10 @@ var (
 		Doc: "with GOCCL_NET=roce, the queue pairs' local ACK timeout exponent (4.096 µs × 2^N, as NCCL_IB_TIMEOUT; 16: 268 ms): the wait before resending a loss no later packet reveals; a queue pair fails after GOCCL_IB_RETRY_CNT timeouts in a row without progress (a dead peer is noticed sooner, by its control connection)"})
 	IBRetryCnt = define(Var{Name: "GOCCL_IB_RETRY_CNT", Kind: Int, Default: "7", Min: 0, Max: 7,
 		Doc: "with GOCCL_NET=roce, the queue pairs' retry count (as NCCL_IB_RETRY_CNT)"})
+	CollNetEnable = define(Var{Name: "GOCCL_COLLNET_ENABLE", Kind: Bool, Default: "0",
+		Doc: "AllReduce by in-network aggregation (as NCCL_COLLNET_ENABLE): every rank attaches at Init to the aggregation tree whose root GOCCL_COLLNET_AGGD names (goccl aggd); if any rank cannot, all warn and stay on the links"})
+	CollNetAggd = define(Var{Name: "GOCCL_COLLNET_AGGD", Kind: String,
+		Doc: "with GOCCL_COLLNET_ENABLE=1, host:port of the root aggregation node (goccl aggd); read by rank 0, which publishes it in the store for the others"})
 	NSocksPerPeer = define(Var{Name: "GOCCL_NSOCKS_PERPEER", Kind: Int, Default: "2", Min: 1, Max: 64,
 		Doc: "TCP sockets per peer and direction; messages above 2 MiB are striped over them"})
 	HostID = define(Var{Name: "GOCCL_HOSTID", Kind: String,

@@ -185,7 +185,7 @@ func New(ctx context.Context, p Params) (w *Window, err error) {
 	for r, path := range p.Paths {
 		switch {
 		case path == PathNone:
-			return nil, fmt.Errorf("no one-sided path to peer %d (its link is neither shared memory nor RoCE; set GOCCL_NET=roce across hosts)", r)
+			return nil, fmt.Errorf("no one-sided path to peer %d (its link is neither shared memory nor RoCE)", r)
 		case path == PathShm:
 			shmPeers = true
 		case path == PathRoCE:

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/goccl/goccl/internal/collnet"
+	"github.com/goccl/goccl/internal/config"
+)
+
+func init() {
+	register(&command{
+		name:    "aggd",
+		summary: "an in-network aggregation node (the SHARP switch's role) for " + config.CollNetEnable.Name + "=1",
+		usage:   "goccl aggd [--listen ADDR] [--parent ROOT] [--fanin N] [--advertise ADDR] [-v]",
+		run:     runAggd,
+	})
+}
+
+var aggdHelp = `usage: goccl aggd [--listen ADDR] [--parent ROOT] [--fanin N] [--advertise ADDR] [-v]
+
+Runs an aggregation node: ranks of a job with ` + config.CollNetEnable.Name + `=1 send it their
+AllReduce buffers as streams of 256 KiB chunks; it reduces each chunk as
+soon as every child's copy has arrived and sends the result back to every
+child (a root) or passes it up to its root (a leaf, --parent). Each rank
+sends and receives its buffer once instead of 2(n-1)/n times (NVIDIA
+SHARP's idea, NCCL's CollNet). Memory is bounded (4 chunks per child).
+
+Ranks find the root through ` + config.CollNetAggd.Name + `=HOST:PORT (read by rank 0,
+published in the store). A job of more ranks than the root's fan-in is
+split over the leaves that registered with it, in contiguous blocks.
+Killing a node fails the operations in progress at every rank, naming it.
+
+  --listen ADDR     TCP address to listen on (default 0.0.0.0:7400; port 0: any)
+  --parent ROOT     register as a leaf of the root at ROOT
+  --fanin N         the most children one job may attach here (default 8)
+  --advertise ADDR  the address the root sends ranks to (default: the
+                    listener's)
+  -v                log jobs and failures to standard error
+
+It prints "goccl aggd: listening on ADDR ..." once ready and runs until
+SIGINT or SIGTERM.
+`
+
+func runAggd(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("goccl aggd", stderr, func(fs *cliFlags) { fmt.Fprint(fs.Output(), aggdHelp) })
+	listen := fs.String("listen", "0.0.0.0:7400", "")
+	parent := fs.String("parent", "", "")
+	fanin := fs.Int("fanin", 8, "")
+	advertise := fs.String("advertise", "", "")
+	verbose := fs.BoolP("verbose", "v", false, "")
+	if status, exit := fs.parseOrExit(args); exit {
+		return status
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "goccl aggd: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	if *fanin < 1 || *fanin > 1024 {
+		fmt.Fprintf(stderr, "goccl aggd: --fanin %d: want 1 to 1024\n", *fanin)
+		return 2
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "goccl aggd: %v\n", err)
+		return 1
+	}
+	level := slog.LevelWarn
+	if *verbose {
+		level = slog.LevelInfo
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	node := collnet.NewNode(ln, collnet.Config{Fanin: *fanin, Parent: *parent, Advertise: *advertise, Log: log})
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	role := "root"
+	if *parent != "" {
+		role = "leaf of " + *parent
+		if err := node.Register(ctx); err != nil {
+			fmt.Fprintf(stderr, "goccl aggd: %v\n", err)
+			return 1
+		}
+	}
+	fmt.Fprintf(stdout, "goccl aggd: listening on %s (%s, fan-in %d)\n", ln.Addr(), role, *fanin)
+	if err := node.Serve(ctx); err != nil && ctx.Err() == nil {
+		fmt.Fprintf(stderr, "goccl aggd: %v\n", err)
+		return 1
+	}
+	return 0
+}

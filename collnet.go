@@ -1,0 +1,98 @@
+package goccl
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/goccl/goccl/internal/algo"
+	"github.com/goccl/goccl/internal/collnet"
+	"github.com/goccl/goccl/internal/config"
+	"github.com/goccl/goccl/internal/reduce"
+)
+
+// ErrCollNet is wrapped by the error of an AllReduce that in-network
+// aggregation (GOCCL_COLLNET_ENABLE=1) failed: an aggregation node died or
+// refused the operation. The message names the node. The communicator is
+// then unusable, as after any failed operation; a new one (Init, or Split
+// of a healthy one) whose ranks cannot reach the tree runs on the links.
+var ErrCollNet = collnet.ErrAggregation
+
+// collNetLog is the algorithm bit logAlgo records "collnet" under (the
+// algo package's algorithms use the lower bits).
+const collNetLog algo.Algorithm = 7
+
+// collNetKey is the store key of the tree's root address.
+const collNetKey = "goccl/collnet/root"
+
+// setupCollNet attaches every rank to the aggregation tree when
+// GOCCL_COLLNET_ENABLE=1: rank 0 publishes the root's address
+// (GOCCL_COLLNET_AGGD) in the store, every rank reads it there and
+// attaches (the root places it), then the ranks agree with an AllReduce
+// of a flag over the links. If any rank could not attach, all detach and
+// warn: their AllReduces run on the links (NCCL's fallback when CollNet
+// setup fails).
+func (c *Comm) setupCollNet(ctx context.Context) error {
+	on, err := config.CollNetEnable.Bool()
+	if err != nil || !on || c.group == nil {
+		return err
+	}
+	if c.rank == 0 {
+		if err := c.rdv.Set(ctx, collNetKey, []byte(config.CollNetAggd.Get())); err != nil {
+			return c.errorf(opBarrier, 0, "publishing %s: %w", config.CollNetAggd.Name, err)
+		}
+	}
+	root, err := c.rdv.Get(ctx, collNetKey)
+	if err != nil {
+		return c.errorf(opBarrier, 0, "reading the aggregation tree's root from the store: %w", err)
+	}
+	var cl *collnet.Client
+	var why error
+	if len(root) == 0 {
+		why = fmt.Errorf("%s=1 but %s is unset on rank 0", config.CollNetEnable.Name, config.CollNetAggd.Name)
+	} else {
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		sum := sha256.Sum256([]byte(c.jobID))
+		cl, why = collnet.Attach(actx, string(root), collnet.JobID(sum[:16]), c.rank, c.size)
+		cancel()
+	}
+	ok := []int32{1}
+	if why != nil {
+		ok[0] = 0
+	}
+	if err := AllReduce(ctx, c, ok, ok, 1, Min); err != nil {
+		if cl != nil {
+			cl.Close()
+		}
+		return err
+	}
+	if ok[0] == 0 {
+		if cl != nil {
+			cl.Close()
+		}
+		if why == nil {
+			why = errors.New("another rank could not attach")
+		}
+		c.log.Warnf(subInit, "CollNet off, AllReduce runs on the links: %v", why)
+		return nil
+	}
+	c.collnet = cl
+	c.log.Infof(subInit, "CollNet: rank %d attached to aggregation node %s (root %s)", c.rank, cl.Node(), root)
+	return nil
+}
+
+// allReduceCollNet runs a begun AllReduce through the aggregation tree:
+// this rank's buffer goes up once and the result comes down once.
+func (c *Comm) allReduceCollNet(ctx context.Context, a *call) error {
+	c.logAlgo(opAllReduce, collNetLog, "collnet", len(a.recv))
+	op := reduce.Op(a.op)
+	if op == reduce.Avg {
+		op = reduce.Sum // finish divides
+	}
+	if err := c.collnet.AllReduce(ctx, c.op.Header.Seq, a.send, a.recv, uint8(a.dt), uint8(op), a.dt.Size()); err != nil {
+		return c.errorf(opAllReduce, c.op.Header.Seq, "%w", err)
+	}
+	return nil
+}

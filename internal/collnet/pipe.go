@@ -1,0 +1,342 @@
+package collnet
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// pipe moves one job's operations through this node: per child a reader
+// filling chunk buffers, a reducer folding chunk k of every child as soon
+// as all have arrived, an up writer (leaf) or the result itself (root),
+// and per child a writer of the result frames. Buffers are allocated once
+// per job: window chunks per child, window results, window down chunks.
+type pipe struct {
+	j     *job
+	names []string
+	free  []chan []byte // per child: empty chunk buffers
+	res   chan []byte   // empty result buffers
+	down  chan []byte   // empty buffers for the parent's result frames (leaf)
+}
+
+func newPipe(j *job) *pipe {
+	p := &pipe{j: j, free: make([]chan []byte, j.group), res: make(chan []byte, window), down: make(chan []byte, window)}
+	for i := range p.free {
+		p.free[i] = make(chan []byte, window)
+		for range window {
+			p.free[i] <- make([]byte, ChunkBytes)
+		}
+	}
+	for range window {
+		p.res <- make([]byte, ChunkBytes)
+		if j.upGroup > 0 {
+			p.down <- make([]byte, ChunkBytes)
+		}
+	}
+	j.mu.Lock()
+	p.names = append([]string(nil), j.names...)
+	j.mu.Unlock()
+	return p
+}
+
+// readHeaders reads every child's next operation header; done when every
+// child closed its stream at this boundary (the communicator closed).
+func (p *pipe) readHeaders() (opHeader, bool, error) {
+	var first opHeader
+	var closed []string
+	firstFrom := -1
+	var b [opSize]byte
+	for i, c := range p.j.children {
+		if _, err := io.ReadFull(c, b[:]); err != nil {
+			if errors.Is(err, io.EOF) {
+				closed = append(closed, p.names[i])
+				continue
+			}
+			return first, false, fmt.Errorf("%s: %w", p.names[i], err)
+		}
+		var h opHeader
+		h.decode(b[:])
+		if firstFrom < 0 {
+			first, firstFrom = h, i
+		} else if h != first {
+			return first, false, fmt.Errorf("operations differ: %s sent %v, %s sent %v", p.names[firstFrom], first, p.names[i], h)
+		}
+	}
+	switch len(closed) {
+	case 0:
+		return first, false, nil
+	case len(p.j.children):
+		return first, true, nil
+	}
+	return first, false, fmt.Errorf("%s closed (gone) while the others started %v", strings.Join(closed, ", "), first)
+}
+
+// chunk is a result chunk on its way down to the children.
+type chunk struct {
+	buf  []byte
+	home chan []byte // the pool it returns to
+	refs atomic.Int32
+}
+
+func (c *chunk) done() {
+	if c.refs.Add(-1) == 0 {
+		c.home <- c.buf[:cap(c.buf)]
+	}
+}
+
+// run moves one operation of hdr.bytes bytes. On failure the children
+// that are between frames get an error frame naming what failed, the
+// others see their connection end; run returns the failure.
+func (p *pipe) run(hdr opHeader) error {
+	f2, f3, err := reduceFunc(hdr)
+	if err != nil {
+		return fmt.Errorf("%v: %w", hdr, err)
+	}
+	j := p.j
+	nk := chunks(hdr.bytes)
+	if j.parent != nil {
+		var b [opSize]byte
+		hdr.encode(b[:])
+		if _, err := j.parent.Write(b[:]); err != nil {
+			return fmt.Errorf("parent %s: %w", j.n.cfg.Parent, err)
+		}
+	}
+	var (
+		wg       sync.WaitGroup
+		errMu    sync.Mutex
+		best     error // the failure to report: another node's account beats this node's view
+		aborted  bool
+		abort    = make(chan struct{})
+		downDone = make(chan struct{}) // the leaf's reader of the root's frames has returned
+	)
+	if j.parent == nil {
+		close(downDone)
+	}
+	fail := func(err error) {
+		errMu.Lock()
+		defer errMu.Unlock()
+		var fw *forwarded
+		if best == nil || errors.As(err, &fw) && !errors.As(best, &fw) {
+			best = err
+		}
+		if aborted {
+			return
+		}
+		aborted = true
+		close(abort)
+		// Unblock the reads from children; let writes to them finish the
+		// frame in progress (the children are reading) so that an error
+		// frame can follow; stop writing up, but read what the root says.
+		now := time.Now()
+		for _, c := range j.children {
+			c.SetReadDeadline(now)
+			c.SetWriteDeadline(now.Add(2 * time.Second))
+		}
+		if j.parent != nil {
+			j.parent.SetWriteDeadline(now)
+			j.parent.SetReadDeadline(now.Add(time.Second))
+		}
+	}
+	failure := func() error {
+		errMu.Lock()
+		defer errMu.Unlock()
+		return best
+	}
+	// Readers: chunk k of each child into one of its buffers.
+	full := make([]chan []byte, len(j.children))
+	for i, c := range j.children {
+		full[i] = make(chan []byte, window)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range nk {
+				var buf []byte
+				select {
+				case buf = <-p.free[i]:
+				case <-abort:
+					return
+				}
+				buf = buf[:chunkLen(hdr.bytes, k)]
+				if _, err := io.ReadFull(c, buf); err != nil {
+					fail(fmt.Errorf("%s: reading %v: %w", p.names[i], hdr, err))
+					return
+				}
+				full[i] <- buf
+			}
+		}()
+	}
+	// Writers: the result frames to each child.
+	outs := make([]chan *chunk, len(j.children))
+	for i, c := range j.children {
+		outs[i] = make(chan *chunk, 2*window)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var fh [frameSize]byte
+			binary.LittleEndian.PutUint32(fh[:], frameData)
+			for range nk {
+				var ck *chunk
+				select {
+				case ck = <-outs[i]:
+				case <-abort:
+					<-downDone
+					p.sendError(c, failure())
+					return
+				}
+				binary.LittleEndian.PutUint32(fh[4:], uint32(len(ck.buf)))
+				bufs := net.Buffers{fh[:], ck.buf}
+				_, err := bufs.WriteTo(c)
+				ck.done()
+				if err != nil {
+					fail(fmt.Errorf("%s: sending the result of %v: %w", p.names[i], hdr, err))
+					return
+				}
+			}
+		}()
+	}
+	multicast := func(buf []byte, home chan []byte) {
+		ck := &chunk{buf: buf, home: home}
+		ck.refs.Store(int32(len(outs)))
+		for _, o := range outs {
+			o <- ck
+		}
+	}
+	// The reducer: chunk k of every child folded into a result buffer.
+	reduced := make(chan []byte, window)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		take := func(i int) []byte {
+			select {
+			case b := <-full[i]:
+				return b
+			case <-abort:
+				return nil
+			}
+		}
+		for k := range nk {
+			var acc []byte
+			select {
+			case acc = <-p.res:
+			case <-abort:
+				return
+			}
+			acc = acc[:chunkLen(hdr.bytes, k)]
+			b0 := take(0)
+			if b0 == nil {
+				return
+			}
+			if len(full) == 1 {
+				copy(acc, b0)
+			} else {
+				b1 := take(1)
+				if b1 == nil {
+					return
+				}
+				f3(acc, b0, b1)
+				p.free[1] <- b1[:cap(b1)]
+				for i := 2; i < len(full); i++ {
+					b := take(i)
+					if b == nil {
+						return
+					}
+					f2(acc, b)
+					p.free[i] <- b[:cap(b)]
+				}
+			}
+			p.free[0] <- b0[:cap(b0)]
+			if j.parent == nil {
+				multicast(acc, p.res) // the root: this is the result
+			} else {
+				reduced <- acc
+			}
+		}
+	}()
+	if j.parent != nil {
+		// Leaf: partial results up; the root's result frames down.
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for range nk {
+				var acc []byte
+				select {
+				case acc = <-reduced:
+				case <-abort:
+					return
+				}
+				_, err := j.parent.Write(acc)
+				p.res <- acc[:cap(acc)]
+				if err != nil {
+					fail(fmt.Errorf("parent %s: sending %v: %w", j.n.cfg.Parent, hdr, err))
+					return
+				}
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			defer close(downDone)
+			var fh [frameSize]byte
+			for got := 0; got < int(hdr.bytes); {
+				if _, err := io.ReadFull(j.parent, fh[:]); err != nil {
+					fail(fmt.Errorf("parent %s: receiving the result of %v: %w", j.n.cfg.Parent, hdr, err))
+					return
+				}
+				kind, n := binary.LittleEndian.Uint32(fh[:]), int(binary.LittleEndian.Uint32(fh[4:]))
+				if kind == frameError {
+					msg := make([]byte, min(n, 4096))
+					io.ReadFull(j.parent, msg)
+					fail(&forwarded{string(msg)})
+					return
+				}
+				if kind != frameData || n > ChunkBytes || n > int(hdr.bytes)-got {
+					fail(fmt.Errorf("parent %s: bad frame (kind %d, %d bytes) in the result of %v", j.n.cfg.Parent, kind, n, hdr))
+					return
+				}
+				var buf []byte
+				select {
+				case buf = <-p.down:
+				case <-abort:
+					// Skip the data: the root's account may follow.
+					if _, err := io.CopyN(io.Discard, j.parent, int64(n)); err != nil {
+						return
+					}
+					got += n
+					continue
+				}
+				if _, err := io.ReadFull(j.parent, buf[:n]); err != nil {
+					fail(fmt.Errorf("parent %s: receiving the result of %v: %w", j.n.cfg.Parent, hdr, err))
+					return
+				}
+				multicast(buf[:n], p.down)
+				got += n
+			}
+		}()
+	}
+	wg.Wait()
+	return failure()
+}
+
+// forwarded is a failure another node reported (its message names it).
+type forwarded struct{ msg string }
+
+func (f *forwarded) Error() string { return f.msg }
+
+// sendError writes an error frame for err to c (a child between frames).
+func (p *pipe) sendError(c net.Conn, err error) {
+	msg := err.Error()
+	var fw *forwarded
+	if !errors.As(err, &fw) {
+		msg = fmt.Sprintf("aggregation node %s: %s", p.j.n.cfg.Name, msg)
+	}
+	var fh [frameSize]byte
+	binary.LittleEndian.PutUint32(fh[:], frameError)
+	binary.LittleEndian.PutUint32(fh[4:], uint32(len(msg)))
+	c.SetWriteDeadline(time.Now().Add(time.Second))
+	c.Write(append(fh[:], msg...))
+}

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# In-network aggregation (GOCCL_COLLNET_ENABLE=1 through `goccl aggd`)
+# against the ring AllReduce on a cluster of network-namespace hosts with
+# shaped links (goccl cluster): N hosts with one rank each, the aggregation
+# node in the switch's namespace on an address of the bridge — where
+# SHARP's aggregation runs, in the switch, so its own port is not one of
+# the shaped host links. For each run it prints goccl perf's table and the
+# bytes host 0 sent on its link per operation (its tx counter) beside the
+# prediction: 2(N-1)/N*S for the ring, S for CollNet. busbw uses the
+# nccl-tests formula (algbw*2(N-1)/N) for both, so the ratio of busbw is
+# the ratio of speed. Needs root and iproute2.
+#
+# Usage: scripts/collnet-bench.sh [RANKS (8)] [RATE (200mbit)] [SIZE (16M)] [ITERS (5)]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PATH:/usr/local/go/bin"
+N=${1:-8} RATE=${2:-200mbit} SIZE=${3:-16M} ITERS=${4:-5}
+WARMUP=2
+name=cb$$
+out=$(mktemp -d /tmp/collnet-bench.XXXXXX)
+go build -o "$out/goccl" ./cmd/goccl
+trap 'kill %1 2>/dev/null || true; "$out/goccl" cluster down --name $name >/dev/null 2>&1 || true; rm -rf "$out"' EXIT
+"$out/goccl" cluster up --hosts "$N" --bw "$RATE" --name "$name" >/dev/null
+agg=10.200.0.254
+ip -n "$name-sw" addr add "$agg/24" dev br0
+ip netns exec "$name-sw" "$out/goccl" aggd --listen "$agg:7400" --fanin 64 >"$out/aggd.txt" 2>&1 &
+for _ in $(seq 50); do grep -q listening "$out/aggd.txt" && break; sleep 0.1; done
+hosts=$(for i in $(seq 0 $((N - 1))); do printf '%s-h%d:1,' "$name" "$i"; done)
+hosts=${hosts%,}
+echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) CPUs, $(go version | cut -d' ' -f3), $N hosts x 1 rank, links $RATE, all_reduce $SIZE, $ITERS iterations after $WARMUP"
+txbytes() { ip netns exec "$name-h0" cat /sys/class/net/eth0/statistics/tx_bytes; }
+SIZE_B=$(numfmt --from=iec "$SIZE")
+for mode in ring collnet; do
+  env=(--env GOCCL_ALGO=ring)
+  pred=$(awk -v N="$N" 'BEGIN{print 2*(N-1)/N}')
+  if [ $mode = collnet ]; then
+    env=(--env GOCCL_COLLNET_ENABLE=1 --env "GOCCL_COLLNET_AGGD=$agg:7400" --env GOCCL_DEBUG=INFO --env GOCCL_DEBUG_SUBSYS=INIT,COLL)
+    pred=1
+  fi
+  before=$(txbytes)
+  "$out/goccl" run -H "$hosts" --rsh "$out/goccl cluster rsh" "${env[@]}" \
+    "$out/goccl" perf all_reduce -b "$SIZE" -e "$SIZE" -n "$ITERS" -w "$WARMUP" -c 0 >"$out/perf.txt" 2>&1 || { cat "$out/perf.txt"; exit 1; }
+  after=$(txbytes)
+  echo "## $mode"
+  [ $mode = collnet ] && grep -m1 -o 'AllReduce uses collnet' "$out/perf.txt"
+  grep -E '^\[0\] +[0-9]' "$out/perf.txt" | sed 's/^\[0\]//'
+  # goccl perf: WARMUP operations at the largest and the smallest size
+  # (both SIZE), then out of place and in place one untimed first call and
+  # ITERS timed ones.
+  ops=$((2 * WARMUP + 2 * (ITERS + 1)))
+  awk -v d=$((after - before)) -v ops="$ops" -v f="$pred" -v s="$SIZE_B" -v m="$mode" 'BEGIN {
+    printf "%s: host 0 sent %.0f bytes (%.3f x S) per operation on its link; prediction %.3f x S\n", m, d/ops, d/ops/s, f }'
+done
+echo "## collnet, results checked (8 B to 4 MiB)"
+"$out/goccl" run -H "$hosts" --rsh "$out/goccl cluster rsh" --env GOCCL_COLLNET_ENABLE=1 --env "GOCCL_COLLNET_AGGD=$agg:7400" \
+  "$out/goccl" perf all_reduce -b 8 -e 4M -f 64 -n 2 -w 1 -c 1 >"$out/check.txt" 2>&1 || { cat "$out/check.txt"; exit 1; }
+grep -E 'Out of bounds' "$out/check.txt" | sed 's/^\[0\]//'
