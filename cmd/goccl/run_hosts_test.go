@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/goccl/goccl/internal/cluster"
 	"github.com/goccl/goccl/internal/cluster/clustertest"
+	"github.com/goccl/goccl/internal/collnet"
 	"github.com/goccl/goccl/internal/etcdtest"
 	"github.com/goccl/goccl/internal/launch"
 )
@@ -139,6 +141,28 @@ func TestRunHostsCluster(t *testing.T) {
 			}
 		})
 	}
+	// "collnet": AllReduce through an aggregation node (in this process,
+	// listening in host 0's namespace) with GOCCL_COLLNET_ENABLE=1.
+	t.Run("collnet", func(t *testing.T) {
+		ln, err := c.Listen(0, net.JoinHostPort(c.Hosts[0].Addr.String(), "0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		node := collnet.NewNode(ln, collnet.Config{Fanin: 8})
+		served := make(chan struct{})
+		go func() { node.Serve(context.Background()); close(served) }()
+		defer func() { node.Close(); <-served }()
+		exe, _ := os.Executable()
+		stdout, stderr, code := runGoccl(t, "run", "-H", hostsArg, "--rsh", rsh, "--env", "GOCCL_COLLNET_ENABLE=1",
+			"--env", "GOCCL_COLLNET_AGGD="+ln.Addr().String(), "--env", "GOCCL_DEBUG=INFO", "--env", "GOCCL_DEBUG_SUBSYS=COLL",
+			exe, "perf", "all_reduce", "-b", "8", "-e", "1M", "-f", "16", "-n", "2", "-w", "1", "-c", "1")
+		if code != 0 || !strings.Contains(stdout, "[0] # Out of bounds values : 0 OK") {
+			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+		}
+		if n := strings.Count(stdout+stderr, "AllReduce uses collnet"); n != 8 {
+			t.Errorf("%d ranks used collnet, want 8:\n%s\n%s", n, stdout, stderr)
+		}
+	})
 	stats, err := c.Stats(context.Background())
 	if err != nil {
 		t.Fatal(err)
