@@ -163,6 +163,27 @@ func TestRunHostsCluster(t *testing.T) {
 			t.Errorf("%d ranks used collnet, want 8:\n%s\n%s", n, stdout, stderr)
 		}
 	})
+	// "window-roce": symmetric memory across hosts, examples/symm-producer
+	// between ranks on hosts 0 and 1 over RoCE queue pairs (RDMA WRITE and
+	// 8-byte WRITE signals through the shaped link).
+	t.Run("window-roce", func(t *testing.T) {
+		hosts := c.Hosts[0].Name + ":1," + c.Hosts[1].Name + ":1"
+		stdout, stderr, code := runGoccl(t, "run", "-H", hosts, "--rsh", rsh, "--env", "GOCCL_NET=roce",
+			"../../examples/symm-producer", "-n", "50", "-stream", "50", "-sizes", "8,64K,1M")
+		if code != 0 || !strings.Contains(stdout, "window via roce") {
+			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+		}
+		rows := regexp.MustCompile(`(?m)^\[0\] +\d+ +50 .* (\d+)$`).FindAllStringSubmatch(stdout, -1)
+		if len(rows) != 3 {
+			t.Fatalf("%d rows:\n%s", len(rows), stdout)
+		}
+		for _, r := range rows {
+			if r[1] != "0" {
+				t.Errorf("wrong blocks: %s", r[0])
+			}
+		}
+		t.Log("\n" + stdout)
+	})
 	stats, err := c.Stats(context.Background())
 	if err != nil {
 		t.Fatal(err)
