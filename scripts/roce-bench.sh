@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The RoCE transport's AllReduce beside the soft RoCE device's own ceiling,
 # in one run on this machine: `goccl roce write-bw` (perftest's ib_write_bw:
-# one QP, one direction) at 1, 8 and 64 MiB, then `goccl perf all_reduce`
+# one QP, one direction) at 1, 8 and 64 MiB, the same with -b (both
+# directions at once, what a 2-rank AllReduce does), then `goccl perf all_reduce`
 # on NP ranks (default 2) with every link over RoCE (GOCCL_NET=roce
 # GOCCL_SHM_DISABLE=1), then over TCP (GOCCL_NET=socket) for comparison.
 # write-bw prints MB = 2^20 bytes; goccl perf prints GB = 1e9 bytes.
@@ -22,6 +23,15 @@ for size in 1M 8M 64M; do
   "$out/goccl" roce write-bw -s $size -n $n -p $port >/dev/null 2>&1 &
   sleep 0.3
   "$out/goccl" roce write-bw -s $size -n $n -p $port 127.0.0.1 | grep -E '^ +[0-9]'
+  wait
+  port=$((port + 1))
+done
+echo "## goccl roce write-bw -b (both directions at once, as ib_write_bw -b: the sum; MB/sec = 2^20 bytes/s)"
+for size in 1M 8M 64M; do
+  n=$((512 * 1024 * 1024 / $(numfmt --from=iec $size)))
+  "$out/goccl" roce write-bw -b -s $size -n $n -p $port >/dev/null 2>&1 &
+  sleep 0.3
+  "$out/goccl" roce write-bw -b -s $size -n $n -p $port 127.0.0.1 | grep -E '^ +[0-9]'
   wait
   port=$((port + 1))
 done

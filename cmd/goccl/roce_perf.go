@@ -42,6 +42,7 @@ type rocePerf struct {
 	pcap     string
 	ifname   string // -d: RoCE v1 on this interface
 	gbits    bool   // --report_gbits
+	bidir    bool   // -b: both sides send at once (write-bw, read-bw)
 	out, err io.Writer
 }
 
@@ -98,6 +99,7 @@ func parseRocePerf(name string, args []string, stdout, stderr io.Writer) (*roceP
 	fs.IntVarP(&p.port, "port", "p", 18515, "TCP port of the side channel")
 	fs.IntVarP(&p.txDepth, "tx-depth", "t", 128, "send queue depth: WRs outstanding (bandwidth tests)")
 	fs.StringVarP(&p.ifname, "ib-dev", "d", "", "RoCE v1: send raw Ethernet frames (Ethertype 0x8915) on this interface (AF_PACKET; root); without it RoCE v2 over UDP")
+	fs.BoolVarP(&p.bidir, "bidirectional", "b", false, "both sides send at once; the client reports the sum of both directions, as perftest's -b (write-bw, read-bw)")
 	fs.BoolVar(&p.gbits, "report_gbits", false, "report bandwidth in Gb/sec (10^9 bits) instead of MB/sec (2^20 bytes), as perftest's --report_gbits")
 	// goccl's own.
 	fs.IntVar(&p.devPort, "dev-port", rdma.DefaultPort, "UDP port of the server's soft RoCE device (0: any)")
@@ -121,6 +123,8 @@ func parseRocePerf(name string, args []string, stdout, stderr io.Writer) (*roceP
 		return usageErr("-s %d: the size is 1 byte to 1 GiB", p.size)
 	case p.txDepth < 1:
 		return usageErr("-t %d: the send queue depth is at least 1", p.txDepth)
+	case p.bidir && (p.lat || p.op == qp.WRSend):
+		return usageErr("-b: bidirectional runs are for write-bw and read-bw")
 	}
 	if len(hosts) == 1 {
 		p.server = hosts[0]
@@ -208,6 +212,10 @@ func (p *rocePerf) run(ctx context.Context) error {
 	p.header(dev, me, peer)
 	br := bufio.NewReader(conn)
 	switch {
+	case p.bidir:
+		if err := p.bidirectional(ctx, q, cq, mr, peer, conn, br); err != nil {
+			return err
+		}
 	case p.lat && p.op != qp.WRRead:
 		return p.pingPong(ctx, q, cq, mr, peer, conn, br)
 	case p.server != "":
@@ -222,7 +230,10 @@ func (p *rocePerf) run(ctx context.Context) error {
 			if p.lat {
 				err = p.readLat(ctx, q, cq, mr, peer, n)
 			} else {
-				err = p.bw(ctx, q, cq, mr, peer, n)
+				var r bwResult
+				if r, err = p.bw(ctx, q, cq, mr, peer, n); err == nil {
+					p.bwLine(n, r)
+				}
 			}
 			if err != nil {
 				return err
@@ -372,9 +383,52 @@ func roceInterface(a netip.Addr) string {
 }
 
 // bw keeps up to txDepth WRs of n bytes outstanding until iters complete.
-func (p *rocePerf) bw(ctx context.Context, q *rdma.QP, cq *rdma.CQ, mr *rdma.MR, peer rdma.ConnInfo, n int) error {
+// bwResult is one side's bandwidth figures in the report's unit.
+type bwResult struct{ peak, avg, mpps float64 }
+
+func (p *rocePerf) bwLine(n int, r bwResult) {
+	fmt.Fprintf(p.out, " %-10d %-10d       %-18.2f %-20.2f %.6f\n", n, p.iters, r.peak, r.avg, r.mpps)
+}
+
+// bidirectional runs each size from both sides at once (perftest's -b):
+// the client says "go", both post their WRs, the server sends its figures
+// back and the client prints the sums.
+func (p *rocePerf) bidirectional(ctx context.Context, q *rdma.QP, cq *rdma.CQ, mr *rdma.MR, peer rdma.ConnInfo, conn net.Conn, br *bufio.Reader) error {
+	for _, n := range p.sizes() {
+		if p.server != "" {
+			fmt.Fprintln(conn, "go")
+		} else if _, err := br.ReadString('\n'); err != nil {
+			return fmt.Errorf("waiting for the client: %w", err)
+		}
+		r, err := p.bw(ctx, q, cq, mr, peer, n)
+		if err != nil {
+			return err
+		}
+		if p.server == "" {
+			fmt.Fprintf(conn, "%g %g %g\n", r.peak, r.avg, r.mpps)
+			continue
+		}
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return fmt.Errorf("waiting for the server's figures: %w", err)
+		}
+		var s bwResult
+		if _, err := fmt.Sscan(line, &s.peak, &s.avg, &s.mpps); err != nil {
+			return fmt.Errorf("the server's figures %q: %w", line, err)
+		}
+		p.bwLine(n, bwResult{r.peak + s.peak, r.avg + s.avg, r.mpps + s.mpps})
+	}
+	if p.server != "" {
+		fmt.Fprintln(conn, "done")
+		return nil
+	}
+	_, err := br.ReadString('\n')
+	return err
+}
+
+func (p *rocePerf) bw(ctx context.Context, q *rdma.QP, cq *rdma.CQ, mr *rdma.MR, peer rdma.ConnInfo, n int) (bwResult, error) {
 	if n > peer.Len {
-		return fmt.Errorf("message of %d bytes exceeds the server's %d-byte buffer (give both sides the same -s or -a)", n, peer.Len)
+		return bwResult{}, fmt.Errorf("message of %d bytes exceeds the server's %d-byte buffer (give both sides the same -s or -a)", n, peer.Len)
 	}
 	posted, done := 0, 0
 	if p.op == qp.WRSend {
@@ -385,18 +439,18 @@ func (p *rocePerf) bw(ctx context.Context, q *rdma.QP, cq *rdma.CQ, mr *rdma.MR,
 	for done < p.iters {
 		for posted < p.iters && posted-done < p.txDepth {
 			if err := q.PostSend(rdma.SendWR{ID: uint64(posted), Opcode: p.op, MR: mr, Length: n, RemoteAddr: peer.Addr, RKey: peer.RKey}); err != nil {
-				return err
+				return bwResult{}, err
 			}
 			posted++
 		}
 		wcs, err := cq.Wait(ctx, p.txDepth)
 		if err != nil {
-			return err
+			return bwResult{}, err
 		}
 		now := time.Now()
 		for _, wc := range wcs {
 			if wc.Status != qp.StatusSuccess {
-				return fmt.Errorf("WR %d completed with %v", wc.WRID, wc.Status)
+				return bwResult{}, fmt.Errorf("WR %d completed with %v", wc.WRID, wc.Status)
 			}
 			done++
 			stamps = append(stamps, now)
@@ -420,8 +474,7 @@ func (p *rocePerf) bw(ctx context.Context, q *rdma.QP, cq *rdma.CQ, mr *rdma.MR,
 			prev = stamps[i]
 		}
 	}
-	fmt.Fprintf(p.out, " %-10d %-10d       %-18.2f %-20.2f %.6f\n", n, p.iters, peak, avg, float64(p.iters)/elapsed/1e6)
-	return nil
+	return bwResult{peak, avg, float64(p.iters) / elapsed / 1e6}, nil
 }
 
 // pingPong is write-lat's and send-lat's ping-pong: each side learns of the

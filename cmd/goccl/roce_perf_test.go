@@ -192,3 +192,25 @@ func TestRocePerfArgs(t *testing.T) {
 		}
 	}
 }
+
+// TestRocePerfBidirectional: with -b both sides write (or read) at once,
+// every size finishes on both sides and the client prints a row for each
+// (the sum of both directions, perftest's -b; its value is timing, left to
+// the benchmarks); -b is refused for the latency and send tools.
+func TestRocePerfBidirectional(t *testing.T) {
+	for _, tool := range []string{"write-bw", "read-bw"} {
+		out := rocePairWith(t, tool, []string{"-b", "-a", "-n", "20"}, func(port string) []string {
+			return []string{"roce", tool, "127.0.0.1", "-b", "-a", "-n", "20", "-p", port, "--timeout=30s"}
+		})
+		for _, size := range []string{"2", "65536", "8388608"} {
+			if row := resultRow(out, size); row == nil || row[1] != "20" {
+				t.Errorf("%s -b: no row for %s bytes:\n%s", tool, size, out)
+			}
+		}
+	}
+	for _, tool := range []string{"write-lat", "send-bw"} {
+		if _, st := parseRocePerf(tool, []string{"-b"}, io.Discard, io.Discard); st != 2 {
+			t.Errorf("%s -b accepted", tool)
+		}
+	}
+}
