@@ -326,13 +326,14 @@ func (q *QP) PostSend(wr SendWR) error {
 	q.d.mu.Lock()
 	defer q.d.mu.Unlock()
 	q.eng.Tick(q.d.now())
-	if err := q.eng.PostSend(qp.SendWR{ID: wr.ID, Opcode: wr.Opcode, Local: buf, RemoteVA: wr.RemoteAddr, RKey: wr.RKey, Imm: wr.Imm,
-		SwapAdd: wr.SwapAdd, Compare: wr.Compare}); err != nil {
-		return err
-	}
+	err = q.eng.PostSend(qp.SendWR{ID: wr.ID, Opcode: wr.Opcode, Local: buf, RemoteVA: wr.RemoteAddr, RKey: wr.RKey, Imm: wr.Imm,
+		SwapAdd: wr.SwapAdd, Compare: wr.Compare})
+	// Deliver what the tick produced even when the post failed: a retry
+	// timer that expired in it moved the QP to ERR, and its completions
+	// (IBV_WC_RETRY_EXC_ERR, flushes) say why the post was refused.
 	q.flushLocked()
 	q.d.flushTx()
-	return nil
+	return err
 }
 
 // PostRecv posts a receive WR (ibv_post_recv).

@@ -441,6 +441,12 @@ func (l *Link) progressLocked() {
 					l.err = &transport.LostError{Rank: l.peer, Via: -1,
 						Cause: fmt.Errorf("RoCE queue pair %#x: %v (the peer's device stopped acknowledging)", l.qp.QPN(), wc.Status)}
 					l.once.Do(func() { close(l.done) })
+					// The group learns now, not when the control
+					// connection's keep-alive gives up (a partition leaves
+					// the peer's process alive for seconds more).
+					if watch := l.watch; watch != nil {
+						go watch(&transport.PeerError{Peer: l.peer, Op: "link", Err: l.err})
+					}
 				}
 				continue
 			}
@@ -550,6 +556,7 @@ func (l *Link) callErr(op string, err error) error {
 // racing with it fails to post), else the post's error, closing the link.
 func (l *Link) postErr(op string, err error) error {
 	l.mu.Lock()
+	l.progressLocked() // a failed queue pair's completions say why
 	ended := l.err
 	l.mu.Unlock()
 	if ended != nil {

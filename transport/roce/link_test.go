@@ -209,6 +209,35 @@ func TestLossyDevice(t *testing.T) {
 	}
 }
 
+// TestQPFailureWatched: when the peer's device stops answering but its
+// control connection stays up (a partition of the RDMA path), the queue
+// pair's retry-exceeded completion fails a Send naming the peer as lost
+// and reaches the loss watcher, without waiting for the control link.
+func TestQPFailureWatched(t *testing.T) {
+	db := device(t)
+	a, _, _ := dialPair(t, device(t), db, Options{Timeout: 10, RetryCnt: 2}) // 4.2 ms × 3 tries
+	lost := make(chan error, 1)
+	a.(transport.LossWatcher).WatchLoss(func(err error) { lost <- err })
+	db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// 4 MiB is more than the peer's ring: the Send waits for credits that
+	// never come, until the queue pair gives up.
+	h := transport.Header{Seq: 1, Op: 3, Root: -1, Count: 4 << 20, Bytes: 4 << 20}
+	err := a.Send(ctx, &h, make([]byte, 4<<20))
+	if transport.LostRank(err) != 1 || !strings.Contains(err.Error(), "stopped acknowledging") {
+		t.Fatalf("Send to a silent peer: %v", err)
+	}
+	select {
+	case w := <-lost:
+		if transport.LostRank(w) != 1 {
+			t.Fatalf("watcher heard %v", w)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the loss watcher never heard of the failed queue pair")
+	}
+}
+
 // TestPeerGone: when the peer's process is killed (its control
 // connection and device vanish without a goodbye), a waiting Recv fails at
 // once naming the peer as lost, and the loss watcher hears of it. The peer
