@@ -99,6 +99,11 @@ func TestRunHostsCluster(t *testing.T) {
 	if why := clustertest.Skip(); why != "" {
 		t.Skip(why)
 	}
+	if testing.Short() {
+		// About 30 jobs of 8 ranks: the full suite runs it; under the race
+		// detector (the short suite) it would cost minutes of both cores.
+		t.Skip("4-host matrix of goccl run jobs; skipped with -short")
+	}
 	c, hostsArg, rsh := hostsCluster(t, 4)
 	etcd := etcdtest.Start(t)
 	etcdAddr := clustertest.Forward(t, c, 0, etcd.Endpoint) // the hosts reach it through host 0's address
