@@ -137,8 +137,9 @@ func TestConnectAddrFileWrongServer(t *testing.T) {
 	env := Env{Rank: 1, WorldSize: 2, JobID: "j", StoreDir: dir}
 	os.WriteFile(AddrFilePath(env), []byte(other.Addr()+"\nnonce\n"), 0o644)
 	// Long enough for one whole attempt under a loaded CI machine (300 ms
-	// was not: the only dial ran out of time).
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	// was not, and under the race detector beside other packages 2 s was
+	// not either: the only handshake ran out of time).
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
 	defer cancel()
 	_, err := Connect(ctx, env, "")
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "not the one that wrote the file") {

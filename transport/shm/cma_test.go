@@ -226,17 +226,20 @@ func TestCMAAbortWaitsForReader(t *testing.T) {
 		out.readerActive.Store(1)
 		var cleared atomic.Bool
 		clearedDone := make(chan struct{})
+		buf := make([]byte, 1<<20)
+		h := hdr(1, len(buf))
 		go func() {
 			defer close(clearedDone)
 			if clear {
-				time.Sleep(30 * time.Millisecond)
+				time.Sleep(300 * time.Millisecond)
 				cleared.Store(true)
 				out.readerActive.Store(0)
 			}
 		}()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
-		buf := make([]byte, 1<<20)
-		h := hdr(1, len(buf))
+		// The deadline must not pass before Send has published the
+		// message (then it rightly returns at once): 50 ms, not 5, for a
+		// loaded machine under the race detector.
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		start := time.Now()
 		err := a.Send(ctx, &h, buf)
 		d := time.Since(start)
@@ -248,7 +251,7 @@ func TestCMAAbortWaitsForReader(t *testing.T) {
 			t.Fatalf("Send returned after %v, while the reader was still active", d)
 		}
 		if !clear && (d < cmaAbortWait || d > cmaAbortWait+2*time.Second) {
-			t.Fatalf("Send with a stuck reader returned after %v, want about %v", d, cmaAbortWait+5*time.Millisecond)
+			t.Fatalf("Send with a stuck reader returned after %v, want about %v", d, cmaAbortWait+50*time.Millisecond)
 		}
 		<-clearedDone
 		out.readerActive.Store(0)
