@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -141,7 +142,7 @@ func TestCollNetNodeKilled(t *testing.T) {
 	t.Setenv("GOCCL_COLLNET_AGGD", root)
 	store := rendezvous.NewMemStore()
 	comms := initComms(t, 4, store, 60*time.Second)
-	var killed time.Time
+	var killed atomic.Int64 // unix ns when rank 0 closed the leaf
 	var wg sync.WaitGroup
 	errs := make([]error, 4)
 	took := make([]time.Duration, 4)
@@ -153,11 +154,11 @@ func TestCollNetNodeKilled(t *testing.T) {
 			buf := make([]float32, 4<<20)
 			for i := 0; ; i++ {
 				if err := goccl.AllReduce(context.Background(), c, buf, buf, len(buf), goccl.Sum); err != nil {
-					errs[r], took[r] = err, time.Since(killed)
+					errs[r], took[r] = err, time.Since(time.Unix(0, killed.Load()))
 					return
 				}
 				if r == 0 && i == 2 {
-					killed = time.Now()
+					killed.Store(time.Now().UnixNano())
 					nodes[2].Close()
 				}
 			}
