@@ -48,6 +48,18 @@ func ZeroCopied(c *Comm) uint64 {
 	return n
 }
 
+// DirectReceived sums, over c's RoCE links, the bytes peers wrote
+// straight into registered receive buffers.
+func DirectReceived(c *Comm) uint64 {
+	var n uint64
+	for p := 0; p < c.size; p++ {
+		if l, ok := c.group.Link(p).(*roce.Link); ok {
+			n += l.DirectReceived()
+		}
+	}
+	return n
+}
+
 // UsesCollNet reports whether c's AllReduce goes through an aggregation
 // tree.
 func UsesCollNet(c *Comm) bool { return c.collnet != nil }

@@ -13,8 +13,14 @@ import (
 // registered buffer skip the staging copies where the transport can: on
 // RoCE links (GOCCL_NET=roce) a message of 64 KiB or more is sent by RDMA
 // WRITEs straight from the registered buffer instead of being copied into
-// the link's registered staging slots first. Shared-memory and TCP links
-// need no registration: there it is accepted and changes nothing.
+// the link's registered staging slots first, and a receive of 64 KiB or
+// more into a registered buffer (one that does not reduce) advertises the
+// buffer to the sender, who then writes the payload straight into it
+// instead of into the link's receive ring (NCCL's receive FIFO): with both
+// ends registered a message is copied by neither. Shared-memory links need
+// no registration (their single-copy schedules read and write peers'
+// buffers through Cross Memory Attach whatever the buffer), nor do TCP
+// links (the kernel copies): there it is accepted and changes nothing.
 // Unregistered buffers keep working everywhere.
 type Registration struct {
 	c      *Comm
@@ -74,8 +80,9 @@ func (c *Comm) register(b []byte) (*Registration, error) {
 func (r *Registration) Bytes() int { return r.bytes }
 
 // Deregister ends the registration (ncclCommDeregister). It fails, and the
-// buffer stays registered, while an operation is sending from it (an error
-// wrapping ErrInUse); a second Deregister fails with ErrInvalidArgument.
+// buffer stays registered, while an operation is sending from it or
+// receiving into it (an error wrapping ErrInUse); a second Deregister fails
+// with ErrInvalidArgument.
 func (r *Registration) Deregister() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -95,7 +102,7 @@ func (r *Registration) Deregister() error {
 }
 
 // ErrInUse is wrapped by Deregister's error for a buffer an operation is
-// still sending from.
+// still sending from or receiving into.
 var ErrInUse = errors.New("buffer in use")
 
 func (c *Comm) regErr(op string, err error) error { return &Error{Rank: c.rank, Op: op, Err: err} }

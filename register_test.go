@@ -64,13 +64,19 @@ func registerRank(c *goccl.Comm) error {
 	if _, _, err := goccl.Alloc[int32](c, 0); !errors.Is(err, goccl.ErrInvalidArgument) {
 		return fmt.Errorf("Alloc of 0 elements: %v", err)
 	}
-	// Deregister while a Send reads the buffer: rank 1 receives only after
-	// a second; rank 0 tries from 200 ms into its Send (a registered Send
+	// Deregister while a Send reads the buffer: rank 1 receives (into its
+	// own registered buffer) only after a second; rank 0 tries from 200 ms into its Send (a registered Send
 	// holds the buffer from its start, waiting for the receiver's slots).
 	if c.Rank() == 1 {
 		time.Sleep(time.Second)
+		before := goccl.DirectReceived(c)
 		if err := goccl.Recv(ctx, c, buf, n, 0); err != nil {
 			return err
+		}
+		// The receive advertised buf, registered, to the waiting Send,
+		// which wrote the rest of the message straight into it.
+		if d := goccl.DirectReceived(c) - before; goccl.HasRoCE(c) != (d > 0) {
+			return fmt.Errorf("%d bytes written straight into the registered receive buffer (RoCE: %v)", d, goccl.HasRoCE(c))
 		}
 	} else {
 		sent := make(chan error, 1)

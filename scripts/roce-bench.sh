@@ -3,8 +3,9 @@
 # in one run on this machine: `goccl roce write-bw` (perftest's ib_write_bw:
 # one QP, one direction) at 1, 8 and 64 MiB, the same with -b (both
 # directions at once, what a 2-rank AllReduce does), then `goccl perf all_reduce`
-# on NP ranks (default 2) with every link over RoCE (GOCCL_NET=roce
-# GOCCL_SHM_DISABLE=1), then over TCP (GOCCL_NET=socket) for comparison.
+# and all_gather on NP ranks (default 2) with every link over RoCE
+# (GOCCL_NET=roce GOCCL_SHM_DISABLE=1), unregistered (-R 0) and registered
+# (-R 1), then over TCP (GOCCL_NET=socket) for comparison.
 # write-bw prints MB = 2^20 bytes; goccl perf prints GB = 1e9 bytes.
 #
 # Usage: scripts/roce-bench.sh [NP (2)] [ITERS (20)]
@@ -35,10 +36,17 @@ for size in 1M 8M 64M; do
   wait
   port=$((port + 1))
 done
-for net in roce socket; do
-  echo "## goccl perf all_reduce, GOCCL_NET=$net GOCCL_SHM_DISABLE=1 (GB/s = 1e9 bytes/s)"
-  GOCCL_NET=$net GOCCL_SHM_DISABLE=1 GOCCL_DEBUG=INFO "$out/goccl" run -np "$NP" "$out/goccl" perf all_reduce \
-    -b 1M -e 64M -f 8 -n "$ITERS" -w 3 >"$out/perf.txt" 2>&1 || { cat "$out/perf.txt"; exit 1; }
-  grep -m1 -o 'via [^ ]*' "$out/perf.txt" | head -1
-  grep -E '^\[0\] +#|^\[0\] +[0-9]' "$out/perf.txt" | sed 's/^\[0\]//'
+# RoCE with unregistered buffers (staged through the links' slots), then
+# registered ones (goccl perf -R 1: sends go straight from the buffer and,
+# for receives that do not reduce, straight into it), then TCP.
+for run in "roce 0" "roce 1" "socket 0"; do
+  set -- $run
+  net=$1 reg=$2
+  for coll in all_reduce all_gather; do
+    echo "## goccl perf $coll -R $reg, GOCCL_NET=$net GOCCL_SHM_DISABLE=1 (GB/s = 1e9 bytes/s)"
+    GOCCL_NET=$net GOCCL_SHM_DISABLE=1 GOCCL_DEBUG=INFO "$out/goccl" run -np "$NP" "$out/goccl" perf $coll \
+      -b 1M -e 64M -f 8 -n "$ITERS" -w 3 -R "$reg" >"$out/perf.txt" 2>&1 || { cat "$out/perf.txt"; exit 1; }
+    grep -m1 -o 'via [^ ]*' "$out/perf.txt" | head -1
+    grep -E '^\[0\] +#|^\[0\] +[0-9]' "$out/perf.txt" | sed 's/^\[0\]//'
+  done
 done

@@ -332,7 +332,7 @@ func (cfg *perfConfig) headerNotes() []string {
 		l = append(l, "# Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes barrier ")
 	}
 	if cfg.register > 0 {
-		l = append(l, fmt.Sprintf("# Local registration: send and receive buffers registered with the communicator (-R %d; RoCE links send from them without staging)", cfg.register))
+		l = append(l, fmt.Sprintf("# Local registration: send and receive buffers registered with the communicator (-R %d; RoCE links send from and receive into them without staging)", cfg.register))
 	}
 	var noEffect, notImpl []string
 	for _, f := range cfg.ignored {

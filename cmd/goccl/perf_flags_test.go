@@ -381,7 +381,7 @@ func TestPerfFlagValues(t *testing.T) {
 	// -x -1 and -V 16 are nccl-tests' defaults: not reported.
 	want := []string{
 		"# Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes barrier ",
-		"# Local registration: send and receive buffers registered with the communicator (-R 2; RoCE links send from them without staging)",
+		"# Local registration: send and receive buffers registered with the communicator (-R 2; RoCE links send from and receive into them without staging)",
 		"# No effect on CPU (no GPU, one thread per rank): -p 1 (parallel_init), -G 1 (cudagraph)",
 		"# Not implemented by goccl perf, ignored: -S 1 (report_timestamps)",
 	}
@@ -571,7 +571,7 @@ func TestPerfFakeNcclTestsFlags(t *testing.T) {
 	lines := strings.Split(out, "\n")
 	if !strings.Contains(lines[0], " iters: 2 agg iters: 2 validation: 1 graph: 0") ||
 		lines[1] != "# Blocking Enabled: wait and barrier after each inner iteration (-m) " ||
-		lines[2] != "# Local registration: send and receive buffers registered with the communicator (-R 1; RoCE links send from them without staging)" ||
+		lines[2] != "# Local registration: send and receive buffers registered with the communicator (-R 1; RoCE links send from and receive into them without staging)" ||
 		lines[3] != "# No effect on CPU (no GPU, one thread per rank): -G 1 (cudagraph)" ||
 		lines[4] != "#" || !strings.Contains(out, "cputime") {
 		t.Errorf("header:\n%s", out)

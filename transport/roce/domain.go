@@ -40,7 +40,7 @@ type Region struct {
 	d      *Domain
 	mr     *rdma.MR
 	lo, hi uintptr
-	users  atomic.Int64 // sends reading it now
+	users  atomic.Int64 // sends reading it and receives it is advertised for, now
 	gone   atomic.Bool
 }
 
@@ -48,7 +48,7 @@ type Region struct {
 // errors.
 var (
 	ErrOverlap = errors.New("overlaps a registered buffer")
-	ErrInUse   = errors.New("in use by a send in progress")
+	ErrInUse   = errors.New("in use by a send or receive in progress")
 	ErrDereg   = errors.New("already deregistered")
 )
 
@@ -67,7 +67,7 @@ func (d *Domain) Register(buf []byte) (*Region, error) {
 		r := d.regs[i]
 		return nil, fmt.Errorf("roce: register [%#x, +%d): %w [%#x, +%d)", lo, len(buf), ErrOverlap, r.lo, r.hi-r.lo)
 	}
-	mr, err := d.pd.RegMR(buf, rdma.AccessLocalWrite)
+	mr, err := d.pd.RegMR(buf, rdma.AccessLocalWrite|rdma.AccessRemoteWrite) // peers write received messages into it
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +82,7 @@ func (d *Domain) Register(buf []byte) (*Region, error) {
 func (r *Region) Len() int { return int(r.hi - r.lo) }
 
 // Deregister removes the registration. It fails, leaving it in place, while
-// a send reads from the buffer, and for a region already deregistered.
+// a send reads from the buffer or a receive into it is under way, and for a region already deregistered.
 func (r *Region) Deregister() error {
 	d := r.d
 	d.mu.Lock()

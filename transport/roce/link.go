@@ -38,6 +38,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/goccl/goccl/rdma"
 	"github.com/goccl/goccl/rdma/qp"
@@ -59,12 +60,30 @@ const hdrRoom = 64
 const (
 	immData   = 0 << 24 // a chunk of that many bytes is in the next slot
 	immCredit = 1 << 24 // that many slots are free again
+	immDirect = 2 << 24 // the rest of the message was written into the receiver's buffer (takes a slot, no bytes)
 	immKind   = 0xff << 24
 	immValue  = 1<<24 - 1
 )
 
-// creditWR marks the WR ids of credit returns (data WRs count from 0).
-const creditWR = 1 << 63
+// WR ids: data WRs count from 0; credit returns, direct payload WRITEs and
+// receive-buffer adverts are marked.
+const (
+	creditWR = 1 << 63
+	directWR = 1 << 62
+	advertWR = 1 << 61
+)
+
+// The advert FIFO (NCCL's receive FIFO): fifoLen entries of fifoEntry
+// bytes after each side's receive ring, written by the peer. A receiver
+// whose buffer is registered writes, for its next message m, entry m mod
+// fifoLen: the buffer's address (8 bytes), rkey (4), 4 spare, length (8),
+// then in a WRITE of its own (RC orders it after the rest; an aligned
+// 8-byte WRITE lands whole) the word m+1 that makes the entry valid.
+const (
+	fifoLen   = 4
+	fifoEntry = 32
+	fifoBytes = fifoLen * fifoEntry
+)
 
 // spin is how long a waiting call polls before it sleeps.
 const spin = 30 * time.Microsecond
@@ -112,16 +131,22 @@ type Link struct {
 	name          string
 	counters      transport.Counters
 	zeroCopied    atomic.Uint64 // payload bytes sent straight from registered buffers
+	direct        atomic.Uint64 // payload bytes received straight into registered buffers
+	amr           *rdma.MR      // this side's adverts, the source of their WRITEs
 
 	mu       sync.Mutex
 	wcs      [64]rdma.WC
-	lens     []int  // chunk length in each ring slot, by arrival
+	lens     []int  // chunk length in each ring slot, by arrival; -1: the rest came direct (immDirect)
 	arrived  uint64 // data chunks that arrived
 	credits  uint64 // credits the peer returned
 	sendDone uint64 // data WRs completed
 	err      error  // why the link failed (the cause, not yet wrapped)
 	local    bool   // this side closed the link
 	posted   uint64 // data WRs posted (l.sent, read by Close)
+	dposted  uint64 // direct payload WRITEs posted
+	ddone    uint64 // and completed
+	aposted  uint64 // adverts posted (a WRITE pair each)
+	adone    uint64 // and completed (both WRITEs)
 	watch    func(error)
 	sendSig  chan struct{}
 	recvSig  chan struct{}
@@ -130,9 +155,11 @@ type Link struct {
 
 	// The sender's (one at a time).
 	sent      uint64 // data chunks posted
+	sentMsgs  uint64 // messages sent
 	sendTimer *time.Timer
 	// The receiver's (one at a time).
 	consumed  uint64 // data chunks consumed
+	recvMsgs  uint64 // messages received
 	unacked   int    // consumed slots not yet returned
 	recvTimer *time.Timer
 }
@@ -185,7 +212,7 @@ func (s *setup) decode(b []byte) error {
 	s.info.Len = int(binary.LittleEndian.Uint32(b[43:]))
 	s.slots = int(binary.LittleEndian.Uint32(b[47:]))
 	s.per = int(binary.LittleEndian.Uint32(b[51:]))
-	if s.slots < 2 || s.per < hdrRoom+64 || s.per%64 != 0 || s.info.Len != s.slots*s.per {
+	if s.slots < 2 || s.per < hdrRoom+64 || s.per%64 != 0 || s.info.Len != s.slots*s.per+fifoBytes {
 		return fmt.Errorf("roce: the peer's receive ring is %d slots of %d bytes in %d bytes", s.slots, s.per, s.info.Len)
 	}
 	return nil
@@ -252,7 +279,10 @@ func newLink(dom *Domain, peer int, o Options) (*Link, error) {
 	if l.qp, err = pd.CreateQP(l.cq, l.cq); err != nil {
 		return nil, err
 	}
-	if l.rmr, err = pd.RegMR(make([]byte, o.Slots*o.SlotBytes), rdma.AccessLocalWrite|rdma.AccessRemoteWrite); err != nil {
+	if l.rmr, err = pd.RegMR(make([]byte, o.Slots*o.SlotBytes+fifoBytes), rdma.AccessLocalWrite|rdma.AccessRemoteWrite); err != nil {
+		return nil, err
+	}
+	if l.amr, err = pd.RegMR(make([]byte, fifoBytes), rdma.AccessLocalWrite); err != nil {
 		return nil, err
 	}
 	l.lens = make([]int, o.Slots)
@@ -360,6 +390,10 @@ func (l *Link) Name() string { return l.name }
 // buffers (no staging copy).
 func (l *Link) ZeroCopied() uint64 { return l.zeroCopied.Load() }
 
+// DirectReceived counts the payload bytes the peer wrote straight into
+// this side's registered receive buffers (no copy out of the ring).
+func (l *Link) DirectReceived() uint64 { return l.direct.Load() }
+
 // Counters implements transport.Link.
 func (l *Link) Counters() *transport.Counters { return &l.counters }
 
@@ -377,7 +411,7 @@ func (l *Link) Close() error {
 	for {
 		l.mu.Lock()
 		l.progressLocked()
-		done := l.sendDone >= l.posted || l.err != nil
+		done := l.sendDone >= l.posted && l.ddone >= l.dposted || l.err != nil
 		l.mu.Unlock()
 		if done || time.Now().After(deadline) {
 			break
@@ -415,6 +449,9 @@ func (l *Link) release() {
 	}
 	if l.smr != nil {
 		l.smr.Dereg()
+	}
+	if l.amr != nil {
+		l.amr.Dereg()
 	}
 }
 
@@ -458,12 +495,25 @@ func (l *Link) progressLocked() {
 					l.lens[l.arrived%uint64(l.rslots)] = int(wc.Imm & immValue)
 					l.arrived++
 					toRecv = true
+				case immDirect:
+					l.lens[l.arrived%uint64(l.rslots)] = -1
+					l.arrived++
+					toRecv = true
 				case immCredit:
 					l.credits += uint64(wc.Imm & immValue)
 					toSend = true
 				}
 			default:
-				if wc.WRID&creditWR == 0 {
+				switch {
+				case wc.WRID&creditWR != 0:
+				case wc.WRID&directWR != 0:
+					l.ddone++
+					toSend = true
+				case wc.WRID&advertWR != 0:
+					if wc.WRID&1 != 0 {
+						l.adone++ // the second WRITE of the pair
+					}
+				default:
 					l.sendDone++
 					toSend = true
 				}
@@ -492,7 +542,7 @@ func (l *Link) readyLocked(role int) bool {
 	case roleRecv:
 		return l.consumed < l.arrived
 	case roleFlush:
-		return l.sendDone >= l.posted
+		return l.sendDone >= l.posted && l.ddone >= l.dposted
 	}
 	return l.sent < l.credits+uint64(l.pslots) && l.sent < l.sendDone+uint64(l.pslots)
 }
@@ -607,7 +657,11 @@ func (l *Link) Send(ctx context.Context, h *transport.Header, buf []byte) error 
 	if h.Bytes != uint64(len(buf)) {
 		return l.callErr("send", fmt.Errorf("header says %d bytes, buffer holds %d", h.Bytes, len(buf)))
 	}
-	return l.send(ctx, h, buf)
+	if err := l.send(ctx, h, buf); err != nil {
+		return err
+	}
+	l.sentMsgs++
+	return nil
 }
 
 // zeroCopyMin is the smallest registered message sent without staging:
@@ -663,7 +717,11 @@ func (l *Link) sendStaged(ctx context.Context, h *transport.Header, buf []byte) 
 // alone from a staging slot, then the payload by RDMA WRITEs straight from
 // the registered buffer; it returns once every chunk is acknowledged (the
 // device reads the buffer until then, also to resend). A failure part-way
-// closes the link, which stops the device reading.
+// closes the link, which stops the device reading. Once the receiver has
+// advertised a registered buffer for this message (advert), the rest of
+// the payload goes by one WRITE into that buffer and a zero-length WRITE
+// with immediate (immDirect) in the next slot tells the receiver it has
+// landed (RC delivers it after the payload): no copy at either end.
 func (l *Link) sendRegistered(ctx context.Context, h *transport.Header, buf []byte, reg *Region, off int) error {
 	pos := -1 // -1: the header
 	for pos < len(buf) {
@@ -678,13 +736,25 @@ func (l *Link) sendRegistered(ctx context.Context, h *transport.Header, buf []by
 		if pos < 0 {
 			h.Encode(l.smr.Bytes()[slot*l.pslot:])
 			wr.MR, wr.Offset, wr.Length = l.smr, slot*l.pslot, hdrRoom
+			wr.Imm = immData | hdrRoom
 			pos = 0
+		} else if addr, rkey, ok := l.advert(len(buf)); ok {
+			err := l.qp.PostSend(rdma.SendWR{ID: directWR | l.dposted, Opcode: qp.WRWrite, MR: reg.mr, Offset: off + pos,
+				Length: len(buf) - pos, RemoteAddr: addr + uint64(pos), RKey: rkey})
+			if err != nil {
+				return l.postErr("send", err)
+			}
+			l.mu.Lock()
+			l.dposted++
+			l.mu.Unlock()
+			wr.Imm = immDirect
+			pos = len(buf)
 		} else {
 			n := min(len(buf)-pos, l.pslot)
 			wr.MR, wr.Offset, wr.Length = reg.mr, off+pos, n
+			wr.Imm = immData | uint32(n)
 			pos += n
 		}
-		wr.Imm = immData | uint32(wr.Length)
 		if err := l.qp.PostSend(wr); err != nil {
 			return l.postErr("send", err)
 		}
@@ -712,6 +782,53 @@ func (l *Link) sendRegistered(ctx context.Context, h *transport.Header, buf []by
 	return nil
 }
 
+// advert returns the buffer the receiver advertised for the message being
+// sent (the sentMsgs-th), if it has and its length is n.
+func (l *Link) advert(n int) (addr uint64, rkey uint32, ok bool) {
+	k := int(l.sentMsgs % fifoLen)
+	e := l.rmr.Bytes()[l.rslots*l.rslot+k*fifoEntry:][:fifoEntry]
+	if atomic.LoadUint64((*uint64)(unsafe.Pointer(&e[24]))) != l.sentMsgs+1 {
+		return 0, 0, false
+	}
+	if binary.LittleEndian.Uint64(e[16:]) != uint64(n) {
+		return 0, 0, false
+	}
+	return binary.LittleEndian.Uint64(e[0:]), binary.LittleEndian.Uint32(e[8:]), true
+}
+
+// advertise tells the peer that the next message (the recvMsgs-th) may
+// be written straight into buf, registered in reg at offset off: two
+// WRITEs into the peer's advert FIFO. It reports false, having posted
+// nothing, while fifoLen-1 earlier adverts are not yet acknowledged.
+func (l *Link) advertise(reg *Region, off int, buf []byte) (bool, error) {
+	l.mu.Lock()
+	l.progressLocked()
+	a := l.aposted
+	busy := a-l.adone >= fifoLen-1
+	l.mu.Unlock()
+	if busy {
+		return false, nil
+	}
+	src := int(a%fifoLen) * fifoEntry // the source entry: free, as fewer than fifoLen adverts are in flight
+	e := l.amr.Bytes()[src : src+fifoEntry]
+	binary.LittleEndian.PutUint64(e[0:], reg.mr.Addr()+uint64(off))
+	binary.LittleEndian.PutUint32(e[8:], reg.mr.RKey())
+	binary.LittleEndian.PutUint64(e[16:], uint64(len(buf)))
+	binary.LittleEndian.PutUint64(e[24:], l.recvMsgs+1)
+	dst := l.raddr + uint64(l.pslots*l.pslot+int(l.recvMsgs%fifoLen)*fifoEntry)
+	err := l.qp.PostSend(rdma.SendWR{ID: advertWR | a<<1, Opcode: qp.WRWrite, MR: l.amr, Offset: src, Length: 24, RemoteAddr: dst, RKey: l.rkey})
+	if err == nil {
+		err = l.qp.PostSend(rdma.SendWR{ID: advertWR | a<<1 | 1, Opcode: qp.WRWrite, MR: l.amr, Offset: src + 24, Length: 8, RemoteAddr: dst + 24, RKey: l.rkey})
+	}
+	if err != nil {
+		return false, l.postErr("recv", err)
+	}
+	l.mu.Lock()
+	l.aposted++
+	l.mu.Unlock()
+	return true, nil
+}
+
 // TrySend implements transport.Link: it sends when the whole message fits
 // the peer's free slots and the free staging slots now.
 func (l *Link) TrySend(h *transport.Header, buf []byte) (bool, error) {
@@ -732,14 +849,39 @@ func (l *Link) TrySend(h *transport.Header, buf []byte) (bool, error) {
 	}
 	// Staged even from a registered buffer: a registered send waits for
 	// the acknowledgements.
-	return true, l.sendStaged(ctx, h, buf)
+	if err := l.sendStaged(ctx, h, buf); err != nil {
+		return true, err
+	}
+	l.sentMsgs++
+	return true, nil
 }
 
-// Recv implements transport.Link.
+// Recv implements transport.Link. A receive of at least zeroCopyMin bytes
+// without reduce into a registered buffer advertises the buffer to the
+// sender first, who may then write the payload into it directly; such a
+// receive that fails closes the link (the sender may still be writing).
 func (l *Link) Recv(ctx context.Context, want *transport.Header, buf []byte, reduce transport.ReduceFunc) error {
 	if err := l.start(ctx, "recv"); err != nil {
 		return err
 	}
+	advertised := false
+	if reduce == nil && len(buf) >= zeroCopyMin {
+		if reg, off := l.dom.acquire(buf); reg != nil {
+			defer reg.release()
+			var err error
+			if advertised, err = l.advertise(reg, off, buf); err != nil {
+				return err
+			}
+		}
+	}
+	err := l.recv(ctx, want, buf, reduce, advertised)
+	if err != nil && advertised {
+		l.Close()
+	}
+	return err
+}
+
+func (l *Link) recv(ctx context.Context, want *transport.Header, buf []byte, reduce transport.ReduceFunc, advertised bool) error {
 	off := 0
 	for first := true; first || off < len(buf); first = false {
 		if err := l.await(ctx, roleRecv); err != nil {
@@ -752,33 +894,42 @@ func (l *Link) Recv(ctx context.Context, want *transport.Header, buf []byte, red
 		l.mu.Lock()
 		n := l.lens[slot]
 		l.mu.Unlock()
-		data := l.rmr.Bytes()[slot*l.rslot : slot*l.rslot+n]
-		if first {
-			var got transport.Header
-			if n < hdrRoom {
+		if n < 0 { // the rest of the payload is in buf
+			if first || !advertised {
 				l.Close()
-				return l.callErr("recv", fmt.Errorf("roce: a first chunk of %d bytes has no header", n))
+				return l.callErr("recv", errors.New("roce: the peer wrote into a buffer this side did not advertise"))
 			}
-			if err := got.Decode(data); err != nil {
+			l.direct.Add(uint64(len(buf) - off))
+			off = len(buf)
+		} else {
+			data := l.rmr.Bytes()[slot*l.rslot : slot*l.rslot+n]
+			if first {
+				var got transport.Header
+				if n < hdrRoom {
+					l.Close()
+					return l.callErr("recv", fmt.Errorf("roce: a first chunk of %d bytes has no header", n))
+				}
+				if err := got.Decode(data); err != nil {
+					l.Close()
+					return l.callErr("recv", err)
+				}
+				if err := transport.Check(l.peer, want, &got); err != nil {
+					l.Close()
+					return err
+				}
+				data = data[hdrRoom:]
+			}
+			if len(data) > len(buf)-off {
 				l.Close()
-				return l.callErr("recv", err)
+				return l.callErr("recv", fmt.Errorf("roce: peer sent %d more bytes than its header said", len(data)-(len(buf)-off)))
 			}
-			if err := transport.Check(l.peer, want, &got); err != nil {
-				l.Close()
-				return err
+			if reduce == nil {
+				copy(buf[off:], data)
+			} else if len(data) > 0 {
+				reduce(buf[off:off+len(data)], data)
 			}
-			data = data[hdrRoom:]
+			off += len(data)
 		}
-		if len(data) > len(buf)-off {
-			l.Close()
-			return l.callErr("recv", fmt.Errorf("roce: peer sent %d more bytes than its header said", len(data)-(len(buf)-off)))
-		}
-		if reduce == nil {
-			copy(buf[off:], data)
-		} else if len(data) > 0 {
-			reduce(buf[off:off+len(data)], data)
-		}
-		off += len(data)
 		l.consumed++
 		l.unacked++
 		if l.unacked >= (l.rslots+1)/2 {
@@ -790,6 +941,7 @@ func (l *Link) Recv(ctx context.Context, want *transport.Header, buf []byte, red
 	if err := l.returnSlots(); err != nil {
 		return err
 	}
+	l.recvMsgs++
 	l.counters.AddReceived(len(buf))
 	return nil
 }

@@ -9,9 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/goccl/goccl/rdma"
 	"github.com/goccl/goccl/transport"
@@ -360,20 +362,29 @@ func TestMain(m *testing.M) {
 // time (user and system, both ends) per byte delivered.
 func BenchmarkStream(b *testing.B) {
 	for _, tc := range []struct {
-		name             string
-		both, registered bool
-	}{{"oneway", false, false}, {"oneway-registered", false, true}, {"bidir", true, false}} {
+		name                     string
+		both, registered, direct bool
+	}{{"oneway", false, false, false}, {"oneway-registered", false, true, false}, {"oneway-direct", false, true, true},
+		{"bidir", true, false, false}, {"bidir-direct", true, true, true}} {
 		b.Run(tc.name, func(b *testing.B) {
-			dx := NewDomain(device(b))
-			x, y, _ := dialPairDomains(b, dx, NewDomain(device(b)), benchOpts)
+			dx, dy := NewDomain(device(b)), NewDomain(device(b))
+			x, y, _ := dialPairDomains(b, dx, dy, benchOpts)
 			const n = 4 << 20
 			buf := [2][]byte{make([]byte, n), make([]byte, n)}
-			if tc.registered {
-				if _, err := dx.Register(buf[0]); err != nil {
-					b.Fatal(err)
+			in := [2][]byte{make([]byte, n), make([]byte, n)}
+			// registered: the sources; direct: the destinations too (the
+			// receiver advertises them, no copy at either end).
+			for i, reg := range []struct {
+				d   *Domain
+				buf []byte
+				on  bool
+			}{{dx, buf[0], tc.registered}, {dy, buf[1], tc.registered && tc.both}, {dy, in[0], tc.direct}, {dx, in[1], tc.direct && tc.both}} {
+				if reg.on {
+					if _, err := reg.d.Register(reg.buf); err != nil {
+						b.Fatal(i, err)
+					}
 				}
 			}
-			in := [2][]byte{make([]byte, n), make([]byte, n)}
 			h := transport.Header{Seq: 1, Op: 3, Root: -1, Count: n, Bytes: n}
 			ctx := context.Background()
 			b.SetBytes(n)
@@ -533,5 +544,160 @@ func TestRegisteredSend(t *testing.T) {
 	xfer(6, buf[4096:4096+n], false) // no longer registered: staged
 	if got := zc.Load(); got != 3*n {
 		t.Fatalf("%d bytes zero-copied after Deregister, want %d (messages 1, 2 and 5)", got, 3*n)
+	}
+}
+
+// TestDirectReceive: a receive into a registered buffer advertises it, and
+// a registered send then writes the payload straight into it (all of it
+// when the advert came first, the rest when it came mid-message); every
+// other combination stays on the ring; bytes are right either way.
+func TestDirectReceive(t *testing.T) {
+	da, db := NewDomain(device(t)), NewDomain(device(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ta, tb, _ := dialPairDomains(t, da, db, Options{})
+	a, b := ta.(*Link), tb.(*Link)
+	defer a.Close()
+	defer b.Close()
+	const n = 3<<20 + 4096
+	src := make([]byte, n)
+	dst := make([]byte, n+4096)
+	sreg, err := da.Register(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rreg, err := db.Register(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := uint64(0)
+	// xfer sends out from a and receives it into in at b, the send
+	// starting first when sendFirst (and the receive once the send holds
+	// every slot), else once b's advert has landed at a.
+	xfer := func(out, in []byte, sendFirst bool, reduce transport.ReduceFunc) {
+		t.Helper()
+		seq++
+		for i := range out {
+			out[i] = byte(i*7 + int(seq))
+		}
+		h := transport.Header{Seq: seq, Op: 3, Root: -1, Count: uint64(len(out)), Bytes: uint64(len(out))}
+		sent := make(chan error, 1)
+		send := func() { sent <- a.Send(ctx, &h, out) }
+		recvd := make(chan error, 1)
+		if sendFirst {
+			go send()
+			waitFor(t, func() bool { a.mu.Lock(); defer a.mu.Unlock(); return a.posted-a.credits >= uint64(a.pslots) })
+			go func() { recvd <- b.Recv(ctx, &h, in, reduce) }()
+		} else {
+			go func() { recvd <- b.Recv(ctx, &h, in, reduce) }()
+			if reduce == nil && len(in) >= zeroCopyMin {
+				if r, _ := db.acquire(in); r != nil {
+					r.release()
+					want := a.sentMsgs + 1
+					waitFor(t, func() bool {
+						e := a.rmr.Bytes()[a.rslots*a.rslot+int(a.sentMsgs%fifoLen)*fifoEntry:]
+						return atomic.LoadUint64((*uint64)(unsafe.Pointer(&e[24]))) == want
+					})
+				}
+			}
+			go send()
+		}
+		if err := <-recvd; err != nil {
+			t.Fatal(err)
+		}
+		if err := <-sent; err != nil {
+			t.Fatal(err)
+		}
+		for i := range in {
+			want := out[i]
+			if reduce != nil {
+				want++
+			}
+			if in[i] != want {
+				t.Fatalf("message %d, byte %d: %d, want %d", seq, i, in[i], want)
+			}
+		}
+	}
+	direct := func() uint64 { return b.DirectReceived() }
+
+	xfer(src, dst[:n], false, nil) // advert first: all but the header's slot direct
+	if got := direct(); got != n {
+		t.Fatalf("advert before the send: %d bytes direct, want %d", got, n)
+	}
+	xfer(src, dst[4096:4096+n], true, nil) // the advert overtakes the send
+	if got := direct() - n; got == 0 || got >= n {
+		t.Fatalf("advert during the send: %d bytes direct, want some but not all of %d", got, n)
+	}
+	for i := 0; i < 2*fifoLen+1; i++ { // round the advert FIFO
+		m := zeroCopyMin + i*4096
+		before := direct()
+		xfer(src[:m], dst[:m], false, nil)
+		if got := direct() - before; got != uint64(m) {
+			t.Fatalf("message %d of %d bytes: %d direct", seq, m, got)
+		}
+	}
+	before, adverts := direct(), b.aposted
+	fold := func(d, s []byte) {
+		for i := range d {
+			d[i] += s[i]
+		}
+	}
+	in := dst[:n]
+	for i := range in {
+		in[i] = 1
+	}
+	xfer(src, in, false, fold)                                   // a reduce: on the ring, no advert
+	xfer(make([]byte, n), dst[:n], false, nil)                   // unregistered source: staged
+	xfer(src, make([]byte, n), false, nil)                       // unregistered destination: no advert
+	xfer(src[:zeroCopyMin-64], dst[:zeroCopyMin-64], false, nil) // small: staged
+	if direct() != before || b.aposted != adverts+1 {
+		t.Fatalf("direct bytes %d -> %d, adverts %d -> %d: want no direct bytes and 1 advert (the unregistered source's)", before, direct(), adverts, b.aposted)
+	}
+
+	// Deregistering while a receive is advertised fails; afterwards it works.
+	h := transport.Header{Seq: seq + 1, Op: 3, Root: -1, Count: n, Bytes: n}
+	recvd := make(chan error, 1)
+	go func() { recvd <- b.Recv(ctx, &h, dst[:n], nil) }()
+	waitFor(t, func() bool { return rreg.users.Load() > 0 })
+	if err := rreg.Deregister(); !errors.Is(err, ErrInUse) {
+		t.Fatalf("Deregister during an advertised receive: %v", err)
+	}
+	if err := a.Send(ctx, &h, src); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-recvd; err != nil {
+		t.Fatal(err)
+	}
+	if err := rreg.Deregister(); err != nil {
+		t.Fatal(err)
+	}
+	if err := sreg.Deregister(); err != nil {
+		t.Fatal(err)
+	}
+
+	// An advertised receive that fails closes the link: the sender could
+	// still write into the buffer afterwards.
+	rreg, err = db.Register(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, stop := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer stop()
+	h.Seq++
+	if err := b.Recv(short, &h, dst[:n], nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("advertised receive past its deadline: %v", err)
+	}
+	if err := b.Recv(ctx, &h, make([]byte, 8), nil); !errors.Is(err, transport.ErrClosed) {
+		t.Fatalf("receive after a failed advertised receive: %v, want the link closed", err)
+	}
+}
+
+// waitFor polls cond for up to 10 s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(100 * time.Microsecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 10 s")
+		}
 	}
 }
