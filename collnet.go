@@ -55,7 +55,7 @@ func (c *Comm) setupCollNet(ctx context.Context) error {
 	} else {
 		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		sum := sha256.Sum256([]byte(c.jobID))
-		cl, why = collnet.Attach(actx, string(root), collnet.JobID(sum[:16]), c.rank, c.size)
+		cl, why = collnet.Attach(actx, string(root), collnet.JobID(sum[:16]), c.rank, c.size, c.roce)
 		cancel()
 	}
 	ok := []int32{1}
@@ -79,7 +79,11 @@ func (c *Comm) setupCollNet(ctx context.Context) error {
 		return nil
 	}
 	c.collnet = cl
-	c.log.Infof(subInit, "CollNet: rank %d attached to aggregation node %s (root %s)", c.rank, cl.Node(), root)
+	via := "TCP"
+	if cl.RoCE() {
+		via = "RoCE"
+	}
+	c.log.Infof(subInit, "CollNet: rank %d attached to aggregation node %s (root %s) via %s", c.rank, cl.Node(), root, via)
 	return nil
 }
 

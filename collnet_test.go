@@ -13,18 +13,28 @@ import (
 
 	"github.com/goccl/goccl"
 	"github.com/goccl/goccl/internal/collnet"
+	"github.com/goccl/goccl/rdma"
 	"github.com/goccl/goccl/rendezvous"
+	"github.com/goccl/goccl/transport/roce"
 )
 
 // aggd serves an aggregation tree in this process — a root of fan-in
-// rootFan and leaves of fan-in leafFan — and returns its nodes (root
-// first) and the root's address.
-func aggd(t *testing.T, rootFan, leaves, leafFan int) ([]*collnet.Node, string) {
+// rootFan and leaves of fan-in leafFan, each node with a soft RoCE device
+// when useRoCE — and returns its nodes (root first) and the root's address.
+func aggd(t *testing.T, rootFan, leaves, leafFan int, useRoCE bool) ([]*collnet.Node, string) {
 	t.Helper()
 	serve := func(cfg collnet.Config) (*collnet.Node, string) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
+		}
+		if useRoCE {
+			d, err := rdma.Open("127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { d.Close() })
+			cfg.RoCE = roce.NewDomain(d)
 		}
 		n := collnet.NewNode(ln, cfg)
 		done := make(chan struct{})
@@ -49,15 +59,30 @@ func aggd(t *testing.T, rootFan, leaves, leafFan int) ([]*collnet.Node, string) 
 // TestCollNet: with GOCCL_COLLNET_ENABLE=1, AllReduce goes through the
 // aggregation tree — 4 ranks over a root and two leaves — for every
 // operator and several types, in and out of place, with results the same
-// as the links'; the other collectives still run on the links.
+// as the links'; the other collectives still run on the links. With
+// GOCCL_NET=roce and nodes that have RoCE devices, the tree's data path
+// runs over RoCE queue pairs.
 func TestCollNet(t *testing.T) {
-	_, root := aggd(t, 2, 2, 2)
+	for _, useRoCE := range []bool{false, true} {
+		t.Run(map[bool]string{false: "tcp", true: "roce"}[useRoCE], func(t *testing.T) { testCollNet(t, useRoCE) })
+	}
+}
+
+func testCollNet(t *testing.T, useRoCE bool) {
+	_, root := aggd(t, 2, 2, 2, useRoCE)
 	t.Setenv("GOCCL_COLLNET_ENABLE", "1")
 	t.Setenv("GOCCL_COLLNET_AGGD", root)
+	if useRoCE {
+		t.Setenv("GOCCL_NET", "roce")
+		t.Setenv("GOCCL_SHM_DISABLE", "1")
+	}
 	errs := goroutineRanks(t, 4, 60*time.Second, func(c *goccl.Comm) error {
 		ctx := context.Background()
 		if !goccl.UsesCollNet(c) {
 			return errors.New("not attached to the aggregation tree")
+		}
+		if goccl.CollNetOverRoCE(c) != useRoCE {
+			return fmt.Errorf("the tree's data path over RoCE: %v, want %v", goccl.CollNetOverRoCE(c), useRoCE)
 		}
 		counts := []int{0, 1, 65536, 1000003}
 		if testing.Short() {
@@ -136,7 +161,7 @@ func TestCollNetFallback(t *testing.T) {
 // ErrCollNet that names the node; the job then makes a new communicator,
 // which finds the tree broken and runs on the links.
 func TestCollNetNodeKilled(t *testing.T) {
-	nodes, root := aggd(t, 2, 2, 2)
+	nodes, root := aggd(t, 2, 2, 2, false)
 	victim := nodes[2].Name()
 	t.Setenv("GOCCL_COLLNET_ENABLE", "1")
 	t.Setenv("GOCCL_COLLNET_AGGD", root)

@@ -63,3 +63,7 @@ func DirectReceived(c *Comm) uint64 {
 // UsesCollNet reports whether c's AllReduce goes through an aggregation
 // tree.
 func UsesCollNet(c *Comm) bool { return c.collnet != nil }
+
+// CollNetOverRoCE reports whether c's aggregation tree data path runs
+// over RoCE queue pairs.
+func CollNetOverRoCE(c *Comm) bool { return c.collnet != nil && c.collnet.RoCE() }

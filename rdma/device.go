@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/netip"
 	"sync"
 	"time"
@@ -173,7 +174,50 @@ func Open(addr string, opts ...Option) (*Device, error) {
 		return nil, fmt.Errorf("rdma: open %q: %w", addr, err)
 	}
 	gid := netip.AddrFrom16(l.addr.Addr().As16()).As16()
-	return start(l, 2, l.addr, gid, 4096, opts), nil
+	mtu := 4096
+	if ifMTU := interfaceMTU(l.addr.Addr()); ifMTU > 0 {
+		if mtu = V2ActiveMTU(ifMTU); mtu == 0 {
+			l.close()
+			return nil, fmt.Errorf("rdma: open %q: interface MTU %d is below the smallest IB MTU (256) plus headers", addr, ifMTU)
+		}
+	}
+	return start(l, 2, l.addr, gid, mtu, opts), nil
+}
+
+// V2ActiveMTU is the largest IB MTU whose RoCE v2 datagrams fit an IP MTU
+// of ifMTU bytes without fragmenting, 0 if none: IPv4 (20), UDP (8), BTH
+// (12), RETH (16) and ImmDt (4), payload and ICRC (4) — as rxe derives its
+// active MTU from its netdev's.
+func V2ActiveMTU(ifMTU int) int {
+	for _, m := range []int{4096, 2048, 1024, 512, 256} {
+		if 20+8+wire.BTHSize+16+4+m+wire.ICRCSize <= ifMTU {
+			return m
+		}
+	}
+	return 0
+}
+
+// interfaceMTU is the MTU of the interface holding ip, 0 when none does
+// (an unspecified address).
+func interfaceMTU(ip netip.Addr) int {
+	ifs, err := net.Interfaces()
+	if err != nil || ip.IsUnspecified() {
+		return 0
+	}
+	for _, ifc := range ifs {
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok {
+				if x, ok := netip.AddrFromSlice(n.IP); ok && x.Unmap() == ip.Unmap() {
+					return ifc.MTU
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // OpenV1 opens a soft RoCE v1 device on the Ethernet interface ifname
@@ -232,8 +276,9 @@ func start(l link, version int, addr netip.AddrPort, gid [16]byte, mtu int, opts
 func (d *Device) Version() int { return d.version }
 
 // ActiveMTU is the path MTU the device's packets fit in (Connect's
-// default): 4096 for v2 (the kernel fragments UDP datagrams larger than the
-// interface MTU), the largest IB MTU that fits the interface for v1.
+// default): the largest IB MTU whose packets fit the interface unfragmented
+// (4096 on loopback and with jumbo frames, 1024 at MTU 1500; 4096 for a v2
+// device bound to the unspecified address).
 func (d *Device) ActiveMTU() int { return d.mtu }
 
 // Addr is the device's address: for v2 its UDP address, what peers put in

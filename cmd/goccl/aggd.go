@@ -12,18 +12,20 @@ import (
 
 	"github.com/goccl/goccl/internal/collnet"
 	"github.com/goccl/goccl/internal/config"
+	"github.com/goccl/goccl/rdma"
+	"github.com/goccl/goccl/transport/roce"
 )
 
 func init() {
 	register(&command{
 		name:    "aggd",
 		summary: "an in-network aggregation node (the SHARP switch's role) for " + config.CollNetEnable.Name + "=1",
-		usage:   "goccl aggd [--listen ADDR] [--parent ROOT] [--fanin N] [--advertise ADDR] [-v]",
+		usage:   "goccl aggd [--listen ADDR] [--parent ROOT] [--fanin N] [--advertise ADDR] [--roce [--ib-timeout N]] [-v]",
 		run:     runAggd,
 	})
 }
 
-var aggdHelp = `usage: goccl aggd [--listen ADDR] [--parent ROOT] [--fanin N] [--advertise ADDR] [-v]
+var aggdHelp = `usage: goccl aggd [--listen ADDR] [--parent ROOT] [--fanin N] [--advertise ADDR] [--roce [--ib-timeout N]] [-v]
 
 Runs an aggregation node: ranks of a job with ` + config.CollNetEnable.Name + `=1 send it their
 AllReduce buffers as streams of 256 KiB chunks; it reduces each chunk as
@@ -42,6 +44,13 @@ Killing a node fails the operations in progress at every rank, naming it.
   --fanin N         the most children one job may attach here (default 8)
   --advertise ADDR  the address the root sends ranks to (default: the
                     listener's)
+  --roce            open a soft RoCE v2 device on the node's IP address
+                    (--advertise's, else --listen's): children and parent
+                    that have one too (ranks with ` + config.Net.Name + `=roce) move
+                    their streams onto RC queue pairs after the hello; the
+                    others stay on TCP
+  --ib-timeout N    the queue pairs' ACK timeout exponent (4.096 µs × 2^N,
+                    as ` + config.IBTimeout.Name + `; default 16: 268 ms)
   -v                log jobs and failures to standard error
 
 It prints "goccl aggd: listening on ADDR ..." once ready and runs until
@@ -54,6 +63,8 @@ func runAggd(args []string, stdout, stderr io.Writer) int {
 	parent := fs.String("parent", "", "")
 	fanin := fs.Int("fanin", 8, "")
 	advertise := fs.String("advertise", "", "")
+	useRoCE := fs.Bool("roce", false, "")
+	ibTimeout := fs.Int("ib-timeout", 16, "")
 	verbose := fs.BoolP("verbose", "v", false, "")
 	if status, exit := fs.parseOrExit(args); exit {
 		return status
@@ -62,9 +73,34 @@ func runAggd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "goccl aggd: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
+	if *ibTimeout < 1 || *ibTimeout > 31 {
+		fmt.Fprintf(stderr, "goccl aggd: --ib-timeout %d: want 1 to 31\n", *ibTimeout)
+		return 2
+	}
 	if *fanin < 1 || *fanin > 1024 {
 		fmt.Fprintf(stderr, "goccl aggd: --fanin %d: want 1 to 1024\n", *fanin)
 		return 2
+	}
+	var dom *roce.Domain
+	if *useRoCE {
+		addr := *listen
+		if *advertise != "" {
+			addr = *advertise
+		}
+		host, _, err := net.SplitHostPort(addr)
+		ip := net.ParseIP(host)
+		if err != nil || ip == nil || ip.IsUnspecified() {
+			fmt.Fprintf(stderr, "goccl aggd: --roce needs a specific IP address in --advertise or --listen (have %q)\n", addr)
+			return 2
+		}
+		dev, err := rdma.Open(net.JoinHostPort(host, "0"))
+		if err != nil {
+			fmt.Fprintf(stderr, "goccl aggd: --roce: %v\n", err)
+			return 1
+		}
+		defer dev.Close()
+		dom = roce.NewDomain(dev)
+		dom.Timeout, dom.RetryCnt = uint8(*ibTimeout), 7
 	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
@@ -76,7 +112,7 @@ func runAggd(args []string, stdout, stderr io.Writer) int {
 		level = slog.LevelInfo
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	node := collnet.NewNode(ln, collnet.Config{Fanin: *fanin, Parent: *parent, Advertise: *advertise, Log: log})
+	node := collnet.NewNode(ln, collnet.Config{Fanin: *fanin, Parent: *parent, Advertise: *advertise, RoCE: dom, Log: log})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	role := "root"
@@ -87,7 +123,11 @@ func runAggd(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	fmt.Fprintf(stdout, "goccl aggd: listening on %s (%s, fan-in %d)\n", ln.Addr(), role, *fanin)
+	via := ""
+	if dom != nil {
+		via = ", RoCE v2 device " + rdma.GIDString(dom.Device().GID(), dom.Device().Addr().Port())
+	}
+	fmt.Fprintf(stdout, "goccl aggd: listening on %s (%s, fan-in %d%s)\n", ln.Addr(), role, *fanin, via)
 	if err := node.Serve(ctx); err != nil && ctx.Err() == nil {
 		fmt.Fprintf(stderr, "goccl aggd: %v\n", err)
 		return 1

@@ -52,19 +52,36 @@ func startAggd(t *testing.T, args ...string) (string, *exec.Cmd) {
 // aggd` processes: 0 wrong, every rank's AllReduce through the tree; then
 // the root stops on SIGTERM with status 0.
 func TestAggd(t *testing.T) {
-	root, rootCmd := startAggd(t, "--listen", "127.0.0.1:0", "--fanin", "2")
+	t.Run("tcp", func(t *testing.T) { testAggd(t, false) })
+	t.Run("roce", func(t *testing.T) { testAggd(t, true) })
+}
+
+// testAggd: with --roce on every node and GOCCL_NET=roce at the ranks,
+// every hop of the tree moves to RoCE.
+func testAggd(t *testing.T, useRoCE bool) {
+	var extra, env []string
+	via := "TCP"
+	if useRoCE {
+		extra = []string{"--roce"}
+		env = []string{"--env", "GOCCL_NET=roce", "--env", "GOCCL_SHM_DISABLE=1"}
+		via = "RoCE"
+	}
+	root, rootCmd := startAggd(t, append([]string{"--listen", "127.0.0.1:0", "--fanin", "2"}, extra...)...)
 	for range 2 { // each says it listens once the root has it on its list
-		startAggd(t, "--listen", "127.0.0.1:0", "--fanin", "2", "--parent", root)
+		startAggd(t, append([]string{"--listen", "127.0.0.1:0", "--fanin", "2", "--parent", root}, extra...)...)
 	}
 	exe, _ := os.Executable()
-	stdout, stderr, code := runGoccl(t, "run", "-np", "3", "--env", "GOCCL_COLLNET_ENABLE=1", "--env", "GOCCL_COLLNET_AGGD="+root,
-		"--env", "GOCCL_DEBUG=INFO", "--env", "GOCCL_DEBUG_SUBSYS=INIT,COLL",
-		exe, "perf", "all_reduce", "-b", "8", "-e", "4M", "-f", "64", "-n", "2", "-w", "1", "-c", "1")
+	args := append([]string{"run", "-np", "3", "--env", "GOCCL_COLLNET_ENABLE=1", "--env", "GOCCL_COLLNET_AGGD=" + root,
+		"--env", "GOCCL_DEBUG=INFO", "--env", "GOCCL_DEBUG_SUBSYS=INIT,COLL"}, env...)
+	stdout, stderr, code := runGoccl(t, append(args, exe, "perf", "all_reduce", "-b", "8", "-e", "4M", "-f", "64", "-n", "2", "-w", "1", "-c", "1")...)
 	if code != 0 || !strings.Contains(stdout, "[0] # Out of bounds values : 0 OK") {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
 	if n := strings.Count(stdout+stderr, "AllReduce uses collnet"); n != 3 {
 		t.Errorf("%d ranks used collnet, want 3:\n%s\n%s", n, stdout, stderr)
+	}
+	if n := strings.Count(stdout+stderr, ") via "+via); n != 3 {
+		t.Errorf("%d ranks attached via %s, want 3:\n%s\n%s", n, via, stdout, stderr)
 	}
 	rootCmd.Process.Signal(syscall.SIGTERM)
 	if err := rootCmd.Wait(); err != nil {
@@ -81,6 +98,7 @@ func TestAggdFlags(t *testing.T) {
 		{[]string{"aggd", "--fanin", "0"}, "--fanin 0: want 1 to 1024"},
 		{[]string{"aggd", "extra"}, `unexpected arguments ["extra"]`},
 		{[]string{"aggd", "--fanim", "2"}, `did you mean "--fanin"?`},
+		{[]string{"aggd", "--roce"}, `--roce needs a specific IP address in --advertise or --listen (have "0.0.0.0:7400")`},
 	} {
 		_, stderr, code := runGoccl(t, c.args...)
 		if code != 2 || !strings.Contains(stderr, c.want) {

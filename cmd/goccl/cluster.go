@@ -18,7 +18,7 @@ import (
 	"github.com/goccl/goccl/internal/cluster"
 )
 
-var clusterUsage = `usage: goccl cluster up --hosts N [--bw RATE] [--delay D] [--jitter D] [--loss P] [--mtu M]
+var clusterUsage = `usage: goccl cluster up --hosts N [--bw RATE] [--delay D] [--jitter D] [--loss P] [--queue B] [--mtu M]
                         [--name NAME] [--subnet CIDR] [--slots N] [--hostfile FILE] [--json]
        goccl cluster status [--name NAME] [--json]
        goccl cluster down [--name NAME]
@@ -52,6 +52,9 @@ Shaping (each host's link, like a full-duplex cable to a switch):
                egress): a round trip takes 2×D; 100us, 5ms
   --jitter D   varies the delay (netem, normal distribution; reorders)
   --loss P     percent of packets each host's egress drops (1, 0.5%)
+  --queue B    the shaper's queue in bytes (default: 2×D + 20 ms of the
+               rate, at least 4 bursts); deeper for senders without
+               congestion control (the soft RoCE device)
   Delay, jitter and loss need the kernel's netem (sch_netem).
 
 Needs root and iproute2 (ip, tc). A state file, DIR/cluster-NAME.json
@@ -146,6 +149,7 @@ func runClusterUp(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.Delay, "delay", 0, "one-way latency between two hosts (100us, 5ms)")
 	fs.DurationVar(&cfg.Jitter, "jitter", 0, "variation of the delay")
 	fs.Var(&loss, "loss", "percent of packets each host's egress drops")
+	fs.IntVar(&cfg.Queue, "queue", 0, "the shaper's queue in bytes (0: 2×delay + 20 ms of the rate)")
 	fs.IntVar(&cfg.MTU, "mtu", cluster.DefaultMTU, "MTU of the links")
 	fs.StringVar(&subnet, "subnet", cluster.DefaultSubnet.String(), "the hosts' subnet: host i gets its address plus i+1")
 	slots := fs.Int("slots", 1, "slots of each host in the hostfile lines")

@@ -97,6 +97,11 @@ type Config struct {
 	// With a loss the hosts' veths send MTU-sized packets (gso_max_segs
 	// 1), so the loss applies per packet, not per 64 KiB TCP super-packet.
 	Loss float64 `json:"loss"`
+	// Queue is the shaper's queue (tbf's limit) in bytes; 0: 2×Delay +
+	// 20 ms of the rate, at least 4 bursts (see tbf). A deeper queue is a
+	// switch with deep buffers: what a sender without congestion control
+	// (the soft RoCE device) needs not to lose its window.
+	Queue int `json:"queue,omitempty"`
 	// MTU of the veths (the bridge follows its ports); default DefaultMTU.
 	// The kernel refuses what a veth cannot take (over 65535).
 	MTU int `json:"mtu"`
@@ -174,6 +179,9 @@ func (cfg Config) Normalize() (Config, error) {
 	}
 	if cfg.Loss < 0 || cfg.Loss > 100 || math.IsNaN(cfg.Loss) {
 		return cfg, fmt.Errorf("invalid loss %v: a percentage, 0 to 100", cfg.Loss)
+	}
+	if cfg.Queue < 0 || cfg.Queue > 0 && cfg.Rate == 0 {
+		return cfg, fmt.Errorf("invalid queue %d bytes: it is the shaper's, and needs a rate (0: sized to the rate)", cfg.Queue)
 	}
 	return cfg, nil
 }
@@ -417,6 +425,9 @@ func (c *Cluster) tbf() []string {
 	frame := float64(c.Config.MTU + 14)
 	burst := math.Max(math.Max(bytesPerSec*0.002, 64<<10), 2*frame)
 	limit := math.Max(bytesPerSec*(2*c.Config.Delay+2*c.Config.Jitter+20*time.Millisecond).Seconds(), 4*burst)
+	if c.Config.Queue > 0 {
+		limit = math.Max(float64(c.Config.Queue), 2*frame)
+	}
 	return []string{"tbf", "rate", c.Config.Rate.String(), "burst", strconv.Itoa(int(burst)), "limit", strconv.Itoa(int(limit))}
 }
 

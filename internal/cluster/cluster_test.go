@@ -80,6 +80,8 @@ func TestNormalize(t *testing.T) {
 		{cluster.Config{Hosts: 1, Delay: 1500 * time.Nanosecond}, "microseconds"},
 		{cluster.Config{Hosts: 1, Jitter: time.Millisecond}, "jitter"},
 		{cluster.Config{Hosts: 1, Loss: 101}, "loss"},
+		{cluster.Config{Hosts: 1, Queue: 1 << 20}, "needs a rate"},
+		{cluster.Config{Hosts: 1, Rate: 100e6, Queue: -1}, "invalid queue"},
 	} {
 		if _, err := bad.cfg.Normalize(); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%+v: error %v, want one with %q", bad.cfg, err, bad.want)
@@ -144,6 +146,11 @@ func TestShapingParameters(t *testing.T) {
 	// 2 × 12.5 MB/s × 5 ms / 256 B = 488 packets: netem's 1000.
 	if got := c.NetemLimit(); got != 1000 {
 		t.Errorf("netem limit %d, want 1000", got)
+	}
+	// A queue given: tbf's limit, whatever the delay.
+	cfg.Queue = 2 << 20
+	if got, want := strings.Join(cluster.Plan(cfg).TBF(), " "), "tbf rate 100mbit burst 65536 limit 2097152"; got != want {
+		t.Errorf("tbf with a queue: %s, want %s", got, want)
 	}
 	cfg, _ = cluster.Config{Hosts: 2, Rate: 10e9, Delay: 10 * time.Millisecond}.Normalize()
 	c = cluster.Plan(cfg)

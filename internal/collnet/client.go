@@ -10,6 +10,8 @@ import (
 	"runtime"
 	"sync/atomic"
 	"time"
+
+	"github.com/goccl/goccl/transport/roce"
 )
 
 // Client is a rank's attachment to an aggregation tree for one job.
@@ -17,12 +19,21 @@ type Client struct {
 	conn net.Conn
 	node string // the node this rank is attached to (the root, or the leaf it was sent to)
 	root string
+	roce bool
 }
 
+// RoCE reports whether the data path to the node runs over RoCE.
+func (c *Client) RoCE() bool { return c.roce }
+
 // Attach attaches rank (of size) of job to the tree whose root is at root:
-// the root takes the rank or sends it to a leaf.
-func Attach(ctx context.Context, root string, job JobID, rank, size int) (*Client, error) {
+// the root takes the rank or sends it to a leaf. With dom (not nil) the
+// data path goes over RoCE queue pairs of dom's device when the node has a
+// device too (Client.RoCE), else over the TCP connection.
+func Attach(ctx context.Context, root string, job JobID, rank, size int, dom *roce.Domain) (*Client, error) {
 	h := hello{kind: kindAttach, job: job, rank: int32(rank), size: uint32(size)}
+	if dom != nil {
+		h.flags = flagRoCE
+	}
 	addr := root
 	for hop := 0; hop < 2; hop++ {
 		c, r, err := attachOnce(ctx, addr, &h)
@@ -31,7 +42,14 @@ func Attach(ctx context.Context, root string, job JobID, rank, size int) (*Clien
 		}
 		switch r.status {
 		case replyOK:
-			return &Client{conn: c, node: addr, root: root}, nil
+			if r.flags&flagRoCE == 0 {
+				return &Client{conn: c, node: addr, root: root}, nil
+			}
+			s, _, err := roce.Upgrade(ctx, c, 0, dom, roce.Options{})
+			if err != nil {
+				return nil, fmt.Errorf("%w: aggregation node %s: attaching rank %d over RoCE: %v", ErrAggregation, addr, rank, err)
+			}
+			return &Client{conn: s, node: addr, root: root, roce: true}, nil
 		case replyRedirect:
 			c.Close()
 			if hop > 0 {

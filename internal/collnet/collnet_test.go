@@ -13,7 +13,31 @@ import (
 	"time"
 
 	"github.com/goccl/goccl/internal/reduce"
+	"github.com/goccl/goccl/rdma"
+	"github.com/goccl/goccl/transport/roce"
 )
+
+// dom is a RoCE domain on a fresh soft device on loopback, closed when
+// the test ends; nil when !on.
+func dom(t *testing.T, on bool) *roce.Domain {
+	t.Helper()
+	if !on {
+		return nil
+	}
+	d, err := rdma.Open("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return roce.NewDomain(d)
+}
+
+// nets runs f over TCP and over RoCE (every node and rank with a device).
+func nets(t *testing.T, f func(t *testing.T, useRoCE bool)) {
+	for _, on := range []bool{false, true} {
+		t.Run(map[bool]string{false: "tcp", true: "roce"}[on], func(t *testing.T) { f(t, on) })
+	}
+}
 
 // startNode serves a node on loopback until the test ends.
 func startNode(t *testing.T, cfg Config) (*Node, string) {
@@ -35,12 +59,12 @@ func startNode(t *testing.T, cfg Config) (*Node, string) {
 // tree starts a root of fan-in rootFan and leaves leaves of fan-in leafFan
 // registered with it; it returns the nodes (root first) and the root's
 // address.
-func tree(t *testing.T, rootFan, leaves, leafFan int) ([]*Node, string) {
+func tree(t *testing.T, rootFan, leaves, leafFan int, useRoCE bool) ([]*Node, string) {
 	t.Helper()
-	root, addr := startNode(t, Config{Fanin: rootFan})
+	root, addr := startNode(t, Config{Fanin: rootFan, RoCE: dom(t, useRoCE)})
 	nodes := []*Node{root}
 	for range leaves {
-		l, _ := startNode(t, Config{Fanin: leafFan, Parent: addr})
+		l, _ := startNode(t, Config{Fanin: leafFan, Parent: addr, RoCE: dom(t, useRoCE)})
 		nodes = append(nodes, l)
 	}
 	// Wait until the leaves have registered.
@@ -58,18 +82,23 @@ func tree(t *testing.T, rootFan, leaves, leafFan int) ([]*Node, string) {
 	return nodes, addr
 }
 
-// ranks attaches size ranks of a fresh job and runs f on each.
-func ranks(t *testing.T, root string, size int, f func(r int, c *Client) error) []error {
+// ranks attaches size ranks of a fresh job (each with a RoCE device when
+// useRoCE) and runs f on each.
+func ranks(t *testing.T, root string, size int, useRoCE bool, f func(r int, c *Client) error) []error {
 	t.Helper()
 	var job JobID
 	copy(job[:], fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano()))
 	errs := make([]error, size)
+	doms := make([]*roce.Domain, size)
+	for r := range doms {
+		doms[r] = dom(t, useRoCE)
+	}
 	var wg sync.WaitGroup
 	for r := range size {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			c, err := Attach(ctx, root, job, r, size)
+			c, err := Attach(ctx, root, job, r, size, doms[r])
 			if err != nil {
 				errs[r] = err
 				return
@@ -137,16 +166,39 @@ func allReduceChecked(r, size int, c *Client, counts []int) error {
 // TestFlat: 3 ranks on one root; sizes around the chunk size and far above
 // it; every element checked.
 func TestFlat(t *testing.T) {
-	_, root := startNode(t, Config{Fanin: 4})
-	counts := []int{0, 1, 7, ChunkBytes/4 - 1, ChunkBytes / 4, 1000003}
-	for r, err := range ranks(t, root, 3, func(r int, c *Client) error {
-		if c.Node() != root {
-			return fmt.Errorf("attached to %s, not the root %s", c.Node(), root)
+	nets(t, func(t *testing.T, useRoCE bool) {
+		_, root := startNode(t, Config{Fanin: 4, RoCE: dom(t, useRoCE)})
+		counts := []int{0, 1, 7, ChunkBytes/4 - 1, ChunkBytes / 4, 1000003}
+		for r, err := range ranks(t, root, 3, useRoCE, func(r int, c *Client) error {
+			if c.Node() != root {
+				return fmt.Errorf("attached to %s, not the root %s", c.Node(), root)
+			}
+			if c.RoCE() != useRoCE {
+				return fmt.Errorf("data path over RoCE: %v, want %v", c.RoCE(), useRoCE)
+			}
+			return allReduceChecked(r, 3, c, counts)
+		}) {
+			if err != nil {
+				t.Errorf("rank %d: %v", r, err)
+			}
 		}
-		return allReduceChecked(r, 3, c, counts)
-	}) {
-		if err != nil {
-			t.Errorf("rank %d: %v", r, err)
+	})
+}
+
+// TestRoCEOneSided: a rank with a device attached to a node without one,
+// and a rank without one to a node with one, stay on TCP and work.
+func TestRoCEOneSided(t *testing.T) {
+	for _, nodeRoCE := range []bool{false, true} {
+		_, root := startNode(t, Config{Fanin: 4, RoCE: dom(t, nodeRoCE)})
+		for r, err := range ranks(t, root, 2, !nodeRoCE, func(r int, c *Client) error {
+			if c.RoCE() {
+				return errors.New("data path over RoCE with a device at one end only")
+			}
+			return allReduceChecked(r, 2, c, []int{1, 300000})
+		}) {
+			if err != nil {
+				t.Errorf("node with a device %v: rank %d: %v", nodeRoCE, r, err)
+			}
 		}
 	}
 }
@@ -154,36 +206,41 @@ func TestFlat(t *testing.T) {
 // TestTree: 5 ranks over a root of fan-in 3 and three leaves of fan-in 2:
 // ranks 0-1, 2-3 and 4 on a leaf each; every element checked.
 func TestTree(t *testing.T) {
-	nodes, root := tree(t, 3, 3, 2)
-	leaves := map[string]bool{}
-	for _, n := range nodes[1:] {
-		leaves[n.cfg.Advertise] = true
-	}
-	var mu sync.Mutex
-	at := map[string][]int{}
-	for r, err := range ranks(t, root, 5, func(r int, c *Client) error {
-		if !leaves[c.Node()] {
-			return fmt.Errorf("attached to %s, not a leaf", c.Node())
+	nets(t, func(t *testing.T, useRoCE bool) {
+		nodes, root := tree(t, 3, 3, 2, useRoCE)
+		leaves := map[string]bool{}
+		for _, n := range nodes[1:] {
+			leaves[n.cfg.Advertise] = true
 		}
-		mu.Lock()
-		at[c.Node()] = append(at[c.Node()], r)
-		mu.Unlock()
-		return allReduceChecked(r, 5, c, []int{1, 100, 300000})
-	}) {
-		if err != nil {
-			t.Errorf("rank %d: %v", r, err)
+		var mu sync.Mutex
+		at := map[string][]int{}
+		for r, err := range ranks(t, root, 5, useRoCE, func(r int, c *Client) error {
+			if !leaves[c.Node()] {
+				return fmt.Errorf("attached to %s, not a leaf", c.Node())
+			}
+			if c.RoCE() != useRoCE {
+				return fmt.Errorf("data path over RoCE: %v, want %v", c.RoCE(), useRoCE)
+			}
+			mu.Lock()
+			at[c.Node()] = append(at[c.Node()], r)
+			mu.Unlock()
+			return allReduceChecked(r, 5, c, []int{1, 100, 300000})
+		}) {
+			if err != nil {
+				t.Errorf("rank %d: %v", r, err)
+			}
 		}
-	}
-	if len(at) != 3 {
-		t.Errorf("ranks by leaf: %v, want 3 leaves", at)
-	}
+		if len(at) != 3 {
+			t.Errorf("ranks by leaf: %v, want 3 leaves", at)
+		}
+	})
 }
 
 // TestPlacementRefused: a job larger than the tree can take is refused
 // at attach, saying why.
 func TestPlacementRefused(t *testing.T) {
-	_, root := tree(t, 2, 1, 2)
-	errs := ranks(t, root, 5, func(int, *Client) error { return nil })
+	_, root := tree(t, 2, 1, 2, false)
+	errs := ranks(t, root, 5, false, func(int, *Client) error { return nil })
 	for r, err := range errs {
 		if !errors.Is(err, ErrAggregation) || !strings.Contains(err.Error(), "needs 3 leaf aggregation nodes of fan-in 2; 1 registered") {
 			t.Errorf("rank %d: %v", r, err)
@@ -195,7 +252,7 @@ func TestPlacementRefused(t *testing.T) {
 // the root's account naming both.
 func TestMismatch(t *testing.T) {
 	_, root := startNode(t, Config{Fanin: 4})
-	errs := ranks(t, root, 2, func(r int, c *Client) error {
+	errs := ranks(t, root, 2, false, func(r int, c *Client) error {
 		b := make([]byte, 4*(r+1))
 		return c.AllReduce(context.Background(), 1, b, b, uint8(reduce.Float32), uint8(reduce.Sum), 4)
 	})
@@ -212,10 +269,14 @@ func TestMismatch(t *testing.T) {
 // ranks see their connection end, the others get the root's account
 // through their leaf.
 func TestNodeKilled(t *testing.T) {
-	nodes, root := tree(t, 2, 2, 2)
+	nets(t, testNodeKilled)
+}
+
+func testNodeKilled(t *testing.T, useRoCE bool) {
+	nodes, root := tree(t, 2, 2, 2, useRoCE)
 	victim := nodes[2]
 	name := victim.cfg.Advertise
-	errs := ranks(t, root, 4, func(r int, c *Client) error {
+	errs := ranks(t, root, 4, useRoCE, func(r int, c *Client) error {
 		b := make([]byte, 8<<20)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

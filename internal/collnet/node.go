@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/goccl/goccl/internal/reduce"
+	"github.com/goccl/goccl/transport/roce"
 )
 
 // Config configures an aggregation node.
@@ -29,7 +30,11 @@ type Config struct {
 	// AttachTimeout bounds how long a job waits for all its children to
 	// attach (default 2 minutes).
 	AttachTimeout time.Duration
-	Log           *slog.Logger // nil: discard
+	// RoCE, when set, carries the data path to children and parent that
+	// have a RoCE device too over RC queue pairs in this domain (see
+	// flagRoCE); the others stay on TCP.
+	RoCE *roce.Domain
+	Log  *slog.Logger // nil: discard
 }
 
 // Node is an aggregation node.
@@ -270,11 +275,40 @@ func (n *Node) attach(c net.Conn, h hello) {
 		n.jobs[h.job] = j
 	}
 	n.mu.Unlock()
-	if err := j.add(c, h); err != nil {
+	if err := j.reserve(h); err != nil {
 		n.reject(c, err.Error())
 		return
 	}
-	writeHello(c, &hello{status: replyOK})
+	reply := hello{status: replyOK}
+	if h.flags&flagRoCE != 0 && n.cfg.RoCE != nil {
+		reply.flags = flagRoCE
+	}
+	if err := writeHello(c, &reply); err != nil {
+		n.untrack(c)
+		j.fail(fmt.Sprintf("child %d: %v", h.index, err))
+		return
+	}
+	if reply.flags&flagRoCE != 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		s, _, err := roce.Upgrade(ctx, c, int(h.index), n.cfg.RoCE, roce.Options{})
+		cancel()
+		if err != nil {
+			j.fail(fmt.Sprintf("child %d: moving to RoCE: %v", h.index, err))
+			return
+		}
+		n.retrack(c, s)
+		c = s
+		n.cfg.Log.Info("child on RoCE", "child", h.index, "of", h.group)
+	}
+	j.fill(c, h)
+}
+
+// retrack replaces a tracked connection by the one carried over it.
+func (n *Node) retrack(old, c net.Conn) {
+	n.mu.Lock()
+	delete(n.conns, old)
+	n.conns[c] = true
+	n.mu.Unlock()
 }
 
 // place is the root's placement of a job of size ranks (made once per job).
@@ -342,21 +376,31 @@ func newJob(n *Node, h hello) *job {
 		children: make([]net.Conn, h.group), names: make([]string, h.group)}
 }
 
-func (j *job) add(c net.Conn, h hello) error {
+// reserve takes the child's place in the job (fill gives it its
+// connection once the reply is out).
+func (j *job) reserve(h hello) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	switch {
 	case int(h.group) != j.group || int(h.upIndex) != j.upIndex || int(h.upGroup) != j.upGroup:
 		return fmt.Errorf("child %d says the job has %d children here (place %d of %d above); another said %d (%d of %d)",
 			h.index, h.group, h.upIndex, h.upGroup, j.group, j.upIndex, j.upGroup)
-	case j.children[h.index] != nil:
+	case j.names[h.index] != "":
 		return fmt.Errorf("child %d attached twice", h.index)
 	}
-	j.children[h.index] = c
 	j.names[h.index] = fmt.Sprintf("rank %d", h.rank)
 	if h.rank < 0 {
 		j.names[h.index] = fmt.Sprintf("leaf aggregation node %s", h.addr)
 	}
+	return nil
+}
+
+// fill gives a reserved child its connection; the job starts when every
+// child has one.
+func (j *job) fill(c net.Conn, h hello) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.children[h.index] = c
 	j.arrived++
 	if j.arrived == 1 {
 		time.AfterFunc(j.n.cfg.AttachTimeout, j.attachTimeout)
@@ -365,7 +409,6 @@ func (j *job) add(c net.Conn, h hello) error {
 		j.started = true
 		go j.run()
 	}
-	return nil
 }
 
 func (j *job) attachTimeout() {
@@ -465,13 +508,27 @@ func (j *job) dialParent() error {
 	if !j.n.track(c) {
 		return errors.New("closing")
 	}
-	if err := writeHello(c, &hello{kind: kindAttach, job: j.id, rank: -1, index: uint32(j.upIndex), group: uint32(j.upGroup),
-		addr: j.n.cfg.Advertise}); err != nil {
+	h := hello{kind: kindAttach, job: j.id, rank: -1, index: uint32(j.upIndex), group: uint32(j.upGroup), addr: j.n.cfg.Advertise}
+	if j.n.cfg.RoCE != nil {
+		h.flags = flagRoCE
+	}
+	if err := writeHello(c, &h); err != nil {
 		return fmt.Errorf("parent %s: %w", j.n.cfg.Parent, err)
 	}
 	r, err := readHello(c)
 	if err == nil && r.status != replyOK {
 		err = fmt.Errorf("refused: %s", r.addr)
+	}
+	if err == nil && r.flags&flagRoCE != 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		var s net.Conn
+		s, _, err = roce.Upgrade(ctx, c, 0, j.n.cfg.RoCE, roce.Options{})
+		cancel()
+		if err == nil {
+			j.n.retrack(c, s)
+			c = s
+			j.n.cfg.Log.Info("parent on RoCE", "parent", j.n.cfg.Parent)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("parent %s: %w", j.n.cfg.Parent, err)

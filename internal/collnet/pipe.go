@@ -190,8 +190,7 @@ func (p *pipe) run(hdr opHeader) error {
 					return
 				}
 				binary.LittleEndian.PutUint32(fh[4:], uint32(len(ck.buf)))
-				bufs := net.Buffers{fh[:], ck.buf}
-				_, err := bufs.WriteTo(c)
+				err := writeFrame(c, fh[:], ck.buf)
 				ck.done()
 				if err != nil {
 					fail(fmt.Errorf("%s: sending the result of %v: %w", p.names[i], hdr, err))
@@ -320,6 +319,24 @@ func (p *pipe) run(hdr opHeader) error {
 	}
 	wg.Wait()
 	return failure()
+}
+
+// vectorWriter is a connection that writes two buffers as one message
+// (transport/roce.Stream).
+type vectorWriter interface {
+	Writev(a, b []byte) (int, error)
+}
+
+// writeFrame writes a frame header and its bytes: as one message on a
+// RoCE stream (one slot, one RDMA WRITE), gathered on a socket.
+func writeFrame(c net.Conn, fh, data []byte) error {
+	if v, ok := c.(vectorWriter); ok {
+		_, err := v.Writev(fh, data)
+		return err
+	}
+	bufs := net.Buffers{fh, data}
+	_, err := bufs.WriteTo(c)
+	return err
 }
 
 // forwarded is a failure another node reported (its message names it).

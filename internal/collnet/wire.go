@@ -21,6 +21,11 @@
 // stream; the parent answers with frames — an 8-byte frame header (kind,
 // length) and the length's bytes — data frames making up the result, or an
 // error frame whose bytes are a message (the operation and the job end).
+// When the attaching side sets flagRoCE in its hello and the node has a
+// RoCE device too, the reply sets it back and both ends move the stream
+// onto an RC queue pair right after the reply (transport/roce.Upgrade:
+// the same bytes, carried by RDMA WRITE with immediate; the TCP connection
+// stays as the control channel).
 // Memory is bounded: a node holds at most `window` chunks per child and
 // per result, whatever the operation's size.
 package collnet
@@ -60,6 +65,11 @@ const (
 	replyError    = 2
 )
 
+// Hello flags.
+const (
+	flagRoCE = 1 // the data path over RoCE (request: this side has a device; reply: so does the node)
+)
+
 // Frame kinds.
 const (
 	frameData  = 0
@@ -82,6 +92,7 @@ type hello struct {
 	fanin            uint32 // register: the leaf's fan-in
 	addr             string // register: the leaf's address; reply: redirect address or error
 	status           uint8  // reply
+	flags            uint8
 }
 
 func (h *hello) encode(b []byte) {
@@ -90,6 +101,7 @@ func (h *hello) encode(b []byte) {
 	le.PutUint32(b, magic)
 	b[4] = h.kind
 	b[5] = h.status
+	b[6] = h.flags
 	copy(b[8:24], h.job[:])
 	le.PutUint32(b[24:], uint32(h.rank))
 	le.PutUint32(b[28:], h.size)
@@ -111,7 +123,7 @@ func (h *hello) decode(b []byte) error {
 	if m := le.Uint32(b); m != magic {
 		return fmt.Errorf("not a collnet peer (magic %#x)", m)
 	}
-	*h = hello{kind: b[4], status: b[5]}
+	*h = hello{kind: b[4], status: b[5], flags: b[6]}
 	copy(h.job[:], b[8:24])
 	h.rank = int32(le.Uint32(b[24:]))
 	h.size = le.Uint32(b[28:])

@@ -681,8 +681,28 @@ func (l *Link) send(ctx context.Context, h *transport.Header, buf []byte) error 
 // sendStaged sends buf through the staging slots: it returns once the
 // last chunk is posted.
 func (l *Link) sendStaged(ctx context.Context, h *transport.Header, buf []byte) error {
-	off := 0
-	for first := true; first || off < len(buf); first = false {
+	return l.sendGather(ctx, h, buf, nil)
+}
+
+// sendv sends the message a then b (h.Bytes == len(a)+len(b)), staged.
+func (l *Link) sendv(ctx context.Context, h *transport.Header, a, b []byte) error {
+	if err := l.start(ctx, "send"); err != nil {
+		return err
+	}
+	if h.Bytes != uint64(len(a)+len(b)) {
+		return l.callErr("send", fmt.Errorf("header says %d bytes, buffers hold %d", h.Bytes, len(a)+len(b)))
+	}
+	if err := l.sendGather(ctx, h, a, b); err != nil {
+		return err
+	}
+	l.sentMsgs++
+	return nil
+}
+
+// sendGather is sendStaged of the message a then b.
+func (l *Link) sendGather(ctx context.Context, h *transport.Header, a, b []byte) error {
+	off, total := 0, len(a)+len(b)
+	for first := true; first || off < total; first = false {
 		if err := l.await(ctx, roleSend); err != nil {
 			if !first {
 				l.Close() // part of the message went: the stream is broken
@@ -696,7 +716,13 @@ func (l *Link) sendStaged(ctx context.Context, h *transport.Header, buf []byte) 
 			h.Encode(st)
 			n = hdrRoom
 		}
-		k := copy(st[n:], buf[off:])
+		k := 0
+		if off < len(a) {
+			k = copy(st[n:], a[off:])
+		}
+		if off+k >= len(a) {
+			k += copy(st[n+k:], b[off+k-len(a):])
+		}
 		off += k
 		n += k
 		err := l.qp.PostSend(rdma.SendWR{ID: l.sent, Opcode: qp.WRWriteImm, MR: l.smr, Offset: slot * l.pslot, Length: n,
@@ -709,7 +735,7 @@ func (l *Link) sendStaged(ctx context.Context, h *transport.Header, buf []byte) 
 		l.posted++
 		l.mu.Unlock()
 	}
-	l.counters.AddSent(len(buf))
+	l.counters.AddSent(total)
 	return nil
 }
 
@@ -874,21 +900,35 @@ func (l *Link) Recv(ctx context.Context, want *transport.Header, buf []byte, red
 			}
 		}
 	}
-	err := l.recv(ctx, want, buf, reduce, advertised)
+	_, err := l.recv(ctx, want, buf, nil, reduce, advertised)
 	if err != nil && advertised {
 		l.Close()
 	}
 	return err
 }
 
-func (l *Link) recv(ctx context.Context, want *transport.Header, buf []byte, reduce transport.ReduceFunc, advertised bool) error {
+// RecvAny receives the next message whatever its header says (for byte
+// streams over a link: Stream) into buf if its payload fits, else into
+// spare, and returns the payload: a prefix of buf or of spare. A payload
+// that fits neither fails the call and closes the link.
+func (l *Link) RecvAny(ctx context.Context, buf, spare []byte) ([]byte, error) {
+	if err := l.start(ctx, "recv"); err != nil {
+		return nil, err
+	}
+	return l.recv(ctx, nil, buf, spare, nil, false)
+}
+
+// recv receives a message into buf and returns the bytes filled: its
+// header must match want, or, want nil, its payload fit buf or spare
+// (which is then cut to it).
+func (l *Link) recv(ctx context.Context, want *transport.Header, buf, spare []byte, reduce transport.ReduceFunc, advertised bool) ([]byte, error) {
 	off := 0
 	for first := true; first || off < len(buf); first = false {
 		if err := l.await(ctx, roleRecv); err != nil {
 			if !first {
 				l.Close()
 			}
-			return l.callErr("recv", err)
+			return nil, l.callErr("recv", err)
 		}
 		slot := int(l.consumed % uint64(l.rslots))
 		l.mu.Lock()
@@ -897,7 +937,7 @@ func (l *Link) recv(ctx context.Context, want *transport.Header, buf []byte, red
 		if n < 0 { // the rest of the payload is in buf
 			if first || !advertised {
 				l.Close()
-				return l.callErr("recv", errors.New("roce: the peer wrote into a buffer this side did not advertise"))
+				return nil, l.callErr("recv", errors.New("roce: the peer wrote into a buffer this side did not advertise"))
 			}
 			l.direct.Add(uint64(len(buf) - off))
 			off = len(buf)
@@ -907,21 +947,30 @@ func (l *Link) recv(ctx context.Context, want *transport.Header, buf []byte, red
 				var got transport.Header
 				if n < hdrRoom {
 					l.Close()
-					return l.callErr("recv", fmt.Errorf("roce: a first chunk of %d bytes has no header", n))
+					return nil, l.callErr("recv", fmt.Errorf("roce: a first chunk of %d bytes has no header", n))
 				}
 				if err := got.Decode(data); err != nil {
 					l.Close()
-					return l.callErr("recv", err)
+					return nil, l.callErr("recv", err)
 				}
-				if err := transport.Check(l.peer, want, &got); err != nil {
+				if want == nil {
+					if got.Bytes > uint64(len(buf)) {
+						if got.Bytes > uint64(len(spare)) {
+							l.Close()
+							return nil, l.callErr("recv", fmt.Errorf("roce: a message of %d bytes for buffers of %d and %d", got.Bytes, len(buf), len(spare)))
+						}
+						buf = spare
+					}
+					buf = buf[:got.Bytes]
+				} else if err := transport.Check(l.peer, want, &got); err != nil {
 					l.Close()
-					return err
+					return nil, err
 				}
 				data = data[hdrRoom:]
 			}
 			if len(data) > len(buf)-off {
 				l.Close()
-				return l.callErr("recv", fmt.Errorf("roce: peer sent %d more bytes than its header said", len(data)-(len(buf)-off)))
+				return nil, l.callErr("recv", fmt.Errorf("roce: peer sent %d more bytes than its header said", len(data)-(len(buf)-off)))
 			}
 			if reduce == nil {
 				copy(buf[off:], data)
@@ -934,16 +983,16 @@ func (l *Link) recv(ctx context.Context, want *transport.Header, buf []byte, red
 		l.unacked++
 		if l.unacked >= (l.rslots+1)/2 {
 			if err := l.returnSlots(); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
 	if err := l.returnSlots(); err != nil {
-		return err
+		return nil, err
 	}
 	l.recvMsgs++
 	l.counters.AddReceived(len(buf))
-	return nil
+	return buf, nil
 }
 
 // returnSlots gives the peer the consumed slots back.
