@@ -48,14 +48,25 @@ func (c *Comm) setupCollNet(ctx context.Context) error {
 	if err != nil {
 		return c.errorf(opBarrier, 0, "reading the aggregation tree's root from the store: %w", err)
 	}
+	// On several hosts with several ranks each, the chain: the ranks of
+	// each local index form a job of their own, one rank per host (the
+	// host's rank of that local index carries its share of the host's
+	// reduction), so each host's link carries its buffer once each way.
+	job, rank, size := c.jobID, c.rank, c.size
+	h := c.group.Hierarchy()
+	chain := h.Hierarchical()
+	if chain {
+		job = fmt.Sprintf("%s/local-%d", c.jobID, h.LocalOf[c.rank])
+		rank, size = h.HostOf[c.rank], h.Hosts
+	}
 	var cl *collnet.Client
 	var why error
 	if len(root) == 0 {
 		why = fmt.Errorf("%s=1 but %s is unset on rank 0", config.CollNetEnable.Name, config.CollNetAggd.Name)
 	} else {
 		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		sum := sha256.Sum256([]byte(c.jobID))
-		cl, why = collnet.Attach(actx, string(root), collnet.JobID(sum[:16]), c.rank, c.size, c.roce)
+		sum := sha256.Sum256([]byte(job))
+		cl, why = collnet.Attach(actx, string(root), collnet.JobID(sum[:16]), rank, size, c.roce)
 		cancel()
 	}
 	ok := []int32{1}
@@ -78,12 +89,16 @@ func (c *Comm) setupCollNet(ctx context.Context) error {
 		c.log.Warnf(subInit, "CollNet off, AllReduce runs on the links: %v", why)
 		return nil
 	}
-	c.collnet = cl
+	c.collnet, c.collnetChain = cl, chain
 	via := "TCP"
 	if cl.RoCE() {
 		via = "RoCE"
 	}
 	c.log.Infof(subInit, "CollNet: rank %d attached to aggregation node %s (root %s) via %s", c.rank, cl.Node(), root, via)
+	if chain {
+		c.log.Infof(subInit, "CollNet chain: %d hosts x %d ranks; this rank carries local share %d of host %d through the tree",
+			h.Hosts, h.PerHost, h.LocalOf[c.rank], h.HostOf[c.rank])
+	}
 	return nil
 }
 
@@ -95,8 +110,22 @@ func (c *Comm) allReduceCollNet(ctx context.Context, a *call) error {
 	if op == reduce.Avg {
 		op = reduce.Sum // finish divides
 	}
-	if err := c.collnet.AllReduce(ctx, c.op.Header.Seq, a.send, a.recv, uint8(a.dt), uint8(op), a.dt.Size()); err != nil {
-		return c.errorf(opAllReduce, c.op.Header.Seq, "%w", err)
+	seq, dt, es := c.op.Header.Seq, uint8(a.dt), a.dt.Size()
+	var err error
+	if c.collnetChain {
+		// Within the host over its links, across hosts through the tree.
+		err = c.group.AllReduceHierVia(ctx, &c.op, a.send, a.recv, a.count, c.group.Hierarchy(),
+			func(ctx context.Context, _ *algo.Op, chunk []byte, _ int) error {
+				return c.collnet.AllReduce(ctx, seq, chunk, chunk, dt, uint8(op), es)
+			})
+	} else {
+		err = c.collnet.AllReduce(ctx, seq, a.send, a.recv, dt, uint8(op), es)
+	}
+	if err != nil {
+		if errors.Is(err, collnet.ErrAggregation) {
+			return c.errorf(opAllReduce, seq, "%w", err)
+		}
+		return err
 	}
 	return nil
 }

@@ -215,3 +215,34 @@ func TestCollNetNodeKilled(t *testing.T) {
 		}
 	}
 }
+
+// TestCollNetChain: on 2 "hosts" of 2 ranks (GOCCL_HOSTID per process),
+// AllReduce reduces within each host over its links and sends each local
+// rank's share through a tree of its own (NCCL's CollNet chain), over TCP
+// and, with GOCCL_NET=roce and a node with a device, over RoCE: the whole
+// collective matrix checked, every type and operator.
+func TestCollNetChain(t *testing.T) {
+	for _, useRoCE := range []bool{false, true} {
+		t.Run(map[bool]string{false: "tcp", true: "roce"}[useRoCE], func(t *testing.T) {
+			_, root := aggd(t, 4, 0, 0, useRoCE)
+			counts := "0,1,7,100003"
+			if testing.Short() {
+				counts = "0,1,7,1003"
+			}
+			env := []string{"GOCCL_TEST_HOSTS=a,a,b,b", "GOCCL_TEST_COUNTS=" + counts, "GOCCL_COLLNET_ENABLE=1", "GOCCL_COLLNET_AGGD=" + root,
+				"GOCCL_DEBUG=INFO", "GOCCL_DEBUG_SUBSYS=INIT,COLL", "GOCCL_TUNER_PROBE=0"}
+			via := "TCP"
+			if useRoCE {
+				env, via = append(env, "GOCCL_NET=roce"), "RoCE"
+			}
+			for r, out := range spawn(t, 4, "matrix", env...) {
+				for _, want := range []string{"operations checked", "AllReduce uses collnet", ") via " + via,
+					fmt.Sprintf("CollNet chain: 2 hosts x 2 ranks; this rank carries local share %d of host %d", r%2, r/2)} {
+					if !strings.Contains(out, want) {
+						t.Fatalf("rank %d: output lacks %q:\n%s", r, want, out)
+					}
+				}
+			}
+		})
+	}
+}

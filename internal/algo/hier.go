@@ -114,25 +114,55 @@ func (h *Hierarchy) Hierarchical() bool { return h != nil && h.Inter != nil && h
 // boundary. Every rank ends with the same bits: each chunk is reduced along
 // one order. h must be Hierarchical.
 func (g *Group) AllReduceHier(ctx context.Context, op *Op, send, recv []byte, count int, h *Hierarchy, a Algorithm) error {
-	if err := g.checkGroup(op); err != nil {
-		return err
-	}
 	if !h.Hierarchical() {
 		return fmt.Errorf("algo: no hierarchy to run AllReduceHier on (%d hosts, %d ranks each)", h.Hosts, h.PerHost)
 	}
+	inter := h.Inter
+	return g.allReduceHier(ctx, op, send, recv, count, h, hierPieceBytes, func(ctx context.Context, op *Op, chunk []byte, n int) error {
+		return inter.AllReduce(ctx, op, chunk, chunk, n, a)
+	})
+}
+
+// InterStep is a hierarchical AllReduce's inter-host step: chunk (n
+// elements), this rank's share of the buffer already reduced within its
+// host, is to be reduced in place across the hosts, among the ranks with
+// this rank's local index.
+type InterStep func(ctx context.Context, op *Op, chunk []byte, n int) error
+
+// AllReduceHierVia is AllReduceHier with the inter-host step given — NCCL's
+// CollNet chain: each local index's share goes through an aggregation tree
+// of its own — and not cut in pieces (a step that streams pipelines
+// itself): a reduce-scatter within the host, the step, an all-gather
+// within the host. h must be Hierarchical.
+func (g *Group) AllReduceHierVia(ctx context.Context, op *Op, send, recv []byte, count int, h *Hierarchy, step InterStep) error {
+	if !h.Hierarchical() {
+		return fmt.Errorf("algo: no hierarchy to run AllReduceHierVia on (%d hosts, %d ranks each)", h.Hosts, h.PerHost)
+	}
+	return g.allReduceHier(ctx, op, send, recv, count, h, 0, step)
+}
+
+// allReduceHier is AllReduceHier in pieces of pieceBytes (0: one piece)
+// with step as the inter-host step.
+func (g *Group) allReduceHier(ctx context.Context, op *Op, send, recv []byte, count int, h *Hierarchy, pieceBytes int, step InterStep) error {
+	if err := g.checkGroup(op); err != nil {
+		return err
+	}
 	es := op.ElemSize
-	// Pieces of hierPieceBytes, so that the network carries piece k while
+	// Pieces of pieceBytes, so that the network carries piece k while
 	// the host reduces piece k+1 and spreads piece k-1 (every rank cuts
 	// the same pieces).
-	per := max(1, hierPieceBytes/es)
+	per := max(1, count)
+	if pieceBytes > 0 {
+		per = max(1, pieceBytes/es)
+	}
 	pieces := max(1, (count+per-1)/per)
 	piece := func(k int) (lo, n int) { lo = k * per; return lo, min(count, lo+per) - lo }
-	local, inter := h.Local, h.Inter
+	local := h.Local
 	if pieces == 1 {
 		if err := local.ringReduceScatter(ctx, op, send, recv, count); err != nil {
 			return err
 		}
-		if err := interChunk(ctx, op, inter, local, recv, count, a); err != nil {
+		if err := interChunk(ctx, op, local, recv, count, step); err != nil {
 			return err
 		}
 		return local.ringAllGather(ctx, op, recv, count)
@@ -146,7 +176,7 @@ func (g *Group) AllReduceHier(ctx context.Context, op *Op, send, recv []byte, co
 		defer close(crossed)
 		for k := range reduced {
 			lo, n := piece(k)
-			err := interChunk(ctx, op, inter, local, recv[lo*es:(lo+n)*es], n, a)
+			err := interChunk(ctx, op, local, recv[lo*es:(lo+n)*es], n, step)
 			crossed <- err
 			if err != nil {
 				return
@@ -199,15 +229,14 @@ var hierChainMinBytes = 1 << 20
 // 2.5 S) and (docs/benchmarks.md) about half with the chain.
 func InterChain(hosts, nbytes int) bool { return hosts >= 3 && nbytes >= hierChainMinBytes }
 
-// interChunk runs AllReduceHier's inter-host step on one piece of recv
-// (count elements): an AllReduce with algorithm a of this rank's chunk.
-func interChunk(ctx context.Context, op *Op, inter, local *Group, recv []byte, count int, a Algorithm) error {
+// interChunk runs the inter-host step on this rank's chunk of one piece
+// of recv (count elements).
+func interChunk(ctx context.Context, op *Op, local *Group, recv []byte, count int, step InterStep) error {
 	off, n := ringOwned(count, local.Size, local.Rank)
 	if n == 0 {
 		return nil
 	}
-	chunk := recv[off*op.ElemSize : (off+n)*op.ElemSize]
-	return inter.AllReduce(ctx, op, chunk, chunk, n, a)
+	return step(ctx, op, recv[off*op.ElemSize:(off+n)*op.ElemSize], n)
 }
 
 // BroadcastHier copies root's send (count elements) to recv on every rank:
