@@ -171,8 +171,12 @@ func (p *pipe) run(hdr opHeader) error {
 			}
 		}()
 	}
-	// Writers: the result frames to each child.
+	// Writers: the result frames to each child. A child whose writer sent
+	// the whole result (completed) is past this operation when another
+	// child's failure ends it: it learns of it from an error frame as the
+	// first frame of its next operation's result, sent below.
 	outs := make([]chan *chunk, len(j.children))
+	completed := make([]bool, len(j.children))
 	for i, c := range j.children {
 		outs[i] = make(chan *chunk, 2*window)
 		wg.Add(1)
@@ -197,6 +201,7 @@ func (p *pipe) run(hdr opHeader) error {
 					return
 				}
 			}
+			completed[i] = true
 		}()
 	}
 	multicast := func(buf []byte, home chan []byte) {
@@ -318,7 +323,15 @@ func (p *pipe) run(hdr opHeader) error {
 		}()
 	}
 	wg.Wait()
-	return failure()
+	err = failure()
+	if err != nil {
+		for i, c := range j.children {
+			if completed[i] {
+				p.sendError(c, err)
+			}
+		}
+	}
+	return err
 }
 
 // vectorWriter is a connection that writes two buffers as one message
