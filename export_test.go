@@ -38,23 +38,18 @@ func HasRoCE(c *Comm) bool { return c.roce != nil }
 
 // ZeroCopied sums, over c's RoCE links, the bytes sent straight from
 // registered buffers.
-func ZeroCopied(c *Comm) uint64 {
-	var n uint64
-	for p := 0; p < c.size; p++ {
-		if l, ok := c.group.Link(p).(*roce.Link); ok {
-			n += l.ZeroCopied()
-		}
-	}
-	return n
-}
+func ZeroCopied(c *Comm) uint64 { return sumRoCE(c, (*roce.Link).ZeroCopied) }
 
 // DirectReceived sums, over c's RoCE links, the bytes peers wrote
 // straight into registered receive buffers.
-func DirectReceived(c *Comm) uint64 {
+func DirectReceived(c *Comm) uint64 { return sumRoCE(c, (*roce.Link).DirectReceived) }
+
+// sumRoCE sums f over c's RoCE links.
+func sumRoCE(c *Comm, f func(*roce.Link) uint64) uint64 {
 	var n uint64
 	for p := 0; p < c.size; p++ {
 		if l, ok := c.group.Link(p).(*roce.Link); ok {
-			n += l.DirectReceived()
+			n += f(l)
 		}
 	}
 	return n

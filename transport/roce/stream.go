@@ -67,10 +67,8 @@ type Stream struct {
 	l    *Link
 	addr net.Conn // for LocalAddr and RemoteAddr
 
-	mu               sync.Mutex
-	rctx, wctx       context.Context // the deadlines'
-	rcancel, wcancel context.CancelFunc
-	rgen, wgen       int // deadlines set so far
+	mu   sync.Mutex
+	r, w deadline // the read and write deadlines
 
 	buf     []byte // a message received but not yet read
 	pending []byte // its unread part
@@ -80,8 +78,8 @@ type Stream struct {
 // NewStream makes the stream over l; addr gives the addresses it reports.
 func NewStream(l *Link, addr net.Conn) *Stream {
 	s := &Stream{l: l, addr: addr, buf: make([]byte, streamSlot)}
-	s.rctx, s.wctx = context.Background(), context.Background()
-	s.rcancel, s.wcancel = func() {}, func() {}
+	s.r.set(time.Time{})
+	s.w.set(time.Time{})
 	return s
 }
 
@@ -93,21 +91,19 @@ func (s *Stream) Link() *Link { return s.l }
 // in flight: a later one extends them) and f moved nothing.
 func (s *Stream) call(write bool, f func(ctx context.Context) error) error {
 	for {
-		s.mu.Lock()
-		ctx, gen := s.rctx, s.rgen
+		d := &s.r
 		if write {
-			ctx, gen = s.wctx, s.wgen
+			d = &s.w
 		}
+		s.mu.Lock()
+		ctx, gen := d.ctx, d.gen
 		s.mu.Unlock()
 		err := f(ctx)
 		if err == nil || !ended(ctx, err) {
 			return s.err(ctx, err)
 		}
 		s.mu.Lock()
-		changed := gen != s.rgen
-		if write {
-			changed = gen != s.wgen
-		}
+		changed := gen != d.gen
 		s.mu.Unlock()
 		s.l.mu.Lock()
 		gone := s.l.err != nil
@@ -199,8 +195,8 @@ func (s *Stream) err(ctx context.Context, err error) error {
 // Close implements net.Conn.
 func (s *Stream) Close() error {
 	s.mu.Lock()
-	s.rcancel()
-	s.wcancel()
+	s.r.cancel()
+	s.w.cancel()
 	s.mu.Unlock()
 	return s.l.Close()
 }
@@ -221,9 +217,7 @@ func (s *Stream) SetDeadline(t time.Time) error {
 func (s *Stream) SetReadDeadline(t time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.rcancel()
-	s.rctx, s.rcancel = deadlineCtx(t)
-	s.rgen++
+	s.r.set(t)
 	return nil
 }
 
@@ -231,23 +225,35 @@ func (s *Stream) SetReadDeadline(t time.Time) error {
 func (s *Stream) SetWriteDeadline(t time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.wcancel()
-	s.wctx, s.wcancel = deadlineCtx(t)
-	s.wgen++
+	s.w.set(t)
 	return nil
+}
+
+// deadline is one direction's deadline as a context (Stream.mu guards it).
+type deadline struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	gen    int // deadlines set so far
+}
+
+// set replaces the deadline (zero: none), ending calls that wait on the
+// old one (Stream.call decides whether they go on).
+func (d *deadline) set(t time.Time) {
+	if d.cancel != nil {
+		d.cancel()
+	}
+	d.gen++
+	if t.IsZero() {
+		d.ctx, d.cancel = context.Background(), func() {}
+		return
+	}
+	d.ctx, d.cancel = context.WithDeadline(context.Background(), t)
 }
 
 // ended reports whether err is ctx's end (the link may see the deadline
 // pass before ctx's timer fires).
 func ended(ctx context.Context, err error) bool {
 	return ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
-}
-
-func deadlineCtx(t time.Time) (context.Context, context.CancelFunc) {
-	if t.IsZero() {
-		return context.Background(), func() {}
-	}
-	return context.WithDeadline(context.Background(), t)
 }
 
 // connLink is a transport.Link over a net.Conn, enough for a RoCE link's
