@@ -23,7 +23,7 @@ import (
 // process died). When this side (dom nil) or the peer has no device, it
 // returns conn itself and fallback true: both ends go on over TCP. peer
 // names the other end in errors; o's zero Timeout and RetryCnt take the
-// domain's, a zero SlotBytes streamSlot (a message of StreamMessage bytes
+// domain's (and a timeout still zero streamTimeout), a zero SlotBytes streamSlot (a message of StreamMessage bytes
 // and its header fill one slot). On error conn is closed.
 func Upgrade(ctx context.Context, conn net.Conn, peer int, dom *Domain, o Options) (c net.Conn, fallback bool, err error) {
 	if dom != nil {
@@ -33,6 +33,9 @@ func Upgrade(ctx context.Context, conn net.Conn, peer int, dom *Domain, o Option
 		if o.RetryCnt == 0 {
 			o.RetryCnt = dom.RetryCnt
 		}
+	}
+	if o.Timeout == 0 {
+		o.Timeout = streamTimeout
 	}
 	if o.SlotBytes == 0 {
 		o.SlotBytes = streamSlot
@@ -52,6 +55,12 @@ func Upgrade(ctx context.Context, conn net.Conn, peer int, dom *Domain, o Option
 // StreamMessage is the largest message a Stream's Write sends: a Read of
 // at least this many bytes receives straight into the caller's buffer.
 const StreamMessage = 256 << 10
+
+// streamTimeout is an upgraded connection's default ACK timeout exponent:
+// 268 ms, GOCCL_IB_TIMEOUT's default (Dial's own 67 ms gave up, after 7
+// tries, on a device the race detector and a loaded machine kept from
+// running for half a second).
+const streamTimeout = 16
 
 // streamSlot is the receive slot of an upgraded connection: a whole
 // message and its header room, so that a message is one RDMA WRITE with
