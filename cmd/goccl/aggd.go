@@ -43,7 +43,8 @@ Killing a node fails the operations in progress at every rank, naming it.
   --parent ROOT     register as a leaf of the root at ROOT
   --fanin N         the most children one job may attach here (default 8)
   --advertise ADDR  the address the root sends ranks to (default: the
-                    listener's)
+                    listener's; a leaf listening on 0.0.0.0 advertises the
+                    address it reaches its root from)
   --roce            open a soft RoCE v2 device on the node's IP address
                     (--advertise's, else --listen's): children and parent
                     that have one too (ranks with ` + config.Net.Name + `=roce) move

@@ -300,3 +300,41 @@ func testNodeKilled(t *testing.T, useRoCE bool) {
 		}
 	}
 }
+
+// TestLeafOnAllInterfaces: a leaf listening on 0.0.0.0 without an
+// advertised address registers the address it reached the root from, and
+// ranks the root sends there arrive.
+func TestLeafOnAllInterfaces(t *testing.T) {
+	root, rootAddr := startNode(t, Config{Fanin: 1})
+	ln, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := NewNode(ln, Config{Fanin: 2, Parent: rootAddr})
+	done := make(chan error, 1)
+	go func() { done <- leaf.Serve(context.Background()) }()
+	t.Cleanup(func() { leaf.Close(); <-done })
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	want := net.JoinHostPort("127.0.0.1", port)
+	for deadline := time.Now().Add(5 * time.Second); root.Leaves() < 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the leaf did not register")
+		}
+	}
+	root.mu.Lock()
+	got := root.leaves[0].addr
+	root.mu.Unlock()
+	if got != want {
+		t.Fatalf("the leaf registered as %s, want %s", got, want)
+	}
+	for r, err := range ranks(t, rootAddr, 2, false, func(r int, c *Client) error {
+		if c.Node() != want {
+			return fmt.Errorf("sent to %s, want the leaf %s", c.Node(), want)
+		}
+		return allReduceChecked(r, 2, c, []int{1, 1000})
+	}) {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+}

@@ -25,7 +25,8 @@ type Config struct {
 	// is a root).
 	Parent string
 	// Advertise is the address the root redirects ranks to (default: the
-	// listener's address).
+	// listener's address; a leaf listening on an unspecified address uses
+	// the one it reaches its parent from).
 	Advertise string
 	// AttachTimeout bounds how long a job waits for all its children to
 	// attach (default 2 minutes).
@@ -155,6 +156,26 @@ func (n *Node) untrack(c net.Conn) {
 	c.Close()
 }
 
+// advertiseDialed makes a leaf listening on an unspecified address (all
+// interfaces) and told no --advertise advertise the address it reached its
+// parent from, with its listener's port: the root would otherwise send
+// ranks to 0.0.0.0, which is every host's own machine.
+func (n *Node) advertiseDialed(parent net.Conn) {
+	host, port, err := net.SplitHostPort(n.cfg.Advertise)
+	if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsUnspecified() {
+		return
+	}
+	la, ok := parent.LocalAddr().(*net.TCPAddr)
+	if !ok {
+		return
+	}
+	old := n.cfg.Advertise
+	n.cfg.Advertise = net.JoinHostPort(la.IP.String(), port)
+	if n.cfg.Name == old {
+		n.cfg.Name = n.cfg.Advertise
+	}
+}
+
 // Register connects a leaf to its parent (once; Serve calls it too) and
 // returns when the parent has it on its list of leaves. The connection
 // stays open: the root drops the leaf when it closes, and this node stops
@@ -175,6 +196,7 @@ func (n *Node) Register(ctx context.Context) error {
 	if !n.track(c) {
 		return nil
 	}
+	n.advertiseDialed(c)
 	err = writeHello(c, &hello{kind: kindRegister, rank: -1, fanin: uint32(n.cfg.Fanin), addr: n.cfg.Advertise})
 	var r hello
 	if err == nil {
