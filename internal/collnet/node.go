@@ -315,6 +315,7 @@ func (n *Node) attach(c net.Conn, h hello) {
 		s, _, err := roce.Upgrade(ctx, c, int(h.index), n.cfg.RoCE, roce.Options{})
 		cancel()
 		if err != nil {
+			n.untrack(c)
 			j.fail(fmt.Sprintf("child %d: moving to RoCE: %v", h.index, err))
 			return
 		}
@@ -391,6 +392,7 @@ type job struct {
 	parent   net.Conn
 	mu       sync.Mutex
 	started  bool
+	ended    bool // fail or close ran: fill takes no more children
 }
 
 func newJob(n *Node, h hello) *job {
@@ -422,6 +424,12 @@ func (j *job) reserve(h hello) error {
 func (j *job) fill(c net.Conn, h hello) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	if j.ended {
+		// The job failed while this child's reply or upgrade was under
+		// way: its end is all it hears.
+		go j.n.untrack(c)
+		return
+	}
 	j.children[h.index] = c
 	j.arrived++
 	if j.arrived == 1 {
@@ -451,7 +459,7 @@ func (j *job) fail(msg string) {
 	text := []byte(fmt.Sprintf("aggregation node %s: %s", j.n.cfg.Name, msg))
 	binary.LittleEndian.PutUint32(hdr[4:], uint32(len(text)))
 	j.mu.Lock()
-	children, parent := j.children, j.parent
+	children := append([]net.Conn(nil), j.children...)
 	j.mu.Unlock()
 	for _, c := range children {
 		if c != nil {
@@ -459,7 +467,6 @@ func (j *job) fail(msg string) {
 			c.Write(append(hdr[:], text...))
 		}
 	}
-	_ = parent
 	j.close()
 }
 
@@ -469,7 +476,8 @@ func (j *job) fail(msg string) {
 // resets it, and the reset can destroy the error frame just sent.
 func (j *job) close() {
 	j.mu.Lock()
-	children, parent := j.children, j.parent
+	j.ended = true
+	children, parent := append([]net.Conn(nil), j.children...), j.parent
 	j.mu.Unlock()
 	for _, c := range children {
 		if c == nil {

@@ -436,13 +436,16 @@ func (l *Link) Abort(lost int) error {
 	return nil
 }
 
-// release moves the queue pair to the error state (its WRs flush) and
+// release moves the queue pair to the error state (its WRs flush),
+// removes it from the device (whose timer visits every queue pair it
+// holds: a long-lived goccl aggd closes one per hop of every job) and
 // deregisters the memory, so that nothing the peer still sends lands.
 func (l *Link) release() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.qp != nil {
 		l.qp.Modify(&qp.Attr{State: qp.StateErr}, qp.AttrState)
+		l.qp.Destroy()
 	}
 	if l.rmr != nil {
 		l.rmr.Dereg()

@@ -76,8 +76,9 @@ type Stream struct {
 	l    *Link
 	addr net.Conn // for LocalAddr and RemoteAddr
 
-	mu   sync.Mutex
-	r, w deadline // the read and write deadlines
+	mu     sync.Mutex
+	r, w   deadline // the read and write deadlines
+	closed bool
 
 	buf     []byte // a message received but not yet read
 	pending []byte // its unread part
@@ -105,8 +106,11 @@ func (s *Stream) call(write bool, f func(ctx context.Context) error) error {
 			d = &s.w
 		}
 		s.mu.Lock()
-		ctx, gen := d.ctx, d.gen
+		ctx, gen, closed := d.ctx, d.gen, s.closed
 		s.mu.Unlock()
+		if closed {
+			return s.err(ctx, net.ErrClosed)
+		}
 		err := f(ctx)
 		if err == nil || !ended(ctx, err) {
 			return s.err(ctx, err)
@@ -187,6 +191,12 @@ func (s *Stream) err(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return fmt.Errorf("roce: stream: %w", net.ErrClosed)
+	}
 	if ended(ctx, err) {
 		return fmt.Errorf("%w: %v", os.ErrDeadlineExceeded, err)
 	}
@@ -204,7 +214,8 @@ func (s *Stream) err(ctx context.Context, err error) error {
 // Close implements net.Conn.
 func (s *Stream) Close() error {
 	s.mu.Lock()
-	s.r.cancel()
+	s.closed = true
+	s.r.cancel() // calls in flight end, reporting net.ErrClosed
 	s.w.cancel()
 	s.mu.Unlock()
 	return s.l.Close()

@@ -175,6 +175,36 @@ func TestStream(t *testing.T) {
 		t.Fatalf("Read after the peer closed: %v, want io.EOF", err)
 	}
 	b.Close()
+	// After Close: net.ErrClosed, not a deadline.
+	if _, err := b.Read(one[:]); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Read after Close: %v, want net.ErrClosed", err)
+	}
+	if _, err := b.Write(one[:]); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Write after Close: %v, want net.ErrClosed", err)
+	}
+}
+
+// TestStreamCloseWhileReading: a Read waiting when its own stream closes
+// returns net.ErrClosed.
+func TestStreamCloseWhileReading(t *testing.T) {
+	a, b, _ := upgradePair(t, NewDomain(device(t)), NewDomain(device(t)))
+	defer a.Close()
+	errc := make(chan error, 1)
+	go func() {
+		var one [1]byte
+		_, err := b.Read(one[:])
+		errc <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	b.Close()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("Read when its stream closed: %v, want net.ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Read still waiting 5 s after Close")
+	}
 }
 
 // TestUpgradeFallback: without a device on one end both ends keep the TCP
