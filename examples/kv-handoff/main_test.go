@@ -1,0 +1,56 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestMain makes the test binary the example's prefill process when the
+// decode side (a test) starts it.
+func TestMain(m *testing.M) {
+	if os.Getenv("KV_HANDOFF_CHILD") == "1" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// TestHandoff runs the example on a small model over each path: every
+// block of every request arrives with its signature (wrong 0), and the
+// table has a row per mode with the 4096-token column filled.
+func TestHandoff(t *testing.T) {
+	for _, net := range []string{"shm", "tcp", "roce"} {
+		t.Run(net, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			code := run([]string{"-layers", "2", "-kv-heads", "2", "-head-dim", "64", "-requests", "5",
+				"-min-tokens", "16", "-max-tokens", "600", "-reps-4096", "2", "-net", net}, &out, &errb)
+			if code != 0 {
+				t.Fatalf("exit %d: %s\n%s", code, errb.String(), out.String())
+			}
+			rows := 0
+			for _, l := range strings.Split(out.String(), "\n") {
+				f := strings.Fields(l)
+				if len(f) != 10 || (f[0] != "direct" && f[0] != "staging" && f[0] != "file") {
+					continue
+				}
+				rows++
+				if f[1] != "7" || f[9] != "0" || f[8] == "-" || f[7] != "4.2" {
+					t.Errorf("row %q: want 7 requests, 0 wrong, 4.2 MB per 4096-token request (2 layers × 512 B per token)", l)
+				}
+			}
+			if rows != 3 {
+				t.Fatalf("%d rows, want 3:\n%s", rows, out.String())
+			}
+		})
+	}
+}
+
+func TestFlags(t *testing.T) {
+	for _, args := range [][]string{{"-net", "ib"}, {"-modes", "direct,zerocopy"}, {"-min-tokens", "100", "-max-tokens", "10"}} {
+		var out, errb bytes.Buffer
+		if code := run(args, &out, &errb); code != 2 || errb.Len() == 0 {
+			t.Errorf("%q: exit %d, %q", args, code, errb.String())
+		}
+	}
+}

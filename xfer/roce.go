@@ -1,0 +1,253 @@
+package xfer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"github.com/goccl/goccl/rdma"
+	"github.com/goccl/goccl/rdma/qp"
+)
+
+// The RoCE backend: when both agents have a soft RoCE device
+// (Options.RDMA), DRAM descriptors between them move by RDMA WRITE and
+// READ on one RC queue pair per pair of agents, straight between the
+// registered memory regions (every DRAM registration is also a memory
+// region of the agent's protection domain; its rkey travels in the
+// metadata). The target's CPU takes no part. The queue pairs are
+// connected over the first TCP stream (fQP / fQPInfo frames carrying
+// rdma.ConnInfo), which also carries notifications and tells a dead peer:
+// its loss fails the work requests still out.
+
+// rdmaQP is the initiator's queue pair towards one peer.
+type rdmaQP struct {
+	p    *peer
+	once sync.Once
+
+	mu      sync.Mutex
+	q       []*chunk // posted before the queue pair is connected
+	qp      *rdma.QP
+	cq      *rdma.CQ
+	pending map[uint64]*chunk // by work request ID
+	nextID  uint64
+	err     error
+	cancel  context.CancelFunc
+	wake    chan struct{} // work queued for the poster
+}
+
+// qpAnswer is the target's reply to an fQP frame (or the error that ended
+// the stream first).
+type qpAnswer struct {
+	info []byte
+	err  error
+}
+
+func (r *rdmaQP) enqueueAll(cs []*chunk) {
+	r.mu.Lock()
+	if err := r.err; err != nil {
+		r.mu.Unlock()
+		for _, c := range cs {
+			c.finish(err)
+		}
+		return
+	}
+	// Posting sends the first packets (the soft device transmits in
+	// PostSend), so a goroutine of the queue pair posts, not the caller.
+	r.q = append(r.q, cs...)
+	r.mu.Unlock()
+	r.once.Do(func() {
+		r.wake = make(chan struct{}, 1)
+		r.p.a.wg.Add(1)
+		go r.run()
+	})
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// poster posts what enqueueAll queued, until ctx ends.
+func (r *rdmaQP) poster(ctx context.Context) {
+	defer r.p.a.wg.Done()
+	for {
+		select {
+		case <-r.wake:
+		case <-ctx.Done():
+			return
+		}
+		r.mu.Lock()
+		if r.err != nil {
+			r.mu.Unlock()
+			return
+		}
+		batch := r.q
+		r.q = nil
+		err := r.postLocked(batch)
+		r.mu.Unlock()
+		if err != nil {
+			r.p.fail(fmt.Errorf("%w: agent %q: RDMA post: %v", ErrPeerLost, r.p.name, err))
+			return
+		}
+	}
+}
+
+// postLocked posts a work request per chunk.
+func (r *rdmaQP) postLocked(cs []*chunk) error {
+	for _, c := range cs {
+		r.nextID++
+		op := qp.WRWrite
+		if c.req.op == READ {
+			op = qp.WRRead
+		}
+		r.pending[r.nextID] = c
+		err := r.qp.PostSend(rdma.SendWR{ID: r.nextID, Opcode: op, MR: c.mr, Offset: c.mrOff, Length: int(c.r.d.Len),
+			RemoteAddr: c.r.d.Addr, RKey: c.rkey})
+		if err != nil {
+			delete(r.pending, r.nextID)
+			c.finish(err)
+			return err
+		}
+	}
+	return nil
+}
+
+// run connects the queue pair through stream 0, posts what waited, then
+// turns completions into finished chunks.
+func (r *rdmaQP) run() {
+	a := r.p.a
+	defer a.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r.mu.Lock()
+	r.cancel = cancel
+	if r.err != nil {
+		r.mu.Unlock()
+		return
+	}
+	r.mu.Unlock()
+	cq := a.dev.CreateCQ()
+	q, err := a.pd.CreateQP(cq, cq)
+	if err != nil {
+		r.p.fail(fmt.Errorf("%w: agent %q: create queue pair: %v", ErrPeerLost, r.p.name, err))
+		return
+	}
+	local := q.LocalInfo(nil)
+	blob, _ := json.Marshal(&local)
+	setup := &chunk{kind: kQP, notif: blob, answer: make(chan qpAnswer, 1)}
+	r.p.streams[0].enqueue(setup)
+	var ans qpAnswer
+	select {
+	case ans = <-setup.answer:
+	case <-a.done:
+		ans.err = ErrClosed
+	}
+	var remote rdma.ConnInfo
+	if ans.err == nil {
+		ans.err = json.Unmarshal(ans.info, &remote)
+	}
+	if ans.err == nil {
+		ans.err = q.Connect(local, remote, rdma.ConnectOptions{Timeout: a.o.RDMATimeout,
+			Access: rdma.AccessRemoteWrite | rdma.AccessRemoteRead})
+	}
+	if ans.err != nil {
+		q.Destroy()
+		r.p.fail(fmt.Errorf("%w: agent %q: connect queue pair: %v", ErrPeerLost, r.p.name, ans.err))
+		return
+	}
+	r.mu.Lock()
+	if r.err != nil {
+		r.mu.Unlock()
+		q.Destroy()
+		return
+	}
+	r.qp, r.cq = q, cq
+	r.mu.Unlock()
+	a.wg.Add(1)
+	go r.poster(ctx)
+	select { // what was queued while connecting
+	case r.wake <- struct{}{}:
+	default:
+	}
+	for {
+		wcs, err := cq.Wait(ctx, 64)
+		if err != nil {
+			return // failed or closed: fail() finished what was pending
+		}
+		for _, wc := range wcs {
+			r.mu.Lock()
+			c := r.pending[wc.WRID]
+			delete(r.pending, wc.WRID)
+			r.mu.Unlock()
+			if c == nil {
+				continue
+			}
+			if wc.Status != qp.StatusSuccess {
+				err := fmt.Errorf("%w: agent %q: RDMA %s of %d bytes at %s: %v", ErrPeerLost, r.p.name, c.req.op, c.r.d.Len, c.r.d, wc.Status)
+				if wc.Status == qp.StatusRemAccessErr {
+					err = fmt.Errorf("agent %q refused RDMA %s of %d bytes at %s (not registered there): %v", r.p.name, c.req.op, c.r.d.Len, c.r.d, wc.Status)
+				}
+				c.finish(err)
+				if wc.Status == qp.StatusRemAccessErr {
+					// The queue pair is in error now (RC): the rest of its work
+					// fails, and the next request to the peer connects a new one.
+					r.p.resetRDMA(r, fmt.Errorf("%w: agent %q: the queue pair failed after a refused RDMA access", ErrPeerLost, r.p.name))
+					return
+				}
+				r.p.fail(err)
+				continue
+			}
+			c.finish(nil)
+		}
+	}
+}
+
+// fail ends the queue pair: what waits or is out fails with err.
+func (r *rdmaQP) fail(err error) {
+	r.mu.Lock()
+	if r.err != nil {
+		r.mu.Unlock()
+		return
+	}
+	r.err = err
+	q, pend := r.q, r.pending
+	r.q, r.pending = nil, nil
+	if r.qp != nil {
+		r.qp.Destroy()
+	}
+	if r.cancel != nil {
+		r.cancel()
+	}
+	r.mu.Unlock()
+	for _, c := range q {
+		c.finish(err)
+	}
+	for _, c := range pend {
+		c.finish(err)
+	}
+}
+
+// serveQP is the target's side of an fQP frame: a queue pair of its own,
+// connected to the initiator's, answered with its description.
+func (a *Agent) serveQP(payload []byte) (*rdma.QP, []byte, error) {
+	if a.pd == nil {
+		return nil, nil, fmt.Errorf("agent %q has no RoCE device", a.name)
+	}
+	var remote rdma.ConnInfo
+	if err := json.Unmarshal(payload, &remote); err != nil {
+		return nil, nil, fmt.Errorf("%w: queue pair description: %v", ErrProtocol, err)
+	}
+	cq := a.dev.CreateCQ()
+	q, err := a.pd.CreateQP(cq, cq)
+	if err != nil {
+		return nil, nil, err
+	}
+	local := q.LocalInfo(nil)
+	if err := q.Connect(local, remote, rdma.ConnectOptions{Timeout: a.o.RDMATimeout,
+		Access: rdma.AccessRemoteWrite | rdma.AccessRemoteRead}); err != nil {
+		q.Destroy()
+		return nil, nil, err
+	}
+	b, _ := json.Marshal(&local)
+	return q, b, nil
+}
