@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The xfer agent beside UCX in one run on this machine: `goccl xferbench`
-# (initiator here, target in a child process) over TCP and over shared
-# memory, WRITE and READ of one block per request at 1-64 MiB, then UCX's
+# (initiator here, target in a child process) over TCP, shared memory and
+# soft RoCE, WRITE and READ of one block per request at 1-64 MiB, the soft
+# RoCE device's own write-bw and read-bw (its ceiling), then UCX's
 # ucx_perftest between two processes over the same transports: UCP put
 # (ucp_put_bw, one outstanding: NIXL's UCX backend path) and get (ucp_get),
 # and UCT's zero-copy put over TCP (put_bw -x tcp -D zcopy), the fastest
@@ -37,11 +38,27 @@ iters() { case $1 in 1048576) echo "$2";; 4194304) echo $(($2 / 4));; 16777216) 
 
 for round in $(seq "$REPEAT"); do
   echo "## round $round"
-  for be in tcp shm; do
+  for be in tcp shm roce; do
     for op in WRITE READ; do
       echo "### goccl xferbench --backend $be --op $op (GB/s)"
       "$out/goccl" xferbench --backend "$be" --op "$op" -b 1M -e 64M -n 400 --check | awk 'NR>3 && $1 ~ /^[0-9]/ {printf "%s %s\n", $1, $3} /check/'
     done
+  done
+  echo "### goccl roce write-bw / read-bw: the soft RoCE device's own ceiling (perftest's ib_write_bw / ib_read_bw; GB/s)"
+  echo "size write-bw read-bw"
+  for s in 1048576 4194304 16777216 67108864; do
+    n=$((512 * 1048576 / s))
+    line="$s"
+    for t in write-bw read-bw; do
+      port=$((port + 1))
+      "$out/goccl" roce $t -s $s -n $n -p $port >/dev/null 2>&1 &
+      sleep 0.3
+      # perftest's columns: #bytes #iterations BW peak[MB/sec] BW average[MB/sec] MsgRate; MB = 2^20 bytes
+      bw=$("$out/goccl" roce $t -s $s -n $n -p $port 127.0.0.1 | awk '$1 ~ /^[0-9]+$/ {printf "%.3f", $4*1048576/1e9}')
+      wait
+      line="$line ${bw:--}"
+    done
+    echo "$line"
   done
   printf "### ucx_perftest (GB/s)\nsize tcp:ucp_put_bw tcp:ucp_get tcp:uct_put_zcopy posix:ucp_put_bw posix:ucp_get\n"
   for s in 1048576 4194304 16777216 67108864; do

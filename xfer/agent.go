@@ -59,7 +59,8 @@ type Options struct {
 	Advertise []string
 	// Store is where SendLocalMD publishes and FetchRemoteMD finds
 	// metadata (goccl's TCP store or etcd: OpenStore). A request to an
-	// agent whose metadata is not loaded fetches it from here.
+	// agent whose metadata is not loaded fetches it from here. Nil: the
+	// store GOCCL_XFER_STORE names, if any, opened on first use.
 	Store rendezvous.Store
 	// Streams is the number of TCP connections per peer (default 2);
 	// chunks of a request are striped over them.
@@ -141,17 +142,22 @@ type Agent struct {
 	pmu   sync.Mutex
 	peers map[string]*peer
 
-	nmu     sync.Mutex
-	notifs  map[string][][]byte
-	notifCh chan struct{} // closed and replaced when a notification arrives
+	nmu        sync.Mutex
+	notifs     map[string][][]byte
+	notifBytes int           // queued
+	notifCh    chan struct{} // closed and replaced when a notification arrives
 
-	reqSeq  uint64 // under pmu
+	reqSeq  uint64       // under pmu
+	postMu  sync.RWMutex // posts hold it read; Close waits for them before unmapping
 	work    *workQueue
 	done    chan struct{}
 	closeMu sync.Mutex
 	conns   map[net.Conn]struct{} // accepted, under closeMu
 	wg      sync.WaitGroup
 	ctr     counters
+
+	smu      sync.Mutex
+	ownStore rendezvous.Store // opened from GOCCL_XFER_STORE
 }
 
 // NewAgent starts an agent named name (unique among the agents that talk
@@ -231,6 +237,12 @@ func (a *Agent) Close() error {
 	}
 	close(a.done)
 	a.ln.Close()
+	// Posts in progress (an inline copy reads registered memory) end
+	// before anything is unmapped; later ones see done.
+	a.closeMu.Unlock()
+	a.postMu.Lock()
+	a.postMu.Unlock()
+	a.closeMu.Lock()
 	for c := range a.conns {
 		c.Close()
 	}
@@ -244,8 +256,14 @@ func (a *Agent) Close() error {
 	}
 	a.work.close()
 	a.wg.Wait()
+	a.smu.Lock()
+	if a.ownStore != nil {
+		a.ownStore.Close()
+	}
+	a.smu.Unlock()
 	a.mu.Lock()
 	for _, r := range a.reg.regs {
+		r.dead = true
 		r.free()
 	}
 	a.reg.regs = nil
@@ -263,6 +281,7 @@ func (a *Agent) GetNotifs() map[string][][]byte {
 	}
 	n := a.notifs
 	a.notifs = map[string][][]byte{}
+	a.notifBytes = 0
 	return n
 }
 
@@ -275,6 +294,7 @@ func (a *Agent) WaitNotif(ctx context.Context, from string, msg []byte) error {
 		q := a.notifs[from]
 		for i, m := range q {
 			if string(m) == string(msg) {
+				a.notifBytes -= len(m)
 				a.notifs[from] = append(q[:i:i], q[i+1:]...)
 				if len(a.notifs[from]) == 0 {
 					delete(a.notifs, from)
@@ -303,6 +323,7 @@ func (a *Agent) NextNotif(ctx context.Context, from string) ([]byte, error) {
 		a.nmu.Lock()
 		if q := a.notifs[from]; len(q) > 0 {
 			m := q[0]
+			a.notifBytes -= len(m)
 			if len(q) == 1 {
 				delete(a.notifs, from)
 			} else {
@@ -323,12 +344,23 @@ func (a *Agent) NextNotif(ctx context.Context, from string) ([]byte, error) {
 	}
 }
 
-func (a *Agent) pushNotif(from string, msg []byte) {
+// maxQueuedNotif bounds the notification bytes waiting to be taken
+// (GetNotifs, WaitNotif, NextNotif): a peer that sends more while they
+// pile up loses its connection.
+const maxQueuedNotif = 256 << 20
+
+func (a *Agent) pushNotif(from string, msg []byte) bool {
 	a.nmu.Lock()
+	if a.notifBytes+len(msg) > maxQueuedNotif {
+		a.nmu.Unlock()
+		return false
+	}
+	a.notifBytes += len(msg)
 	a.notifs[from] = append(a.notifs[from], msg)
 	close(a.notifCh)
 	a.notifCh = make(chan struct{})
 	a.nmu.Unlock()
+	return true
 }
 
 // accept serves incoming connections: each carries one initiator's frames.
@@ -371,10 +403,10 @@ func (a *Agent) serve(c net.Conn) {
 	c.SetDeadline(time.Time{})
 	out := &answers{c: c, slab: make([]byte, 0, 64<<10)}
 	defer out.release()
-	var qps []*rdma.QP // queue pairs the initiator connected through here
+	var qp *rdma.QP // the queue pair the initiator connected through here (one at a time)
 	defer func() {
-		for _, q := range qps {
-			q.Destroy()
+		if qp != nil {
+			qp.Destroy()
 		}
 	}()
 	var hb [frameSize]byte
@@ -393,7 +425,9 @@ func (a *Agent) serve(c net.Conn) {
 			if _, err := io.ReadFull(br, msg); err != nil {
 				return
 			}
-			a.pushNotif(from, msg)
+			if !a.pushNotif(from, msg) {
+				return // the receiver is not taking its notifications
+			}
 			continue
 		case fWrite:
 			err = a.serveWrite(br, &f, &bounce)
@@ -405,7 +439,7 @@ func (a *Agent) serve(c net.Conn) {
 				err = nil
 			}
 		case fRead:
-			a.serveRead(out, &f, &bounce)
+			err = a.serveRead(out, &f, &bounce)
 		case fQP:
 			msg := make([]byte, f.len)
 			if _, err := io.ReadFull(br, msg); err != nil {
@@ -415,7 +449,10 @@ func (a *Agent) serve(c net.Conn) {
 			if qerr != nil {
 				out.fail(f.token, qerr)
 			} else {
-				qps = append(qps, q)
+				if qp != nil { // the initiator replaced it (its own failed)
+					qp.Destroy()
+				}
+				qp = q
 				out.frame(&frame{kind: fQPInfo, token: f.token, len: uint64(len(info))}, info)
 			}
 		}
@@ -530,12 +567,12 @@ func (a *Agent) serveWrite(br *bufio.Reader, f *frame, bounce *[]byte) error {
 // serveRead answers an fRead with the bytes, or with an error frame. DRAM
 // is sent from where it lies (its registration held until written); a
 // file's bytes go through the bounce buffer, so they are written at once.
-func (a *Agent) serveRead(out *answers, f *frame, bounce *[]byte) {
+func (a *Agent) serveRead(out *answers, f *frame, bounce *[]byte) error {
 	d := Desc{Addr: f.addr, Len: f.len, DevID: f.dev}
 	r := a.acquire(f.typ, d)
 	if r == nil {
 		out.fail(f.token, fmt.Errorf("%w: agent %q has no %s registration holding %s", ErrNotRegistered, a.name, f.typ, d))
-		return
+		return nil
 	}
 	var src []byte
 	if r.typ == DRAM {
@@ -546,7 +583,7 @@ func (a *Agent) serveRead(out *answers, f *frame, bounce *[]byte) {
 		src = growBounce(bounce, int(f.len))
 		if err := fileIO(r, d, src, false); err != nil {
 			out.fail(f.token, err)
-			return
+			return nil
 		}
 	}
 	a.ctr.served.Add(f.len)
@@ -556,8 +593,9 @@ func (a *Agent) serveRead(out *answers, f *frame, bounce *[]byte) {
 	}
 	out.frame(&reply, src)
 	if r.typ == FILE && len(src) > maxSmall {
-		out.flush() // the bounce buffer is reused by the next request
+		return out.flush() // the bounce buffer is reused by the next request
 	}
+	return nil
 }
 
 func growBounce(b *[]byte, n int) []byte {
@@ -630,12 +668,27 @@ func (a *Agent) GenNotif(ctx context.Context, remote string, msg []byte) error {
 	a.reqSeq++
 	r.id = a.reqSeq
 	a.pmu.Unlock()
-	if err := p.usable(); err != nil {
+	if err := a.sendNotif(r); err != nil {
+		return err
+	}
+	return r.Wait(ctx)
+}
+
+// sendNotif queues a notification-only request (as a post: Close waits).
+func (a *Agent) sendNotif(r *XferReq) error {
+	a.postMu.RLock()
+	defer a.postMu.RUnlock()
+	if a.isClosed() {
+		return r.fail(ErrClosed)
+	}
+	if err := r.p.usable(); err != nil {
 		return r.fail(err)
 	}
+	r.mu.Lock()
 	r.done = make(chan struct{})
+	r.mu.Unlock()
 	r.state.Store(int32(InProgress))
 	r.remaining.Store(-1)
-	p.enqueue(r.notif)
-	return r.Wait(ctx)
+	r.p.enqueue(r.notif)
+	return nil
 }

@@ -63,8 +63,10 @@ type region struct {
 	file      *os.File // FILE
 	direct    bool     // FILE opened with O_DIRECT
 	memfd     int      // Alloc: the memfd behind mem (peers on the host map /proc/PID/fd/N); -1 if none
+	ino       uint64   // Alloc: the memfd's inode
 	mr        *rdma.MR // DRAM with a RoCE device: the memory region peers' RDMA names by rkey
 	busy      atomic.Int32
+	dead      bool // deregistered (under Agent.mu)
 }
 
 func (r *region) contains(typ MemType, d Desc) bool {
@@ -158,7 +160,13 @@ func (a *Agent) Alloc(n int) ([]byte, Desc, error) {
 		unix.Close(fd)
 		return nil, Desc{}, fmt.Errorf("xfer: agent %q: Alloc %d bytes: mmap: %w", a.name, n, err)
 	}
-	d, err := a.register(&region{typ: DRAM, addr: addrOf(mem), len: uint64(n), mem: mem, memfd: fd})
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Munmap(mem)
+		unix.Close(fd)
+		return nil, Desc{}, fmt.Errorf("xfer: agent %q: Alloc %d bytes: %w", a.name, n, err)
+	}
+	d, err := a.register(&region{typ: DRAM, addr: addrOf(mem), len: uint64(n), mem: mem, memfd: fd, ino: st.Ino})
 	if err != nil {
 		unix.Munmap(mem)
 		unix.Close(fd)
@@ -249,6 +257,7 @@ func (a *Agent) DeregisterMem(typ MemType, d Desc) error {
 		return fmt.Errorf("%w: agent %q: deregister %s %s: %d transfers copying", ErrInUse, a.name, typ, d, n)
 	}
 	a.reg.remove(r)
+	r.dead = true
 	a.regGen++
 	a.mu.Unlock()
 	r.free()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/goccl/goccl/internal/config"
 	"github.com/goccl/goccl/rendezvous"
 )
 
@@ -29,6 +30,7 @@ type regionInfo struct {
 	Dev   uint64  `json:"d,omitempty"`
 	MemFD int     `json:"fd,omitempty"`   // Alloc memory's memfd in the owner, 0: none
 	RKey  uint32  `json:"rkey,omitempty"` // the region's rkey (RDMA), 0: none
+	Ino   uint64  `json:"ino,omitempty"`  // Alloc memory's memfd inode: a mapping is of this region, not of an earlier one at the same address
 }
 
 const metadataVersion = 1
@@ -42,7 +44,7 @@ func (a *Agent) LocalMetadata() []byte {
 	for _, r := range a.reg.regs {
 		ri := regionInfo{Type: r.typ, Addr: r.addr, Len: r.len, Dev: r.dev}
 		if r.memfd >= 0 {
-			ri.MemFD = r.memfd
+			ri.MemFD, ri.Ino = r.memfd, r.ino
 		}
 		if r.mr != nil {
 			ri.RKey = r.mr.RKey()
@@ -119,10 +121,11 @@ var tombstone = []byte("invalid")
 // (Options.Store), where FetchRemoteMD, or the first request to this agent
 // by name, finds it.
 func (a *Agent) SendLocalMD(ctx context.Context) error {
-	if a.o.Store == nil {
-		return fmt.Errorf("xfer: agent %q: send metadata: %w", a.name, ErrNoStore)
+	st, err := a.store(ctx)
+	if err != nil {
+		return fmt.Errorf("xfer: agent %q: send metadata: %w", a.name, err)
 	}
-	if err := a.o.Store.Set(ctx, mdKey(a.name), a.LocalMetadata()); err != nil {
+	if err := st.Set(ctx, mdKey(a.name), a.LocalMetadata()); err != nil {
 		return fmt.Errorf("xfer: agent %q: send metadata: %w", a.name, err)
 	}
 	return nil
@@ -131,19 +134,21 @@ func (a *Agent) SendLocalMD(ctx context.Context) error {
 // InvalidateLocalMD withdraws this agent's metadata from the store: agents
 // fetching it later get ErrInvalidated.
 func (a *Agent) InvalidateLocalMD(ctx context.Context) error {
-	if a.o.Store == nil {
-		return fmt.Errorf("xfer: agent %q: invalidate metadata: %w", a.name, ErrNoStore)
+	st, err := a.store(ctx)
+	if err != nil {
+		return fmt.Errorf("xfer: agent %q: invalidate metadata: %w", a.name, err)
 	}
-	return a.o.Store.Set(ctx, mdKey(a.name), tombstone)
+	return st.Set(ctx, mdKey(a.name), tombstone)
 }
 
 // FetchRemoteMD loads agent name's metadata from the store, waiting until
 // it is published or ctx is done.
 func (a *Agent) FetchRemoteMD(ctx context.Context, name string) error {
-	if a.o.Store == nil {
-		return fmt.Errorf("xfer: agent %q: fetch metadata of %q: %w", a.name, name, ErrNoStore)
+	st, err := a.store(ctx)
+	if err != nil {
+		return fmt.Errorf("xfer: agent %q: fetch metadata of %q: %w", a.name, name, err)
 	}
-	b, err := a.o.Store.Get(ctx, mdKey(name))
+	b, err := st.Get(ctx, mdKey(name))
 	if err != nil {
 		return fmt.Errorf("xfer: agent %q: fetch metadata of %q: %w", a.name, name, err)
 	}
@@ -155,6 +160,33 @@ func (a *Agent) FetchRemoteMD(ctx context.Context, name string) error {
 		err = fmt.Errorf("xfer: agent %q: fetch metadata of %q: the store holds agent %q's", a.name, name, got)
 	}
 	return err
+}
+
+// store is Options.Store, or the store GOCCL_XFER_STORE names, opened on
+// first use (and closed by Close).
+func (a *Agent) store(ctx context.Context) (rendezvous.Store, error) {
+	if a.o.Store != nil {
+		return a.o.Store, nil
+	}
+	a.smu.Lock()
+	defer a.smu.Unlock()
+	if a.ownStore != nil {
+		return a.ownStore, nil
+	}
+	url := config.XferStore.Get()
+	if url == "" {
+		return nil, ErrNoStore
+	}
+	st, err := OpenStore(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("%s=%s: %w", config.XferStore.Name, url, err)
+	}
+	if a.isClosed() {
+		st.Close()
+		return nil, ErrClosed
+	}
+	a.ownStore = st
+	return st, nil
 }
 
 // OpenStore connects to a store for metadata by URL: etcd://host:2379[,host:2379]/prefix

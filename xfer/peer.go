@@ -3,6 +3,7 @@ package xfer
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/goccl/goccl/internal/config"
 	"golang.org/x/sys/unix"
 )
 
@@ -26,8 +28,8 @@ type peer struct {
 	md      *metadata
 	err     error // set once: lost, invalidated, agent closed
 	streams []*stream
-	maps    map[uint64]*mapping // by region address
-	rq      *rdmaQP             // the queue pair, made on first use
+	maps    map[mapKey]*mapping
+	rq      *rdmaQP // the queue pair, made on first use
 }
 
 // rdma returns the peer's queue pair (made, not yet connected, on first use).
@@ -55,7 +57,7 @@ func (p *peer) resetRDMA(rq *rdmaQP, err error) {
 }
 
 func (a *Agent) newPeer(md *metadata) *peer {
-	p := &peer{a: a, name: md.Name, md: md, maps: map[uint64]*mapping{}}
+	p := &peer{a: a, name: md.Name, md: md, maps: map[mapKey]*mapping{}}
 	p.streams = make([]*stream, a.o.Streams)
 	for i := range p.streams {
 		p.streams[i] = &stream{p: p, idx: i, wake: make(chan struct{}, 1), pending: map[uint64]*chunk{}}
@@ -71,10 +73,26 @@ func (a *Agent) loadPeer(md *metadata) error {
 	}
 	old := a.peers[md.Name]
 	if old != nil && old.usable() == nil && slices.Equal(old.metadata().Addrs, md.Addrs) && old.metadata().PID == md.PID {
+		// A re-registration: the connections stay; mappings of regions
+		// the new metadata no longer has go (once no request holds them).
+		keep := map[mapKey]bool{}
+		for _, ri := range md.Regions {
+			keep[keyOf(&ri)] = true
+		}
+		var gone []*mapping
 		old.mu.Lock()
 		old.md = md
+		for k, m := range old.maps {
+			if !keep[k] {
+				delete(old.maps, k)
+				gone = append(gone, m)
+			}
+		}
 		old.mu.Unlock()
 		a.pmu.Unlock()
+		for _, m := range gone {
+			m.kill()
+		}
 		return nil
 	}
 	a.peers[md.Name] = a.newPeer(md)
@@ -94,8 +112,8 @@ func (a *Agent) peerFor(ctx context.Context, name string) (*peer, error) {
 	if p != nil {
 		return p, nil
 	}
-	if a.o.Store == nil {
-		return nil, fmt.Errorf("xfer: agent %q: %w %q (load its metadata, or give Options.Store)", a.name, ErrUnknownAgent, name)
+	if a.o.Store == nil && config.XferStore.Get() == "" {
+		return nil, fmt.Errorf("xfer: agent %q: %w %q (load its metadata, or give Options.Store or %s)", a.name, ErrUnknownAgent, name, config.XferStore.Name)
 	}
 	if err := a.FetchRemoteMD(ctx, name); err != nil {
 		return nil, err
@@ -156,24 +174,40 @@ func (p *peer) mapped(ri *regionInfo) *mapping {
 	if ri.Type != DRAM || ri.MemFD <= 0 || p.a.o.NoSHM {
 		return nil
 	}
+	k := keyOf(ri)
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.err != nil || p.md.Host != p.a.hostID {
+		p.mu.Unlock()
 		return nil
 	}
-	if m := p.maps[ri.Addr]; m != nil && m.len == ri.Len {
+	if m := p.maps[k]; m != nil {
+		p.mu.Unlock()
 		return m
 	}
-	m, err := mapRemote(p.md.PID, ri)
+	pid := p.md.PID
+	p.mu.Unlock()
+	m, err := mapRemote(pid, ri) // mmap with MAP_POPULATE: not under p.mu
 	if err != nil {
 		return nil // TCP then
 	}
-	p.maps[ri.Addr] = m
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if other := p.maps[k]; other != nil || p.err != nil {
+		m.kill()
+		return other // nil when the peer failed meanwhile
+	}
+	p.maps[k] = m
 	// Copies into the mapping need no connection, but the first stream
 	// is how this agent notices the peer is gone.
 	p.streams[0].start()
 	return m
 }
+
+// mapKey names a peer's Alloc region: address, size and memfd inode (a
+// region deregistered and allocated again may get the same address).
+type mapKey struct{ addr, len, ino uint64 }
+
+func keyOf(ri *regionInfo) mapKey { return mapKey{ri.Addr, ri.Len, ri.Ino} }
 
 // mapping is a peer's Alloc memory mapped into this process.
 type mapping struct {
@@ -191,8 +225,8 @@ func mapRemote(pid int, ri *regionInfo) (*mapping, error) {
 	}
 	defer f.Close()
 	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil || uint64(st.Size) != ri.Len {
-		return nil, fmt.Errorf("not the region: %d bytes", st.Size)
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil || uint64(st.Size) != ri.Len || st.Ino != ri.Ino {
+		return nil, fmt.Errorf("not the region: %d bytes, inode %d", st.Size, st.Ino)
 	}
 	mem, err := unix.Mmap(int(f.Fd()), 0, int(ri.Len), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
 	if err != nil {
@@ -436,7 +470,7 @@ func (s *stream) run() {
 			if ch.req.op == WRITE {
 				f.kind = fWrite
 				if crcOn {
-					f.flags, f.crc = flagCRC, crc(ch.l.mem)
+					f.flags = flagCRC // the CRC itself below, outside the lock
 				}
 				f.encode(h)
 				iov = append(iov, h, ch.l.mem)
@@ -450,6 +484,13 @@ func (s *stream) run() {
 			}
 		}
 		s.mu.Unlock()
+		if crcOn {
+			for i, ch := range batch {
+				if ch.kind == kTCP && ch.req.op == WRITE {
+					binary.LittleEndian.PutUint32(hdrs[i*frameSize+4:], crc(ch.l.mem))
+				}
+			}
+		}
 		bufs := net.Buffers(iov)
 		_, err := bufs.WriteTo(c)
 		clear(iov)
@@ -488,6 +529,18 @@ func (s *stream) receive(br *bufio.Reader) {
 			s.lost(fmt.Errorf("%w: answer to unknown token %d", ErrProtocol, f.token))
 			return
 		}
+		// The answer must fit the question (a foreign or broken target).
+		if bad := (f.kind == fAck && (ch.kind != kTCP || ch.req.op != WRITE)) ||
+			(f.kind == fData && (ch.kind != kTCP || ch.req.op != READ)); bad {
+			what := "queue pair setup"
+			if ch.req != nil {
+				what = ch.req.op.String()
+			}
+			err := fmt.Errorf("%w: answer of kind %d to a %s", ErrProtocol, f.kind, what)
+			ch.finish(err)
+			s.lost(err)
+			return
+		}
 		switch f.kind {
 		case fQPInfo:
 			msg := make([]byte, f.len)
@@ -497,7 +550,9 @@ func (s *stream) receive(br *bufio.Reader) {
 				return
 			}
 			if ch.kind != kQP {
-				s.lost(fmt.Errorf("%w: queue pair answer to a transfer", ErrProtocol))
+				err := fmt.Errorf("%w: a queue pair answer to a transfer", ErrProtocol)
+				ch.finish(err)
+				s.lost(err)
 				return
 			}
 			ch.answer <- qpAnswer{info: msg}

@@ -233,6 +233,7 @@ type XferReq struct {
 	chunks []chunk
 	notif  *chunk
 	// the chunks as posted: all to the workers, or per stream
+	sorted    bool
 	copies    []*chunk
 	rdmaQ     []*chunk
 	inline    bool   // memory-to-memory copies: PostXferReq does or helps with them
@@ -278,6 +279,29 @@ func (a *Agent) MakeXferReq(op Op, local *Dlist, localIdx []int, remote *Dlist, 
 	case remote.p != nil && local.typ == FILE:
 		return fail("local FILE descriptors go with this agent's own memory only")
 	}
+	// Registrations and mappings may have gone since the lists were
+	// prepared: their memory is read below under the locks that free it.
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	for _, l := range []*Dlist{local, remote} {
+		for _, g := range l.regs {
+			if g != nil && g.dead {
+				return nil, fmt.Errorf("%w: agent %q: %s to %q: a %s registration of the lists was deregistered", ErrNotRegistered, a.name, op, remote.agent, g.typ)
+			}
+		}
+	}
+	for _, m := range remote.maps {
+		if m != nil && !m.hold() {
+			return nil, fmt.Errorf("%w: agent %q: %s to %q: the list's peer memory is gone", ErrInvalidated, a.name, op, remote.agent)
+		}
+	}
+	defer func() {
+		for _, m := range remote.maps {
+			if m != nil {
+				m.drop()
+			}
+		}
+	}()
 	r := &XferReq{a: a, op: op, p: remote.p, remote: remote.agent}
 	r.chunks = make([]chunk, 0, len(localIdx)) // one per descriptor, often: grown for more
 	var total uint64
@@ -400,9 +424,11 @@ func (r *XferReq) fail(err error) error {
 	return &Error{Agent: r.remote, Req: r.id, What: r.what, Err: err}
 }
 
-// PostXferReq starts r and returns at once (InProgress), or with Failed
-// and the error when r cannot start (its peer is lost or invalidated, the
-// agent closed, r still in progress or released).
+// PostXferReq starts r and returns at once (InProgress), or with Done
+// when r was only memory copies small enough to do here, or with Failed
+// and the error when r cannot start (its peer is lost or invalidated, a
+// local registration was deregistered, the agent closed, r still in
+// progress or released); XferStatus and Wait then report the same error.
 func (a *Agent) PostXferReq(r *XferReq) (Status, error) {
 	if r.a != a {
 		return Failed, fmt.Errorf("%w: agent %q: request %d belongs to agent %q", ErrBadRequest, a.name, r.id, r.a.name)
@@ -410,19 +436,18 @@ func (a *Agent) PostXferReq(r *XferReq) (Status, error) {
 	if r.dead {
 		return Failed, r.fail(fmt.Errorf("%w: released", ErrBadRequest))
 	}
-	if !r.state.CompareAndSwap(int32(Prepared), int32(InProgress)) &&
-		!r.state.CompareAndSwap(int32(Done), int32(InProgress)) &&
-		!r.state.CompareAndSwap(int32(Failed), int32(InProgress)) {
+	if st := Status(r.state.Load()); st == InProgress || !r.state.CompareAndSwap(int32(st), int32(InProgress)) {
 		return Failed, r.fail(fmt.Errorf("%w: posted while in progress", ErrBadRequest))
 	}
+	// Close waits for posts in progress before it unmaps memory.
+	a.postMu.RLock()
+	defer a.postMu.RUnlock()
 	if a.isClosed() {
-		r.state.Store(int32(Failed))
-		return Failed, r.fail(ErrClosed)
+		return r.failPost(ErrClosed)
 	}
 	if r.p != nil {
 		if err := r.p.usable(); err != nil {
-			r.state.Store(int32(Failed))
-			return Failed, r.fail(err)
+			return r.failPost(err)
 		}
 	}
 	for i, m := range r.maps {
@@ -430,34 +455,45 @@ func (a *Agent) PostXferReq(r *XferReq) (Status, error) {
 			for _, h := range r.maps[:i] {
 				h.drop()
 			}
-			r.state.Store(int32(Failed))
-			return Failed, r.fail(fmt.Errorf("%w: agent %q", ErrInvalidated, r.remote))
+			return r.failPost(fmt.Errorf("%w: agent %q", ErrInvalidated, r.remote))
+		}
+	}
+	// The local registrations stay busy (DeregisterMem refuses) until the
+	// request ends; one deregistered since MakeXferReq fails it here.
+	a.mu.RLock()
+	for _, g := range r.regs {
+		if g.dead {
+			a.mu.RUnlock()
+			for _, m := range r.maps {
+				m.drop()
+			}
+			return r.failPost(fmt.Errorf("%w: agent %q: a local %s registration of the request was deregistered", ErrNotRegistered, a.name, g.typ))
 		}
 	}
 	for _, g := range r.regs {
 		g.busy.Add(1)
 	}
+	a.mu.RUnlock()
 	r.mu.Lock()
 	r.err = nil
 	r.done = make(chan struct{})
 	r.mu.Unlock()
 	r.remaining.Store(int64(len(r.chunks)))
-	if r.copies == nil && r.chunks[0].kind == kCopy {
-		r.copies = make([]*chunk, len(r.chunks))
-		r.inline = true
-		for i := range r.chunks {
-			c := &r.chunks[i]
-			r.copies[i] = c
-			r.copyBytes += c.r.d.Len
-			r.inline = r.inline && c.l.mem != nil && c.r.mem != nil
+	r.sortChunks()
+	// Dispatch by kind: a request may mix them (a peer's Alloc region
+	// mapped, another of its regions over TCP or RDMA).
+	if len(r.rdmaQ) > 0 {
+		r.p.rdma().enqueueAll(r.rdmaQ)
+	}
+	for i, q := range r.streamQ {
+		if len(q) > 0 {
+			r.p.streams[i].enqueueAll(q)
 		}
 	}
-	if r.copies != nil { // all of a request's chunks are of one kind
-		// The first piece is copied here while the workers take the rest
-		// (UCX's shared-memory put copies in the caller too): a memory
-		// copy of at most inlineMax bytes, no wait on another party.
+	if len(r.copies) > 0 {
+		onlyCopies := len(r.copies) == len(r.chunks)
 		switch {
-		case r.inline && r.copyBytes <= inlineMax: // no worker woken
+		case r.inline && onlyCopies && r.copyBytes <= inlineMax: // no worker woken
 			for _, c := range r.copies {
 				c.finish(c.run())
 			}
@@ -467,32 +503,52 @@ func (a *Agent) PostXferReq(r *XferReq) (Status, error) {
 		default:
 			a.work.pushAll(r.copies)
 		}
-		st, _ := a.XferStatus(r)
-		return st, nil
 	}
-	if r.chunks[0].kind == kRDMA {
-		if r.rdmaQ == nil {
-			r.rdmaQ = make([]*chunk, len(r.chunks))
-			for i := range r.chunks {
-				r.rdmaQ[i] = &r.chunks[i]
+	st, err := a.XferStatus(r)
+	if st == Prepared { // ended and reposted by another goroutine meanwhile: still ours to report
+		st = InProgress
+	}
+	return st, err
+}
+
+// failPost ends a post that could not start: r is Failed with err, and
+// Wait and XferStatus say so.
+func (r *XferReq) failPost(err error) (Status, error) {
+	e := r.fail(err)
+	r.mu.Lock()
+	r.err = e
+	r.done = make(chan struct{})
+	close(r.done)
+	r.state.Store(int32(Failed))
+	r.mu.Unlock()
+	r.a.ctr.failed.Add(1)
+	return Failed, e
+}
+
+// sortChunks makes, once, the lists PostXferReq hands out: copies for the
+// workers, work requests for the queue pair, frames per stream.
+func (r *XferReq) sortChunks() {
+	if r.sorted {
+		return
+	}
+	r.sorted = true
+	r.inline = true
+	for i := range r.chunks {
+		c := &r.chunks[i]
+		switch c.kind {
+		case kCopy:
+			r.copies = append(r.copies, c)
+			r.copyBytes += c.r.d.Len
+			r.inline = r.inline && c.l.mem != nil && c.r.mem != nil
+		case kRDMA:
+			r.rdmaQ = append(r.rdmaQ, c)
+		case kTCP:
+			if r.streamQ == nil {
+				r.streamQ = make([][]*chunk, r.a.o.Streams)
 			}
-		}
-		r.p.rdma().enqueueAll(r.rdmaQ)
-		return InProgress, nil
-	}
-	if r.streamQ == nil {
-		r.streamQ = make([][]*chunk, a.o.Streams)
-		for i := range r.chunks {
-			c := &r.chunks[i]
 			r.streamQ[c.stream] = append(r.streamQ[c.stream], c)
 		}
 	}
-	for i, q := range r.streamQ {
-		if len(q) > 0 {
-			r.p.streams[i].enqueueAll(q)
-		}
-	}
-	return InProgress, nil
 }
 
 // chunkDone counts a finished chunk; the last one ends the request (after

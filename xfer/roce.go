@@ -83,18 +83,26 @@ func (r *rdmaQP) poster(ctx context.Context) {
 		}
 		batch := r.q
 		r.q = nil
-		err := r.postLocked(batch)
+		left, err := r.postLocked(batch)
 		r.mu.Unlock()
 		if err != nil {
-			r.p.fail(fmt.Errorf("%w: agent %q: RDMA post: %v", ErrPeerLost, r.p.name, err))
+			// The queue pair is in error: what was not posted fails with the
+			// rest of its work; the next request connects a new one.
+			err = fmt.Errorf("%w: agent %q: RDMA post: %v", ErrPeerLost, r.p.name, err)
+			for _, c := range left {
+				c.finish(err)
+			}
+			r.p.resetRDMA(r, err)
 			return
 		}
 	}
 }
 
-// postLocked posts a work request per chunk.
-func (r *rdmaQP) postLocked(cs []*chunk) error {
-	for _, c := range cs {
+// postLocked posts a work request per chunk. When a post fails (the queue
+// pair went to error), it returns the chunks not posted, for the caller to
+// fail outside the lock.
+func (r *rdmaQP) postLocked(cs []*chunk) ([]*chunk, error) {
+	for i, c := range cs {
 		r.nextID++
 		op := qp.WRWrite
 		if c.req.op == READ {
@@ -105,11 +113,10 @@ func (r *rdmaQP) postLocked(cs []*chunk) error {
 			RemoteAddr: c.r.d.Addr, RKey: c.rkey})
 		if err != nil {
 			delete(r.pending, r.nextID)
-			c.finish(err)
-			return err
+			return cs[i:], err
 		}
 	}
-	return nil
+	return nil, nil
 }
 
 // run connects the queue pair through stream 0, posts what waited, then
@@ -129,7 +136,7 @@ func (r *rdmaQP) run() {
 	cq := a.dev.CreateCQ()
 	q, err := a.pd.CreateQP(cq, cq)
 	if err != nil {
-		r.p.fail(fmt.Errorf("%w: agent %q: create queue pair: %v", ErrPeerLost, r.p.name, err))
+		r.p.resetRDMA(r, fmt.Errorf("agent %q: create queue pair: %v", r.p.name, err))
 		return
 	}
 	local := q.LocalInfo(nil)
@@ -151,8 +158,10 @@ func (r *rdmaQP) run() {
 			Access: rdma.AccessRemoteWrite | rdma.AccessRemoteRead})
 	}
 	if ans.err != nil {
+		// The RDMA requests fail; the peer's TCP streams stay (when the
+		// stream itself broke, the peer failed already).
 		q.Destroy()
-		r.p.fail(fmt.Errorf("%w: agent %q: connect queue pair: %v", ErrPeerLost, r.p.name, ans.err))
+		r.p.resetRDMA(r, fmt.Errorf("agent %q: connect queue pair: %v", r.p.name, ans.err))
 		return
 	}
 	r.mu.Lock()

@@ -572,9 +572,13 @@ func TestMetadataStore(t *testing.T) {
 	testStore(t, "tcp://"+srv.Addr())
 }
 
+// testStore runs agents on the store at url ("": GOCCL_XFER_STORE's).
 func testStore(t *testing.T, url string) {
 	ctx := ctxT(t)
 	open := func() rendezvous.Store {
+		if url == "" {
+			return nil
+		}
 		s, err := OpenStore(ctx, url)
 		if err != nil {
 			t.Fatal(err)
@@ -620,8 +624,136 @@ func testStore(t *testing.T, url string) {
 	}
 }
 
-// TestMetadataEtcd does the same through a real etcd server (embedded).
+// TestMetadataEtcd does the same through a real etcd server (embedded),
+// the agents finding it through GOCCL_XFER_STORE.
 func TestMetadataEtcd(t *testing.T) {
 	srv := etcdtest.Start(t)
-	testStore(t, srv.URL("xfer-test"))
+	t.Setenv("GOCCL_XFER_STORE", srv.URL("xfer-test"))
+	testStore(t, "")
+}
+
+// TestMixedPaths makes one request whose remote descriptors lie in a
+// mapped Alloc region and in a plain registration (TCP), in both orders,
+// and with RDMA for the plain one: every byte lands, each path counted.
+func TestMixedPaths(t *testing.T) {
+	for _, roce := range []bool{false, true} {
+		o := Options{ChunkBytes: 64 << 10}
+		io, to := o, o
+		if roce {
+			io.RDMA, to.RDMA = openDevice(t), openDevice(t)
+		}
+		ini, tgt := newAgent(t, "ini", io), newAgent(t, "tgt", to)
+		mapped, md, err := tgt.Alloc(1 << 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain := make([]byte, 1<<20)
+		pd, _ := tgt.RegisterDRAM(plain)
+		src := make([]byte, 2<<20)
+		sd, _ := ini.RegisterDRAM(src)
+		load(t, ini, tgt)
+		ctx := ctxT(t)
+		for order := range 2 {
+			fill(src, uint64(20+order))
+			rd := []Desc{md, pd}
+			if order == 1 {
+				rd = []Desc{pd, md}
+			}
+			r, err := ini.CreateXferReq(ctx, WRITE, DRAM, []Desc{sd.Sub(0, 1<<20), sd.Sub(1<<20, 1<<20)}, "tgt", DRAM, rd, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := run(t, ini, r); err != nil {
+				t.Fatalf("roce %v, order %d: %v", roce, order, err)
+			}
+			landed(tgt)
+			first, second := mapped, plain
+			if order == 1 {
+				first, second = plain, mapped
+			}
+			if !bytes.Equal(first, src[:1<<20]) || !bytes.Equal(second, src[1<<20:]) {
+				t.Fatalf("roce %v, order %d: bytes differ", roce, order)
+			}
+		}
+		st := ini.Stats()
+		other := st.TCPBytes
+		if roce {
+			other = st.RDMABytes
+		}
+		if st.SHMBytes != 2<<20 || other != 2<<20 {
+			t.Fatalf("roce %v: stats %+v: want 2 MiB mapped and 2 MiB on the other path", roce, st)
+		}
+	}
+}
+
+// TestStaleRegistrations: registrations and peers that go between
+// preparing, making and posting a request fail it with an error (no
+// crash, no request reported done), and a region allocated again at the
+// same address is not confused with the old one.
+func TestStaleRegistrations(t *testing.T) {
+	ini, tgt := pair(t, Options{})
+	ctx := ctxT(t)
+	buf, bd, err := ini.Alloc(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, td, _ := tgt.Alloc(1 << 20)
+	load(t, ini, tgt)
+	r, err := ini.CreateXferReq(ctx, WRITE, DRAM, []Desc{bd}, "tgt", DRAM, []Desc{td}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run(t, ini, r); err != nil {
+		t.Fatal(err)
+	}
+	// The local region goes between Make and Post.
+	ll, _ := ini.PrepXferDlist(ctx, "", DRAM, []Desc{bd})
+	if err := ini.DeregisterMem(DRAM, bd); err != nil {
+		t.Fatal(err)
+	}
+	_ = buf
+	st, err := ini.PostXferReq(r)
+	if st != Failed || !errors.Is(err, ErrNotRegistered) {
+		t.Fatalf("post after deregistering the source: %v %v", st, err)
+	}
+	if st, err2 := ini.XferStatus(r); st != Failed || err2 == nil {
+		t.Fatalf("status after a failed post: %v %v", st, err2)
+	}
+	if err := r.Wait(ctx); !errors.Is(err, ErrNotRegistered) {
+		t.Fatalf("wait after a failed post: %v", err)
+	}
+	// ... and between Prep and Make.
+	rl, _ := ini.PrepXferDlist(ctx, "tgt", DRAM, []Desc{td})
+	if _, err := ini.MakeXferReq(WRITE, ll, []int{0}, rl, []int{0}, nil); !errors.Is(err, ErrNotRegistered) {
+		t.Fatalf("make with a deregistered source: %v", err)
+	}
+	// The peer's mapped memory goes between Prep and Make.
+	_, bd2, _ := ini.Alloc(1 << 20)
+	ll2, _ := ini.PrepXferDlist(ctx, "", DRAM, []Desc{bd2})
+	ini.InvalidateRemote("tgt")
+	if _, err := ini.MakeXferReq(WRITE, ll2, []int{0}, rl, []int{0}, nil); !errors.Is(err, ErrInvalidated) {
+		t.Fatalf("make after the peer was invalidated: %v", err)
+	}
+	// The target frees its region and allocates one of the same size
+	// (often at the same address): after reloading its metadata, a WRITE
+	// lands in the new one.
+	if err := tgt.DeregisterMem(DRAM, td); err != nil {
+		t.Fatal(err)
+	}
+	fresh, td2, _ := tgt.Alloc(1 << 20)
+	t.Logf("allocated again at the same address: %v", td2.Addr == td.Addr)
+	load(t, ini, tgt)
+	src := make([]byte, 1<<20)
+	fill(src, 33)
+	sd, _ := ini.RegisterDRAM(src)
+	r2, err := ini.CreateXferReq(ctx, WRITE, DRAM, []Desc{sd}, "tgt", DRAM, []Desc{td2}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run(t, ini, r2); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(fresh, src) {
+		t.Fatalf("the WRITE did not land in the region allocated again (same address: %v)", td2.Addr == td.Addr)
+	}
 }

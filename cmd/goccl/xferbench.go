@@ -382,7 +382,6 @@ func xbInitiator(o xbOpts, stdout, stderr io.Writer) int {
 			args = append(args, "--direct")
 		}
 		child := exec.Command(self, args...)
-		child.Env = append(os.Environ(), "GOCCL_XFERBENCH_CHILD=1")
 		child.Stderr = stderr
 		in, _ := child.StdinPipe()
 		out, _ := child.StdoutPipe()

@@ -126,6 +126,8 @@ var (
 		Doc: "TCP sockets per peer and direction; messages above 2 MiB are striped over them"})
 	HostID = define(Var{Name: "GOCCL_HOSTID", Kind: String,
 		Doc: "this rank's host identity (like NCCL_HOSTID): ranks with the same value share memory and count as one host; default: boot id, host name, /dev/shm device and network namespace"})
+	XferStore = define(Var{Name: "GOCCL_XFER_STORE", Kind: String,
+		Doc: "where xfer agents without Options.Store publish and fetch metadata (NIXL_ETCD_ENDPOINTS' role): etcd://host:2379[,host:2379]/prefix or host:port of a goccl TCP store"})
 	ShmDisable = define(Var{Name: "GOCCL_SHM_DISABLE", Kind: Bool, Default: "0",
 		Doc: "use TCP between ranks on the same host instead of shared memory"})
 	ShmDir = define(Var{Name: "GOCCL_SHM_DIR", Kind: String, Default: "/dev/shm",
