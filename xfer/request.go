@@ -3,9 +3,12 @@ package xfer
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	"github.com/goccl/goccl/internal/memcpy"
 	"github.com/goccl/goccl/rdma"
 )
 
@@ -154,7 +157,7 @@ type side struct {
 func copySides(dst, src side) error {
 	switch {
 	case dst.mem != nil && src.mem != nil:
-		copy(dst.mem, src.mem)
+		memcpy.Copy(dst.mem, src.mem)
 		return nil
 	case dst.mem != nil:
 		return fileIO(src.reg, src.d, dst.mem, false)
@@ -630,11 +633,27 @@ func (r *XferReq) Wait(ctx context.Context) error {
 	if done == nil {
 		return r.fail(fmt.Errorf("%w: waited on before it was posted", ErrBadRequest))
 	}
+	// Spin briefly (yielding) before sleeping: a transfer often ends
+	// within microseconds, and waking a parked goroutine costs more.
+	for start := time.Now(); time.Since(start) < waitSpin; runtime.Gosched() {
+		select {
+		case <-done:
+			return r.result()
+		default:
+		}
+	}
 	select {
 	case <-done:
 	case <-ctx.Done():
 		return r.fail(fmt.Errorf("still in progress: %w", ctx.Err()))
 	}
+	return r.result()
+}
+
+// waitSpin is how long Wait polls before it sleeps.
+const waitSpin = 50 * time.Microsecond
+
+func (r *XferReq) result() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.err

@@ -24,7 +24,8 @@
 //     (packed direct transfer of the block list);
 //   - staging: prefill packs the blocks into a contiguous buffer, decode
 //     READs that one descriptor into its own buffer and unpacks it into its
-//     blocks (CPU staging, what a connector without descriptor lists does);
+//     blocks (CPU staging, what a connector without descriptor lists does;
+//     the copies use the same REP MOVSB copy as xfer's);
 //   - file: prefill offloads the blocks to its FILE tier (a WRITE to its
 //     own file) and decode READs them from there (cold blocks brought back).
 //
@@ -54,6 +55,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goccl/goccl/internal/memcpy"
 	"github.com/goccl/goccl/rdma"
 	"github.com/goccl/goccl/xfer"
 )
@@ -270,7 +272,7 @@ func prefill(c config, in io.Reader, out io.Writer) error {
 		case "staging": // pack layer-major, block order
 			for l := range c.layers {
 				for j, b := range blocks {
-					copy(s.staging[(l*nblk+j)*bb:], s.cache[c.off(l, b):c.off(l, b)+uint64(bb)])
+					memcpy.Copy(s.staging[(l*nblk+j)*bb:], s.cache[c.off(l, b):c.off(l, b)+uint64(bb)])
 				}
 			}
 		case "file": // offload the blocks to the FILE tier
@@ -460,7 +462,7 @@ func handOver(ctx context.Context, c config, s *side, mode string, id, tokens in
 	if mode == "staging" { // unpack into the pool's blocks
 		for l := range c.layers {
 			for j := range nblk {
-				copy(s.cache[c.off(l, local[j]):c.off(l, local[j])+uint64(bb)], s.staging[(l*nblk+j)*bb:])
+				memcpy.Copy(s.cache[c.off(l, local[j]):c.off(l, local[j])+uint64(bb)], s.staging[(l*nblk+j)*bb:])
 			}
 		}
 	}
