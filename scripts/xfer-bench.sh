@@ -19,7 +19,7 @@ out=$(mktemp -d /tmp/xfer-bench.XXXXXX)
 trap 'rm -rf "$out"' EXIT
 go build -o "$out/goccl" ./cmd/goccl
 command -v ucx_perftest >/dev/null || { echo "ucx_perftest not found: apt-get install ucx-utils" >&2; exit 1; }
-echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) CPUs, $(go version | cut -d' ' -f3), UCX $(ucx_info -v | sed -n 's/.*version=\([^ ]*\).*/\1/p' | head -1)"
+echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) CPUs, $(go version | cut -d' ' -f3), UCX $(ucx_info -v | sed -n 's/^# Version //p')"
 
 port=13600
 # ucx_bw ARGS...: one ucx_perftest client/server pair; prints GB/s.
