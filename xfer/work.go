@@ -57,17 +57,7 @@ func (w *workQueue) pushAll(cs []*chunk) {
 }
 
 func (w *workQueue) loop() {
-	for {
-		w.mu.Lock()
-		for w.head == len(w.q) && !w.closed {
-			w.cond.Wait()
-		}
-		if w.head == len(w.q) {
-			w.mu.Unlock()
-			return
-		}
-		c := w.take()
-		w.mu.Unlock()
+	for c := w.next(true); c != nil; c = w.next(true) {
 		c.finish(c.run())
 	}
 }
@@ -75,18 +65,28 @@ func (w *workQueue) loop() {
 // help runs queued chunks in the caller until the queue is empty or about
 // max bytes are copied.
 func (w *workQueue) help(max uint64) {
-	var done uint64
-	for done < max {
-		w.mu.Lock()
-		if w.head == len(w.q) {
-			w.mu.Unlock()
+	for done := uint64(0); done < max; {
+		c := w.next(false)
+		if c == nil {
 			return
 		}
-		c := w.take()
-		w.mu.Unlock()
 		c.finish(c.run())
 		done += c.r.d.Len
 	}
+}
+
+// next takes the head chunk; when the queue is empty it waits for one
+// (wait, until closed) or returns nil.
+func (w *workQueue) next(wait bool) *chunk {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for wait && w.head == len(w.q) && !w.closed {
+		w.cond.Wait()
+	}
+	if w.head == len(w.q) {
+		return nil
+	}
+	return w.take()
 }
 
 // take removes the head chunk; w.mu held, queue not empty.

@@ -165,10 +165,16 @@ func runXferbench(args []string, stdout, stderr io.Writer) int {
 	case o.direct && o.targetSeg != "FILE":
 		return bad("--direct goes with --target-seg FILE")
 	}
-	if o.role == "target" {
-		return xbTarget(o, stdout, stderr)
+	opts, err := o.agentOptions()
+	if err != nil {
+		fmt.Fprintf(stderr, "goccl xferbench: %v\n", err)
+		return 1
 	}
-	return xbInitiator(o, stdout, stderr)
+	defer closeDevice(opts)
+	if o.role == "target" {
+		return xbTarget(o, opts, stdout, stderr)
+	}
+	return xbInitiator(o, opts, stdout, stderr)
 }
 
 // xbBufBytes is what each side allocates: the largest row that fits.
@@ -254,18 +260,12 @@ const xbDone = "xferbench-done"
 
 // xbTarget serves until an initiator says it is done (or, as the child of
 // a one-host run, until its standard input closes).
-func xbTarget(o xbOpts, stdout, stderr io.Writer) int {
+func xbTarget(o xbOpts, opts xfer.Options, stdout, stderr io.Writer) int {
 	name := o.name
 	if name == "" {
 		name = "xb-target"
 	}
 	ctx := context.Background()
-	opts, err := o.agentOptions()
-	if err != nil {
-		fmt.Fprintf(stderr, "goccl xferbench: %v\n", err)
-		return 1
-	}
-	defer closeDevice(opts)
 	if o.store != "-" { // "-": the child of a one-host run, metadata on stdout
 		st, err := xfer.OpenStore(ctx, o.store)
 		if err != nil {
@@ -309,14 +309,9 @@ func xbTarget(o xbOpts, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func xbInitiator(o xbOpts, stdout, stderr io.Writer) int {
+func xbInitiator(o xbOpts, opts xfer.Options, stdout, stderr io.Writer) int {
 	ctx := context.Background()
-	opts, err := o.agentOptions()
-	if err != nil {
-		fmt.Fprintf(stderr, "goccl xferbench: %v\n", err)
-		return 1
-	}
-	defer closeDevice(opts)
+	var err error
 	name := o.name
 	if name == "" {
 		name = "xb-initiator"
