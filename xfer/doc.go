@@ -9,8 +9,8 @@
 //   - An Agent has a name, unique in the job, and serves its registered
 //     memory to other agents.
 //   - Memory is registered per type: DRAM (a Go slice; or memory from
-//     Agent.Alloc, a shared-memory mapping that agents on the same host
-//     copy into directly) and FILE (a range of a file; POSIX pread/pwrite,
+//     Agent.Alloc or Agent.MapFile, shared mappings of a memfd or of a
+//     file that agents on the same host map and copy into directly) and FILE (a range of a file; POSIX pread/pwrite,
 //     O_DIRECT when asked). A Desc names bytes as NIXL's descriptors do:
 //     DRAM by virtual address and length (device id 0), FILE by file
 //     offset and length with the file's descriptor number as device id.

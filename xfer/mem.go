@@ -62,8 +62,9 @@ type region struct {
 	mem       []byte   // DRAM
 	file      *os.File // FILE
 	direct    bool     // FILE opened with O_DIRECT
-	memfd     int      // Alloc: the memfd behind mem (peers on the host map /proc/PID/fd/N); -1 if none
-	ino       uint64   // Alloc: the memfd's inode
+	memfd     int      // Alloc, MapFile: the file behind mem (peers on the host map /proc/PID/fd/N); -1 if none
+	ino       uint64   // Alloc, MapFile: the file's inode
+	mapOff    int64    // MapFile: the offset mapped
 	mr        *rdma.MR // DRAM with a RoCE device: the memory region peers' RDMA names by rkey
 	busy      atomic.Int32
 	dead      bool // deregistered (under Agent.mu)
@@ -160,17 +161,47 @@ func (a *Agent) Alloc(n int) ([]byte, Desc, error) {
 		unix.Close(fd)
 		return nil, Desc{}, fmt.Errorf("xfer: agent %q: Alloc %d bytes: mmap: %w", a.name, n, err)
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Munmap(mem)
-		unix.Close(fd)
-		return nil, Desc{}, fmt.Errorf("xfer: agent %q: Alloc %d bytes: %w", a.name, n, err)
+	return a.registerMapped(fd, 0, mem, "Alloc")
+}
+
+// MapFile maps bytes [offset, offset+n) of f (offset a multiple of the
+// page size) shared and registers them as DRAM, like Alloc's memory:
+// agents on the same host map the same file pages and copy directly, and
+// what they write is in the file (an mmap'ed file shared between
+// processes). DeregisterMem unmaps it; the agent keeps a duplicate of f's
+// descriptor until then.
+func (a *Agent) MapFile(f *os.File, offset int64, n int) ([]byte, Desc, error) {
+	if n <= 0 || offset < 0 || offset%int64(os.Getpagesize()) != 0 {
+		return nil, Desc{}, fmt.Errorf("%w: agent %q: MapFile %s: offset %d (a multiple of %d), %d bytes", ErrRegistration, a.name, f.Name(), offset, os.Getpagesize(), n)
 	}
-	d, err := a.register(&region{typ: DRAM, addr: addrOf(mem), len: uint64(n), mem: mem, memfd: fd, ino: st.Ino})
+	if st, err := f.Stat(); err != nil || st.Size() < offset+int64(n) {
+		return nil, Desc{}, fmt.Errorf("%w: agent %q: MapFile %s: [%d, +%d) is past the file's end", ErrRegistration, a.name, f.Name(), offset, n)
+	}
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, Desc{}, fmt.Errorf("xfer: agent %q: MapFile %s: %w", a.name, f.Name(), err)
+	}
+	mem, err := unix.Mmap(fd, offset, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	if err != nil {
+		unix.Close(fd)
+		return nil, Desc{}, fmt.Errorf("xfer: agent %q: MapFile %s: mmap: %w", a.name, f.Name(), err)
+	}
+	return a.registerMapped(fd, offset, mem, "MapFile")
+}
+
+// registerMapped registers mem, a shared mapping of fd at offset, that
+// peers on the host map again (/proc/PID/fd/FD); it owns fd and mem.
+func (a *Agent) registerMapped(fd int, offset int64, mem []byte, what string) ([]byte, Desc, error) {
+	var st unix.Stat_t
+	err := unix.Fstat(fd, &st)
+	var d Desc
+	if err == nil {
+		d, err = a.register(&region{typ: DRAM, addr: addrOf(mem), len: uint64(len(mem)), mem: mem, memfd: fd, mapOff: offset, ino: st.Ino})
+	}
 	if err != nil {
 		unix.Munmap(mem)
 		unix.Close(fd)
-		return nil, Desc{}, err
+		return nil, Desc{}, fmt.Errorf("xfer: agent %q: %s %d bytes: %w", a.name, what, len(mem), err)
 	}
 	return mem, d, nil
 }

@@ -31,6 +31,7 @@ type regionInfo struct {
 	MemFD int     `json:"fd,omitempty"`   // Alloc memory's memfd in the owner, 0: none
 	RKey  uint32  `json:"rkey,omitempty"` // the region's rkey (RDMA), 0: none
 	Ino   uint64  `json:"ino,omitempty"`  // Alloc memory's memfd inode: a mapping is of this region, not of an earlier one at the same address
+	Off   int64   `json:"off,omitempty"`  // MapFile: the offset in the file
 }
 
 const metadataVersion = 1
@@ -44,7 +45,7 @@ func (a *Agent) LocalMetadata() []byte {
 	for _, r := range a.reg.regs {
 		ri := regionInfo{Type: r.typ, Addr: r.addr, Len: r.len, Dev: r.dev}
 		if r.memfd >= 0 {
-			ri.MemFD, ri.Ino = r.memfd, r.ino
+			ri.MemFD, ri.Ino, ri.Off = r.memfd, r.ino, r.mapOff
 		}
 		if r.mr != nil {
 			ri.RKey = r.mr.RKey()

@@ -205,9 +205,12 @@ func (p *peer) mapped(ri *regionInfo) *mapping {
 
 // mapKey names a peer's Alloc region: address, size and memfd inode (a
 // region deregistered and allocated again may get the same address).
-type mapKey struct{ addr, len, ino uint64 }
+type mapKey struct {
+	addr, len, ino uint64
+	off            int64
+}
 
-func keyOf(ri *regionInfo) mapKey { return mapKey{ri.Addr, ri.Len, ri.Ino} }
+func keyOf(ri *regionInfo) mapKey { return mapKey{ri.Addr, ri.Len, ri.Ino, ri.Off} }
 
 // mapping is a peer's Alloc memory mapped into this process.
 type mapping struct {
@@ -225,10 +228,10 @@ func mapRemote(pid int, ri *regionInfo) (*mapping, error) {
 	}
 	defer f.Close()
 	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil || uint64(st.Size) != ri.Len || st.Ino != ri.Ino {
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil || st.Size < ri.Off || uint64(st.Size-ri.Off) < ri.Len || st.Ino != ri.Ino {
 		return nil, fmt.Errorf("not the region: %d bytes, inode %d", st.Size, st.Ino)
 	}
-	mem, err := unix.Mmap(int(f.Fd()), 0, int(ri.Len), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	mem, err := unix.Mmap(int(f.Fd()), ri.Off, int(ri.Len), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
 	if err != nil {
 		return nil, err
 	}

@@ -757,3 +757,48 @@ func TestStaleRegistrations(t *testing.T) {
 		t.Fatalf("the WRITE did not land in the region allocated again (same address: %v)", td2.Addr == td.Addr)
 	}
 }
+
+// TestMapFile shares an mmap'ed file between agents on one host: the
+// initiator maps the target's file pages and writes into them (no
+// connection in the data path); the bytes are in the file.
+func TestMapFile(t *testing.T) {
+	ini, tgt := pair(t, Options{})
+	path := filepath.Join(t.TempDir(), "shared.dat")
+	f, err := OpenFile(path, 3<<20, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, _, err := tgt.MapFile(f, 100, 4096); !errors.Is(err, ErrRegistration) {
+		t.Fatalf("unaligned offset: %v", err)
+	}
+	if _, _, err := tgt.MapFile(f, 2<<20, 2<<20); !errors.Is(err, ErrRegistration) {
+		t.Fatalf("past the end: %v", err)
+	}
+	mem, td, err := tgt.MapFile(f, 1<<20, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := make([]byte, 1<<20)
+	fill(src, 44)
+	sd, _ := ini.RegisterDRAM(src)
+	load(t, ini, tgt)
+	ctx := ctxT(t)
+	r, err := ini.CreateXferReq(ctx, WRITE, DRAM, []Desc{sd}, "tgt", DRAM, []Desc{td}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.maps) != 1 {
+		t.Fatal("the target's file mapping was not mapped here")
+	}
+	if err := run(t, ini, r); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(mem, src) {
+		t.Fatal("the target's mapping differs")
+	}
+	onDisk, _ := os.ReadFile(path)
+	if !bytes.Equal(onDisk[1<<20:2<<20], src) || ini.Stats().SHMBytes != 1<<20 {
+		t.Fatalf("the file differs, or the bytes did not go by the mapping (%+v)", ini.Stats())
+	}
+}

@@ -27,6 +27,9 @@ func TestXferbench(t *testing.T) {
 		{"--backend", "posix", "--op", "READ", "--target-seg", "FILE"},
 	} {
 		t.Run(strings.Join(tc, " "), func(t *testing.T) {
+			if testing.Short() && !shortXferbench[strings.Join(tc, " ")] {
+				t.Skip("-short runs one variant per backend (the full suite runs all)")
+			}
 			args := append([]string{"xferbench", "-b", "4K", "-e", "256K", "--max-batch", "4", "-n", "5", "--check", "--chunk", "64K"}, tc...)
 			out, errOut, code := runGoccl(t, args...)
 			if code != 0 {
@@ -47,6 +50,15 @@ func TestXferbench(t *testing.T) {
 			}
 		})
 	}
+}
+
+// shortXferbench is the variants -short runs (the race detector's pass).
+var shortXferbench = map[string]bool{
+	"--backend tcp --op WRITE":                     true,
+	"--backend tcp --op READ --target-seg FILE":    true,
+	"--backend shm --op READ":                      true,
+	"--backend roce --op READ":                     true,
+	"--backend posix --op WRITE --target-seg FILE": true,
 }
 
 // TestXferbenchRoles runs target and initiator as two processes that find
