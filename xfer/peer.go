@@ -192,9 +192,9 @@ func (p *peer) mapped(ri *regionInfo) *mapping {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if other := p.maps[k]; other != nil || p.err != nil {
+	if other := p.maps[k]; other != nil || p.err != nil || !p.md.announces(k) {
 		m.kill()
-		return other // nil when the peer failed meanwhile
+		return other // nil when the peer failed or dropped the region meanwhile
 	}
 	p.maps[k] = m
 	// Copies into the mapping need no connection, but the first stream
@@ -211,6 +211,16 @@ type mapKey struct {
 }
 
 func keyOf(ri *regionInfo) mapKey { return mapKey{ri.Addr, ri.Len, ri.Ino, ri.Off} }
+
+// announces reports whether md still has the region k names.
+func (md *metadata) announces(k mapKey) bool {
+	for i := range md.Regions {
+		if keyOf(&md.Regions[i]) == k {
+			return true
+		}
+	}
+	return false
+}
 
 // mapping is a peer's Alloc memory mapped into this process.
 type mapping struct {

@@ -44,10 +44,15 @@ const (
 	Done
 	// Failed: see the error.
 	Failed
+	// released: ReleaseXferReq was called (XferStatus reports Failed).
+	released
 )
 
 func (s Status) String() string {
-	return [...]string{"prepared", "in progress", "done", "failed"}[s]
+	if s < 0 || s > released {
+		return fmt.Sprintf("Status(%d)", int(s))
+	}
+	return [...]string{"prepared", "in progress", "done", "failed", "released"}[s]
 }
 
 // Dlist is a prepared descriptor list (nixlDlistH): descriptors of one
@@ -326,6 +331,12 @@ func (a *Agent) MakeXferReq(op Op, local *Dlist, localIdx []int, remote *Dlist, 
 			seen[lreg] = true
 			r.regs = append(r.regs, lreg)
 		}
+		if remote.p == nil { // this agent's memory at both ends: both kept busy
+			if g := remote.regs[ri]; !seen[g] {
+				seen[g] = true
+				r.regs = append(r.regs, g)
+			}
+		}
 		var m *mapping
 		var rkey uint32
 		if remote.p != nil {
@@ -436,11 +447,11 @@ func (a *Agent) PostXferReq(r *XferReq) (Status, error) {
 	if r.a != a {
 		return Failed, fmt.Errorf("%w: agent %q: request %d belongs to agent %q", ErrBadRequest, a.name, r.id, r.a.name)
 	}
-	if r.dead {
+	switch st := Status(r.state.Load()); {
+	case st == released:
 		return Failed, r.fail(fmt.Errorf("%w: released", ErrBadRequest))
-	}
-	if st := Status(r.state.Load()); st == InProgress || !r.state.CompareAndSwap(int32(st), int32(InProgress)) {
-		return Failed, r.fail(fmt.Errorf("%w: posted while in progress", ErrBadRequest))
+	case st == InProgress || !r.state.CompareAndSwap(int32(st), int32(InProgress)):
+		return Failed, r.fail(fmt.Errorf("%w: posted while in progress or released", ErrBadRequest))
 	}
 	// Close waits for posts in progress before it unmaps memory.
 	a.postMu.RLock()
@@ -500,18 +511,14 @@ func (a *Agent) PostXferReq(r *XferReq) (Status, error) {
 			for _, c := range r.copies {
 				c.finish(c.run())
 			}
-		case r.inline:
+		case r.inline: // memory to memory only: help copying
 			a.work.pushAll(r.copies)
 			a.work.help(helpMax)
 		default:
 			a.work.pushAll(r.copies)
 		}
 	}
-	st, err := a.XferStatus(r)
-	if st == Prepared { // ended and reposted by another goroutine meanwhile: still ours to report
-		st = InProgress
-	}
-	return st, err
+	return a.XferStatus(r)
 }
 
 // failPost ends a post that could not start: r is Failed with err, and
@@ -585,7 +592,11 @@ func (r *XferReq) chunkDone(err error) {
 		r.mu.Unlock()
 		if ok {
 			if r.p == nil {
-				r.a.pushNotif(r.a.name, append([]byte(nil), r.notif.notif...))
+				if !r.a.pushNotif(r.a.name, append([]byte(nil), r.notif.notif...)) {
+					r.mu.Lock()
+					r.err = r.fail(fmt.Errorf("%w: notification queue full (%d bytes waiting to be taken)", ErrInUse, maxQueuedNotif))
+					r.mu.Unlock()
+				}
 			} else {
 				r.remaining.Store(-1) // the notification's turn: it calls chunkDone once more
 				r.p.enqueue(r.notif)
@@ -601,10 +612,11 @@ func (r *XferReq) chunkDone(err error) {
 	}
 	r.mu.Lock()
 	st := Done
-	if r.err != nil {
+	switch {
+	case r.err != nil:
 		st = Failed
 		r.a.ctr.failed.Add(1)
-	} else {
+	case r.chunks != nil: // not a GenNotif
 		r.a.ctr.reqs.Add(1)
 	}
 	r.state.Store(int32(st))
@@ -616,6 +628,9 @@ func (r *XferReq) chunkDone(err error) {
 // getXferStatus). It never blocks.
 func (a *Agent) XferStatus(r *XferReq) (Status, error) {
 	st := Status(r.state.Load())
+	if st == released {
+		return Failed, r.fail(fmt.Errorf("%w: released", ErrBadRequest))
+	}
 	if st == Failed {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -635,7 +650,7 @@ func (r *XferReq) Wait(ctx context.Context) error {
 	}
 	// Spin briefly (yielding) before sleeping: a transfer often ends
 	// within microseconds, and waking a parked goroutine costs more.
-	for start := time.Now(); time.Since(start) < waitSpin; runtime.Gosched() {
+	for start := time.Now(); time.Since(start) < waitSpin && ctx.Err() == nil; runtime.Gosched() {
 		select {
 		case <-done:
 			return r.result()
@@ -662,10 +677,14 @@ func (r *XferReq) result() error {
 // ReleaseXferReq releases r; it fails with ErrInUse while r is in
 // progress (Wait for it first).
 func (a *Agent) ReleaseXferReq(r *XferReq) error {
-	if Status(r.state.Load()) == InProgress {
-		return r.fail(fmt.Errorf("%w: release while in progress", ErrInUse))
+	for {
+		switch st := Status(r.state.Load()); {
+		case st == InProgress:
+			return r.fail(fmt.Errorf("%w: release while in progress", ErrInUse))
+		case st == released:
+			return nil
+		case r.state.CompareAndSwap(int32(st), int32(released)):
+			return nil
+		}
 	}
-	r.dead = true
-	r.chunks = nil
-	return nil
 }

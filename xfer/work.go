@@ -57,7 +57,7 @@ func (w *workQueue) pushAll(cs []*chunk) {
 }
 
 func (w *workQueue) loop() {
-	for c := w.next(true); c != nil; c = w.next(true) {
+	for c := w.next(); c != nil; c = w.next() {
 		c.finish(c.run())
 	}
 }
@@ -66,7 +66,7 @@ func (w *workQueue) loop() {
 // max bytes are copied.
 func (w *workQueue) help(max uint64) {
 	for done := uint64(0); done < max; {
-		c := w.next(false)
+		c := w.nextMemory()
 		if c == nil {
 			return
 		}
@@ -75,12 +75,22 @@ func (w *workQueue) help(max uint64) {
 	}
 }
 
-// next takes the head chunk; when the queue is empty it waits for one
-// (wait, until closed) or returns nil.
-func (w *workQueue) next(wait bool) *chunk {
+// nextMemory takes the head chunk when it is a memory-to-memory copy (no
+// file I/O in the caller's help), nil otherwise.
+func (w *workQueue) nextMemory() *chunk {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for wait && w.head == len(w.q) && !w.closed {
+	if w.head == len(w.q) || w.q[w.head].l.mem == nil || w.q[w.head].r.mem == nil {
+		return nil
+	}
+	return w.take()
+}
+
+// next takes the head chunk, waiting for one until the queue is closed.
+func (w *workQueue) next() *chunk {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for w.head == len(w.q) && !w.closed {
 		w.cond.Wait()
 	}
 	if w.head == len(w.q) {

@@ -734,6 +734,22 @@ func TestStaleRegistrations(t *testing.T) {
 	if _, err := ini.MakeXferReq(WRITE, ll2, []int{0}, rl, []int{0}, nil); !errors.Is(err, ErrInvalidated) {
 		t.Fatalf("make after the peer was invalidated: %v", err)
 	}
+	// Within one agent, the destination goes between two posts.
+	_, s1, _ := ini.Alloc(1 << 20)
+	_, s2, _ := ini.Alloc(1 << 20)
+	self, err := ini.CreateXferReq(ctx, WRITE, DRAM, []Desc{s1}, "", DRAM, []Desc{s2}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run(t, ini, self); err != nil {
+		t.Fatal(err)
+	}
+	if err := ini.DeregisterMem(DRAM, s2); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := ini.PostXferReq(self); st != Failed || !errors.Is(err, ErrNotRegistered) {
+		t.Fatalf("post into this agent's deregistered memory: %v %v", st, err)
+	}
 	// The target frees its region and allocates one of the same size
 	// (often at the same address): after reloading its metadata, a WRITE
 	// lands in the new one.
