@@ -68,7 +68,7 @@ is rank 0, the trainers ranks 1 and 2) and the world size is their total
 (3); local ranks and the local world size count across contexts as well
 (every rank is on this host). Each context gives its own number of ranks
 (-n, -np or --nproc-per-node) and may give --env settings, which apply to
-its own ranks only. --grace and --metrics-addr are the whole job's: they
+its own ranks only. --grace, --settle and --metrics-addr are the whole job's: they
 go in the first context, before the first PROG. Errors count the contexts
 from 1. A Go package named by several contexts is built once. Every
 standalone ":" separates contexts, even among a program's arguments (pass
@@ -139,8 +139,9 @@ It prints the node's place on stderr. Every node must hold the same
 Secret); without one the connections are not authenticated.
 
 When a rank exits with a non-zero status or is killed by a signal, goccl run
-waits a moment (250ms) for other failures, then the other ranks get SIGTERM,
-then SIGKILL after the grace period, and goccl run names the rank that failed
+waits a moment (--settle DURATION, default 250ms) for other failures, then
+the other ranks get SIGTERM, then SIGKILL after the grace period (--grace,
+default 3s), and goccl run names the rank that failed
 (with several programs, its program too) and exits with its status
 (128+signal when killed). Of the failures in that moment, a rank killed by a
 signal (SIGPIPE aside) is named before ranks that exited with a status: they
@@ -220,13 +221,14 @@ func (f *nprocFlag) Set(s string) error {
 // runArgs is goccl run's parsed command line: the first program (the
 // first application context) and, with ":", the others.
 type runArgs struct {
-	np    int
-	npSet bool    // the first context gave -n (with hosts, the default is every slot)
-	env   envList // --metrics-addr's variable first, then the --env settings
-	grace time.Duration
-	prog  string
-	args  []string
-	more  []runApp // the contexts after the first (-n N1 PROG1 : -n N2 PROG2), nil for one program
+	np     int
+	npSet  bool    // the first context gave -n (with hosts, the default is every slot)
+	env    envList // --metrics-addr's variable first, then the --env settings
+	grace  time.Duration
+	settle time.Duration
+	prog   string
+	args   []string
+	more   []runApp // the contexts after the first (-n N1 PROG1 : -n N2 PROG2), nil for one program
 	hosts
 }
 
@@ -257,13 +259,14 @@ const contextSep = ":"
 
 // jobFlags are the flags of goccl run that are the launcher's, not a
 // context's: only the first context takes them.
-var jobFlags = []string{"grace", "metrics-addr", "host", "hostfile", "rsh", "launch-agent", "x", "nnodes", "node-rank", "master-addr", "master-port"}
+var jobFlags = []string{"grace", "settle", "metrics-addr", "host", "hostfile", "rsh", "launch-agent", "x", "nnodes", "node-rank", "master-addr", "master-port"}
 
 // runFlags are the flags of one context of goccl run.
 type runFlags struct {
 	np          *nprocs
 	env         envList
 	grace       *time.Duration
+	settle      *time.Duration
 	metricsAddr *string
 	hosts       *[]string
 	hostfile    *string
@@ -293,6 +296,7 @@ func newRunFlags(stderr io.Writer) (*cliFlags, *runFlags) {
 	}
 	fs.Var(&f.env, "env", "set `KEY=VALUE` in the environment of PROG's ranks (repeatable)")
 	f.grace = fs.Duration("grace", launch.DefaultGrace, "time between SIGTERM and SIGKILL when stopping ranks (first context only)")
+	f.settle = fs.Duration("settle", launch.DefaultSettle, "after the first rank fails, how long to wait for other failures before stopping the rest (first context only)")
 	f.metricsAddr = fs.String("metrics-addr", "", "serve each rank's Prometheus metrics at `ADDR` (:9400: local rank r on port 9400+r); sets "+config.MetricsAddr.Name+" (first context only)")
 	f.hosts = fs.StringArrayP("host", "H", nil, "run the ranks on `HOSTS` (h1:4,h2:4: NAME[:SLOTS],...; repeatable), filling each host's slots in order (first context only)")
 	f.hostfile = fs.String("hostfile", "", "run the ranks on the hosts of `FILE` (OpenMPI's syntax: NAME [slots=N] per line; first context only)")
@@ -450,7 +454,7 @@ func parseRunArgs(args []string, stderr io.Writer) (*runArgs, int) {
 			if *f.metricsAddr != "" {
 				metricsEnv = envList{config.MetricsAddr.Name + "=" + *f.metricsAddr} // --env may still override it
 			}
-			ra = &runArgs{np: f.np.n, npSet: f.np.set != "", env: append(metricsEnv, f.env...), grace: *f.grace, prog: prog, args: fs.Args()[1:]}
+			ra = &runArgs{np: f.np.n, npSet: f.np.set != "", env: append(metricsEnv, f.env...), grace: *f.grace, settle: *f.settle, prog: prog, args: fs.Args()[1:]}
 			var err error
 			if ra.hosts, err = f.hostList(fs); err != nil {
 				return fail("%v", err)
@@ -487,6 +491,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		Stdout:         stdout,
 		Stderr:         stderr,
 		Grace:          ra.grace,
+		Settle:         ra.settle,
 		ForwardSignals: true,
 	}
 	switch {

@@ -213,7 +213,11 @@ func TestRunHostsLinkCut(t *testing.T) {
 	exe, _ := os.Executable()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, exe, "run", "-H", hostsArg, "--rsh", rsh,
+	// --settle 10s: every rank reports its own failure before goccl run
+	// stops the rest (the ranks across the cut each notice it at their own
+	// socket's timeout; under load they were once more than the default
+	// 250 ms apart).
+	cmd := exec.CommandContext(ctx, exe, "run", "-H", hostsArg, "--rsh", rsh, "--settle", "10s",
 		"--env", "GOCCL_SOCKET_TIMEOUT=3s", "--env", "GOCCL_TIMEOUT=120s",
 		exe, "perf", "all_reduce", "-b", "16M", "-e", "16M", "-n", "100000", "-w", "1")
 	cmd.Env = append(os.Environ(), "GOCCL_CLI_TEST_MAIN=1")
