@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/goccl/goccl/internal/config"
+	"github.com/goccl/goccl/internal/launch"
 )
 
 // testFlags is a flag set with a long flag that has a shorthand (-n,
@@ -164,6 +165,7 @@ func TestGNUForms(t *testing.T) {
 		{[]string{"-n", "3", "--", "-prog", "-np", "4"}, runArgs{np: 3, npSet: true, prog: "-prog", args: []string{"-np", "4"}}},
 		{[]string{"--env=A=1", "--env", "B=2", "-env", "C=3", "-env=D=4", "--grace=2s", "-metrics-addr", ":9400", "prog"},
 			runArgs{np: 1, env: envList{config.MetricsAddr.Name + "=:9400", "A=1", "B=2", "C=3", "D=4"}, grace: 2 * time.Second, prog: "prog"}},
+		{[]string{"--settle", "10s", "-n", "2", "prog"}, runArgs{np: 2, npSet: true, settle: 10 * time.Second, prog: "prog"}},
 	} {
 		got, status := parseRunArgs(tc.args, io.Discard)
 		if got == nil {
@@ -172,6 +174,9 @@ func TestGNUForms(t *testing.T) {
 		}
 		if tc.want.grace == 0 {
 			tc.want.grace = got.grace
+		}
+		if tc.want.settle == 0 {
+			tc.want.settle = launch.DefaultSettle
 		}
 		if tc.want.args == nil {
 			tc.want.args = []string{}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/goccl/goccl/internal/config"
+	"github.com/goccl/goccl/internal/launch"
 )
 
 // pidSleepHelper, set to a directory, makes the test binary pidSleep (see
@@ -45,7 +46,7 @@ func TestParseRunArgsMPMD(t *testing.T) {
 	if got == nil {
 		t.Fatalf("status %d", status)
 	}
-	want := runArgs{np: 1, npSet: true, env: envList{metrics, "A=1"}, grace: 2 * time.Second, prog: "prog1", args: []string{"a", "--env", "X=1"},
+	want := runArgs{np: 1, npSet: true, env: envList{metrics, "A=1"}, grace: 2 * time.Second, settle: launch.DefaultSettle, prog: "prog1", args: []string{"a", "--env", "X=1"},
 		more: []runApp{
 			{np: 2, env: envList{metrics, "B=2"}, prog: "-prog2", args: []string{"-n", "3"}},
 			{np: 3, env: envList{metrics}, prog: "prog1", args: []string{}},
