@@ -204,7 +204,7 @@ func TestTunerProbe(t *testing.T) {
 // each way, and checks what checkTuning checks. At 200 Mbit/s the probe's
 // inter-host bandwidth must not exceed the rate by more than 20 %: the
 // shaper makes the rate a hard bound once the probe's untimed transfers
-// have drained its burst (64 KiB, a quarter of a transfer; the median of
+// have drained its burst (128 KiB, half a transfer; the median of
 // three timed transfers ignores one that rode on a bucket refilled while a
 // rank was descheduled). At 1 Gbit/s the burst is 2 ms of the rate, a
 // whole transfer, which TCP drains only once it outpaces the rate: on a

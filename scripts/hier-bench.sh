@@ -12,6 +12,7 @@
 # openmpi-bin and libopenmpi-dev.
 #
 # Usage: scripts/hier-bench.sh [HOSTS (2)] [PERHOST (2)] [RATE (1gbit)] [COLL (all_reduce)] [SIZE (32M)] [ITERS (5)]
+# MPI_COLLS="tuned" leaves out HAN (15-35x slower than tuned here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
@@ -51,9 +52,24 @@ for algo in ring hier; do
   # first call and ITERS timed ones.
   report "goccl $algo" $((2 * WARMUP + 2 * (ITERS + 1))) "$before" "$after" "$f"
 done
+# The links' ceiling for a ring's pattern: iperf3 from every host to the
+# next at once (2 flows each, as 2 ranks per host send), payload per host.
+if command -v iperf3 >/dev/null; then
+  addr() { "$out/goccl" cluster status --name "$name" | awk -v h="$name-h$1" '$1==h{print $2; exit}'; }
+  for i in $(seq 0 $((H - 1))); do ip netns exec "$name-h$i" iperf3 -s -D -1 -p 5299 >/dev/null; done
+  sleep 0.5
+  for i in $(seq 0 $((H - 1))); do
+    ip netns exec "$name-h$i" iperf3 -c "$(addr $(((i + 1) % H)))" -p 5299 -P 2 -t 5 -J >"$out/iperf$i.json" &
+  done
+  wait
+  echo "## iperf3, every host to the next at once (2 flows each), payload MB/s (1e6) per host"
+  for i in $(seq 0 $((H - 1))); do
+    python3 -c 'import json,sys; print("%.1f" % (json.load(open(sys.argv[1]))["end"]["sum_received"]["bytes"]/json.load(open(sys.argv[1]))["end"]["sum_received"]["seconds"]/1e6))' "$out/iperf$i.json"
+  done | awk '{s+=$1; printf "host %d: %s\n", NR-1, $1} END {printf "mean %.1f MB/s\n", s/NR}'
+fi
 if command -v mpicc >/dev/null && [ "$COLL" != reduce ] && [ "$COLL" != sendrecv ]; then
   mpicc -O2 -o "$out/mpi_coll_perf" ../shared/peers/mpi_coll_perf.c -lm
-  for coll in tuned han; do
+  for coll in ${MPI_COLLS:-tuned han}; do
     mca=(--mca btl self,vader,tcp --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0)
     [ $coll = han ] && mca+=(--mca coll_han_priority 100)
     before=$(txbytes)

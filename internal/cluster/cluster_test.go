@@ -138,9 +138,9 @@ func TestOwns(t *testing.T) {
 func TestShapingParameters(t *testing.T) {
 	cfg, _ := cluster.Config{Hosts: 2, Rate: 100e6, Delay: 5 * time.Millisecond}.Normalize()
 	c := cluster.Plan(cfg)
-	// 100 Mbit/s: 2 ms is 25 kB, under the 64 KiB floor; the queue holds
-	// 2×5 ms + 20 ms = 30 ms of the rate, 375 kB.
-	if got, want := strings.Join(c.TBF(), " "), "tbf rate 100mbit burst 65536 limit 375000"; got != want {
+	// 100 Mbit/s: 2 ms is 25 kB, under the 128 KiB floor; the queue holds
+	// 2×5 ms + 20 ms = 30 ms of the rate, 375 kB, but at least 4 bursts.
+	if got, want := strings.Join(c.TBF(), " "), "tbf rate 100mbit burst 131072 limit 524288"; got != want {
 		t.Errorf("tbf: %s, want %s", got, want)
 	}
 	// 2 × 12.5 MB/s × 5 ms / 256 B = 488 packets: netem's 1000.
@@ -149,7 +149,7 @@ func TestShapingParameters(t *testing.T) {
 	}
 	// A queue given: tbf's limit, whatever the delay.
 	cfg.Queue = 2 << 20
-	if got, want := strings.Join(cluster.Plan(cfg).TBF(), " "), "tbf rate 100mbit burst 65536 limit 2097152"; got != want {
+	if got, want := strings.Join(cluster.Plan(cfg).TBF(), " "), "tbf rate 100mbit burst 131072 limit 2097152"; got != want {
 		t.Errorf("tbf with a queue: %s, want %s", got, want)
 	}
 	cfg, _ = cluster.Config{Hosts: 2, Rate: 10e9, Delay: 10 * time.Millisecond}.Normalize()
