@@ -460,9 +460,25 @@ func (l *Link) release() {
 
 // Roles of await.
 const (
-	roleSend  = iota
-	roleRecv  // a chunk has arrived
-	roleFlush // every chunk posted has been acknowledged
+	roleSend   = iota
+	roleRecv   // a chunk has arrived
+	roleFlush  // every chunk posted has been acknowledged
+	roleDirect // fewer than directWindow direct WRITEs unacknowledged
+)
+
+// A direct send (into the buffer the receiver advertised) posts WRITEs of
+// directPiece bytes, at most directWindow of them unacknowledged. One WRITE
+// of the whole rest, as before, held everything this side posted after it
+// until it was done: on 2 hosts with 250 Mbit/s links a 2-rank ring
+// AllReduce of 64 MiB in registered buffers took 3.0-3.3 s against 2.4 s
+// unregistered, the peer's credits and advert queued behind a 32 MiB
+// WRITE; now 2.3 s. 2 MiB in flight covers a round trip of 1.6 ms at the
+// device's 1.25 GB/s on loopback (BenchmarkStream's direct variants kept
+// their speed) and of 65 ms at 250 Mbit/s; 4 MiB (1 MiB pieces) held an
+// 8 MiB AllReduce's 4 MiB steps whole again (324-357 ms against 290).
+const (
+	directPiece  = 512 << 10
+	directWindow = 4
 )
 
 // progressLocked takes the completions there are and signals the side
@@ -546,6 +562,8 @@ func (l *Link) readyLocked(role int) bool {
 		return l.consumed < l.arrived
 	case roleFlush:
 		return l.sendDone >= l.posted && l.ddone >= l.dposted
+	case roleDirect:
+		return l.dposted-l.ddone < directWindow
 	}
 	return l.sent < l.credits+uint64(l.pslots) && l.sent < l.sendDone+uint64(l.pslots)
 }
@@ -768,16 +786,28 @@ func (l *Link) sendRegistered(ctx context.Context, h *transport.Header, buf []by
 			wr.Imm = immData | hdrRoom
 			pos = 0
 		} else if addr, rkey, ok := l.advert(len(buf)); ok {
-			err := l.qp.PostSend(rdma.SendWR{ID: directWR | l.dposted, Opcode: qp.WRWrite, MR: reg.mr, Offset: off + pos,
-				Length: len(buf) - pos, RemoteAddr: addr + uint64(pos), RKey: rkey})
-			if err != nil {
-				return l.postErr("send", err)
+			// The rest in WRITEs of directPiece, at most directWindow of
+			// them unacknowledged: the queue pair sends its work requests
+			// in order, so what this side posts meanwhile (its own adverts
+			// and the credits of what it receives) waits behind at most
+			// the window, not behind the whole message.
+			for pos < len(buf) {
+				if err := l.await(ctx, roleDirect); err != nil {
+					l.Close()
+					return l.callErr("send", err)
+				}
+				n := min(len(buf)-pos, directPiece)
+				err := l.qp.PostSend(rdma.SendWR{ID: directWR | l.dposted, Opcode: qp.WRWrite, MR: reg.mr, Offset: off + pos,
+					Length: n, RemoteAddr: addr + uint64(pos), RKey: rkey})
+				if err != nil {
+					return l.postErr("send", err)
+				}
+				l.mu.Lock()
+				l.dposted++
+				l.mu.Unlock()
+				pos += n
 			}
-			l.mu.Lock()
-			l.dposted++
-			l.mu.Unlock()
 			wr.Imm = immDirect
-			pos = len(buf)
 		} else {
 			n := min(len(buf)-pos, l.pslot)
 			wr.MR, wr.Offset, wr.Length = reg.mr, off+pos, n

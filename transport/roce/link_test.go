@@ -624,6 +624,11 @@ func TestDirectReceive(t *testing.T) {
 	if got := direct(); got != n {
 		t.Fatalf("advert before the send: %d bytes direct, want %d", got, n)
 	}
+	// In WRITEs of directPiece (so that what a posts meanwhile does not
+	// wait behind the whole message).
+	if got, want := a.dposted, uint64((n+directPiece-1)/directPiece); got != want {
+		t.Fatalf("advert before the send: %d direct WRITEs, want %d of at most %d bytes", got, want, directPiece)
+	}
 	xfer(src, dst[4096:4096+n], true, nil) // the advert overtakes the send
 	if got := direct() - n; got == 0 || got >= n {
 		t.Fatalf("advert during the send: %d bytes direct, want some but not all of %d", got, n)
