@@ -20,8 +20,8 @@ H=${1:-2} L=${2:-2} RATE=${3:-1gbit} COLL=${4:-all_reduce} SIZE=${5:-32M} ITERS=
 WARMUP=2
 name=hb$$
 out=$(mktemp -d /tmp/hier-bench.XXXXXX)
+trap 'kill $(jobs -p) 2>/dev/null || true; "$out/goccl" cluster down --name $name >/dev/null 2>&1 || true; rm -rf "$out"' EXIT
 go build -o "$out/goccl" ./cmd/goccl
-trap '"$out/goccl" cluster down --name $name >/dev/null 2>&1 || true; rm -rf "$out"' EXIT
 "$out/goccl" cluster up --hosts "$H" --bw "$RATE" --name "$name" --slots "$L" --hostfile "$out/hosts" >/dev/null
 n=$((H * L))
 hosts=$(for i in $(seq 0 $((H - 1))); do printf '%s-h%d:%d,' "$name" "$i" "$L"; done)
@@ -53,19 +53,26 @@ for algo in ring hier; do
   report "goccl $algo" $((2 * WARMUP + 2 * (ITERS + 1))) "$before" "$after" "$f"
 done
 # The links' ceiling for a ring's pattern: iperf3 from every host to the
-# next at once (2 flows each, as 2 ranks per host send), payload per host.
+# next at once (L flows each, as L ranks per host send), payload per host.
 if command -v iperf3 >/dev/null; then
   addr() { "$out/goccl" cluster status --name "$name" | awk -v h="$name-h$1" '$1==h{print $2; exit}'; }
-  for i in $(seq 0 $((H - 1))); do ip netns exec "$name-h$i" iperf3 -s -D -1 -p 5299 >/dev/null; done
-  sleep 0.5
+  srvs=()
   for i in $(seq 0 $((H - 1))); do
-    ip netns exec "$name-h$i" iperf3 -c "$(addr $(((i + 1) % H)))" -p 5299 -P 2 -t 5 -J >"$out/iperf$i.json" &
+    timeout 60 ip netns exec "$name-h$i" iperf3 -s -1 -p 5299 >/dev/null 2>&1 &
+    srvs+=($!)
   done
-  wait
-  echo "## iperf3, every host to the next at once (2 flows each), payload MB/s (1e6) per host"
+  sleep 0.5
+  clis=()
   for i in $(seq 0 $((H - 1))); do
-    python3 -c 'import json,sys; print("%.1f" % (json.load(open(sys.argv[1]))["end"]["sum_received"]["bytes"]/json.load(open(sys.argv[1]))["end"]["sum_received"]["seconds"]/1e6))' "$out/iperf$i.json"
-  done | awk '{s+=$1; printf "host %d: %s\n", NR-1, $1} END {printf "mean %.1f MB/s\n", s/NR}'
+    ip netns exec "$name-h$i" iperf3 -c "$(addr $(((i + 1) % H)))" -p 5299 -P "$L" -t 5 -J >"$out/iperf$i.json" &
+    clis+=($!)
+  done
+  for p in "${clis[@]}"; do wait "$p" || { echo "iperf3 failed:"; cat "$out"/iperf*.json; exit 1; }; done
+  wait "${srvs[@]}" || true
+  echo "## iperf3, every host to the next at once ($L flows each), payload MB/s (1e6) per host"
+  for i in $(seq 0 $((H - 1))); do
+    python3 -c 'import json,sys; e=json.load(open(sys.argv[1]))["end"]["sum_received"]; print("%s %.1f" % (sys.argv[2], e["bytes"]/e["seconds"]/1e6))' "$out/iperf$i.json" "$i"
+  done | awk '{s+=$2; printf "host %d: %s\n", $1, $2} END {printf "mean %.1f MB/s\n", s/NR}'
 fi
 if command -v mpicc >/dev/null && [ "$COLL" != reduce ] && [ "$COLL" != sendrecv ]; then
   mpicc -O2 -o "$out/mpi_coll_perf" ../shared/peers/mpi_coll_perf.c -lm

@@ -21,18 +21,22 @@ export PATH="$PATH:/usr/local/go/bin"
 N=${1:-2} RATE=${2:-250mbit} ITERS=${3:-5} QUEUE=${4:-4000000} MTU=${5:-9000}
 name=rb$$
 out=$(mktemp -d /tmp/roce-cluster-bench.XXXXXX)
-go build -o "$out/goccl" ./cmd/goccl
 G=$out/goccl
-trap '"$G" cluster down --name $name >/dev/null 2>&1 || true; rm -rf "$out"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; "$G" cluster down --name $name >/dev/null 2>&1 || true; rm -rf "$out"' EXIT
+go build -o "$G" ./cmd/goccl
 "$G" cluster up --hosts "$N" --bw "$RATE" --queue "$QUEUE" --mtu "$MTU" --name "$name" >/dev/null
 addr() { "$G" cluster status --name "$name" | awk -v h="$name-h$1" '$1==h{print $2; exit}'; }
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) CPUs, $(go version | cut -d' ' -f3), $N hosts x 1 rank, links $RATE, queue $QUEUE, MTU $MTU"
 port=18700
-wbw() { # FLAGS...: write-bw server on host 1, client on host 0
+wbw() { # FLAGS...: write-bw server on host 1, client on host 0 (dials until the server listens)
   ip netns exec "$name-h1" "$G" roce write-bw -p $port "$@" >/dev/null 2>&1 &
-  sleep 0.5
-  ip netns exec "$name-h0" "$G" roce write-bw -p $port "$@" "$(addr 1)" | grep -E '^ +[0-9]'
-  wait
+  local srv=$! res=""
+  for _ in $(seq 50); do
+    if res=$(ip netns exec "$name-h0" "$G" roce write-bw -p $port "$@" "$(addr 1)" 2>/dev/null); then break; fi
+    sleep 0.1
+  done
+  wait $srv
+  grep -E '^ +[0-9]' <<<"$res"
   port=$((port + 1))
 }
 echo "## goccl roce write-bw, host 0 to host 1 (one QP, one way; MB/sec = 2^20 bytes/s)"
@@ -50,7 +54,7 @@ perf() { # LABEL NET REG
   "$G" run -H "$hosts" --rsh "$G cluster rsh" --env GOCCL_NET="$2" --env GOCCL_DEBUG=INFO --env GOCCL_DEBUG_SUBSYS=NET \
     "$G" perf all_reduce -b 1M -e 64M -f 8 -n "$ITERS" -w 2 -R "$3" >"$out/perf.txt" 2>&1 || { cat "$out/perf.txt"; exit 1; }
   grep -E '^\[0\] +[0-9]' "$out/perf.txt" | sed 's/^\[0\]//'
-  grep -o 'via NET/[A-Za-z0-9/]*' "$out/perf.txt" | sort | uniq -c
+  { grep -o 'via NET/[A-Za-z0-9/]*' "$out/perf.txt" || true; } | sort | uniq -c
 }
 perf "RoCE (GOCCL_NET=roce), unregistered (-R 0)" roce 0
 perf "RoCE (GOCCL_NET=roce), registered (-R 1)" roce 1

@@ -437,7 +437,7 @@ func (c *Cluster) tbf() []string {
 // A 64 KiB burst, as before, cut every full-sized TCP packet into 1,500-byte
 // frames: 45× the packets through the veths and the bridge, which at 250
 // Mbit/s kept this 2-core machine busy and held a 4 × 2 hierarchical
-// AllReduce to 68-73 % of the link. Twice the largest GSO packet.
+// AllReduce to 68-73 % of the link. Almost twice the largest GSO packet.
 const gsoBurst = 128 << 10
 
 // netemLimit is netem's queue, in packets: what the link carries during

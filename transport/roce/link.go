@@ -476,6 +476,8 @@ const (
 // device's 1.25 GB/s on loopback (BenchmarkStream's direct variants kept
 // their speed) and of 65 ms at 250 Mbit/s; 4 MiB (1 MiB pieces) held an
 // 8 MiB AllReduce's 4 MiB steps whole again (324-357 ms against 290).
+// Links with larger slots (Options) get as many bytes in flight as their
+// slots hold.
 const (
 	directPiece  = 512 << 10
 	directWindow = 4
@@ -563,7 +565,8 @@ func (l *Link) readyLocked(role int) bool {
 	case roleFlush:
 		return l.sendDone >= l.posted && l.ddone >= l.dposted
 	case roleDirect:
-		return l.dposted-l.ddone < directWindow
+		// At least as many bytes in flight as the staged path's slots.
+		return l.dposted-l.ddone < uint64(max(directWindow, l.pslots*l.pslot/directPiece))
 	}
 	return l.sent < l.credits+uint64(l.pslots) && l.sent < l.sendDone+uint64(l.pslots)
 }
@@ -766,9 +769,10 @@ func (l *Link) sendGather(ctx context.Context, h *transport.Header, a, b []byte)
 // device reads the buffer until then, also to resend). A failure part-way
 // closes the link, which stops the device reading. Once the receiver has
 // advertised a registered buffer for this message (advert), the rest of
-// the payload goes by one WRITE into that buffer and a zero-length WRITE
-// with immediate (immDirect) in the next slot tells the receiver it has
-// landed (RC delivers it after the payload): no copy at either end.
+// the payload goes by WRITEs into that buffer (directPiece each, a window
+// of them in flight) and a zero-length WRITE with immediate (immDirect) in
+// the next slot tells the receiver it has landed (RC delivers it after the
+// payload): no copy at either end.
 func (l *Link) sendRegistered(ctx context.Context, h *transport.Header, buf []byte, reg *Region, off int) error {
 	pos := -1 // -1: the header
 	for pos < len(buf) {
