@@ -157,7 +157,8 @@ func TestCollNetFallback(t *testing.T) {
 }
 
 // TestCollNetNodeKilled: a leaf aggregation node killed during AllReduces
-// fails the operation at every rank within 2 s with an error wrapping
+// fails the operation at every rank promptly (10 s allowed for a loaded
+// machine; the communicators' timeout is a minute) with an error wrapping
 // ErrCollNet that names the node; the job then makes a new communicator,
 // which finds the tree broken and runs on the links.
 func TestCollNetNodeKilled(t *testing.T) {
@@ -191,8 +192,8 @@ func TestCollNetNodeKilled(t *testing.T) {
 	}
 	wg.Wait()
 	for r, err := range errs {
-		if !errors.Is(err, goccl.ErrCollNet) || !strings.Contains(err.Error(), victim) || took[r] > 2*time.Second {
-			t.Errorf("rank %d after %v: %v (want ErrCollNet naming %s within 2 s)", r, took[r], err, victim)
+		if !errors.Is(err, goccl.ErrCollNet) || !strings.Contains(err.Error(), victim) || took[r] > 10*time.Second {
+			t.Errorf("rank %d after %v: %v (want ErrCollNet naming %s within 10 s)", r, took[r], err, victim)
 		} else {
 			t.Logf("rank %d after %v: %v", r, took[r].Round(time.Millisecond), err)
 		}

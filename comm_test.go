@@ -204,17 +204,20 @@ func goroutineRanks(t *testing.T, n int, timeout time.Duration, f func(c *goccl.
 }
 
 // initComms makes n goroutine ranks of this process meet through store and
-// returns their communicators, closed when the test ends.
+// returns their communicators, closed when the test ends. timeout is the
+// communicators' (WithTimeout); Init itself has at least a minute.
 func initComms(tb testing.TB, n int, store rendezvous.Store, timeout time.Duration) []*goccl.Comm {
 	tb.Helper()
 	comms := make([]*goccl.Comm, n)
 	errs := make([]error, n)
+	ctx, cancel := context.WithTimeout(context.Background(), max(timeout, time.Minute))
+	defer cancel()
 	var wg sync.WaitGroup
 	for r := range comms {
 		wg.Add(1)
 		go func(r int) {
 			defer wg.Done()
-			comms[r], errs[r] = goccl.Init(context.Background(), goccl.WithRank(r), goccl.WithWorldSize(n),
+			comms[r], errs[r] = goccl.Init(ctx, goccl.WithRank(r), goccl.WithWorldSize(n),
 				goccl.WithStore(store), goccl.WithTimeout(timeout))
 		}(r)
 	}
@@ -404,17 +407,28 @@ func TestWorldSizeNeverReached(t *testing.T) {
 func TestOperationTimeout(t *testing.T) {
 	for _, shmOff := range []string{"0", "1"} {
 		t.Setenv("GOCCL_SHM_DISABLE", shmOff)
+		// Init has its own deadline: the communicator's 500 ms is for the
+		// operation (Init takes it only when its ctx has none, and a loaded
+		// machine under the race detector may need more).
+		comms := initComms(t, 2, rendezvous.NewMemStore(), 500*time.Millisecond)
 		done := make(chan struct{})
 		start := time.Now()
-		errs := goroutineRanks(t, 2, 500*time.Millisecond, func(c *goccl.Comm) error {
-			if c.Rank() == 1 {
-				<-done // never calls AllReduce
-				return nil
-			}
-			defer close(done)
-			buf := make([]float32, 1<<20)
-			return goccl.AllReduce(context.Background(), c, buf, buf, len(buf), goccl.Sum)
-		})
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for r, c := range comms {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if r == 1 {
+					<-done // never calls AllReduce
+					return
+				}
+				defer close(done)
+				buf := make([]float32, 1<<20)
+				errs[r] = goccl.AllReduce(context.Background(), c, buf, buf, len(buf), goccl.Sum)
+			}()
+		}
+		wg.Wait()
 		if !errors.Is(errs[0], context.DeadlineExceeded) {
 			t.Fatalf("shm_disable=%s: rank 0 got %v, want a deadline error", shmOff, errs[0])
 		}

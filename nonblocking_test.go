@@ -414,8 +414,10 @@ func TestNonBlockingStaleRequest(t *testing.T) {
 
 // pendingOnRank0 runs f on rank 0 of 2 goroutine ranks after issuing k
 // AllReduces there that rank 1 never joins (rank 1 runs peer, then waits
-// for rank 0 to finish).
-func pendingOnRank0(t *testing.T, k int, timeout time.Duration, opCtx context.Context, peer func(c *goccl.Comm), f func(c *goccl.Comm, reqs []goccl.Request) error) {
+// for rank 0 to finish). The AllReduces' ctx has opTimeout (0: none) from
+// when they are issued: a deadline set before Init would spend itself on
+// Init on a loaded machine.
+func pendingOnRank0(t *testing.T, k int, timeout, opTimeout time.Duration, peer func(c *goccl.Comm), f func(c *goccl.Comm, reqs []goccl.Request) error) {
 	t.Helper()
 	ready := make(chan *goccl.Comm, 1)
 	finished := make(chan struct{})
@@ -428,6 +430,12 @@ func pendingOnRank0(t *testing.T, k int, timeout time.Duration, opCtx context.Co
 			return nil
 		}
 		defer close(finished)
+		opCtx := context.Background()
+		if opTimeout > 0 {
+			var cancel context.CancelFunc
+			opCtx, cancel = context.WithTimeout(opCtx, opTimeout)
+			defer cancel()
+		}
 		var reqs []goccl.Request
 		for i := 0; i < k; i++ {
 			buf := make([]float32, 1<<16)
@@ -475,7 +483,7 @@ func expectAll(reqs []goccl.Request, d time.Duration, what string, is func(error
 // pending operations fail too.
 func TestNonBlockingAbort(t *testing.T) {
 	base := runtime.NumGoroutine()
-	pendingOnRank0(t, 10, time.Minute, context.Background(), func(c *goccl.Comm) {}, func(c *goccl.Comm, reqs []goccl.Request) error {
+	pendingOnRank0(t, 10, time.Minute, 0, func(c *goccl.Comm) {}, func(c *goccl.Comm, reqs []goccl.Request) error {
 		c.Abort()
 		if err := expectAll(reqs, 2*time.Second, "ErrAborted", func(err error) bool { return errors.Is(err, goccl.ErrAborted) }); err != nil {
 			return err
@@ -531,9 +539,7 @@ func TestNonBlockingPeerAborted(t *testing.T) {
 // DeadlineExceeded, and so does every operation queued behind it.
 func TestNonBlockingTimeout(t *testing.T) {
 	base := runtime.NumGoroutine()
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	pendingOnRank0(t, 10, time.Minute, ctx, nil, func(c *goccl.Comm, reqs []goccl.Request) error {
+	pendingOnRank0(t, 10, time.Minute, 500*time.Millisecond, nil, func(c *goccl.Comm, reqs []goccl.Request) error {
 		return expectAll(reqs, 2*time.Second, "DeadlineExceeded", func(err error) bool {
 			return errors.Is(err, context.DeadlineExceeded) && strings.Contains(err.Error(), "rank(s) 1")
 		})
@@ -545,9 +551,7 @@ func TestNonBlockingTimeout(t *testing.T) {
 // with ErrClosed and leaves no goroutine behind.
 func TestNonBlockingClose(t *testing.T) {
 	base := runtime.NumGoroutine()
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	defer cancel()
-	pendingOnRank0(t, 10, time.Minute, ctx, nil, func(c *goccl.Comm, reqs []goccl.Request) error {
+	pendingOnRank0(t, 10, time.Minute, time.Second, nil, func(c *goccl.Comm, reqs []goccl.Request) error {
 		start := time.Now()
 		if err := c.Close(); err != nil {
 			return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,7 +23,9 @@ func TestRegister(t *testing.T) {
 		t.Run(net, func(t *testing.T) {
 			t.Setenv("GOCCL_NET", net)
 			t.Setenv("GOCCL_SHM_DISABLE", map[string]string{"roce": "1", "socket": "0"}[net])
-			errs := goroutineRanks(t, 2, 60*time.Second, func(c *goccl.Comm) error { return registerRank(c) })
+			tried := make(chan struct{})
+			done := sync.OnceFunc(func() { close(tried) })
+			errs := goroutineRanks(t, 2, 60*time.Second, func(c *goccl.Comm) error { return registerRank(c, tried, done) })
 			for r, err := range errs {
 				if err != nil {
 					t.Errorf("rank %d: %v", r, err)
@@ -32,8 +35,14 @@ func TestRegister(t *testing.T) {
 	}
 }
 
-func registerRank(c *goccl.Comm) error {
+// registerRank runs rank c's part; rank 0 calls done (which closes tried)
+// when it is done trying to deregister during its Send, or returns, and
+// rank 1 receives only then.
+func registerRank(c *goccl.Comm, tried chan struct{}, done func()) error {
 	ctx := context.Background()
+	if c.Rank() == 0 {
+		defer done()
+	}
 	const n = 1 << 20
 	buf, reg, err := goccl.Alloc[float32](c, n)
 	if err != nil {
@@ -65,10 +74,11 @@ func registerRank(c *goccl.Comm) error {
 		return fmt.Errorf("Alloc of 0 elements: %v", err)
 	}
 	// Deregister while a Send reads the buffer: rank 1 receives (into its
-	// own registered buffer) only after a second; rank 0 tries from 200 ms into its Send (a registered Send
-	// holds the buffer from its start, waiting for the receiver's slots).
+	// own registered buffer) only once rank 0 has tried, during its Send
+	// (a registered Send holds the buffer from its start, waiting for the
+	// receiver's slots).
 	if c.Rank() == 1 {
-		time.Sleep(time.Second)
+		<-tried
 		before := goccl.DirectReceived(c)
 		if err := goccl.Recv(ctx, c, buf, n, 0); err != nil {
 			return err
@@ -82,8 +92,14 @@ func registerRank(c *goccl.Comm) error {
 		sent := make(chan error, 1)
 		go func() { sent <- goccl.Send(ctx, c, buf, n, 1) }()
 		inUse := false
-		time.Sleep(200 * time.Millisecond)
-		for deadline := time.Now().Add(600 * time.Millisecond); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		time.Sleep(200 * time.Millisecond) // the Send looks its buffer up first
+		// Over RoCE until the Send holds the buffer (it cannot end before
+		// rank 1 receives); otherwise a while, to see it never does.
+		window := 600 * time.Millisecond
+		if goccl.HasRoCE(c) {
+			window = 20 * time.Second
+		}
+		for deadline := time.Now().Add(window); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 			err := reg.Deregister()
 			if errors.Is(err, goccl.ErrInUse) {
 				inUse = true
@@ -97,6 +113,7 @@ func registerRank(c *goccl.Comm) error {
 				return err
 			}
 		}
+		done()
 		if err := <-sent; err != nil {
 			return err
 		}

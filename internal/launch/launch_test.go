@@ -385,7 +385,10 @@ func TestSignalBeatsEarlierExit(t *testing.T) {
 		t.Run(tc.mode, func(t *testing.T) {
 			cfg, out, errb := helperConfig(t, 4, tc.mode)
 			cfg.Env = append(cfg.Env, "LAUNCH_TEST_DIR="+t.TempDir(),
-				"LAUNCH_TEST_AT="+strconv.FormatInt(time.Now().Add(300*time.Millisecond).UnixNano(), 10))
+				// "together": the moment all four ranks act, far enough
+				// ahead that every one has started by then on a loaded
+				// machine (a rank starting late would meet the stop).
+				"LAUNCH_TEST_AT="+strconv.FormatInt(time.Now().Add(2*time.Second).UnixNano(), 10))
 			err := Run(context.Background(), cfg)
 			var ee *ExitError
 			if !errors.As(err, &ee) {

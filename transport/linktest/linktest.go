@@ -531,7 +531,11 @@ func (s *suite) checkMismatch(t *testing.T, a, b transport.Link, want, sent tran
 // caught.
 func (s *suite) stream(t *testing.T) {
 	a, b := s.pair(t)
-	ctx := testCtx(t)
+	// About two exchanges' bytes each way (the largest sizes come by
+	// turns) plus 1,500 small messages: minutes allowed, for the race
+	// detector on a loaded machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
 	const msgs = 1500
 	large := s.sizes[len(s.sizes)/2:] // every 97th message takes the next of these
 	size := func(dir, i int) int {

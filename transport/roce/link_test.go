@@ -72,9 +72,16 @@ func dialPair(t testing.TB, da, db *rdma.Device, o Options) (a, b transport.Link
 	return dialPairDomains(t, domain(da), domain(db), o)
 }
 
-// dialPairDomains is dialPair in given domains.
+// dialPairDomains is dialPair in given domains. A zero o.Timeout is
+// GOCCL_IB_TIMEOUT's default (16: 268 ms, as goccl's communicators use),
+// not the package's 14: 8 tries of 67 ms fail a queue pair whose device
+// the race detector and a loaded machine kept from running for half a
+// second.
 func dialPairDomains(t testing.TB, da, db *Domain, o Options) (a, b transport.Link, fallback [2]bool) {
 	t.Helper()
+	if o.Timeout == 0 {
+		o.Timeout = 16
+	}
 	ca, cb := tcpPair(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

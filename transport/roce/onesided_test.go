@@ -20,7 +20,10 @@ import (
 func oneSidedPair(t *testing.T, size int) (*OneSided, []byte, *rdma.MR, *Domain) {
 	t.Helper()
 	ld, rd := NewDomain(device(t)), NewDomain(device(t))
-	ld.Timeout, ld.RetryCnt = 12, 3 // a dead peer is found in 8 × 16.8 ms
+	// GOCCL_IB_TIMEOUT's default: a dead peer is found in 8 × 268 ms;
+	// 4 × 16.8 ms, as before, also failed a queue pair whose device the
+	// race detector and a loaded machine kept from running that long.
+	ld.Timeout, ld.RetryCnt = 16, 7
 	words := make([]uint64, size/8)
 	mem := unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), size)
 	mr, err := rd.Expose(mem)

@@ -157,12 +157,13 @@ func TestStream(t *testing.T) {
 		t.Fatalf("Read past its deadline: %v", err)
 	}
 	// A Read waiting under a near deadline that is lifted meanwhile
-	// goes on until the data comes.
-	b.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	// goes on until the data comes, after the first deadline (490 ms
+	// of slack for the lifting goroutine on a loaded machine).
+	b.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
 	go func() {
 		time.Sleep(10 * time.Millisecond)
 		b.SetReadDeadline(time.Time{})
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(700 * time.Millisecond)
 		a.Write([]byte{42})
 	}()
 	if _, err := io.ReadFull(b, one[:]); err != nil || one[0] != 42 {

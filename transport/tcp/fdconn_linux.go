@@ -42,11 +42,14 @@ type fdConn struct {
 	iov [2]unix.Iovec // writev2's vector (one writer at a time)
 }
 
+// pollSlice bounds one poll(2) sleep, so that a deadline moved by
+// SetReadDeadline (a cancelled context) is seen within it. A variable only
+// so that a test can tell a wake-up by Close's shutdown from the end of a
+// slice.
+var pollSlice = 10 * time.Millisecond
+
 const (
 	fdClosedBit = 1 << 63
-	// pollSlice bounds one poll(2) sleep, so that a deadline moved by
-	// SetReadDeadline (a cancelled context) is seen within it.
-	pollSlice = 10 * time.Millisecond
 	// writeSpin is how long a write that would block polls again before it
 	// sleeps: the peer drains a loopback socket within microseconds.
 	writeSpin = 20 * time.Microsecond
