@@ -91,15 +91,6 @@ func convFor[T goccl.Element]() conv[T] {
 	return c.(conv[T])
 }
 
-func (c conv[T]) same(got T, want float64) bool {
-	g := c.to(got)
-	w := c.to(c.from(want)) // the wanted value as representable in T
-	if c.tol == 0 {
-		return g == w
-	}
-	return math.Abs(g-w) <= c.tol*math.Max(1, math.Abs(w))
-}
-
 type matrix struct {
 	ctx    context.Context
 	c      *goccl.Comm
@@ -149,10 +140,44 @@ func (m *matrix) run() error {
 	return m.pointToPoint()
 }
 
+// period: val repeats every 5 indices (i*13 mod 5), and so does every
+// expectation below; fill and firstWrong convert one period and tile it
+// (the matrix spent most of its time converting and reducing per element).
+const period = 5
+
 func fill[T goccl.Element](cv conv[T], dt goccl.DataType, buf []T, r, base int) {
-	for i := range buf {
-		buf[i] = cv.from(float64(val(dt, r, base+i)))
+	var tile [period]T
+	for k := range tile {
+		tile[k] = cv.from(float64(val(dt, r, base+k)))
 	}
+	k := 0
+	for i := range buf {
+		buf[i] = tile[k]
+		if k++; k == period {
+			k = 0
+		}
+	}
+}
+
+// firstWrong returns the index of the first element of got that is not
+// want(i), or -1: equal to the wanted value as representable in T, within
+// cv.tol relative to it (0: exactly). want must repeat every period indices.
+func firstWrong[T goccl.Element](cv conv[T], got []T, want func(i int) float64) int {
+	var w, lim [period]float64 // the wanted values as representable in T
+	for k := range w {
+		w[k] = cv.to(cv.from(want(k)))
+		lim[k] = cv.tol * math.Max(1, math.Abs(w[k]))
+	}
+	k := 0
+	for i, g := range got {
+		if !(math.Abs(cv.to(g)-w[k]) <= lim[k]) { // a NaN is wrong too
+			return i
+		}
+		if k++; k == period {
+			k = 0
+		}
+	}
+	return -1
 }
 
 func runTyped[T goccl.Element](m *matrix, dt goccl.DataType) error {
@@ -179,10 +204,8 @@ func runTyped[T goccl.Element](m *matrix, dt goccl.DataType) error {
 				if err := goccl.AllReduce(ctx, c, send, recv, count, op); err != nil {
 					return fmt.Errorf("%s: %w", where("AllReduce", op), err)
 				}
-				for i := range recv {
-					if w := expected(dt, op, P, i); !cv.same(recv[i], w) {
-						return fmt.Errorf("%s: elem %d = %v, want %v", where("AllReduce", op), i, cv.to(recv[i]), w)
-					}
+				if i := firstWrong(cv, recv, func(i int) float64 { return expected(dt, op, P, i) }); i >= 0 {
+					return fmt.Errorf("%s: elem %d = %v, want %v", where("AllReduce", op), i, cv.to(recv[i]), expected(dt, op, P, i))
 				}
 				// Reduce, root rotating
 				root := m.ops % P
@@ -197,10 +220,8 @@ func runTyped[T goccl.Element](m *matrix, dt goccl.DataType) error {
 					return fmt.Errorf("%s root %d: %w", where("Reduce", op), root, err)
 				}
 				if r == root {
-					for i := range recv {
-						if w := expected(dt, op, P, i); !cv.same(recv[i], w) {
-							return fmt.Errorf("%s root %d: elem %d = %v, want %v", where("Reduce", op), root, i, cv.to(recv[i]), w)
-						}
+					if i := firstWrong(cv, recv, func(i int) float64 { return expected(dt, op, P, i) }); i >= 0 {
+						return fmt.Errorf("%s root %d: elem %d = %v, want %v", where("Reduce", op), root, i, cv.to(recv[i]), expected(dt, op, P, i))
 					}
 				}
 				// ReduceScatter
@@ -214,10 +235,8 @@ func runTyped[T goccl.Element](m *matrix, dt goccl.DataType) error {
 				if err := goccl.ReduceScatter(ctx, c, send, recv, count, op); err != nil {
 					return fmt.Errorf("%s: %w", where("ReduceScatter", op), err)
 				}
-				for i := range recv {
-					if w := expected(dt, op, P, r*count+i); !cv.same(recv[i], w) {
-						return fmt.Errorf("%s: elem %d = %v, want %v", where("ReduceScatter", op), i, cv.to(recv[i]), w)
-					}
+				if i := firstWrong(cv, recv, func(i int) float64 { return expected(dt, op, P, r*count+i) }); i >= 0 {
+					return fmt.Errorf("%s: elem %d = %v, want %v", where("ReduceScatter", op), i, cv.to(recv[i]), expected(dt, op, P, r*count+i))
 				}
 			}
 			// Broadcast
@@ -232,10 +251,8 @@ func runTyped[T goccl.Element](m *matrix, dt goccl.DataType) error {
 			if err := goccl.Broadcast(ctx, c, send, recv, count, root); err != nil {
 				return fmt.Errorf("%s root %d: %w", where("Broadcast", "-"), root, err)
 			}
-			for i := range recv {
-				if w := float64(val(dt, root, i)); !cv.same(recv[i], w) {
-					return fmt.Errorf("%s root %d: elem %d = %v, want %v", where("Broadcast", "-"), root, i, cv.to(recv[i]), w)
-				}
+			if i := firstWrong(cv, recv, func(i int) float64 { return float64(val(dt, root, i)) }); i >= 0 {
+				return fmt.Errorf("%s root %d: elem %d = %v, want %v", where("Broadcast", "-"), root, i, cv.to(recv[i]), val(dt, root, i))
 			}
 			// AllGather
 			recv = make([]T, P*count)
@@ -249,10 +266,8 @@ func runTyped[T goccl.Element](m *matrix, dt goccl.DataType) error {
 				return fmt.Errorf("%s: %w", where("AllGather", "-"), err)
 			}
 			for q := 0; q < P; q++ {
-				for i := 0; i < count; i++ {
-					if w := float64(val(dt, q, i)); !cv.same(recv[q*count+i], w) {
-						return fmt.Errorf("%s: block %d elem %d = %v, want %v", where("AllGather", "-"), q, i, cv.to(recv[q*count+i]), w)
-					}
+				if i := firstWrong(cv, recv[q*count:(q+1)*count], func(i int) float64 { return float64(val(dt, q, i)) }); i >= 0 {
+					return fmt.Errorf("%s: block %d elem %d = %v, want %v", where("AllGather", "-"), q, i, cv.to(recv[q*count+i]), val(dt, q, i))
 				}
 			}
 			// AllToAll
@@ -267,10 +282,8 @@ func runTyped[T goccl.Element](m *matrix, dt goccl.DataType) error {
 				return fmt.Errorf("%s: %w", where("AllToAll", "-"), err)
 			}
 			for q := 0; q < P; q++ {
-				for i := 0; i < count; i++ {
-					if w := float64(val(dt, q, r*count+i)); !cv.same(recv[q*count+i], w) {
-						return fmt.Errorf("%s: block %d elem %d = %v, want %v", where("AllToAll", "-"), q, i, cv.to(recv[q*count+i]), w)
-					}
+				if i := firstWrong(cv, recv[q*count:(q+1)*count], func(i int) float64 { return float64(val(dt, q, r*count+i)) }); i >= 0 {
+					return fmt.Errorf("%s: block %d elem %d = %v, want %v", where("AllToAll", "-"), q, i, cv.to(recv[q*count+i]), val(dt, q, r*count+i))
 				}
 			}
 			// SendRecv around the ring
@@ -282,10 +295,8 @@ func runTyped[T goccl.Element](m *matrix, dt goccl.DataType) error {
 			if err := goccl.SendRecv(ctx, c, send, next, recv, prev, count); err != nil {
 				return fmt.Errorf("%s: %w", where("SendRecv", "-"), err)
 			}
-			for i := range recv {
-				if w := float64(val(dt, prev, i)); !cv.same(recv[i], w) {
-					return fmt.Errorf("%s: elem %d = %v, want %v", where("SendRecv", "-"), i, cv.to(recv[i]), w)
-				}
+			if i := firstWrong(cv, recv, func(i int) float64 { return float64(val(dt, prev, i)) }); i >= 0 {
+				return fmt.Errorf("%s: elem %d = %v, want %v", where("SendRecv", "-"), i, cv.to(recv[i]), val(dt, prev, i))
 			}
 		}
 	}
@@ -415,10 +426,8 @@ func runVTyped[T goccl.Element](m *matrix, dt goccl.DataType) error {
 			}
 			for q := 0; q < P; q++ {
 				qd, _ := vLayout(P, func(p int) int { return vCount(q, p, count) })
-				for i := 0; i < rc[q]; i++ {
-					if w := float64(val(dt, q, qd[r]+i)); !cv.same(recv[rd[q]+i], w) {
-						return fmt.Errorf("%s: from rank %d elem %d = %v, want %v", where("AllToAllv"), q, i, cv.to(recv[rd[q]+i]), w)
-					}
+				if i := firstWrong(cv, recv[rd[q]:rd[q]+rc[q]], func(i int) float64 { return float64(val(dt, q, qd[r]+i)) }); i >= 0 {
+					return fmt.Errorf("%s: from rank %d elem %d = %v, want %v", where("AllToAllv"), q, i, cv.to(recv[rd[q]+i]), val(dt, q, qd[r]+i))
 				}
 			}
 			// Gather, root rotating; in place: the root's send is its block.
@@ -438,10 +447,8 @@ func runVTyped[T goccl.Element](m *matrix, dt goccl.DataType) error {
 				return fmt.Errorf("%s root %d: %w", where("Gather"), root, err)
 			}
 			for q := 0; q < P && r == root; q++ {
-				for i := 0; i < count; i++ {
-					if w := float64(val(dt, q, i)); !cv.same(recv[q*count+i], w) {
-						return fmt.Errorf("%s root %d: block %d elem %d = %v, want %v", where("Gather"), root, q, i, cv.to(recv[q*count+i]), w)
-					}
+				if i := firstWrong(cv, recv[q*count:(q+1)*count], func(i int) float64 { return float64(val(dt, q, i)) }); i >= 0 {
+					return fmt.Errorf("%s root %d: block %d elem %d = %v, want %v", where("Gather"), root, q, i, cv.to(recv[q*count+i]), val(dt, q, i))
 				}
 			}
 			// Scatter, root rotating; in place: the root's recv is its block.
@@ -460,10 +467,8 @@ func runVTyped[T goccl.Element](m *matrix, dt goccl.DataType) error {
 				func() (goccl.Request, error) { return goccl.IScatter(ctx, c, send, recv, count, root) }); err != nil {
 				return fmt.Errorf("%s root %d: %w", where("Scatter"), root, err)
 			}
-			for i := range recv {
-				if w := float64(val(dt, root, r*count+i)); !cv.same(recv[i], w) {
-					return fmt.Errorf("%s root %d: elem %d = %v, want %v", where("Scatter"), root, i, cv.to(recv[i]), w)
-				}
+			if i := firstWrong(cv, recv, func(i int) float64 { return float64(val(dt, root, r*count+i)) }); i >= 0 {
+				return fmt.Errorf("%s root %d: elem %d = %v, want %v", where("Scatter"), root, i, cv.to(recv[i]), val(dt, root, r*count+i))
 			}
 		}
 	}
