@@ -203,6 +203,19 @@ func goroutineRanks(t *testing.T, n int, timeout time.Duration, f func(c *goccl.
 	return errs
 }
 
+// returnsWithin runs f and waits for it at most d (then it fails, and f
+// goes on).
+func returnsWithin(d time.Duration, f func()) error {
+	done := make(chan struct{})
+	go func() { defer close(done); f() }()
+	select {
+	case <-done:
+		return nil
+	case <-time.After(d):
+		return fmt.Errorf("still running after %v", d)
+	}
+}
+
 // initComms makes n goroutine ranks of this process meet through store and
 // returns their communicators, closed when the test ends. timeout is the
 // communicators' (WithTimeout); Init itself has at least a minute.
@@ -428,7 +441,9 @@ func TestOperationTimeout(t *testing.T) {
 				errs[r] = goccl.AllReduce(context.Background(), c, buf, buf, len(buf), goccl.Sum)
 			}()
 		}
-		wg.Wait()
+		if err := returnsWithin(30*time.Second, wg.Wait); err != nil {
+			t.Fatalf("shm_disable=%s: the AllReduce without its peer: %v", shmOff, err)
+		}
 		if !errors.Is(errs[0], context.DeadlineExceeded) {
 			t.Fatalf("shm_disable=%s: rank 0 got %v, want a deadline error", shmOff, errs[0])
 		}

@@ -20,7 +20,7 @@ import (
 // runRanks runs fn on n goroutine ranks of one communicator (ranktest.Run).
 func runRanks(t *testing.T, n int, fn func(ctx context.Context, c *goccl.Comm) error) {
 	t.Helper()
-	ranktest.Run(t, n, 5*time.Minute, fn)
+	ranktest.Run(t, n, 2*time.Minute, fn)
 }
 
 func trainBatch(t *testing.T, b int) ([]float32, []int) {
@@ -198,7 +198,7 @@ func TestRunWorldSizeOne(t *testing.T) {
 			os.Unsetenv(name)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
 	rank, err := run(ctx, []string{"-epochs", "2", "-hidden", "64"}, &out)

@@ -22,7 +22,7 @@ import (
 // runRanks runs fn on n goroutine ranks of one communicator (ranktest.Run).
 func runRanks(t *testing.T, n int, fn func(ctx context.Context, c *goccl.Comm) error) {
 	t.Helper()
-	ranktest.Run(t, n, 5*time.Minute, fn)
+	ranktest.Run(t, n, 2*time.Minute, fn)
 }
 
 // loadOnce decodes the embedded files once for all the tests.
@@ -244,7 +244,7 @@ func TestRunWorldSizeOne(t *testing.T) {
 			os.Unsetenv(name)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
 	rank, err := run(ctx, []string{"-epochs", "1", "-hidden", "16", "-batch", "256"}, &out)

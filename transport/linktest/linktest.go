@@ -597,9 +597,10 @@ func (s *suite) stream(t *testing.T) {
 		})
 	}
 	for range 4 {
-		if err := <-errs; err != nil {
+		if err := finishes(t, ctx, errs, "the stream's Sends or Recvs"); err != nil {
 			a.Close() // unblock the other goroutines
-			wg.Wait()
+			b.Close()
+			returns(t, async(func() error { wg.Wait(); return nil }), "the stream's calls after Close")
 			t.Fatal(err)
 		}
 	}

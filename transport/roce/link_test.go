@@ -454,10 +454,10 @@ func TestRegisteredSend(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		var err error
-		b, _, err = Dial(ctx, cb, NewDomain(device(t)), Options{})
+		b, _, err = Dial(ctx, cb, NewDomain(device(t)), Options{Timeout: 16}) // as dialPair
 		done <- err
 	}()
-	a, _, err := Dial(ctx, ca, da, Options{})
+	a, _, err := Dial(ctx, ca, da, Options{Timeout: 16})
 	if err != nil || <-done != nil {
 		t.Fatal(err)
 	}

@@ -40,16 +40,17 @@ type fdConn struct {
 	rdl, wdl atomic.Int64 // read and write deadlines, Unix nanoseconds; 0: none
 
 	iov [2]unix.Iovec // writev2's vector (one writer at a time)
-}
 
-// pollSlice bounds one poll(2) sleep, so that a deadline moved by
-// SetReadDeadline (a cancelled context) is seen within it. A variable only
-// so that a test can tell a wake-up by Close's shutdown from the end of a
-// slice.
-var pollSlice = 10 * time.Millisecond
+	// slice replaces pollSlice when set (before any call): a test tells a
+	// wake-up by Close's shutdown from the end of a slice with it.
+	slice time.Duration
+}
 
 const (
 	fdClosedBit = 1 << 63
+	// pollSlice bounds one poll(2) sleep, so that a deadline moved by
+	// SetReadDeadline (a cancelled context) is seen within it.
+	pollSlice = 10 * time.Millisecond
 	// writeSpin is how long a write that would block polls again before it
 	// sleeps: the peer drains a loopback socket within microseconds.
 	writeSpin = 20 * time.Microsecond
@@ -230,6 +231,9 @@ func (c *fdConn) wait(op string, events int16, dl *atomic.Int64, spin time.Durat
 	}
 	now := time.Now()
 	timeout := pollSlice
+	if c.slice > 0 {
+		timeout = c.slice
+	}
 	if d := dl.Load(); d != 0 {
 		left := time.Duration(d - now.UnixNano())
 		if left <= 0 {

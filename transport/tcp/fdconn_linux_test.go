@@ -116,9 +116,8 @@ func TestFDConnClose(t *testing.T) {
 	// Slices far longer than the wait below: only the shutdown can wake
 	// the read in time (a bound on the wake-up itself would fail on a
 	// loaded machine, not on a missing shutdown).
-	defer func(d time.Duration) { pollSlice = d }(pollSlice)
-	pollSlice = time.Minute
 	_, b := fdPair(t)
+	b.slice = time.Minute
 	fd := b.fd
 	errc := make(chan error, 1)
 	go func() {
