@@ -1,6 +1,8 @@
 package goccl
 
 import (
+	"sync"
+
 	"github.com/goccl/goccl/rdma"
 	"github.com/goccl/goccl/transport/roce"
 )
@@ -62,3 +64,15 @@ func UsesCollNet(c *Comm) bool { return c.collnet != nil }
 // CollNetOverRoCE reports whether c's aggregation tree data path runs
 // over RoCE queue pairs.
 func CollNetOverRoCE(c *Comm) bool { return c.collnet != nil && c.collnet.RoCE() }
+
+// ServeMetrics starts the process's /metrics server as Init does for a
+// communicator of local rank localRank with GOCCL_METRICS_ADDR=addr (once
+// per process) and returns the address it listens on. After a failed start
+// the next call tries again (a test's free port may be taken meanwhile).
+func ServeMetrics(addr string, localRank int) (string, error) {
+	if metricsServer.err != nil {
+		metricsServer.once, metricsServer.err = sync.Once{}, nil
+	}
+	_, err := serveMetrics(addr, localRank)
+	return metricsServer.addr, err
+}

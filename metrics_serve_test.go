@@ -2,6 +2,7 @@ package goccl_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,26 +19,51 @@ import (
 )
 
 var (
-	metricsAddrOnce sync.Once
-	metricsAddr     string
+	metricsOnce            sync.Once
+	metricsAddr, metricsAt string // GOCCL_METRICS_ADDR, and where it serves
+	metricsErr             error
 )
 
-// TestMetricsServed: with GOCCL_METRICS_ADDR the process serves /metrics,
-// and a scrape during a job returns the documented series with the
-// operations counted so far.
-func TestMetricsServed(t *testing.T) {
-	// The server is the process's, for the first address it was given.
-	metricsAddrOnce.Do(func() {
-		if ln, err := net.Listen("tcp", "127.0.0.1:0"); err == nil { // find a free port
-			metricsAddr = ln.Addr().String()
-			ln.Close()
+// startMetrics starts the process's /metrics server before any Init, on a
+// free port moved up by local rank 1 (as Init would for that rank), trying
+// again where another process took the port meanwhile.
+func startMetrics() (addr, at string, err error) {
+	var taken error
+	for range 5 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0") // find a free port
+		if err != nil {
+			return "", "", err
 		}
-	})
-	addr := metricsAddr
-	if addr == "" {
-		t.Skip("no loopback port")
+		addr = ln.Addr().String()
+		ln.Close()
+		at, err = goccl.ServeMetrics(addr, 1)
+		if errors.Is(err, syscall.EADDRINUSE) {
+			taken = err
+			continue
+		}
+		if err != nil {
+			return "", "", err
+		}
+		host, port, _ := net.SplitHostPort(addr)
+		p, _ := strconv.Atoi(port)
+		if want := net.JoinHostPort(host, strconv.Itoa(p+1)); at != want {
+			return "", "", fmt.Errorf("GOCCL_METRICS_ADDR=%s, local rank 1: served on %s, want %s", addr, at, want)
+		}
+		return addr, at, nil
 	}
-	t.Setenv("GOCCL_METRICS_ADDR", addr)
+	return "", "", fmt.Errorf("5 free ports taken before the server bound them: %w", taken)
+}
+
+// TestMetricsServed: with GOCCL_METRICS_ADDR the process serves /metrics
+// (one server per process, its port moved up by the local rank of the
+// first to start it), and a scrape during a job returns the documented
+// series with the operations counted so far.
+func TestMetricsServed(t *testing.T) {
+	metricsOnce.Do(func() { metricsAddr, metricsAt, metricsErr = startMetrics() })
+	if metricsErr != nil {
+		t.Fatal(metricsErr)
+	}
+	t.Setenv("GOCCL_METRICS_ADDR", metricsAddr)
 	ranktest.Run(t, 2, 30*time.Second, func(ctx context.Context, c *goccl.Comm) error {
 		x := make([]float32, 16)
 		for range 5 {
@@ -48,14 +75,7 @@ func TestMetricsServed(t *testing.T) {
 			return err
 		}
 		if c.Rank() == 0 {
-			// One server per process, its port moved up by the local rank of
-			// the first communicator to start it (here either goroutine rank).
-			host, port, _ := net.SplitHostPort(addr)
-			p, _ := strconv.Atoi(port)
-			resp, err := http.Get("http://" + net.JoinHostPort(host, strconv.Itoa(p)) + "/metrics")
-			if err != nil {
-				resp, err = http.Get("http://" + net.JoinHostPort(host, strconv.Itoa(p+1)) + "/metrics")
-			}
+			resp, err := http.Get("http://" + metricsAt + "/metrics")
 			if err != nil {
 				return err
 			}
