@@ -294,9 +294,11 @@ func TokenFilePath(env Env) string {
 // or that another user owns is refused: anybody who can write the directory
 // (the system temporary directory, for one) could have planted it. The
 // file is left in place; rank 0 removes it when its store closes. Otherwise
-// DirToken returns "" and no error.
+// (a TCP or etcd store, one rank, no job id) DirToken returns env.Token and
+// no error: ranks of an etcd job need not share a directory, so a token
+// file would give each host its own token.
 func DirToken(env Env) (string, error) {
-	if env.Token != "" || env.StoreAddr != "" || env.JobID == "" || env.WorldSize < 2 {
+	if env.Token != "" || env.StoreAddr != "" || env.Etcd != "" || env.JobID == "" || env.WorldSize < 2 {
 		return env.Token, nil
 	}
 	path := TokenFilePath(env)

@@ -41,6 +41,7 @@ func TestDirToken(t *testing.T) {
 	for _, e := range []Env{
 		{Rank: 1, WorldSize: 4, JobID: "job 7", StoreDir: env.StoreDir, Token: "from the launcher"},
 		{Rank: 1, WorldSize: 4, JobID: "job 8", StoreDir: env.StoreDir, StoreAddr: "127.0.0.1:1"},
+		{Rank: 1, WorldSize: 4, JobID: "job 10", StoreDir: env.StoreDir, Etcd: "etcd://127.0.0.1:2379/goccl"},
 		{Rank: 1, WorldSize: 4, StoreDir: env.StoreDir},
 		{WorldSize: 1, JobID: "job 9", StoreDir: env.StoreDir},
 	} {

@@ -199,8 +199,12 @@ const (
 	goodbyeMagic = "GOCCLBYE"
 	goodbyeSize  = 16
 	// goodbyeWait bounds how long a side whose connection broke waits for
-	// the peer's goodbye before it calls the peer lost.
-	goodbyeWait = 250 * time.Millisecond
+	// the peer's goodbye before it calls the peer lost. It is spent only
+	// when the goodbye is late: a peer whose process ended closes this
+	// connection too, which ends the wait at once. 2 s covers a goodbye
+	// dropped in a full queue and retransmitted (RTO >= 200 ms, behind the
+	// queue): at 250 ms a relayed loss was once reported as the relay's.
+	goodbyeWait = 2 * time.Second
 )
 
 // Abort is Close, telling the peer that this side lost rank lost (see
