@@ -24,6 +24,37 @@ const (
 // WC is a work completion (struct ibv_wc).
 type WC = qp.CQE
 
+// WROpcode is a send work request's operation (enum ibv_wr_opcode).
+type WROpcode = qp.WROpcode
+
+// Send work request operations (SendWR.Opcode).
+const (
+	WRSend        = qp.WRSend
+	WRSendImm     = qp.WRSendImm
+	WRWrite       = qp.WRWrite
+	WRWriteImm    = qp.WRWriteImm
+	WRRead        = qp.WRRead
+	WRCompareSwap = qp.WRCompareSwap
+	WRFetchAdd    = qp.WRFetchAdd
+)
+
+// WCStatus is a work completion's status (WC.Status, enum ibv_wc_status).
+type WCStatus = qp.Status
+
+// Work completion statuses (IBV_WC_*).
+const (
+	WCSuccess        = qp.StatusSuccess
+	WCLocLenErr      = qp.StatusLocLenErr
+	WCLocQPOpErr     = qp.StatusLocQPOpErr
+	WCLocProtErr     = qp.StatusLocProtErr
+	WCWRFlushErr     = qp.StatusWRFlushErr
+	WCRemInvReqErr   = qp.StatusRemInvReqErr
+	WCRemAccessErr   = qp.StatusRemAccessErr
+	WCRemOpErr       = qp.StatusRemOpErr
+	WCRetryExcErr    = qp.StatusRetryExcErr
+	WCRNRRetryExcErr = qp.StatusRNRRetryExcErr
+)
+
 // PD is a protection domain: memory regions are usable only by QPs of the
 // same domain.
 type PD struct{ d *Device }
@@ -281,7 +312,7 @@ func (q *QP) Modify(a *qp.Attr, mask qp.AttrMask) error {
 // bytes at Offset in MR.
 type SendWR struct {
 	ID         uint64
-	Opcode     qp.WROpcode
+	Opcode     WROpcode
 	MR         *MR
 	Offset     int
 	Length     int

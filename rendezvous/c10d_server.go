@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"io"
 	"net"
 	"strconv"
 	"sync"
@@ -73,12 +72,18 @@ type c10dConn struct {
 	err error // the first read or write error; later reads return zeros
 }
 
+// read reads n bytes; memory grows with the bytes that arrive (readN), so a
+// client announcing a large vector and sending little costs little. After
+// an error it returns zeros, enough for a query byte or an integer.
 func (c *c10dConn) read(n int) []byte {
-	b := make([]byte, n)
 	if c.err == nil {
-		_, c.err = io.ReadFull(c.br, b)
+		b, err := readN(c.br, n)
+		if err == nil {
+			return b
+		}
+		c.err = err
 	}
-	return b
+	return make([]byte, min(n, 8))
 }
 
 func (c *c10dConn) u64() uint64 { return binary.LittleEndian.Uint64(c.read(8)) }

@@ -150,6 +150,8 @@ type Agent struct {
 	reqSeq  uint64       // under pmu
 	postMu  sync.RWMutex // posts hold it read; Close waits for them before unmapping
 	work    *workQueue
+	local   *memLane // copies within this agent's memory and files
+	shm     *memLane // copies into and out of same-host peers' mapped memory
 	done    chan struct{}
 	closeMu sync.Mutex
 	conns   map[net.Conn]struct{} // accepted, under closeMu
@@ -184,6 +186,8 @@ func NewAgent(name string, o Options) (*Agent, error) {
 		a.addrs = advertised(ln.Addr().(*net.TCPAddr))
 	}
 	a.work = newWorkQueue(o.Workers, &a.wg)
+	a.local = &memLane{w: a.work, ctr: &a.ctr.local}
+	a.shm = &memLane{w: a.work, ctr: &a.ctr.shm}
 	a.wg.Add(1)
 	go a.accept()
 	return a, nil
@@ -254,7 +258,7 @@ func (a *Agent) Close() error {
 	for _, p := range peers {
 		p.fail(ErrClosed)
 	}
-	a.work.close()
+	a.work.close(ErrClosed)
 	a.wg.Wait()
 	a.smu.Lock()
 	if a.ownStore != nil {
@@ -663,7 +667,7 @@ func (a *Agent) GenNotif(ctx context.Context, remote string, msg []byte) error {
 		return fmt.Errorf("%w: agent %q: notification of %d bytes (at most %d)", ErrBadRequest, a.name, len(msg), maxNotif)
 	}
 	r := &XferReq{a: a, p: p, remote: remote, what: "notification"}
-	r.notif = &chunk{req: r, kind: kNotif, notif: append([]byte(nil), msg...)}
+	r.notif = &chunk{req: r, frame: fNotif, msg: append([]byte(nil), msg...)}
 	a.pmu.Lock()
 	a.reqSeq++
 	r.id = a.reqSeq
@@ -689,6 +693,6 @@ func (a *Agent) sendNotif(r *XferReq) error {
 	r.mu.Unlock()
 	r.state.Store(int32(InProgress))
 	r.remaining.Store(-1)
-	r.p.enqueue(r.notif)
+	r.p.control(r.notif)
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/goccl/goccl/internal/sockopt"
 	"golang.org/x/sys/unix"
 )
 
@@ -88,14 +89,6 @@ func tuneConn(c net.Conn, timeout time.Duration) {
 	if timeout <= 0 {
 		return
 	}
-	iv := timeout / 5
-	if iv < time.Second {
-		iv = time.Second
-	}
-	tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: iv, Interval: iv, Count: 5})
-	if raw, err := tc.SyscallConn(); err == nil {
-		raw.Control(func(fd uintptr) {
-			unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(timeout.Milliseconds()))
-		})
-	}
+	iv := max(timeout/5, time.Second)
+	sockopt.KeepAlive(tc, net.KeepAliveConfig{Enable: true, Idle: iv, Interval: iv, Count: 5}, timeout)
 }

@@ -141,7 +141,7 @@ func testPeerKilled(t *testing.T, path string) {
 	if path == "shm" && len(all[0].maps) == 0 {
 		t.Fatal("the target's Alloc memory was not mapped")
 	}
-	if path == "roce" && all[0].chunks[0].kind != kRDMA {
+	if path == "roce" && all[0].chunks[0].lane != all[0].p.rdma {
 		t.Fatal("the requests do not go by RDMA")
 	}
 	// Post from another goroutine (memory copies may be done in Post) and

@@ -4,12 +4,10 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/goccl/goccl/internal/memcpy"
-	"github.com/goccl/goccl/rdma"
 )
 
 // Op is a transfer's direction (nixl_xfer_op_t).
@@ -136,98 +134,8 @@ func (md *metadata) find(typ MemType, d Desc) *regionInfo {
 	return nil
 }
 
-// inlineMax: memory copies of at most this many bytes in all are done in
-// PostXferReq, no worker woken.
-const inlineMax = 2 << 20
-
-// helpMax is the most bytes of memory copies PostXferReq does itself
-// after queueing a request's pieces for the workers, taking them off the
-// queue as the workers do (UCX's shared-memory put copies in the caller
-// too): waking a worker costs more than copying a megabyte on a small
-// machine, and the poster's core is free. Post returns Done when it did
-// everything.
-const helpMax = 4 << 20
-
 // stripeMin is the smallest piece a descriptor is striped into.
 const stripeMin = 64 << 10
-
-// side is one end of a chunk's copy: DRAM bytes, or a file range.
-type side struct {
-	mem []byte
-	reg *region // FILE
-	d   Desc
-}
-
-// copySides copies src to dst (equal lengths).
-func copySides(dst, src side) error {
-	switch {
-	case dst.mem != nil && src.mem != nil:
-		memcpy.Copy(dst.mem, src.mem)
-		return nil
-	case dst.mem != nil:
-		return fileIO(src.reg, src.d, dst.mem, false)
-	case src.mem != nil:
-		return fileIO(dst.reg, dst.d, src.mem, true)
-	}
-	b := alignedBuf(int(src.d.Len))
-	if err := fileIO(src.reg, src.d, b, false); err != nil {
-		return err
-	}
-	return fileIO(dst.reg, dst.d, b, true)
-}
-
-const (
-	kCopy  = iota + 1 // a copy here: own memory, or a same-host peer's mapped memory
-	kTCP              // a frame on a stream
-	kNotif            // the request's notification, on stream 0
-	kRDMA             // a work request on the peer's queue pair
-	kQP               // a queue pair's description, on stream 0 (no request)
-)
-
-// chunk is one piece of a request, made once by MakeXferReq and reused
-// by every post.
-type chunk struct {
-	req    *XferReq
-	kind   uint8
-	stream int
-	l, r   side    // local and remote ends
-	rtyp   MemType // kTCP: the remote end
-	notif  []byte  // kNotif; kQP: the description
-	// kRDMA: the local memory region, the offset in it, the remote rkey
-	mr     *rdma.MR
-	mrOff  int
-	rkey   uint32
-	answer chan qpAnswer // kQP
-}
-
-func (c *chunk) finish(err error) {
-	if c.kind == kQP { // a stream failed before the target answered
-		c.answer <- qpAnswer{err: err}
-		return
-	}
-	if err == nil {
-		ctr := &c.req.a.ctr
-		switch {
-		case c.kind == kTCP:
-			ctr.tcp.Add(c.r.d.Len)
-		case c.kind == kRDMA:
-			ctr.rdma.Add(c.r.d.Len)
-		case c.kind == kCopy && c.req.p != nil:
-			ctr.shm.Add(c.r.d.Len)
-		case c.kind == kCopy:
-			ctr.local.Add(c.r.d.Len)
-		}
-	}
-	c.req.chunkDone(err)
-}
-
-// run does a kCopy chunk.
-func (c *chunk) run() error {
-	if c.req.op == WRITE {
-		return copySides(c.r, c.l)
-	}
-	return copySides(c.l, c.r)
-}
 
 // XferReq is a transfer request (nixlXferReqH): made once, posted any
 // number of times (one post at a time), released at the end.
@@ -240,16 +148,12 @@ type XferReq struct {
 	what   string
 	chunks []chunk
 	notif  *chunk
-	// the chunks as posted: all to the workers, or per stream
-	sorted    bool
-	copies    []*chunk
-	rdmaQ     []*chunk
-	inline    bool   // memory-to-memory copies: PostXferReq does or helps with them
-	copyBytes uint64 // their total
-	streamQ   [][]*chunk
-	regs      []*region  // local registrations kept busy while posted
-	maps      []*mapping // peer mappings kept while posted
-	dead      bool       // released
+	// the chunks as posted, by lane (those that copy in the caller last);
+	// made at the first post
+	lanes []laneGroup
+	regs  []*region  // local registrations kept busy while posted
+	maps  []*mapping // peer mappings kept while posted
+	dead  bool       // released
 
 	state     atomic.Int32
 	remaining atomic.Int64
@@ -369,24 +273,27 @@ func (a *Agent) MakeXferReq(op Op, local *Dlist, localIdx []int, remote *Dlist, 
 			rsub := rd.Sub(off, n)
 			switch {
 			case remote.p == nil:
-				c.kind = kCopy
+				c.lane = a.local
 				c.r = mkSide(remote.regs[ri], remote.typ, rsub)
 			case m != nil:
-				c.kind = kCopy
+				c.lane = a.shm
 				c.r = side{mem: m.bytes(rsub), d: rsub}
 			case rkey != 0:
-				c.kind, c.rtyp, c.r.d, c.rkey = kRDMA, remote.typ, rsub, rkey
+				c.lane, c.rtyp, c.r.d, c.rkey = remote.p.rdma, remote.typ, rsub, rkey
 				c.mr, c.mrOff = lreg.mr, int(ld.Addr-lreg.addr+off)
 			default:
-				c.kind, c.rtyp, c.r.d = kTCP, remote.typ, rsub
-				c.stream = stream % a.o.Streams
+				c.lane, c.rtyp, c.r.d = remote.p.streams[stream%a.o.Streams], remote.typ, rsub
+				c.frame = fRead
+				if op == WRITE {
+					c.frame = fWrite
+				}
 				stream++
 			}
 			r.chunks = append(r.chunks, c)
 		}
 	}
 	if notif != nil {
-		r.notif = &chunk{req: r, kind: kNotif, notif: append([]byte{}, notif...)}
+		r.notif = &chunk{req: r, frame: fNotif, msg: append([]byte{}, notif...)}
 	}
 	r.what = fmt.Sprintf("%s of %d descriptors, %d bytes", op, len(localIdx), total)
 	a.pmu.Lock()
@@ -494,29 +401,10 @@ func (a *Agent) PostXferReq(r *XferReq) (Status, error) {
 	r.mu.Unlock()
 	r.remaining.Store(int64(len(r.chunks)))
 	r.sortChunks()
-	// Dispatch by kind: a request may mix them (a peer's Alloc region
-	// mapped, another of its regions over TCP or RDMA).
-	if len(r.rdmaQ) > 0 {
-		r.p.rdma().enqueueAll(r.rdmaQ)
-	}
-	for i, q := range r.streamQ {
-		if len(q) > 0 {
-			r.p.streams[i].enqueueAll(q)
-		}
-	}
-	if len(r.copies) > 0 {
-		onlyCopies := len(r.copies) == len(r.chunks)
-		switch {
-		case r.inline && onlyCopies && r.copyBytes <= inlineMax: // no worker woken
-			for _, c := range r.copies {
-				c.finish(c.run())
-			}
-		case r.inline: // memory to memory only: help copying
-			a.work.pushAll(r.copies)
-			a.work.help(helpMax)
-		default:
-			a.work.pushAll(r.copies)
-		}
+	// A request may use several lanes (a peer's Alloc region mapped,
+	// another of its regions over TCP or RDMA).
+	for _, g := range r.lanes {
+		g.l.post(g.cs)
 	}
 	return a.XferStatus(r)
 }
@@ -535,30 +423,36 @@ func (r *XferReq) failPost(err error) (Status, error) {
 	return Failed, e
 }
 
-// sortChunks makes, once, the lists PostXferReq hands out: copies for the
-// workers, work requests for the queue pair, frames per stream.
+// laneGroup is a request's chunks on one lane, in request order.
+type laneGroup struct {
+	l  lane
+	cs []*chunk
+}
+
+// sortChunks makes, once, the lists PostXferReq hands out: the chunks by
+// lane, the lanes that may copy in the caller last.
 func (r *XferReq) sortChunks() {
-	if r.sorted {
+	if r.lanes != nil {
 		return
 	}
-	r.sorted = true
-	r.inline = true
 	for i := range r.chunks {
 		c := &r.chunks[i]
-		switch c.kind {
-		case kCopy:
-			r.copies = append(r.copies, c)
-			r.copyBytes += c.r.d.Len
-			r.inline = r.inline && c.l.mem != nil && c.r.mem != nil
-		case kRDMA:
-			r.rdmaQ = append(r.rdmaQ, c)
-		case kTCP:
-			if r.streamQ == nil {
-				r.streamQ = make([][]*chunk, r.a.o.Streams)
-			}
-			r.streamQ[c.stream] = append(r.streamQ[c.stream], c)
+		g := slices.IndexFunc(r.lanes, func(g laneGroup) bool { return g.l == c.lane })
+		if g < 0 {
+			g = len(r.lanes)
+			r.lanes = append(r.lanes, laneGroup{l: c.lane})
 		}
+		r.lanes[g].cs = append(r.lanes[g].cs, c)
 	}
+	slices.SortStableFunc(r.lanes, func(a, b laneGroup) int {
+		switch {
+		case a.l.inline() == b.l.inline():
+			return 0
+		case a.l.inline():
+			return 1
+		}
+		return -1
+	})
 }
 
 // chunkDone counts a finished chunk; the last one ends the request (after
@@ -592,14 +486,14 @@ func (r *XferReq) chunkDone(err error) {
 		r.mu.Unlock()
 		if ok {
 			if r.p == nil {
-				if !r.a.pushNotif(r.a.name, append([]byte(nil), r.notif.notif...)) {
+				if !r.a.pushNotif(r.a.name, append([]byte(nil), r.notif.msg...)) {
 					r.mu.Lock()
 					r.err = r.fail(fmt.Errorf("%w: notification queue full (%d bytes waiting to be taken)", ErrInUse, maxQueuedNotif))
 					r.mu.Unlock()
 				}
 			} else {
 				r.remaining.Store(-1) // the notification's turn: it calls chunkDone once more
-				r.p.enqueue(r.notif)
+				r.p.control(r.notif)
 				return
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/goccl/goccl/internal/config"
+	"github.com/goccl/goccl/internal/sockopt"
 )
 
 // sockBufSize is the socket buffer size goccl asks for.
@@ -90,8 +91,7 @@ func setDeadPeerTimeout(c *net.TCPConn, d time.Duration) {
 		return
 	}
 	idle := max(d/5, time.Second)
-	_ = c.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: idle, Interval: time.Second, Count: max(1, int((d-idle)/time.Second))})
-	setUserTimeout(c, d)
+	sockopt.KeepAlive(c, net.KeepAliveConfig{Enable: true, Idle: idle, Interval: time.Second, Count: max(1, int((d-idle)/time.Second))}, d)
 }
 
 // sameHost reports whether c connects two sockets of this host: to a

@@ -3,7 +3,6 @@ package tcp
 import (
 	"net"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -18,19 +17,6 @@ func setCongestion(c *net.TCPConn, name string) {
 	}
 	_ = rc.Control(func(fd uintptr) {
 		_ = syscall.SetsockoptString(int(fd), syscall.IPPROTO_TCP, syscall.TCP_CONGESTION, name)
-	})
-}
-
-// setUserTimeout sets TCP_USER_TIMEOUT: how long sent data may stay
-// unacknowledged (and keep-alive probes unanswered) before the kernel ends
-// the connection.
-func setUserTimeout(c *net.TCPConn, d time.Duration) {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return
-	}
-	_ = rc.Control(func(fd uintptr) {
-		_ = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(d.Milliseconds()))
 	})
 }
 

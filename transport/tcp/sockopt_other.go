@@ -2,17 +2,10 @@
 
 package tcp
 
-import (
-	"net"
-	"time"
-)
+import "net"
 
 // setCongestion leaves the system's congestion control alone outside Linux.
 func setCongestion(c *net.TCPConn, name string) {}
-
-// setUserTimeout: TCP_USER_TIMEOUT is Linux's; keep-alive alone bounds an
-// idle connection elsewhere.
-func setUserTimeout(c *net.TCPConn, d time.Duration) {}
 
 type roomQuery struct{}
 

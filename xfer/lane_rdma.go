@@ -7,10 +7,9 @@ import (
 	"sync"
 
 	"github.com/goccl/goccl/rdma"
-	"github.com/goccl/goccl/rdma/qp"
 )
 
-// The RoCE backend: when both agents have a soft RoCE device
+// The RDMA lane: when both agents have a soft RoCE device
 // (Options.RDMA), DRAM descriptors between them move by RDMA WRITE and
 // READ on one RC queue pair per pair of agents, straight between the
 // registered memory regions (every DRAM registration is also a memory
@@ -20,8 +19,57 @@ import (
 // rdma.ConnInfo), which also carries notifications and tells a dead peer:
 // its loss fails the work requests still out.
 
+// rdmaLane is a peer's RDMA lane: its current queue pair, made on first
+// use and made again after one fails.
+type rdmaLane struct {
+	p   *peer
+	mu  sync.Mutex
+	qp  *rdmaQP // nil: none yet, or the last one failed
+	err error   // the peer failed: queue pairs made later start failed
+}
+
+func (l *rdmaLane) post(cs []*chunk) { l.current().enqueueAll(cs) }
+func (l *rdmaLane) inline() bool     { return false }
+func (l *rdmaLane) count(n uint64)   { l.p.a.ctr.rdma.Add(n) }
+
+// current returns the queue pair (made, not yet connected, on first use).
+func (l *rdmaLane) current() *rdmaQP {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.qp == nil {
+		l.qp = &rdmaQP{l: l, p: l.p, pending: map[uint64]*chunk{}, err: l.err}
+	}
+	return l.qp
+}
+
+// fail ends the lane with the peer: the queue pair's work fails with err,
+// and so does what is posted later.
+func (l *rdmaLane) fail(err error) {
+	l.mu.Lock()
+	if l.err == nil {
+		l.err = err
+	}
+	q := l.qp
+	l.mu.Unlock()
+	if q != nil {
+		q.fail(err)
+	}
+}
+
+// reset fails q's work with err and drops it: the next request connects a
+// new queue pair.
+func (l *rdmaLane) reset(q *rdmaQP, err error) {
+	l.mu.Lock()
+	if l.qp == q {
+		l.qp = nil
+	}
+	l.mu.Unlock()
+	q.fail(err)
+}
+
 // rdmaQP is the initiator's queue pair towards one peer.
 type rdmaQP struct {
+	l    *rdmaLane
 	p    *peer
 	once sync.Once
 
@@ -92,7 +140,7 @@ func (r *rdmaQP) poster(ctx context.Context) {
 			for _, c := range left {
 				c.finish(err)
 			}
-			r.p.resetRDMA(r, err)
+			r.l.reset(r, err)
 			return
 		}
 	}
@@ -104,9 +152,9 @@ func (r *rdmaQP) poster(ctx context.Context) {
 func (r *rdmaQP) postLocked(cs []*chunk) ([]*chunk, error) {
 	for i, c := range cs {
 		r.nextID++
-		op := qp.WRWrite
+		op := rdma.WRWrite
 		if c.req.op == READ {
-			op = qp.WRRead
+			op = rdma.WRRead
 		}
 		r.pending[r.nextID] = c
 		err := r.qp.PostSend(rdma.SendWR{ID: r.nextID, Opcode: op, MR: c.mr, Offset: c.mrOff, Length: int(c.r.d.Len),
@@ -136,13 +184,13 @@ func (r *rdmaQP) run() {
 	cq := a.dev.CreateCQ()
 	q, err := a.pd.CreateQP(cq, cq)
 	if err != nil {
-		r.p.resetRDMA(r, fmt.Errorf("agent %q: create queue pair: %v", r.p.name, err))
+		r.l.reset(r, fmt.Errorf("agent %q: create queue pair: %v", r.p.name, err))
 		return
 	}
 	local := q.LocalInfo(nil)
 	blob, _ := json.Marshal(&local)
-	setup := &chunk{kind: kQP, notif: blob, answer: make(chan qpAnswer, 1)}
-	r.p.streams[0].enqueue(setup)
+	setup := &chunk{frame: fQP, msg: blob, answer: make(chan qpAnswer, 1)}
+	r.p.control(setup)
 	var ans qpAnswer
 	select {
 	case ans = <-setup.answer:
@@ -161,7 +209,7 @@ func (r *rdmaQP) run() {
 		// The RDMA requests fail; the peer's TCP streams stay (when the
 		// stream itself broke, the peer failed already).
 		q.Destroy()
-		r.p.resetRDMA(r, fmt.Errorf("agent %q: connect queue pair: %v", r.p.name, ans.err))
+		r.l.reset(r, fmt.Errorf("agent %q: connect queue pair: %v", r.p.name, ans.err))
 		return
 	}
 	r.mu.Lock()
@@ -191,16 +239,16 @@ func (r *rdmaQP) run() {
 			if c == nil {
 				continue
 			}
-			if wc.Status != qp.StatusSuccess {
+			if wc.Status != rdma.WCSuccess {
 				err := fmt.Errorf("%w: agent %q: RDMA %s of %d bytes at %s: %v", ErrPeerLost, r.p.name, c.req.op, c.r.d.Len, c.r.d, wc.Status)
-				if wc.Status == qp.StatusRemAccessErr {
+				if wc.Status == rdma.WCRemAccessErr {
 					err = fmt.Errorf("agent %q refused RDMA %s of %d bytes at %s (not registered there): %v", r.p.name, c.req.op, c.r.d.Len, c.r.d, wc.Status)
 				}
 				c.finish(err)
-				if wc.Status == qp.StatusRemAccessErr {
+				if wc.Status == rdma.WCRemAccessErr {
 					// The queue pair is in error now (RC): the rest of its work
 					// fails, and the next request to the peer connects a new one.
-					r.p.resetRDMA(r, fmt.Errorf("%w: agent %q: the queue pair failed after a refused RDMA access", ErrPeerLost, r.p.name))
+					r.l.reset(r, fmt.Errorf("%w: agent %q: the queue pair failed after a refused RDMA access", ErrPeerLost, r.p.name))
 					return
 				}
 				r.p.fail(err)
