@@ -3,17 +3,13 @@ package rendezvous
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/goccl/goccl/internal/config"
@@ -70,8 +66,10 @@ func AddrFilePath(env Env) string {
 // loss detection or address file is involved then.
 //
 // With env.Etcd (GOCCL_STORE=etcd://...) nobody serves either: every rank
-// is a client of the etcd cluster (DialEtcd, see connectEtcd for the key
-// prefix); no job token or rank loss detection is involved then.
+// is a client of the etcd cluster (package rendezvous/etcd, which the
+// program must import to register the etcd:// scheme: Connect fails and
+// names the import otherwise; see etcd.JobPrefix for the key prefix); no
+// job token or rank loss detection is involved then.
 //
 // Rank 0's Close stops the server under every other rank, so close rank 0's
 // store last (for example after a Barrier that all ranks pass when done).
@@ -87,7 +85,7 @@ func Connect(ctx context.Context, env Env, hostIP string, opts ...Option) (Store
 		return nil, fmt.Errorf("rendezvous: connect: rank %d out of range for world size %d", env.Rank, env.WorldSize)
 	}
 	if env.Etcd != "" {
-		return connectEtcd(ctx, env, opts)
+		return connectScheme(ctx, env, env.Etcd, opts)
 	}
 	if env.AgentStore != "" && env.AgentStore == env.StoreAddr {
 		return connectAgentStore(ctx, env, opts)
@@ -139,90 +137,14 @@ func connectAgentStore(ctx context.Context, env Env, opts []Option) (Store, erro
 	return s, nil
 }
 
-// Keys of the store Connect makes on etcd: every rank adds 1 to
-// etcdJoinedKey when it connects and to etcdClosedKey when it closes.
-const (
-	etcdJoinedKey = "goccl/etcd/joined"
-	etcdClosedKey = "goccl/etcd/closed"
-	// etcdCloseTimeout bounds the last rank's bookkeeping in Close.
-	etcdCloseTimeout = 2 * time.Second
-)
-
-// EtcdJobPrefix returns the prefix under which Connect keeps a job's keys
-// in etcd: the URL's prefix, then the job id (path-escaped, "default" when
-// there is none), the attempt (TORCHELASTIC_RESTART_COUNT, 0 when unset)
-// and the generation (WithGeneration: the count of this process's
-// rendezvous), each followed by "/", as in
-// /goccl/<job id>/<attempt>/<generation>/.
-func EtcdJobPrefix(urlPrefix string, env Env, generation uint64) string {
-	job := env.JobID
-	if job == "" {
-		job = "default"
-	}
-	attempt := env.Attempt
-	if attempt == "" {
-		attempt = "0"
-	}
-	return fmt.Sprintf("%s%s/%s/%d/", urlPrefix, url.PathEscape(job), url.PathEscape(attempt), generation)
-}
-
-// connectEtcd makes this rank a client of the etcd cluster env.Etcd names,
-// under EtcdJobPrefix. Keys of an earlier run with the same job id (which
-// crashed, since a job that ends cleanly deletes its keys) stay until its
-// lease expires: the ranks find the world already joined and fail, naming
-// the prefix, rather than use them.
-func connectEtcd(ctx context.Context, env Env, opts []Option) (Store, error) {
-	endpoints, urlPrefix, err := ParseEtcdURL(env.Etcd)
+// connectScheme connects through the store kind that another package
+// registered for url's scheme (RegisterScheme).
+func connectScheme(ctx context.Context, env Env, url string, opts []Option) (Store, error) {
+	s, err := lookupScheme(url)
 	if err != nil {
-		return nil, fmt.Errorf("rendezvous: connect: %s=%q: %w", config.Store.Name, env.Etcd, err)
+		return nil, fmt.Errorf("rendezvous: connect: rank %d: %s: %w", env.Rank, config.Store.Name, err)
 	}
-	o := makeOptions(opts)
-	prefix := EtcdJobPrefix(urlPrefix, env, o.generation)
-	s, err := DialEtcd(ctx, endpoints, prefix, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("rendezvous: connect: rank %d: %w", env.Rank, err)
-	}
-	n, err := s.Add(ctx, etcdJoinedKey, 1)
-	if err != nil {
-		s.Close()
-		return nil, fmt.Errorf("rendezvous: connect: rank %d: %w", env.Rank, err)
-	}
-	if n > int64(env.WorldSize) {
-		s.Close()
-		return nil, fmt.Errorf("rendezvous: connect: rank %d: etcd at %s already holds a rendezvous under %q (%d ranks joined, world size %d): "+
-			"the keys of an earlier run with the same job id, which vanish %v after its last rank stopped (or of a job still running); "+
-			"give each run its own %s (or another prefix in %s)",
-			env.Rank, s.Endpoints(), prefix, n-1, env.WorldSize, etcdTTL(o), config.JobID.Name, config.Store.Name)
-	}
-	return &etcdJobStore{EtcdStore: s, world: env.WorldSize}, nil
-}
-
-func etcdTTL(o options) time.Duration {
-	if o.leaseTTL > 0 {
-		return o.leaseTTL
-	}
-	return DefaultLeaseTTL
-}
-
-// etcdJobStore is the store Connect makes on etcd.
-type etcdJobStore struct {
-	*EtcdStore
-	world     int
-	closeOnce sync.Once
-}
-
-// Close counts this rank out; the last of the world's ranks to close
-// revokes the lease, deleting the job's keys at once (otherwise they vanish
-// with the lease, its TTL after the last rank stopped keeping it alive).
-func (s *etcdJobStore) Close() error {
-	s.closeOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), etcdCloseTimeout)
-		defer cancel()
-		if n, err := s.Add(ctx, etcdClosedKey, 1); err == nil && n == int64(s.world) {
-			s.Revoke(ctx)
-		}
-	})
-	return s.EtcdStore.Close()
+	return s.Connect(ctx, env, url, opts...)
 }
 
 func connectAddr(ctx context.Context, env Env, hostIP string, opts []Option) (Store, error) {
@@ -430,13 +352,6 @@ func serveAddrFile(ctx context.Context, env Env, hostIP string, opts []Option) (
 		files[TokenFilePath(env)] = []byte(env.Token + "\n")
 	}
 	return &servingStore{TCPStore: cl, srv: srv, files: files}, nil
-}
-
-// randomHex returns n random bytes in hex.
-func randomHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b) // never fails (crypto/rand panics rather than return an error)
-	return hex.EncodeToString(b)
 }
 
 // parseAddrFile parses "host:port\nnonce\n".

@@ -65,10 +65,10 @@
 //
 // GOCCL_STORE=etcd://host:2379[,host:2379...]/prefix (FromEnv sets
 // Env.Etcd) makes every rank, rank 0 included, a client of that etcd
-// cluster (EtcdStore, DialEtcd): nobody serves, so no rank has to be up
+// cluster: nobody serves, so no rank has to be up
 // before the others can reach the store, and the store survives the loss of
 // any rank. Connect keeps the job's keys under
-// <prefix>/<job id>/<attempt>/<generation>/ (EtcdJobPrefix: the job id as
+// <prefix>/<job id>/<attempt>/<generation>/ (etcd.JobPrefix: the job id as
 // for the address file, "default" without one; torchrun's restart count;
 // the count of this process's Inits), all on one etcd lease that every open
 // rank keeps alive. The last of the world's ranks to close revokes it,
@@ -79,6 +79,15 @@
 // ago, or a job still running) fails, naming the prefix, instead of reading
 // that run's keys. GOCCL_STORE=tcp://host:port and file:///dir are
 // spellings of GOCCL_STORE_ADDR and GOCCL_STORE_DIR.
+//
+// The etcd store lives in package rendezvous/etcd, which registers the
+// etcd:// scheme (RegisterScheme) when a program imports it:
+//
+//	import _ "github.com/goccl/goccl/rendezvous/etcd"
+//
+// so that programs that never use etcd do not link its client and gRPC.
+// Without that import, Connect and Open fail on an etcd:// URL and name
+// the import to add.
 //
 // # The TCP store
 //

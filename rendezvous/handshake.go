@@ -97,7 +97,7 @@ type RankLostError struct {
 func (e *RankLostError) Error() string { return fmt.Sprintf("rank %d lost: %s", e.Rank, e.Reason) }
 
 // Option configures a TCPServer (NewTCPServer), a TCPStore (DialTCP), an
-// EtcdStore (DialEtcd) or Connect.
+// etcd store (package rendezvous/etcd), Open or Connect.
 type Option func(*options)
 
 type options struct {
@@ -106,7 +106,7 @@ type options struct {
 	logf       func(format string, args ...any)
 	generation uint64        // WithGeneration's (0: none)
 	instance   uint32        // a server's instance (TCPServer only)
-	leaseTTL   time.Duration // WithLeaseTTL's (0: DefaultLeaseTTL)
+	leaseTTL   time.Duration // WithLeaseTTL's (0: etcd.DefaultLeaseTTL)
 }
 
 func makeOptions(opts []Option) options {
@@ -139,15 +139,15 @@ func WithRank(rank int) Option { return func(o *options) { o.rank = rank } }
 // from its start.
 func WithGeneration(gen uint64) Option { return func(o *options) { o.generation = gen } }
 
-// WithLeaseTTL sets the time-to-live of the lease an EtcdStore grants when
-// it is the first client of its prefix (etcd rounds it up to whole seconds,
-// and to its minimum, about 1.5 s with the default election timeout): the
-// keys vanish this long after the last client is gone. Default
-// DefaultLeaseTTL.
+// WithLeaseTTL sets the time-to-live of the lease an etcd store (package
+// rendezvous/etcd) grants when it is the first client of its prefix (etcd
+// rounds it up to whole seconds, and to its minimum, about 1.5 s with the
+// default election timeout): the keys vanish this long after the last
+// client is gone. Default etcd.DefaultLeaseTTL.
 func WithLeaseTTL(ttl time.Duration) Option { return func(o *options) { o.leaseTTL = ttl } }
 
-// WithLog gives the server a logger for rejected connections (an
-// EtcdStore: for the loss of its lease).
+// WithLog gives the server a logger for rejected connections (an etcd
+// store: for the loss of its lease).
 func WithLog(logf func(format string, args ...any)) Option {
 	return func(o *options) { o.logf = logf }
 }

@@ -3,29 +3,26 @@ package rendezvous
 import (
 	"context"
 	"errors"
-	"fmt"
-	"math"
-	"math/rand/v2"
-	"strconv"
 	"sync"
 	"time"
 
-	"github.com/goccl/goccl/internal/closed"
+	"github.com/goccl/goccl/rendezvous/internal/storekit"
 )
 
-// Limits shared by every Store in this package (and enforced on the TCP wire).
+// Limits shared by every Store in this package and its subpackages (and
+// enforced on the TCP wire).
 const (
 	// MaxKeyLen is the longest key, in bytes.
-	MaxKeyLen = 4 << 10
+	MaxKeyLen = storekit.MaxKeyLen
 	// MaxValueLen is the longest value, in bytes.
-	MaxValueLen = 64 << 20
+	MaxValueLen = storekit.MaxValueLen
 	// MaxWaitKeys is the most keys one Wait call may name.
-	MaxWaitKeys = 1 << 16
+	MaxWaitKeys = storekit.MaxWaitKeys
 )
 
 // ErrClosed is wrapped by the errors of calls made on (or blocked in) a closed
 // Store. errors.Is treats it, goccl.ErrClosed and transport.ErrClosed as one.
-var ErrClosed = closed.New("rendezvous: store closed")
+var ErrClosed = storekit.ErrClosed
 
 // ErrReplaced is wrapped by the errors of TCPStore calls that had to
 // reconnect and found another server instance at the store's address: the
@@ -34,58 +31,17 @@ var ErrClosed = closed.New("rendezvous: store closed")
 // there. The client does not go on with the new server.
 var ErrReplaced = errors.New("rendezvous: the store server was replaced by another instance")
 
-// checkKey validates a key against MaxKeyLen.
-func checkKey(key string) error {
-	if len(key) > MaxKeyLen {
-		return fmt.Errorf("rendezvous: key of %d bytes exceeds the limit of %d", len(key), MaxKeyLen)
-	}
-	return nil
-}
+// The checks and helpers every store shares (see storekit).
+func checkKey(key string) error     { return storekit.CheckKey(key) }
+func checkKeys(keys []string) error { return storekit.CheckKeys(keys) }
+func checkValue(value []byte) error { return storekit.CheckValue(value) }
+func quoteKey(key string) string    { return storekit.QuoteKey(key) }
+func randomHex(n int) string        { return storekit.RandomHex(n) }
 
-func checkKeys(keys []string) error {
-	if len(keys) > MaxWaitKeys {
-		return fmt.Errorf("rendezvous: wait on %d keys exceeds the limit of %d", len(keys), MaxWaitKeys)
-	}
-	for _, k := range keys {
-		if err := checkKey(k); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func checkValue(value []byte) error {
-	if len(value) > MaxValueLen {
-		return fmt.Errorf("rendezvous: value of %d bytes exceeds the limit of %d", len(value), MaxValueLen)
-	}
-	return nil
-}
-
-// quoteKey quotes a key for an error message, shortening very long ones.
-func quoteKey(key string) string {
-	const max = 64
-	if len(key) > max {
-		return strconv.Quote(key[:max]) + "..."
-	}
-	return strconv.Quote(key)
-}
-
-// addCounter parses old (nil: absent, counts as 0) as a decimal int64, adds
-// delta and returns the new value and its encoding.
+// addCounter parses old (absent when !exists: counts as 0) as a decimal
+// int64, adds delta and returns the new value and its encoding.
 func addCounter(key string, old []byte, exists bool, delta int64) (int64, []byte, error) {
-	var n int64
-	if exists {
-		v, err := strconv.ParseInt(string(old), 10, 64)
-		if err != nil {
-			return 0, nil, fmt.Errorf("rendezvous: add %s: key holds a value that is not a decimal integer", quoteKey(key))
-		}
-		n = v
-	}
-	if (delta > 0 && n > math.MaxInt64-delta) || (delta < 0 && n < math.MinInt64-delta) {
-		return 0, nil, fmt.Errorf("rendezvous: add %s: %d%+d overflows int64", quoteKey(key), n, delta)
-	}
-	n += delta
-	return n, strconv.AppendInt(nil, n, 10), nil
+	return storekit.AddCounter(key, old, exists, delta)
 }
 
 // kv is the in-memory map behind MemStore and TCPServer. Values stored in it
@@ -167,30 +123,20 @@ func (k *kv) add(key string, delta int64) (int64, error) {
 	return n, nil
 }
 
-// backoff is a capped exponential delay with jitter: next returns a random
-// delay in [cur/2, cur], so that pollers that started together (many ranks, or
-// many goroutines contending for a file lock) do not retry in lockstep.
+// backoff is storekit.Backoff: a capped exponential delay with jitter.
 type backoff struct{ cur, max time.Duration }
 
 func (b *backoff) next() time.Duration {
-	d := b.cur
-	b.cur = min(2*b.cur, b.max)
-	return d/2 + rand.N(d/2+1)
+	k := storekit.Backoff{Cur: b.cur, Max: b.max}
+	d := k.Next()
+	b.cur = k.Cur
+	return d
 }
 
 // sleepCtx sleeps for d unless ctx or closed ends first; it returns ctx's
 // error or ErrClosed in that case.
 func sleepCtx(ctx context.Context, closed <-chan struct{}, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-closed:
-		return ErrClosed
-	}
+	return storekit.Sleep(ctx, closed, d)
 }
 
 var (

@@ -191,15 +191,12 @@ func (a *Agent) store(ctx context.Context) (rendezvous.Store, error) {
 }
 
 // OpenStore connects to a store for metadata by URL: etcd://host:2379[,host:2379]/prefix
-// (keys under prefix, on a lease that ends with the client) or
+// (keys under prefix, on a lease that ends with the client; the program
+// imports _ "github.com/goccl/goccl/rendezvous/etcd" for it) or
 // tcp://host:port / host:port (goccl's TCP store, rendezvous.TCPServer).
 func OpenStore(ctx context.Context, url string) (rendezvous.Store, error) {
 	if len(url) > 7 && url[:7] == "etcd://" {
-		eps, prefix, err := rendezvous.ParseEtcdURL(url)
-		if err != nil {
-			return nil, err
-		}
-		return rendezvous.DialEtcd(ctx, eps, prefix)
+		return rendezvous.Open(ctx, url)
 	}
 	addr := url
 	if len(addr) > 6 && addr[:6] == "tcp://" {

@@ -14,6 +14,7 @@ import (
 	"github.com/goccl/goccl/internal/etcdtest"
 	"github.com/goccl/goccl/rdma"
 	"github.com/goccl/goccl/rendezvous"
+	_ "github.com/goccl/goccl/rendezvous/etcd" // etcd:// for TestMetadataEtcd
 )
 
 // openDevice opens a soft RoCE device on loopback, closed at the end of

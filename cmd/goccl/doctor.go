@@ -18,7 +18,7 @@ import (
 	"github.com/goccl/goccl/doctor/ibv"
 	"github.com/goccl/goccl/doctor/nccllog"
 	"github.com/goccl/goccl/doctor/nccltests"
-	"github.com/goccl/goccl/doctor/topo"
+	topodoc "github.com/goccl/goccl/doctor/topo"
 	"github.com/goccl/goccl/internal/config"
 )
 
@@ -114,7 +114,7 @@ var doctorSubs = []doctorSub{
 	}},
 	{name: "topo", input: true, setup: func(fs *pflag.FlagSet) doctorRunFunc {
 		return func(_ context.Context, in io.Reader) (doctorResult, error) {
-			rep, err := topo.Parse(in)
+			rep, err := topodoc.Parse(in)
 			if err != nil {
 				return doctorResult{}, err
 			}

@@ -26,6 +26,9 @@ import (
 	"strings"
 
 	"github.com/goccl/goccl/internal/textdist"
+	// GOCCL_STORE=etcd:// and etcd:// --store URLs, for this command and the
+	// ranks it runs (goccl perf, linktest, xferbench).
+	_ "github.com/goccl/goccl/rendezvous/etcd"
 )
 
 // command is one subcommand.

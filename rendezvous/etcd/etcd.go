@@ -1,4 +1,13 @@
-package rendezvous
+// Package etcd is a rendezvous Store kept in an etcd cluster
+// (go.etcd.io/etcd/client/v3). Importing it registers the etcd:// scheme
+// with package rendezvous, so that GOCCL_STORE=etcd://host:2379/prefix
+// (rendezvous.Connect, goccl.Init) and rendezvous.Open use it:
+//
+//	import _ "github.com/goccl/goccl/rendezvous/etcd"
+//
+// It lives apart so that programs that never use etcd do not link its
+// client and gRPC.
+package etcd
 
 import (
 	"context"
@@ -19,9 +28,12 @@ import (
 	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/goccl/goccl/rendezvous"
+	"github.com/goccl/goccl/rendezvous/internal/storekit"
 )
 
-// DefaultLeaseTTL is the time-to-live of an EtcdStore's lease without
+// DefaultLeaseTTL is the time-to-live of a Store's lease without
 // WithLeaseTTL: the keys under the store's prefix vanish this long after
 // the last client stopped keeping the lease alive.
 const DefaultLeaseTTL = 60 * time.Second
@@ -30,7 +42,7 @@ const DefaultLeaseTTL = 60 * time.Second
 // (etcd refuses transactions of more than 128 operations by default).
 const etcdMaxTxnOps = 32
 
-// EtcdStore is a Store kept in an etcd cluster (go.etcd.io/etcd/client/v3):
+// Store is a rendezvous.Store kept in an etcd cluster (go.etcd.io/etcd/client/v3):
 // every rank is a client, nobody serves, and the store outlives any rank.
 //
 // Under its prefix the store keeps:
@@ -66,7 +78,7 @@ const etcdMaxTxnOps = 32
 // (1.5 MiB by default), so values must stay well under that, below
 // MaxValueLen. The store does not prove the job token: secure the cluster
 // with etcd's own TLS and authentication.
-type EtcdStore struct {
+type Store struct {
 	endpoints string // for errors
 	prefix    string
 	cli       *clientv3.Client
@@ -88,20 +100,20 @@ type EtcdStore struct {
 	receipts []string // receipts of finished Adds, deleted by a later Add
 }
 
-// DialEtcd connects to the etcd cluster at endpoints (host:port each) and
+// Dial connects to the etcd cluster at endpoints (host:port each) and
 // returns a Store keeping its keys under prefix (used as given: end it with
 // "/" to keep it apart from longer prefixes). It joins the prefix's lease,
 // or grants it (with WithLeaseTTL's TTL, else DefaultLeaseTTL), retrying
 // until the cluster answers or ctx ends. WithLog receives a warning when
 // the lease is lost.
-func DialEtcd(ctx context.Context, endpoints []string, prefix string, opts ...Option) (*EtcdStore, error) {
-	o := makeOptions(opts)
-	s := &EtcdStore{endpoints: strings.Join(endpoints, ","), prefix: prefix, id: randomHex(8), logf: o.logf,
+func Dial(ctx context.Context, endpoints []string, prefix string, opts ...rendezvous.Option) (*Store, error) {
+	o := rendezvous.ResolveOptions(opts...)
+	s := &Store{endpoints: strings.Join(endpoints, ","), prefix: prefix, id: storekit.RandomHex(8), logf: o.Logf,
 		kaDone: make(chan struct{}), addSem: make(chan struct{}, 1)}
 	if len(endpoints) == 0 {
 		return nil, errors.New("rendezvous: etcd store: no endpoints")
 	}
-	ttl := o.leaseTTL
+	ttl := o.LeaseTTL
 	if ttl <= 0 {
 		ttl = DefaultLeaseTTL
 	}
@@ -144,7 +156,7 @@ func DialEtcd(ctx context.Context, endpoints []string, prefix string, opts ...Op
 // joinLease returns the prefix's lease: the one recorded under
 // <prefix>lease, or a new one of ttl seconds that this client records
 // there.
-func (s *EtcdStore) joinLease(ctx context.Context, ttl int64) (clientv3.LeaseID, error) {
+func (s *Store) joinLease(ctx context.Context, ttl int64) (clientv3.LeaseID, error) {
 	key := s.prefix + "lease"
 	for {
 		g, err := s.cli.Grant(ctx, ttl)
@@ -186,14 +198,14 @@ func (s *EtcdStore) joinLease(ctx context.Context, ttl int64) (clientv3.LeaseID,
 // lease that got no answer for its TTL (etcd down that long), though etcd
 // extends every lease when it comes back: so this starts again until the
 // lease is found gone.
-func (s *EtcdStore) keepAlive() {
+func (s *Store) keepAlive() {
 	defer close(s.kaDone)
-	bo := backoff{cur: 100 * time.Millisecond, max: 2 * time.Second}
+	bo := storekit.Backoff{Cur: 100 * time.Millisecond, Max: 2 * time.Second}
 	for {
 		ch, err := s.cli.KeepAlive(s.closeCtx, s.lease)
 		if err == nil {
 			for range ch {
-				bo.cur = 100 * time.Millisecond
+				bo.Cur = 100 * time.Millisecond
 			}
 		}
 		if s.closeCtx.Err() != nil {
@@ -205,22 +217,22 @@ func (s *EtcdStore) keepAlive() {
 			}
 			return
 		}
-		if sleepCtx(s.closeCtx, nil, bo.next()) != nil {
+		if storekit.Sleep(s.closeCtx, nil, bo.Next()) != nil {
 			return
 		}
 	}
 }
 
 // Endpoints returns the endpoints this client dials, comma-separated.
-func (s *EtcdStore) Endpoints() string { return s.endpoints }
+func (s *Store) Endpoints() string { return s.endpoints }
 
 // Prefix returns the prefix of the store's keys.
-func (s *EtcdStore) Prefix() string { return s.prefix }
+func (s *Store) Prefix() string { return s.prefix }
 
 // Lease returns the id of the lease the store's keys live on.
-func (s *EtcdStore) Lease() clientv3.LeaseID { return s.lease }
+func (s *Store) Lease() clientv3.LeaseID { return s.lease }
 
-func (s *EtcdStore) dataKey(key string) string { return s.prefix + "kv/" + key }
+func (s *Store) dataKey(key string) string { return s.prefix + "kv/" + key }
 
 // permanentError marks an error that retrying cannot cure.
 type permanentError struct{ err error }
@@ -257,9 +269,9 @@ var errWatchClosed = errors.New("watch closed")
 
 // retry runs op until it succeeds, fails for good, or ctx or Close ends
 // it. op gets a context that Close cancels too.
-func (s *EtcdStore) retry(ctx context.Context, op func(context.Context) error) error {
+func (s *Store) retry(ctx context.Context, op func(context.Context) error) error {
 	if s.closeCtx.Err() != nil {
-		return ErrClosed
+		return rendezvous.ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -268,12 +280,12 @@ func (s *EtcdStore) retry(ctx context.Context, op func(context.Context) error) e
 	defer cancel()
 	stop := context.AfterFunc(s.closeCtx, cancel)
 	defer stop()
-	bo := backoff{cur: 20 * time.Millisecond, max: time.Second}
+	bo := storekit.Backoff{Cur: 20 * time.Millisecond, Max: time.Second}
 	var last error
 	stopped := func() error {
 		switch {
 		case s.closeCtx.Err() != nil:
-			return ErrClosed
+			return rendezvous.ErrClosed
 		case ctx.Err() != nil && last != nil:
 			return fmt.Errorf("%w (last error: %v)", ctx.Err(), last)
 		}
@@ -294,23 +306,23 @@ func (s *EtcdStore) retry(ctx context.Context, op func(context.Context) error) e
 			return err
 		}
 		last = err
-		if sleepCtx(cctx, nil, bo.next()) != nil {
+		if storekit.Sleep(cctx, nil, bo.Next()) != nil {
 			return stopped()
 		}
 	}
 }
 
 // fail wraps err with the store, the call and the key.
-func (s *EtcdStore) fail(what string, err error) error {
+func (s *Store) fail(what string, err error) error {
 	return fmt.Errorf("rendezvous: etcd store %s (prefix %q): %s: %w", s.endpoints, s.prefix, what, err)
 }
 
 // Set implements Store.
-func (s *EtcdStore) Set(ctx context.Context, key string, value []byte) error {
-	if err := checkKey(key); err != nil {
+func (s *Store) Set(ctx context.Context, key string, value []byte) error {
+	if err := storekit.CheckKey(key); err != nil {
 		return err
 	}
-	if err := checkValue(value); err != nil {
+	if err := storekit.CheckValue(value); err != nil {
 		return err
 	}
 	k := s.dataKey(key)
@@ -319,14 +331,14 @@ func (s *EtcdStore) Set(ctx context.Context, key string, value []byte) error {
 		return err
 	})
 	if err != nil {
-		return s.fail("set "+quoteKey(key), err)
+		return s.fail("set "+storekit.QuoteKey(key), err)
 	}
 	return nil
 }
 
 // Get implements Store.
-func (s *EtcdStore) Get(ctx context.Context, key string) ([]byte, error) {
-	if err := checkKey(key); err != nil {
+func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
+	if err := storekit.CheckKey(key); err != nil {
 		return nil, err
 	}
 	var v []byte
@@ -335,14 +347,14 @@ func (s *EtcdStore) Get(ctx context.Context, key string) ([]byte, error) {
 		return err
 	})
 	if err != nil {
-		return nil, s.fail("get "+quoteKey(key), err)
+		return nil, s.fail("get "+storekit.QuoteKey(key), err)
 	}
 	return v, nil
 }
 
 // await returns the value of k once it exists: a read, then, when k is
 // missing, a watch from the revision after the read's.
-func (s *EtcdStore) await(ctx context.Context, k string) ([]byte, error) {
+func (s *Store) await(ctx context.Context, k string) ([]byte, error) {
 	r, err := s.cli.Get(ctx, k)
 	if err != nil {
 		return nil, err
@@ -369,8 +381,8 @@ func (s *EtcdStore) await(ctx context.Context, k string) ([]byte, error) {
 }
 
 // Wait implements Store.
-func (s *EtcdStore) Wait(ctx context.Context, keys ...string) error {
-	if err := checkKeys(keys); err != nil {
+func (s *Store) Wait(ctx context.Context, keys ...string) error {
+	if err := storekit.CheckKeys(keys); err != nil {
 		return err
 	}
 	for _, key := range keys {
@@ -379,7 +391,7 @@ func (s *EtcdStore) Wait(ctx context.Context, keys ...string) error {
 			return err
 		})
 		if err != nil {
-			return s.fail(fmt.Sprintf("wait %s (one of %d keys)", quoteKey(key), len(keys)), err)
+			return s.fail(fmt.Sprintf("wait %s (one of %d keys)", storekit.QuoteKey(key), len(keys)), err)
 		}
 	}
 	if len(keys) == 0 {
@@ -391,20 +403,20 @@ func (s *EtcdStore) Wait(ctx context.Context, keys ...string) error {
 	return nil
 }
 
-// Add implements Store (see EtcdStore for how it stays atomic and
+// Add implements Store (see Store for how it stays atomic and
 // exactly-once).
-func (s *EtcdStore) Add(ctx context.Context, key string, delta int64) (int64, error) {
-	if err := checkKey(key); err != nil {
+func (s *Store) Add(ctx context.Context, key string, delta int64) (int64, error) {
+	if err := storekit.CheckKey(key); err != nil {
 		return 0, err
 	}
-	what := "add " + quoteKey(key)
+	what := "add " + storekit.QuoteKey(key)
 	select {
 	case s.addSem <- struct{}{}:
 		defer func() { <-s.addSem }()
 	case <-ctx.Done():
 		return 0, s.fail(what, ctx.Err())
 	case <-s.closeCtx.Done():
-		return 0, s.fail(what, ErrClosed)
+		return 0, s.fail(what, rendezvous.ErrClosed)
 	}
 	k := s.dataKey(key)
 	receipt := fmt.Sprintf("%sadd/%s/%d", s.prefix, s.id, s.seq.Add(1))
@@ -430,7 +442,7 @@ func (s *EtcdStore) Add(ctx context.Context, key string, delta int64) (int64, er
 // compare-and-swap transactions until one applies; an error leaves the
 // outcome of the last one unknown, so the caller calls again, which finds
 // the receipt if it applied.
-func (s *EtcdStore) addOnce(ctx context.Context, key, k, receipt string, delta int64) (int64, error) {
+func (s *Store) addOnce(ctx context.Context, key, k, receipt string, delta int64) (int64, error) {
 	read := []clientv3.Op{clientv3.OpGet(k), clientv3.OpGet(receipt)}
 	t, err := s.cli.Txn(ctx).Then(read...).Commit()
 	if err != nil {
@@ -446,7 +458,7 @@ func (s *EtcdStore) addOnce(ctx context.Context, key, k, receipt string, delta i
 		if len(cur) > 0 {
 			old, rev = cur[0].Value, cur[0].ModRevision
 		}
-		n, enc, err := addCounter(key, old, len(cur) > 0, delta)
+		n, enc, err := storekit.AddCounter(key, old, len(cur) > 0, delta)
 		if err != nil {
 			return 0, permanent(err)
 		}
@@ -468,7 +480,7 @@ func (s *EtcdStore) addOnce(ctx context.Context, key, k, receipt string, delta i
 	}
 }
 
-func (s *EtcdStore) takeReceipts() []string {
+func (s *Store) takeReceipts() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := min(len(s.receipts), etcdMaxTxnOps)
@@ -477,7 +489,7 @@ func (s *EtcdStore) takeReceipts() []string {
 	return done
 }
 
-func (s *EtcdStore) returnReceipts(done []string) {
+func (s *Store) returnReceipts(done []string) {
 	if len(done) == 0 {
 		return
 	}
@@ -489,7 +501,7 @@ func (s *EtcdStore) returnReceipts(done []string) {
 // Revoke revokes the store's lease: every key under the prefix is deleted
 // at once, for every client. Call it when the job is done with the keys;
 // later writes through any client of the prefix fail.
-func (s *EtcdStore) Revoke(ctx context.Context) error {
+func (s *Store) Revoke(ctx context.Context) error {
 	err := s.retry(ctx, func(ctx context.Context) error {
 		_, err := s.cli.Revoke(ctx, s.lease)
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
@@ -506,8 +518,8 @@ func (s *EtcdStore) Revoke(ctx context.Context) error {
 // Close stops keeping the lease alive and closes the client; calls in
 // flight return errors wrapping ErrClosed, as do later calls. The keys stay
 // while other clients keep the lease alive, and vanish its TTL after the
-// last one stops (see EtcdStore).
-func (s *EtcdStore) Close() error {
+// last one stops (see Store).
+func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.cancelClose()
 		<-s.kaDone
@@ -516,4 +528,4 @@ func (s *EtcdStore) Close() error {
 	return nil
 }
 
-var _ Store = (*EtcdStore)(nil)
+var _ rendezvous.Store = (*Store)(nil)

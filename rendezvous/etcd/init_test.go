@@ -1,4 +1,4 @@
-package rendezvous_test
+package etcd_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package rendezvous
+package etcd
 
 import (
 	"context"
@@ -16,6 +16,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/goccl/goccl/internal/etcdtest"
+	"github.com/goccl/goccl/rendezvous"
+	"github.com/goccl/goccl/rendezvous/internal/storekit"
+	"github.com/goccl/goccl/rendezvous/internal/storetest"
 )
 
 func TestMain(m *testing.M) {
@@ -26,14 +29,14 @@ func TestMain(m *testing.M) {
 
 // etcdPrefix returns a prefix of t's own on a shared server.
 func etcdPrefix(t *testing.T) string {
-	return "/test/" + strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()) + "-" + randomHex(4) + "/"
+	return "/test/" + strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()) + "-" + storekit.RandomHex(4) + "/"
 }
 
-func dialEtcd(t *testing.T, srv *etcdtest.Server, prefix string, opts ...Option) *EtcdStore {
+func dialEtcd(t *testing.T, srv *etcdtest.Server, prefix string, opts ...rendezvous.Option) *Store {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := DialEtcd(ctx, []string{srv.Endpoint}, prefix, opts...)
+	s, err := Dial(ctx, []string{srv.Endpoint}, prefix, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,9 +66,14 @@ func etcdKeys(t *testing.T, srv *etcdtest.Server, prefix string) []string {
 }
 
 func etcdConformance(t *testing.T, srv *etcdtest.Server) {
-	runConformance(t, func(t *testing.T) opener {
-		prefix := etcdPrefix(t)
-		return func(t *testing.T) Store { return dialEtcd(t, srv, prefix) }
+	storetest.Conformance(t, storetest.Kind{
+		New: func(t *testing.T) storetest.Opener {
+			prefix := etcdPrefix(t)
+			return func(t *testing.T) storetest.Store { return dialEtcd(t, srv, prefix) }
+		},
+		Barrier: func(ctx context.Context, s storetest.Store, key string, worldSize int) error {
+			return rendezvous.Barrier(ctx, s, key, worldSize)
+		},
 	})
 }
 
@@ -111,7 +119,7 @@ func testEtcdRestart(t *testing.T, srv *etcdtest.Server) {
 	const getters, adders = 4, 6
 	gets := make(chan error, getters)
 	for i := range getters {
-		s := []*EtcdStore{a, b}[i%2]
+		s := []*Store{a, b}[i%2]
 		go func() {
 			v, err := s.Get(ctx, "late")
 			if err == nil && string(v) != "here" {
@@ -120,7 +128,7 @@ func testEtcdRestart(t *testing.T, srv *etcdtest.Server) {
 			gets <- err
 		}()
 	}
-	mustBlock(t, gets, "Get of a missing key")
+	storetest.MustBlock(t, gets, "Get of a missing key")
 
 	t0 := time.Now()
 	srv.Stop()
@@ -129,7 +137,7 @@ func testEtcdRestart(t *testing.T, srv *etcdtest.Server) {
 	var got []int64
 	adds := make(chan error, adders+1)
 	for i := range adders {
-		s := []*EtcdStore{a, b, c}[i%3]
+		s := []*Store{a, b, c}[i%3]
 		go func() {
 			n, err := s.Add(ctx, "ctr", 1)
 			mu.Lock()
@@ -140,8 +148,8 @@ func testEtcdRestart(t *testing.T, srv *etcdtest.Server) {
 	}
 	go func() { adds <- c.Set(ctx, "during", []byte("d")) }()
 	time.Sleep(300 * time.Millisecond)
-	mustBlock(t, adds, "Add with etcd down")
-	mustBlock(t, gets, "Get with etcd down")
+	storetest.MustBlock(t, adds, "Add with etcd down")
+	storetest.MustBlock(t, gets, "Get with etcd down")
 
 	t1 := time.Now()
 	srv.Restart(t)
@@ -192,7 +200,7 @@ func TestEtcdAddAcrossRestarts(t *testing.T) {
 	prefix := etcdPrefix(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	clients := []*EtcdStore{dialEtcd(t, srv, prefix), dialEtcd(t, srv, prefix), dialEtcd(t, srv, prefix)}
+	clients := []*Store{dialEtcd(t, srv, prefix), dialEtcd(t, srv, prefix), dialEtcd(t, srv, prefix)}
 	stop := make(chan struct{})
 	var mu sync.Mutex
 	var got []int64
@@ -251,13 +259,13 @@ func TestEtcdDialRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ch := make(chan error, 1)
-	var s *EtcdStore
+	var s *Store
 	go func() {
 		var err error
-		s, err = DialEtcd(ctx, []string{srv.Endpoint}, etcdPrefix(t))
+		s, err = Dial(ctx, []string{srv.Endpoint}, etcdPrefix(t))
 		ch <- err
 	}()
-	mustBlock(t, ch, "DialEtcd with etcd down")
+	storetest.MustBlock(t, ch, "Dial with etcd down")
 	srv.Restart(t)
 	if err := <-ch; err != nil {
 		t.Fatal(err)
@@ -274,10 +282,10 @@ func TestEtcdDialRestart(t *testing.T) {
 func TestEtcdLease(t *testing.T) {
 	srv := etcdtest.Shared(t)
 	prefix := etcdPrefix(t)
-	ctx := testCtx(t)
+	ctx := storetest.Ctx(t)
 	const ttl = 2 * time.Second
-	a := dialEtcd(t, srv, prefix, WithLeaseTTL(ttl))
-	b := dialEtcd(t, srv, prefix, WithLeaseTTL(time.Hour)) // joins a's lease
+	a := dialEtcd(t, srv, prefix, rendezvous.WithLeaseTTL(ttl))
+	b := dialEtcd(t, srv, prefix, rendezvous.WithLeaseTTL(time.Hour)) // joins a's lease
 	if a.Lease() != b.Lease() {
 		t.Fatalf("two clients of one prefix have leases %x and %x", a.Lease(), b.Lease())
 	}
@@ -306,7 +314,7 @@ func TestEtcdLease(t *testing.T) {
 	t.Logf("keys gone %v after the last Close (TTL %v)", time.Since(closed).Round(10*time.Millisecond), ttl)
 
 	// A new client of the prefix starts afresh.
-	c := dialEtcd(t, srv, prefix, WithLeaseTTL(ttl))
+	c := dialEtcd(t, srv, prefix, rendezvous.WithLeaseTTL(ttl))
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
 	if _, err := c.Get(short, "k"); !errors.Is(err, context.DeadlineExceeded) {
@@ -332,68 +340,34 @@ func TestEtcdErrors(t *testing.T) {
 	// Nothing listens on port 1 of 127.0.0.1.
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	_, err := DialEtcd(ctx, []string{"127.0.0.1:1"}, "/x/")
+	_, err := Dial(ctx, []string{"127.0.0.1:1"}, "/x/")
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "127.0.0.1:1") {
-		t.Fatalf("DialEtcd of a dead endpoint: %v", err)
+		t.Fatalf("Dial of a dead endpoint: %v", err)
 	}
-	if _, err := DialEtcd(context.Background(), nil, "/x/"); err == nil {
-		t.Fatal("DialEtcd with no endpoints succeeded")
+	if _, err := Dial(context.Background(), nil, "/x/"); err == nil {
+		t.Fatal("Dial with no endpoints succeeded")
 	}
 
 	srv := etcdtest.Shared(t)
 	prefix := etcdPrefix(t)
 	s := dialEtcd(t, srv, prefix)
 	ctx2, cancel2 := context.WithCancel(context.Background())
-	ch := async(func() error { _, err := s.Get(ctx2, "missing/key"); return err })
-	mustBlock(t, ch, "Get")
+	ch := storetest.Async(func() error { _, err := s.Get(ctx2, "missing/key"); return err })
+	storetest.MustBlock(t, ch, "Get")
 	cancel2()
-	err = mustReturn(t, ch, "cancelled Get")
+	err = storetest.MustReturn(t, ch, "cancelled Get")
 	for _, want := range []string{srv.Endpoint, prefix, `"missing/key"`} {
 		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), want) {
 			t.Fatalf("cancelled Get: %v; want it to wrap context.Canceled and name %s", err, want)
 		}
 	}
-	s.Set(testCtx(t), "text", []byte("x"))
-	if _, err := s.Add(testCtx(t), "text", 1); err == nil || !strings.Contains(err.Error(), srv.Endpoint) {
+	s.Set(storetest.Ctx(t), "text", []byte("x"))
+	if _, err := s.Add(storetest.Ctx(t), "text", 1); err == nil || !strings.Contains(err.Error(), srv.Endpoint) {
 		t.Fatalf("Add to text: %v", err)
 	}
 	s.Close()
-	if err := s.Set(testCtx(t), "k", nil); !errors.Is(err, ErrClosed) || !strings.Contains(err.Error(), `"k"`) {
+	if err := s.Set(storetest.Ctx(t), "k", nil); !errors.Is(err, rendezvous.ErrClosed) || !strings.Contains(err.Error(), `"k"`) {
 		t.Fatalf("Set after Close: %v", err)
-	}
-}
-
-func TestParseEtcdURL(t *testing.T) {
-	for _, tt := range []struct {
-		url       string
-		endpoints []string
-		prefix    string
-		err       string
-	}{
-		{url: "etcd://h1:2379", endpoints: []string{"h1:2379"}, prefix: DefaultEtcdPrefix},
-		{url: "etcd://h1:2379/", endpoints: []string{"h1:2379"}, prefix: DefaultEtcdPrefix},
-		{url: "ETCD://h1:2379,10.0.0.2:2380/some/prefix", endpoints: []string{"h1:2379", "10.0.0.2:2380"}, prefix: "/some/prefix/"},
-		{url: "etcd://[fd00::1]:2379/p/", endpoints: []string{"[fd00::1]:2379"}, prefix: "/p/"},
-		{url: "etcd:///p", err: "no endpoint"},
-		{url: "etcd://h1/p", err: `endpoint "h1"`},
-		{url: "etcd://h1:2379,/p", err: `endpoint ""`},
-		{url: "etcd://:2379/p", err: "no host"},
-		{url: "etcd://h1:99999/p", err: "port"},
-		{url: "etcd://h1:2379/p?ttl=3", err: "no query"},
-		{url: "etcd://user@h1:2379/p", err: "user"},
-		{url: "http://h1:2379", err: "not an etcd:// URL"},
-		{url: "h1:2379", err: "not an etcd:// URL"},
-	} {
-		eps, prefix, err := ParseEtcdURL(tt.url)
-		if tt.err != "" {
-			if err == nil || !strings.Contains(err.Error(), tt.err) {
-				t.Errorf("ParseEtcdURL(%q) = %v, %q, %v; want an error containing %q", tt.url, eps, prefix, err, tt.err)
-			}
-			continue
-		}
-		if err != nil || !slices.Equal(eps, tt.endpoints) || prefix != tt.prefix {
-			t.Errorf("ParseEtcdURL(%q) = %q, %q, %v; want %q, %q", tt.url, eps, prefix, err, tt.endpoints, tt.prefix)
-		}
 	}
 }
 
@@ -403,27 +377,27 @@ func TestParseEtcdURL(t *testing.T) {
 func TestConnectEtcd(t *testing.T) {
 	srv := etcdtest.Shared(t)
 	url := srv.URL(etcdPrefix(t))
-	_, urlPrefix, err := ParseEtcdURL(url)
+	_, urlPrefix, err := rendezvous.ParseEtcdURL(url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := testCtx(t)
+	ctx := storetest.Ctx(t)
 	const world = 3
-	env := Env{WorldSize: world, Etcd: url, JobID: "job/1"}
-	prefix := EtcdJobPrefix(urlPrefix, env, 1)
+	env := rendezvous.Env{WorldSize: world, Etcd: url, JobID: "job/1"}
+	prefix := JobPrefix(urlPrefix, env, 1)
 	if want := urlPrefix + "job%2F1/0/1/"; prefix != want {
-		t.Fatalf("EtcdJobPrefix = %q, want %q", prefix, want)
+		t.Fatalf("JobPrefix = %q, want %q", prefix, want)
 	}
-	stores := make([]Store, world)
+	stores := make([]rendezvous.Store, world)
 	errs := make(chan error, world)
 	for r := range world {
 		go func() {
 			e := env
 			e.Rank = r
-			s, err := Connect(ctx, e, "", WithGeneration(1))
+			s, err := rendezvous.Connect(ctx, e, "", rendezvous.WithGeneration(1))
 			if err == nil {
 				stores[r] = s
-				err = Barrier(ctx, s, "b", world)
+				err = rendezvous.Barrier(ctx, s, "b", world)
 			}
 			errs <- err
 		}()
@@ -434,7 +408,7 @@ func TestConnectEtcd(t *testing.T) {
 		}
 	}
 	extra := env
-	if _, err := Connect(ctx, extra, "", WithGeneration(1)); err == nil || !strings.Contains(err.Error(), "already holds") ||
+	if _, err := rendezvous.Connect(ctx, extra, "", rendezvous.WithGeneration(1)); err == nil || !strings.Contains(err.Error(), "already holds") ||
 		!strings.Contains(err.Error(), prefix) {
 		t.Fatalf("Connect of a 4th rank to a world of 3: %v", err)
 	}
