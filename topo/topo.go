@@ -15,7 +15,8 @@
 //	/sys/devices/system/node/node<N>/{cpulist,cpumap,meminfo}
 //	/sys/class/net/<if>/{operstate,speed,mtu,address,type,device,master,bonding/slaves,bridge}
 //	/sys/class/infiniband/<dev>/{node_type,fw_ver,node_guid,sys_image_guid,device,device/net/*}
-//	/sys/class/infiniband/<dev>/ports/<n>/{state,phys_state,link_layer,rate,gid_attrs/ndevs/*}
+//	/sys/class/infiniband/<dev>/{device/numa_node (a device that is not PCI)}
+//	/sys/class/infiniband/<dev>/ports/<n>/{state,phys_state,link_layer,rate,gids/*,gid_attrs/{types,ndevs}/*}
 //	/sys/bus/pci/devices/<busid> and, up its path, every PCI function's
 //	{class,vendor,device,subsystem_vendor,subsystem_device,current_link_speed,current_link_width,numa_node,driver}
 //
@@ -41,6 +42,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -142,10 +144,13 @@ type Interface struct {
 	State string `json:"state"` // operstate: up, down, unknown, dormant, ...
 	// SpeedMbps is the link speed in Mb/s; -1 when unknown (virtual
 	// devices refuse to tell, a link that is down says -1).
-	SpeedMbps int      `json:"speed_mbps"`
-	MTU       int      `json:"mtu"`
-	MAC       string   `json:"mac,omitempty"`
-	Addrs     []string `json:"addrs,omitempty"` // CIDR; only with Root "/"
+	SpeedMbps int    `json:"speed_mbps"`
+	MTU       int    `json:"mtu"`
+	MAC       string `json:"mac,omitempty"`
+	// Type is the ARPHRD_* number of sysfs's type: 1 Ethernet, 32
+	// InfiniBand (IPoIB), 772 loopback; 0 when unreadable.
+	Type  int      `json:"type,omitempty"`
+	Addrs []string `json:"addrs,omitempty"` // CIDR; only with Root "/"
 	// Virtual: no device link (veth, bond, bridge, loopback, tun, ...).
 	Virtual bool `json:"virtual"`
 	// BusID is the PCI function behind the interface (the nearest one up
@@ -173,7 +178,7 @@ type RDMADevice struct {
 	SysImageGUID string     `json:"sys_image_guid,omitempty"` // likewise
 	BusID        string     `json:"bus_id,omitempty"`
 	PCIPath      []string   `json:"pci_path,omitempty"`
-	NUMANode     int        `json:"numa_node"`
+	NUMANode     int        `json:"numa_node"`         // the PCI function's, else device/numa_node's; -1 when unknown
 	Netdevs      []string   `json:"netdevs,omitempty"` // device/net: the interfaces of the same PCI function
 	Ports        []RDMAPort `json:"ports"`
 }
@@ -186,7 +191,19 @@ type RDMAPort struct {
 	LinkLayer string `json:"link_layer"` // InfiniBand or Ethernet (RoCE)
 	Rate      string `json:"rate,omitempty"`
 	RateMbps  int    `json:"rate_mbps"` // from Rate; 0 when unknown
-	Netdev    string `json:"netdev,omitempty"`
+	// Netdev is the interface of the port's first GID that names one (RoCE).
+	Netdev string `json:"netdev,omitempty"`
+	// GIDs are the port's non-empty GID slots, by index.
+	GIDs []GID `json:"gids,omitempty"`
+}
+
+// GID is one non-empty slot of an RDMA port's GID table.
+type GID struct {
+	Index int    `json:"index"`
+	GID   string `json:"gid"`            // canonical text: "fe80::1", "::ffff:10.0.0.1"
+	Type  string `json:"type,omitempty"` // gid_attrs/types: "IB/RoCE v1" or "RoCE v2"
+	// Netdev is gid_attrs/ndevs: the interface the GID belongs to (RoCE).
+	Netdev string `json:"netdev,omitempty"`
 }
 
 // GPU is one GPU nvidia-smi lists.
@@ -567,32 +584,17 @@ func (d *detector) rdma() map[string]rdmaPort {
 		if len(dev.PCIPath) > 0 {
 			dev.BusID = dev.PCIPath[len(dev.PCIPath)-1]
 			dev.NUMANode = d.numaOf(dev.PCIPath)
+		} else {
+			dev.NUMANode = d.readInt(base+"/device/numa_node", -1)
 		}
 		dev.Netdevs = d.dir(base + "/device/net")
-		ports := d.dir(base + "/ports")
-		sort.Slice(ports, func(i, j int) bool { return atoi(ports[i]) < atoi(ports[j]) })
-		for _, pn := range ports {
+		for _, pn := range sortedNumeric(d.dir(base + "/ports")) {
 			n, err := strconv.Atoi(pn)
 			if err != nil {
 				continue
 			}
-			pb := base + "/ports/" + pn
-			p := RDMAPort{Port: n}
-			st, _ := d.read(pb + "/state")
-			p.State = enumName(st)
-			ps, _ := d.read(pb + "/phys_state")
-			p.PhysState = enumName(ps)
-			p.LinkLayer, _ = d.read(pb + "/link_layer")
-			p.Rate, _ = d.read(pb + "/rate")
-			p.RateMbps = rateMbps(p.Rate)
-			for _, g := range d.dir(pb + "/gid_attrs/ndevs") {
-				nd, ok := d.read(pb + "/gid_attrs/ndevs/" + g)
-				if !ok || nd == "" {
-					continue
-				}
-				if p.Netdev == "" {
-					p.Netdev = nd
-				}
+			p, netdevs := d.rdmaPort(base+"/ports/"+pn, n)
+			for _, nd := range netdevs {
 				if _, seen := byNet[nd]; !seen {
 					byNet[nd] = rdmaPort{name, n}
 				}
@@ -622,6 +624,68 @@ func (d *detector) rdma() map[string]rdmaPort {
 		d.h.RDMA = []RDMADevice{}
 	}
 	return byNet
+}
+
+// rdmaPort reads port n of an RDMA device in directory pb:
+//
+//	state, phys_state        "4: ACTIVE", "5: LinkUp"
+//	link_layer, rate         "Ethernet", "100 Gb/sec (4X EDR)"
+//	gids/<i>                 8 groups of 4 hex digits; all zero: an empty slot
+//	gid_attrs/types/<i>      "IB/RoCE v1" or "RoCE v2" (EINVAL on empty slots)
+//	gid_attrs/ndevs/<i>      a RoCE GID's interface (EINVAL on empty slots)
+//
+// It also returns every interface gid_attrs/ndevs names, in index order.
+func (d *detector) rdmaPort(pb string, n int) (RDMAPort, []string) {
+	p := RDMAPort{Port: n}
+	st, _ := d.read(pb + "/state")
+	p.State = enumName(st)
+	ps, _ := d.read(pb + "/phys_state")
+	p.PhysState = enumName(ps)
+	p.LinkLayer, _ = d.read(pb + "/link_layer")
+	p.Rate, _ = d.read(pb + "/rate")
+	p.RateMbps = rateMbps(p.Rate)
+	for _, gn := range sortedNumeric(d.dir(pb + "/gids")) {
+		i, err := strconv.Atoi(gn)
+		if err != nil {
+			continue
+		}
+		raw, ok := d.read(pb + "/gids/" + gn)
+		if !ok {
+			continue
+		}
+		a, err := netip.ParseAddr(raw)
+		if err != nil || a.IsUnspecified() {
+			continue // empty slot
+		}
+		g := GID{Index: i, GID: a.String()}
+		g.Type, _ = d.read(pb + "/gid_attrs/types/" + gn)
+		g.Netdev, _ = d.read(pb + "/gid_attrs/ndevs/" + gn)
+		p.GIDs = append(p.GIDs, g)
+	}
+	var netdevs []string
+	for _, g := range sortedNumeric(d.dir(pb + "/gid_attrs/ndevs")) {
+		if nd, ok := d.read(pb + "/gid_attrs/ndevs/" + g); ok && nd != "" {
+			netdevs = append(netdevs, nd)
+		}
+	}
+	if len(netdevs) > 0 {
+		p.Netdev = netdevs[0]
+	}
+	return p, netdevs
+}
+
+// sortedNumeric sorts names that are numbers by value (ports, GID
+// indexes: "2" before "10"), the others after them.
+func sortedNumeric(names []string) []string {
+	key := func(s string) int {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return 1 << 30
+		}
+		return n
+	}
+	sort.SliceStable(names, func(i, j int) bool { return key(names[i]) < key(names[j]) })
+	return names
 }
 
 // guidHex writes sysfs's "946d:ae03:0090:7832" as ibstat does:
@@ -658,11 +722,6 @@ func rateMbps(rate string) int {
 	return int(g*1000 + 0.5)
 }
 
-func atoi(s string) int {
-	n, _ := strconv.Atoi(s)
-	return n
-}
-
 // interfaces reads /sys/class/net.
 func (d *detector) interfaces(byNet map[string]rdmaPort) {
 	var addrs map[string][]string
@@ -687,13 +746,14 @@ func (d *detector) interfaces(byNet map[string]rdmaPort) {
 		ifc.State, _ = d.read(base + "/operstate")
 		ifc.MTU = d.readInt(base+"/mtu", 0)
 		ifc.MAC, _ = d.read(base + "/address")
+		ifc.Type = d.readInt(base+"/type", 0)
 		if s := d.readInt(base+"/speed", -1); s > 0 {
 			ifc.SpeedMbps = s
 		}
 		ifc.Virtual = !d.exists(base + "/device")
 		ifc.Master = d.linkName(base + "/master")
 		switch {
-		case d.readInt(base+"/type", 0) == 772 || n == "lo":
+		case ifc.Type == 772 || n == "lo":
 			ifc.Kind = KindLoopback
 		case d.exists(base + "/bonding"):
 			ifc.Kind = KindBond

@@ -84,16 +84,16 @@ func TestDetectTwoSocket(t *testing.T) {
 		t.Errorf("%d interfaces, want bond0, eno1, ens1f0np0, lo, veth3f2a1b0 (bonding_masters is not one): %+v", len(ifs), h.Interfaces)
 	}
 	want := map[string]Interface{
-		"ens1f0np0": {Name: "ens1f0np0", Kind: KindDevice, State: "up", SpeedMbps: 100000, MTU: 4200, MAC: "94:6d:ae:90:78:32",
+		"ens1f0np0": {Name: "ens1f0np0", Kind: KindDevice, State: "up", SpeedMbps: 100000, MTU: 4200, MAC: "94:6d:ae:90:78:32", Type: 1,
 			BusID: "0000:16:00.0", PCIPath: []string{"0000:15:01.0", "0000:16:00.0"}, NUMANode: 0, Driver: "mlx5_core",
 			RDMA: true, RDMADevice: "mlx5_0", RDMAPort: 1},
-		"eno1": {Name: "eno1", Kind: KindDevice, State: "up", SpeedMbps: 10000, MTU: 1500, MAC: "3c:fd:fe:a1:b2:c3",
+		"eno1": {Name: "eno1", Kind: KindDevice, State: "up", SpeedMbps: 10000, MTU: 1500, MAC: "3c:fd:fe:a1:b2:c3", Type: 1,
 			BusID: "0000:98:00.0", PCIPath: []string{"0000:97:01.0", "0000:98:00.0"}, NUMANode: 1, Driver: "i40e", Master: "bond0"},
-		"bond0": {Name: "bond0", Kind: KindBond, State: "up", SpeedMbps: 10000, MTU: 1500, MAC: "3c:fd:fe:a1:b2:c3",
+		"bond0": {Name: "bond0", Kind: KindBond, State: "up", SpeedMbps: 10000, MTU: 1500, MAC: "3c:fd:fe:a1:b2:c3", Type: 1,
 			Virtual: true, NUMANode: -1, Slaves: []string{"eno1"}},
-		"veth3f2a1b0": {Name: "veth3f2a1b0", Kind: KindVirtual, State: "up", SpeedMbps: 10000, MTU: 1500, MAC: "6e:1c:0a:55:9d:04",
+		"veth3f2a1b0": {Name: "veth3f2a1b0", Kind: KindVirtual, State: "up", SpeedMbps: 10000, MTU: 1500, MAC: "6e:1c:0a:55:9d:04", Type: 1,
 			Virtual: true, NUMANode: -1},
-		"lo": {Name: "lo", Kind: KindLoopback, State: "unknown", SpeedMbps: -1, MTU: 65536, MAC: "00:00:00:00:00:00",
+		"lo": {Name: "lo", Kind: KindLoopback, State: "unknown", SpeedMbps: -1, MTU: 65536, MAC: "00:00:00:00:00:00", Type: 772,
 			Virtual: true, NUMANode: -1},
 	}
 	for name, w := range want {
@@ -106,7 +106,11 @@ func TestDetectTwoSocket(t *testing.T) {
 		SysImageGUID: "0x946dae0300907832", BusID: "0000:16:00.0", PCIPath: []string{"0000:15:01.0", "0000:16:00.0"}, NUMANode: 0,
 		Netdevs: []string{"ens1f0np0"},
 		Ports: []RDMAPort{{Port: 1, State: "ACTIVE", PhysState: "LinkUp", LinkLayer: "Ethernet", Rate: "100 Gb/sec (4X EDR)",
-			RateMbps: 100000, Netdev: "ens1f0np0"}}}}
+			RateMbps: 100000, Netdev: "ens1f0np0", GIDs: []GID{
+				{Index: 0, GID: "fe80::966d:aeff:fe90:7832", Type: "IB/RoCE v1", Netdev: "ens1f0np0"},
+				{Index: 1, GID: "fe80::966d:aeff:fe90:7832", Type: "RoCE v2", Netdev: "ens1f0np0"},
+				{Index: 2, GID: "::ffff:10.0.0.7", Type: "IB/RoCE v1", Netdev: "ens1f0np0"},
+				{Index: 3, GID: "::ffff:10.0.0.7", Type: "RoCE v2", Netdev: "ens1f0np0"}}}}}}
 	if !reflect.DeepEqual(h.RDMA, wantRDMA) {
 		t.Errorf("RDMA\n got %+v\nwant %+v", h.RDMA, wantRDMA)
 	}

@@ -2,7 +2,8 @@
 // and their device nodes, ports and GIDs, interface MTUs, /dev/shm, the
 // local port range, NUMA nodes, and the NCCL_* and GOCCL_* environment.
 //
-// Input: Run reads sysfs, procfs and /dev under Options.Root, the
+// Input: Run reads sysfs through package topo's Detect, and procfs and
+// /dev, under Options.Root, the
 // environment, and the output of nvidia-smi topo -m and ibv_devinfo when
 // they are installed. The files and their formats are the kernel's, as its
 // ABI documents describe them (Documentation/ABI/stable/
@@ -58,7 +59,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -74,9 +74,10 @@ import (
 
 	"github.com/goccl/goccl/doctor"
 	"github.com/goccl/goccl/doctor/ibv"
-	"github.com/goccl/goccl/doctor/topo"
+	topodoc "github.com/goccl/goccl/doctor/topo"
 	"github.com/goccl/goccl/internal/config"
 	"github.com/goccl/goccl/internal/textdist"
+	"github.com/goccl/goccl/topo"
 )
 
 // Options says where and how Run looks.
@@ -203,8 +204,8 @@ type Report struct {
 	Tools map[string]string `json:"tools,omitempty"`
 	// Topo and IBV are topo.Parse's and ibv.Parse's reports on the tools'
 	// output (their findings are merged into Findings).
-	Topo *topo.Report `json:"topo,omitempty"`
-	IBV  *ibv.Report  `json:"ibv,omitempty"`
+	Topo *topodoc.Report `json:"topo,omitempty"`
+	IBV  *ibv.Report     `json:"ibv,omitempty"`
 	// Findings are the problems and notes, errors first.
 	Findings []doctor.Finding `json:"findings"`
 }
@@ -241,6 +242,7 @@ var hostTools = []struct {
 type hostRun struct {
 	rep    *Report
 	root   string
+	sys    *topo.Host // sysfs as topo.Detect read it
 	env    map[string]string
 	statfs func(path string) (size, free uint64, err error)
 	// rdmaNetdevs are the network interfaces behind RDMA ports: GID netdevs
@@ -277,8 +279,8 @@ func (h *hostRun) path(p string) string {
 	return filepath.Join(h.root, p)
 }
 
-// read returns the trimmed content of a file under Root and whether it could
-// be read (sysfs attributes of empty GID slots fail with EINVAL).
+// read returns the trimmed content of a file under Root (procfs; sysfs is
+// topo.Detect's) and whether it could be read.
 func (h *hostRun) read(p string) (string, bool) {
 	b, err := os.ReadFile(h.path(p))
 	if err != nil {
@@ -287,12 +289,8 @@ func (h *hostRun) read(p string) (string, bool) {
 	return strings.TrimSpace(string(b)), true
 }
 
-func (h *hostRun) exists(p string) bool {
-	_, err := os.Stat(h.path(p))
-	return err == nil
-}
-
-// dir lists the names in a directory under Root, sorted; nil when absent.
+// dir lists the names in a directory under Root (/dev), sorted; nil when
+// absent.
 func (h *hostRun) dir(p string) []string {
 	es, err := os.ReadDir(h.path(p))
 	if err != nil {
@@ -335,6 +333,11 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 			h.env[k] = v
 		}
 	}
+	sys, err := topo.Detect(topo.Options{Root: root, NvidiaSMI: "-", Affinity: func() ([]int, error) { return nil, nil }})
+	if err != nil {
+		return nil, fmt.Errorf("doctor: host: %w", err)
+	}
+	h.sys = sys
 	steps := []func(){
 		h.checkInterfaces, // RDMA checks need the netdev MTUs
 		h.checkRDMA,
@@ -369,7 +372,8 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 
 // --- RDMA ----------------------------------------------------------------
 
-// checkRDMA reads /sys/class/infiniband and /dev/infiniband.
+// checkRDMA judges the RDMA devices topo.Detect read from
+// /sys/class/infiniband, and lists /dev/infiniband.
 //
 // Sysfs layout (kernel Documentation/ABI/stable/sysfs-class-infiniband), all
 // under /sys/class/infiniband/<device>/:
@@ -389,7 +393,10 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 // /dev/infiniband holds the character devices user space opens: uverbs<N>
 // (verbs), rdma_cm, umad<N>; a container sees them only when they are passed in.
 func (h *hostRun) checkRDMA() {
-	sysDevs := h.dir("/sys/class/infiniband")
+	var sysDevs []string
+	for _, d := range h.sys.RDMA {
+		sysDevs = append(sysDevs, d.Name)
+	}
 	devNodes := h.dir("/dev/infiniband")
 	var uverbs []string
 	for _, n := range devNodes {
@@ -418,8 +425,8 @@ func (h *hostRun) checkRDMA() {
 		h.check("rdma devices", StatusOK, "",
 			fmt.Sprintf("%s; /dev/infiniband: %s", strings.Join(sysDevs, ", "), strings.Join(devNodes, " ")), "")
 	}
-	for _, name := range sysDevs {
-		h.rep.RDMA = append(h.rep.RDMA, h.readRDMADevice(name))
+	for _, d := range h.sys.RDMA {
+		h.rep.RDMA = append(h.rep.RDMA, h.rdmaDevice(d))
 	}
 	// The port, GID and cross-port checks are ibv.Parse's, run on the sysfs
 	// view (one implementation, one code per condition); the container,
@@ -485,52 +492,19 @@ func (h *hostRun) checkFinding(name string, f doctor.Finding) {
 	h.rep.Findings = append(h.rep.Findings, f)
 }
 
-func (h *hostRun) readRDMADevice(name string) RDMADevice {
-	base := "/sys/class/infiniband/" + name
-	d := RDMADevice{Name: name, NUMANode: -1}
-	d.NodeType, _ = h.read(base + "/node_type")
-	d.FWVer, _ = h.read(base + "/fw_ver")
-	if s, ok := h.read(base + "/device/numa_node"); ok {
-		if n, err := strconv.Atoi(s); err == nil {
-			d.NUMANode = n
-		}
-	}
-	for _, n := range h.dir(base + "/device/net") {
+// rdmaDevice is topo's RDMA device in the report's terms, with each
+// port's netdev (its first GID's, else the device's only device/net entry
+// on Ethernet) and GID index; it records the netdevs behind its ports in
+// rdmaNetdevs.
+func (h *hostRun) rdmaDevice(td topo.RDMADevice) RDMADevice {
+	d := RDMADevice{Name: td.Name, NodeType: td.NodeType, FWVer: td.FWVer, NUMANode: td.NUMANode}
+	for _, n := range td.Netdevs {
 		h.rdmaNetdevs[n] = true
 	}
-	ports := h.dir(base + "/ports")
-	sort.Slice(ports, func(i, j int) bool { return hostAtoi(ports[i]) < hostAtoi(ports[j]) })
-	for _, pn := range ports {
-		n, err := strconv.Atoi(pn)
-		if err != nil {
-			continue
-		}
-		pb := base + "/ports/" + pn
-		p := RDMAPort{Port: n, GIDIndex: -1}
-		st, _ := h.read(pb + "/state")
-		p.State = hostEnumName(st)
-		ps, _ := h.read(pb + "/phys_state")
-		p.PhysState = hostEnumName(ps)
-		p.LinkLayer, _ = h.read(pb + "/link_layer")
-		p.Rate, _ = h.read(pb + "/rate")
-		gids := h.dir(pb + "/gids")
-		sort.Slice(gids, func(i, j int) bool { return hostAtoi(gids[i]) < hostAtoi(gids[j]) })
-		for _, gn := range gids {
-			i, err := strconv.Atoi(gn)
-			if err != nil {
-				continue
-			}
-			raw, ok := h.read(pb + "/gids/" + gn)
-			if !ok {
-				continue
-			}
-			a, err := netip.ParseAddr(raw)
-			if err != nil || a.IsUnspecified() {
-				continue // empty slot
-			}
-			g := GID{Index: i, GID: a.String()}
-			g.Type, _ = h.read(pb + "/gid_attrs/types/" + gn)
-			g.Netdev, _ = h.read(pb + "/gid_attrs/ndevs/" + gn)
+	for _, tp := range td.Ports {
+		p := RDMAPort{Port: tp.Port, State: tp.State, PhysState: tp.PhysState, LinkLayer: tp.LinkLayer, Rate: tp.Rate, GIDIndex: -1}
+		for _, tg := range tp.GIDs {
+			g := GID{Index: tg.Index, GID: tg.GID, Type: tg.Type, Netdev: tg.Netdev}
 			if g.Netdev != "" {
 				h.rdmaNetdevs[g.Netdev] = true
 			}
@@ -538,14 +512,12 @@ func (h *hostRun) readRDMADevice(name string) RDMADevice {
 				p.Netdev = g.Netdev
 			}
 			p.GIDs = append(p.GIDs, g)
-			if p.GIDIndex < 0 && p.LinkLayer == "Ethernet" && hostIsRoCEv2(g.Type) && a.Is4In6() {
-				p.GIDIndex = i
+			if a, err := netip.ParseAddr(g.GID); err == nil && p.GIDIndex < 0 && p.LinkLayer == "Ethernet" && hostIsRoCEv2(g.Type) && a.Is4In6() {
+				p.GIDIndex = g.Index
 			}
 		}
-		if p.Netdev == "" && p.LinkLayer == "Ethernet" {
-			if nets := h.dir(base + "/device/net"); len(nets) == 1 {
-				p.Netdev = nets[0]
-			}
+		if p.Netdev == "" && p.LinkLayer == "Ethernet" && len(td.Netdevs) == 1 {
+			p.Netdev = td.Netdevs[0]
 		}
 		d.Ports = append(d.Ports, p)
 	}
@@ -641,65 +613,25 @@ func hostPathMTU(mtu int) int {
 
 func hostIsRoCEv2(t string) bool { return strings.EqualFold(strings.TrimSpace(t), "RoCE v2") }
 
-// hostEnumName turns a sysfs "4: ACTIVE" into "ACTIVE" (and leaves other text).
-func hostEnumName(s string) string {
-	if _, name, ok := strings.Cut(s, ":"); ok {
-		return strings.TrimSpace(name)
-	}
-	return s
-}
-
-func hostAtoi(s string) int {
-	n, err := strconv.Atoi(s)
-	if err != nil {
-		return 1 << 30
-	}
-	return n
-}
-
 // --- interfaces ----------------------------------------------------------
 
-// checkInterfaces reads /sys/class/net/<if>/{mtu,operstate,address,type}
+// checkInterfaces lists /sys/class/net as topo.Detect read it
 // (Documentation/ABI/testing/sysfs-class-net): mtu in bytes, operstate
 // RFC 2863's "up"/"down"/"unknown"/..., address the link-layer address, type
 // the ARPHRD_* number (1 Ethernet, 32 InfiniBand, 772 loopback). An
 // interface with a device link (PCI, virtio) is physical. With Root "/"
 // addresses come from net.Interfaces, since sysfs does not hold them.
 func (h *hostRun) checkInterfaces() {
-	names := h.dir("/sys/class/net")
-	if len(names) == 0 {
+	if len(h.sys.Interfaces) == 0 {
 		h.check("interfaces", StatusSkip, "", "/sys/class/net is absent or empty", "")
 		return
 	}
-	var addrs map[string][]string
-	if h.root == "/" {
-		addrs = map[string][]string{}
-		if ifs, err := net.Interfaces(); err == nil {
-			for _, ifc := range ifs {
-				as, _ := ifc.Addrs()
-				for _, a := range as {
-					addrs[ifc.Name] = append(addrs[ifc.Name], a.String())
-				}
-			}
-		}
-	}
 	var parts []string
-	for _, n := range names {
-		base := "/sys/class/net/" + n
-		ifc := Interface{Name: n}
-		if s, ok := h.read(base + "/mtu"); ok {
-			ifc.MTU, _ = strconv.Atoi(s)
-		}
-		ifc.State, _ = h.read(base + "/operstate")
-		ifc.Address, _ = h.read(base + "/address")
-		if s, ok := h.read(base + "/type"); ok {
-			ifc.Type, _ = strconv.Atoi(s)
-		}
-		ifc.Loopback = ifc.Type == 772 || n == "lo"
-		ifc.Physical = h.exists(base + "/device")
-		ifc.Addrs = addrs[n]
+	for _, t := range h.sys.Interfaces {
+		ifc := Interface{Name: t.Name, MTU: t.MTU, State: t.State, Address: t.MAC, Type: t.Type,
+			Loopback: t.Kind == topo.KindLoopback, Physical: !t.Virtual, Addrs: t.Addrs}
 		h.rep.Interfaces = append(h.rep.Interfaces, ifc)
-		parts = append(parts, fmt.Sprintf("%s %s mtu %d", n, doctor.OrDefault(ifc.State, "?"), ifc.MTU))
+		parts = append(parts, fmt.Sprintf("%s %s mtu %d", ifc.Name, doctor.OrDefault(ifc.State, "?"), ifc.MTU))
 	}
 	h.check("interfaces", StatusOK, "", strings.Join(parts, "; "), "")
 }
@@ -829,22 +761,14 @@ func (h *hostRun) checkPortRange() {
 	h.check("port range", StatusOK, "", detail, "")
 }
 
-// checkNUMA reads /sys/devices/system/node/node<N>/cpulist: CPU ranges such
-// as "0-15,32-47" (Documentation/ABI/stable/sysfs-devices-node).
+// checkNUMA lists the NUMA nodes topo.Detect read from
+// /sys/devices/system/node/node<N>/cpulist: CPU ranges such as "0-15,32-47"
+// (Documentation/ABI/stable/sysfs-devices-node).
 func (h *hostRun) checkNUMA() {
 	var nodes []NUMANode
-	for _, n := range h.dir("/sys/devices/system/node") {
-		id, err := strconv.Atoi(strings.TrimPrefix(n, "node"))
-		if !strings.HasPrefix(n, "node") || err != nil {
-			continue
-		}
-		cl, ok := h.read("/sys/devices/system/node/" + n + "/cpulist")
-		if !ok {
-			continue
-		}
-		nodes = append(nodes, NUMANode{Node: id, CPUList: cl, CPUs: hostCountCPUs(cl)})
+	for _, n := range h.sys.NUMA {
+		nodes = append(nodes, NUMANode{Node: n.ID, CPUList: n.CPUs, CPUs: n.NCPUs})
 	}
-	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Node < nodes[j].Node })
 	h.rep.NUMANodes = nodes
 	var parts []string
 	for _, n := range nodes {
@@ -869,27 +793,6 @@ func (h *hostRun) checkNUMA() {
 		h.check("numa", StatusInfo, "numa-nodes", detail,
 			"pin each rank to the node of its GPU and NIC (numactl --cpunodebind=N --membind=N, or the launcher's binding); nvidia-smi topo -m shows the affinity")
 	}
-}
-
-// hostCountCPUs counts the CPUs of a cpulist ("0-3,8,10-11" is 7).
-func hostCountCPUs(s string) int {
-	n := 0
-	for _, r := range strings.Split(strings.TrimSpace(s), ",") {
-		if r == "" {
-			continue
-		}
-		a, b, isRange := strings.Cut(r, "-")
-		lo, err1 := strconv.Atoi(a)
-		hi := lo
-		var err2 error
-		if isRange {
-			hi, err2 = strconv.Atoi(b)
-		}
-		if err1 == nil && err2 == nil && hi >= lo {
-			n += hi - lo + 1
-		}
-	}
-	return n
 }
 
 // --- environment -------------------------------------------------------------
@@ -1323,7 +1226,7 @@ func (h *hostRun) parseTool(name string, out []byte) string {
 	var summary string
 	switch name {
 	case "nvidia-smi":
-		rep, err := topo.Parse(bytes.NewReader(out))
+		rep, err := topodoc.Parse(bytes.NewReader(out))
 		if err != nil {
 			return "not read: " + err.Error()
 		}

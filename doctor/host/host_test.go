@@ -16,6 +16,7 @@ import (
 	"github.com/goccl/goccl/doctor"
 	"github.com/goccl/goccl/doctor/ibv"
 	"github.com/goccl/goccl/doctor/internal/doctortest"
+	"github.com/goccl/goccl/topo"
 )
 
 // hostTree writes files (path → content) under a new temporary root.
@@ -421,7 +422,8 @@ func TestHostShmAndHelpers(t *testing.T) {
 			t.Errorf("hostPathMTU(%d) = %d, want %d", mtu, got, want)
 		}
 	}
-	if n := hostCountCPUs("0-3,8,10-11"); n != 7 {
+	if n := len(topo.ParseCPUList("0-3,8,10-11")); n != 7 { // the NUMA nodes' count
+
 		t.Errorf("cpus %d", n)
 	}
 	if _, err := Run(context.Background(), Options{Root: "/nonexistent-goccl-root"}); err == nil {

@@ -298,169 +298,214 @@ func testsNewBuilder() *testsBuilder {
 // opt.ExpectBusBW, large sizes against the expected bandwidth. It fails only
 // when r fails.
 func Read(r io.Reader, opt Options) (*Report, error) {
-	tr := &testsReader{rep: &Report{Tests: []Test{}}, opt: opt}
-	cur := testsNewBuilder()
-	// finish ends the current table and starts a fresh one; when keepCtx,
-	// the new one inherits the rank context (same launch, another table).
-	finish := func(keepCtx bool) {
-		next := testsNewBuilder()
-		if keepCtx {
-			next.rankSet, next.cfgRanks, next.cmdRanks, next.launch, next.haveConfig = cur.rankSet, cur.cfgRanks, cur.cmdRanks, cur.launch, cur.haveConfig
-		}
-		if len(cur.t.Rows) > 0 {
-			tr.table(cur)
-		}
-		cur = next
-	}
-	// context starts a new table when the current one already has rows.
-	context := func() {
-		if len(cur.t.Rows) > 0 {
-			finish(false)
-		}
-	}
-	_, err := doctor.ReadLines(r, doctor.TableMaxLine, 0, func(n int, raw string) {
-		line := strings.TrimSpace(doctor.CleanLine(raw))
-		if line == "" {
-			return
-		}
-		// A launcher line without the program continues on the next lines
-		// (shell "\" or a markdown quote "> "): their flags are the
-		// launcher's until the program's line.
-		wasPending := cur.launch.pending
-		cur.launch.pending = false
-		if m := testsBannerRe.FindStringSubmatch(line); m != nil {
-			context()
-			if c := testsCollName(m[1]); c != "" {
-				cur.t.Collective, cur.t.CollectiveFrom = c, "banner"
-			}
-			return
-		}
-		if m := testsConfigRe.FindStringSubmatch(line); m != nil {
-			if len(cur.t.Rows) > 0 || cur.haveConfig {
-				ctxColl, ctxFrom, launch := "", "", cur.launch
-				if len(cur.t.Rows) == 0 {
-					ctxColl, ctxFrom = cur.t.Collective, cur.t.CollectiveFrom
-				}
-				finish(false)
-				cur.t.Collective, cur.t.CollectiveFrom, cur.launch = ctxColl, ctxFrom, launch
-			}
-			t, _ := strconv.Atoi(m[1])
-			g, _ := strconv.Atoi(m[2])
-			if t > 0 && g > 0 && t < 1<<16 && g < 1<<16 {
-				cur.cfgRanks = t * g
-			}
-			cur.haveConfig = true
-			return
-		}
-		if m := testsRankRe.FindStringSubmatch(line); m != nil {
-			if len(cur.t.Rows) > 0 {
-				finish(false)
-			}
-			if k, err := strconv.Atoi(m[1]); err == nil && k >= 0 && k < 1<<20 && len(cur.rankSet) < 1<<16 {
-				cur.rankSet[k] = true
-			}
-			return
-		}
-		if m := testsAvgRe.FindStringSubmatch(line); m != nil {
-			if v, err := strconv.ParseFloat(m[1], 64); err == nil && !math.IsNaN(v) && !math.IsInf(v, 0) {
-				cur.t.AvgBusBW, cur.t.HasAvg = v, true
-			}
-			cur.closed = true
-			return
-		}
-		if m := testsOOBRe.FindStringSubmatch(line); m != nil {
-			if v, err := strconv.ParseInt(m[1], 10, 64); err == nil {
-				cur.t.OutOfBounds = v
-			}
-			cur.closed = true
-			return
-		}
-		if testsHeaderRe.MatchString(line) {
-			if len(cur.t.Rows) > 0 {
-				finish(true)
-			}
-			return
-		}
-		if strings.HasPrefix(line, "#") {
-			return
-		}
-		// A command line: a *_perf program or goccl perf, possibly under
-		// mpirun/srun. Only the flags before the program are the
-		// launcher's: after it, -n is nccl-tests' iteration count.
-		if coll, before, after, ok := testsCommand(line); ok {
-			context()
-			if coll != "" {
-				cur.t.Collective, cur.t.CollectiveFrom = coll, "command"
-			}
-			if k := testsLauncherAt(before); k >= 0 {
-				cur.launch = testsNewLaunch(before[k])
-				cur.launch.flags(before[k+1:])
-			} else if wasPending {
-				cur.launch.flags(before)
-			}
-			args := " " + strings.Join(after, " ")
-			g, t := 1, 1
-			if m := testsGpusRe.FindStringSubmatch(args); m != nil {
-				g, _ = strconv.Atoi(m[1])
-			}
-			if m := testsThreadsRe.FindStringSubmatch(args); m != nil && coll != "" {
-				t, _ = strconv.Atoi(m[1])
-			}
-			if coll != "" && g > 0 && t > 0 && g < 1<<16 && t < 1<<16 {
-				cur.cmdRanks = g * t
-			}
-			if len(before) == 0 && !cur.launch.seen && !wasPending {
-				// goccl perf -np N starts N processes itself.
-				if m := testsGocclNpRe.FindStringSubmatch(args); m != nil {
-					if v := testsCount(m[1]); v > 0 {
-						cur.launch = testsLaunch{seen: true, total: v}
-					}
-				}
-			}
-			return
-		}
-		// A launcher line without the program (continued with "\").
-		toks := strings.Fields(strings.TrimLeft(line, "$> "))
-		if k := testsLauncherAt(toks); k >= 0 {
-			cur.launch = testsNewLaunch(toks[k])
-			cur.launch.flags(toks[k+1:])
-			cur.launch.pending = true
-			return
-		}
-		// Its continuation lines.
-		if wasPending && (strings.HasPrefix(line, ">") || strings.HasPrefix(line, "-")) {
-			cur.launch.flags(toks)
-			cur.launch.pending = true
-			return
-		}
-		if strings.HasPrefix(line, ">") {
-			return
-		}
-		row, key, ok := testsParseRow(line)
-		if !ok {
-			return
-		}
-		row.Line = n
-		if len(cur.t.Rows) > 0 && (cur.closed || key != cur.layoutKey) {
-			finish(false)
-		}
-		if len(cur.t.Rows) == 0 {
-			cur.layoutKey = key
-			cur.t.Line = n
-			cur.t.Format = "current"
-			if strings.HasSuffix(key, "old") {
-				cur.t.Format = "old"
-			}
-		}
-		if len(cur.t.Rows) < maxTableRows {
-			cur.t.Rows = append(cur.t.Rows, row)
-		}
-	})
-	if err != nil {
+	tp := &testsParser{tr: &testsReader{rep: &Report{Tests: []Test{}}, opt: opt}, cur: testsNewBuilder()}
+	if _, err := doctor.ReadLines(r, doctor.TableMaxLine, 0, tp.line); err != nil {
 		return nil, err
 	}
-	finish(false)
-	return tr.done(), nil
+	tp.finish(false)
+	return tp.tr.done(), nil
+}
+
+// testsParser is Read's state: the checked tables and the one being read.
+type testsParser struct {
+	tr  *testsReader
+	cur *testsBuilder
+}
+
+// finish ends the current table and starts a fresh one; when keepCtx,
+// the new one inherits the rank context (same launch, another table).
+func (tp *testsParser) finish(keepCtx bool) {
+	cur := tp.cur
+	next := testsNewBuilder()
+	if keepCtx {
+		next.rankSet, next.cfgRanks, next.cmdRanks, next.launch, next.haveConfig = cur.rankSet, cur.cfgRanks, cur.cmdRanks, cur.launch, cur.haveConfig
+	}
+	if len(cur.t.Rows) > 0 {
+		tp.tr.table(cur)
+	}
+	tp.cur = next
+}
+
+// context starts a new table when the current one already has rows.
+func (tp *testsParser) context() {
+	if len(tp.cur.t.Rows) > 0 {
+		tp.finish(false)
+	}
+}
+
+// line reads line n of the input.
+func (tp *testsParser) line(n int, raw string) {
+	line := strings.TrimSpace(doctor.CleanLine(raw))
+	if line == "" {
+		return
+	}
+	// A launcher line without the program continues on the next lines
+	// (shell "\" or a markdown quote "> "): their flags are the
+	// launcher's until the program's line.
+	wasPending := tp.cur.launch.pending
+	tp.cur.launch.pending = false
+	if tp.commentLine(line) || strings.HasPrefix(line, "#") {
+		return
+	}
+	// A command line: a *_perf program or goccl perf, possibly under
+	// mpirun/srun. Only the flags before the program are the
+	// launcher's: after it, -n is nccl-tests' iteration count.
+	if coll, before, after, ok := testsCommand(line); ok {
+		tp.commandLine(coll, before, after, wasPending)
+		return
+	}
+	if tp.launcherLine(line, wasPending) || strings.HasPrefix(line, ">") {
+		return
+	}
+	tp.rowLine(n, line)
+}
+
+// commentLine reads the "#" lines that matter (banner, thread and GPU
+// configuration, ranks, footers, table header) and reports whether line
+// was one.
+func (tp *testsParser) commentLine(line string) bool {
+	cur := tp.cur
+	if m := testsBannerRe.FindStringSubmatch(line); m != nil {
+		tp.context()
+		if c := testsCollName(m[1]); c != "" {
+			tp.cur.t.Collective, tp.cur.t.CollectiveFrom = c, "banner"
+		}
+		return true
+	}
+	if m := testsConfigRe.FindStringSubmatch(line); m != nil {
+		tp.configLine(m)
+		return true
+	}
+	if m := testsRankRe.FindStringSubmatch(line); m != nil {
+		if len(cur.t.Rows) > 0 {
+			tp.finish(false)
+		}
+		if k, err := strconv.Atoi(m[1]); err == nil && k >= 0 && k < 1<<20 && len(tp.cur.rankSet) < 1<<16 {
+			tp.cur.rankSet[k] = true
+		}
+		return true
+	}
+	if m := testsAvgRe.FindStringSubmatch(line); m != nil {
+		if v, err := strconv.ParseFloat(m[1], 64); err == nil && !math.IsNaN(v) && !math.IsInf(v, 0) {
+			cur.t.AvgBusBW, cur.t.HasAvg = v, true
+		}
+		cur.closed = true
+		return true
+	}
+	if m := testsOOBRe.FindStringSubmatch(line); m != nil {
+		if v, err := strconv.ParseInt(m[1], 10, 64); err == nil {
+			cur.t.OutOfBounds = v
+		}
+		cur.closed = true
+		return true
+	}
+	if testsHeaderRe.MatchString(line) {
+		if len(cur.t.Rows) > 0 {
+			tp.finish(true)
+		}
+		return true
+	}
+	return false
+}
+
+// configLine reads "# nThread T nGpus G" (testsConfigRe's match m): a
+// second one, or one after rows, starts a new table.
+func (tp *testsParser) configLine(m []string) {
+	cur := tp.cur
+	if len(cur.t.Rows) > 0 || cur.haveConfig {
+		ctxColl, ctxFrom, launch := "", "", cur.launch
+		if len(cur.t.Rows) == 0 {
+			ctxColl, ctxFrom = cur.t.Collective, cur.t.CollectiveFrom
+		}
+		tp.finish(false)
+		tp.cur.t.Collective, tp.cur.t.CollectiveFrom, tp.cur.launch = ctxColl, ctxFrom, launch
+	}
+	t, _ := strconv.Atoi(m[1])
+	g, _ := strconv.Atoi(m[2])
+	if t > 0 && g > 0 && t < 1<<16 && g < 1<<16 {
+		tp.cur.cfgRanks = t * g
+	}
+	tp.cur.haveConfig = true
+}
+
+// commandLine reads the command line of a test program (testsCommand's
+// coll, before and after): the collective, the launcher's flags and the
+// ranks the program's own flags give.
+func (tp *testsParser) commandLine(coll string, before, after []string, wasPending bool) {
+	tp.context()
+	cur := tp.cur
+	if coll != "" {
+		cur.t.Collective, cur.t.CollectiveFrom = coll, "command"
+	}
+	if k := testsLauncherAt(before); k >= 0 {
+		cur.launch = testsNewLaunch(before[k])
+		cur.launch.flags(before[k+1:])
+	} else if wasPending {
+		cur.launch.flags(before)
+	}
+	args := " " + strings.Join(after, " ")
+	g, t := 1, 1
+	if m := testsGpusRe.FindStringSubmatch(args); m != nil {
+		g, _ = strconv.Atoi(m[1])
+	}
+	if m := testsThreadsRe.FindStringSubmatch(args); m != nil && coll != "" {
+		t, _ = strconv.Atoi(m[1])
+	}
+	if coll != "" && g > 0 && t > 0 && g < 1<<16 && t < 1<<16 {
+		cur.cmdRanks = g * t
+	}
+	if len(before) == 0 && !cur.launch.seen && !wasPending {
+		// goccl perf -np N starts N processes itself.
+		if m := testsGocclNpRe.FindStringSubmatch(args); m != nil {
+			if v := testsCount(m[1]); v > 0 {
+				cur.launch = testsLaunch{seen: true, total: v}
+			}
+		}
+	}
+}
+
+// launcherLine reads a launcher line without the program (continued with
+// "\") or one of its continuation lines, and reports whether line was one.
+func (tp *testsParser) launcherLine(line string, wasPending bool) bool {
+	cur := tp.cur
+	toks := strings.Fields(strings.TrimLeft(line, "$> "))
+	if k := testsLauncherAt(toks); k >= 0 {
+		cur.launch = testsNewLaunch(toks[k])
+		cur.launch.flags(toks[k+1:])
+		cur.launch.pending = true
+		return true
+	}
+	if wasPending && (strings.HasPrefix(line, ">") || strings.HasPrefix(line, "-")) {
+		cur.launch.flags(toks)
+		cur.launch.pending = true
+		return true
+	}
+	return false
+}
+
+// rowLine reads a table row (line n): a row of another layout, or one
+// after the footer, starts a new table.
+func (tp *testsParser) rowLine(n int, line string) {
+	row, key, ok := testsParseRow(line)
+	if !ok {
+		return
+	}
+	row.Line = n
+	if len(tp.cur.t.Rows) > 0 && (tp.cur.closed || key != tp.cur.layoutKey) {
+		tp.finish(false)
+	}
+	cur := tp.cur
+	if len(cur.t.Rows) == 0 {
+		cur.layoutKey = key
+		cur.t.Line = n
+		cur.t.Format = "current"
+		if strings.HasSuffix(key, "old") {
+			cur.t.Format = "old"
+		}
+	}
+	if len(cur.t.Rows) < maxTableRows {
+		cur.t.Rows = append(cur.t.Rows, row)
+	}
 }
 
 // testsReader checks the tables as they end and keeps the first ones.

@@ -90,6 +90,27 @@ func (c *chunk) done() {
 	}
 }
 
+// pipeOp is one operation's state while run moves it: the goroutines'
+// channels and the failure that ends it.
+type pipeOp struct {
+	p      *pipe
+	hdr    opHeader
+	nk     int // chunks
+	f2     func(acc, b []byte)
+	f3     func(acc, a, b []byte)
+	wg     sync.WaitGroup
+	errMu  sync.Mutex
+	best   error // the failure to report: another node's account beats this node's view
+	abort  chan struct{}
+	closed bool          // abort is closed
+	down   chan struct{} // closed when the leaf's reader of the root's frames has returned
+
+	full      []chan []byte // per child: its chunks, read
+	outs      []chan *chunk // per child: result chunks to send
+	completed []bool        // per child: its writer sent the whole result
+	reduced   chan []byte   // partial results to send up (leaf)
+}
+
 // run moves one operation of hdr.bytes bytes. On failure the children
 // that are between frames get an error frame naming what failed, the
 // others see their connection end; run returns the failure.
@@ -99,7 +120,6 @@ func (p *pipe) run(hdr opHeader) error {
 		return fmt.Errorf("%v: %w", hdr, err)
 	}
 	j := p.j
-	nk := chunks(hdr.bytes)
 	if j.parent != nil {
 		var b [opSize]byte
 		hdr.encode(b[:])
@@ -107,231 +127,260 @@ func (p *pipe) run(hdr opHeader) error {
 			return fmt.Errorf("parent %s: %w", j.n.cfg.Parent, err)
 		}
 	}
-	var (
-		wg       sync.WaitGroup
-		errMu    sync.Mutex
-		best     error // the failure to report: another node's account beats this node's view
-		aborted  bool
-		abort    = make(chan struct{})
-		downDone = make(chan struct{}) // the leaf's reader of the root's frames has returned
-	)
+	n := len(j.children)
+	o := &pipeOp{p: p, hdr: hdr, nk: chunks(hdr.bytes), f2: f2, f3: f3, abort: make(chan struct{}), down: make(chan struct{}),
+		full: make([]chan []byte, n), outs: make([]chan *chunk, n), completed: make([]bool, n), reduced: make(chan []byte, window)}
 	if j.parent == nil {
-		close(downDone)
+		close(o.down)
 	}
-	fail := func(err error) {
-		errMu.Lock()
-		defer errMu.Unlock()
-		var fw *forwarded
-		if best == nil || errors.As(err, &fw) && !errors.As(best, &fw) {
-			best = err
-		}
-		if aborted {
-			return
-		}
-		aborted = true
-		close(abort)
-		// Unblock the reads from children; let writes to them finish the
-		// frame in progress (the children are reading) so that an error
-		// frame can follow; stop writing up, but read what the root says.
-		now := time.Now()
-		for _, c := range j.children {
-			c.SetReadDeadline(now)
-			c.SetWriteDeadline(now.Add(2 * time.Second))
-		}
-		if j.parent != nil {
-			j.parent.SetWriteDeadline(now)
-			j.parent.SetReadDeadline(now.Add(time.Second))
-		}
-	}
-	failure := func() error {
-		errMu.Lock()
-		defer errMu.Unlock()
-		return best
-	}
-	// Readers: chunk k of each child into one of its buffers.
-	full := make([]chan []byte, len(j.children))
 	for i, c := range j.children {
-		full[i] = make(chan []byte, window)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for k := range nk {
-				var buf []byte
-				select {
-				case buf = <-p.free[i]:
-				case <-abort:
-					return
-				}
-				buf = buf[:chunkLen(hdr.bytes, k)]
-				if _, err := io.ReadFull(c, buf); err != nil {
-					fail(fmt.Errorf("%s: reading %v: %w", p.names[i], hdr, err))
-					return
-				}
-				full[i] <- buf
-			}
-		}()
+		o.full[i] = make(chan []byte, window)
+		o.wg.Add(1)
+		go o.readChild(i, c)
 	}
-	// Writers: the result frames to each child. A child whose writer sent
-	// the whole result (completed) is past this operation when another
-	// child's failure ends it: it learns of it from an error frame as the
-	// first frame of its next operation's result, sent below.
-	outs := make([]chan *chunk, len(j.children))
-	completed := make([]bool, len(j.children))
 	for i, c := range j.children {
-		outs[i] = make(chan *chunk, 2*window)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var fh [frameSize]byte
-			binary.LittleEndian.PutUint32(fh[:], frameData)
-			for range nk {
-				var ck *chunk
-				select {
-				case ck = <-outs[i]:
-				case <-abort:
-					<-downDone
-					p.sendError(c, failure())
-					return
-				}
-				binary.LittleEndian.PutUint32(fh[4:], uint32(len(ck.buf)))
-				err := writeFrame(c, fh[:], ck.buf)
-				ck.done()
-				if err != nil {
-					fail(fmt.Errorf("%s: sending the result of %v: %w", p.names[i], hdr, err))
-					return
-				}
-			}
-			completed[i] = true
-		}()
+		o.outs[i] = make(chan *chunk, 2*window)
+		o.wg.Add(1)
+		go o.writeChild(i, c)
 	}
-	multicast := func(buf []byte, home chan []byte) {
-		ck := &chunk{buf: buf, home: home}
-		ck.refs.Store(int32(len(outs)))
-		for _, o := range outs {
-			o <- ck
-		}
-	}
-	// The reducer: chunk k of every child folded into a result buffer.
-	reduced := make(chan []byte, window)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		take := func(i int) []byte {
-			select {
-			case b := <-full[i]:
-				return b
-			case <-abort:
-				return nil
-			}
-		}
-		for k := range nk {
-			var acc []byte
-			select {
-			case acc = <-p.res:
-			case <-abort:
-				return
-			}
-			acc = acc[:chunkLen(hdr.bytes, k)]
-			b0 := take(0)
-			if b0 == nil {
-				return
-			}
-			if len(full) == 1 {
-				copy(acc, b0)
-			} else {
-				b1 := take(1)
-				if b1 == nil {
-					return
-				}
-				f3(acc, b0, b1)
-				p.free[1] <- b1[:cap(b1)]
-				for i := 2; i < len(full); i++ {
-					b := take(i)
-					if b == nil {
-						return
-					}
-					f2(acc, b)
-					p.free[i] <- b[:cap(b)]
-				}
-			}
-			p.free[0] <- b0[:cap(b0)]
-			if j.parent == nil {
-				multicast(acc, p.res) // the root: this is the result
-			} else {
-				reduced <- acc
-			}
-		}
-	}()
+	o.wg.Add(1)
+	go o.reduce()
 	if j.parent != nil {
 		// Leaf: partial results up; the root's result frames down.
-		wg.Add(2)
-		go func() {
-			defer wg.Done()
-			for range nk {
-				var acc []byte
-				select {
-				case acc = <-reduced:
-				case <-abort:
-					return
-				}
-				_, err := j.parent.Write(acc)
-				p.res <- acc[:cap(acc)]
-				if err != nil {
-					fail(fmt.Errorf("parent %s: sending %v: %w", j.n.cfg.Parent, hdr, err))
-					return
-				}
-			}
-		}()
-		go func() {
-			defer wg.Done()
-			defer close(downDone)
-			var fh [frameSize]byte
-			for got := 0; got < int(hdr.bytes); {
-				if _, err := io.ReadFull(j.parent, fh[:]); err != nil {
-					fail(fmt.Errorf("parent %s: receiving the result of %v: %w", j.n.cfg.Parent, hdr, err))
-					return
-				}
-				kind, n := binary.LittleEndian.Uint32(fh[:]), int(binary.LittleEndian.Uint32(fh[4:]))
-				if kind == frameError {
-					msg := make([]byte, min(n, 4096))
-					io.ReadFull(j.parent, msg)
-					fail(&forwarded{string(msg)})
-					return
-				}
-				if kind != frameData || n > ChunkBytes || n > int(hdr.bytes)-got {
-					fail(fmt.Errorf("parent %s: bad frame (kind %d, %d bytes) in the result of %v", j.n.cfg.Parent, kind, n, hdr))
-					return
-				}
-				var buf []byte
-				select {
-				case buf = <-p.down:
-				case <-abort:
-					// Skip the data: the root's account may follow.
-					if _, err := io.CopyN(io.Discard, j.parent, int64(n)); err != nil {
-						return
-					}
-					got += n
-					continue
-				}
-				if _, err := io.ReadFull(j.parent, buf[:n]); err != nil {
-					fail(fmt.Errorf("parent %s: receiving the result of %v: %w", j.n.cfg.Parent, hdr, err))
-					return
-				}
-				multicast(buf[:n], p.down)
-				got += n
-			}
-		}()
+		o.wg.Add(2)
+		go o.sendUp()
+		go o.receiveDown()
 	}
-	wg.Wait()
-	err = failure()
+	o.wg.Wait()
+	err = o.failure()
 	if err != nil {
 		for i, c := range j.children {
-			if completed[i] {
+			if o.completed[i] {
 				p.sendError(c, err)
 			}
 		}
 	}
 	return err
+}
+
+// fail records err and, the first time, aborts the operation.
+func (o *pipeOp) fail(err error) {
+	o.errMu.Lock()
+	defer o.errMu.Unlock()
+	var fw *forwarded
+	if o.best == nil || errors.As(err, &fw) && !errors.As(o.best, &fw) {
+		o.best = err
+	}
+	if o.closed {
+		return
+	}
+	o.closed = true
+	close(o.abort)
+	// Unblock the reads from children; let writes to them finish the
+	// frame in progress (the children are reading) so that an error
+	// frame can follow; stop writing up, but read what the root says.
+	j := o.p.j
+	now := time.Now()
+	for _, c := range j.children {
+		c.SetReadDeadline(now)
+		c.SetWriteDeadline(now.Add(2 * time.Second))
+	}
+	if j.parent != nil {
+		j.parent.SetWriteDeadline(now)
+		j.parent.SetReadDeadline(now.Add(time.Second))
+	}
+}
+
+func (o *pipeOp) failure() error {
+	o.errMu.Lock()
+	defer o.errMu.Unlock()
+	return o.best
+}
+
+// readChild reads chunk k of child i into one of its buffers, for every k.
+func (o *pipeOp) readChild(i int, c net.Conn) {
+	defer o.wg.Done()
+	p := o.p
+	for k := range o.nk {
+		var buf []byte
+		select {
+		case buf = <-p.free[i]:
+		case <-o.abort:
+			return
+		}
+		buf = buf[:chunkLen(o.hdr.bytes, k)]
+		if _, err := io.ReadFull(c, buf); err != nil {
+			o.fail(fmt.Errorf("%s: reading %v: %w", p.names[i], o.hdr, err))
+			return
+		}
+		o.full[i] <- buf
+	}
+}
+
+// writeChild sends the result frames to child i. A child whose writer sent
+// the whole result (completed) is past this operation when another
+// child's failure ends it: it learns of it from an error frame as the
+// first frame of its next operation's result, sent by run.
+func (o *pipeOp) writeChild(i int, c net.Conn) {
+	defer o.wg.Done()
+	var fh [frameSize]byte
+	binary.LittleEndian.PutUint32(fh[:], frameData)
+	for range o.nk {
+		var ck *chunk
+		select {
+		case ck = <-o.outs[i]:
+		case <-o.abort:
+			<-o.down
+			o.p.sendError(c, o.failure())
+			return
+		}
+		binary.LittleEndian.PutUint32(fh[4:], uint32(len(ck.buf)))
+		err := writeFrame(c, fh[:], ck.buf)
+		ck.done()
+		if err != nil {
+			o.fail(fmt.Errorf("%s: sending the result of %v: %w", o.p.names[i], o.hdr, err))
+			return
+		}
+	}
+	o.completed[i] = true
+}
+
+// multicast hands buf (from pool home) to every child's writer.
+func (o *pipeOp) multicast(buf []byte, home chan []byte) {
+	ck := &chunk{buf: buf, home: home}
+	ck.refs.Store(int32(len(o.outs)))
+	for _, out := range o.outs {
+		out <- ck
+	}
+}
+
+// take returns child i's next chunk, nil once the operation aborted.
+func (o *pipeOp) take(i int) []byte {
+	select {
+	case b := <-o.full[i]:
+		return b
+	case <-o.abort:
+		return nil
+	}
+}
+
+// reduce folds chunk k of every child into a result buffer, for every k:
+// the result itself at the root, a partial result for the parent at a
+// leaf.
+func (o *pipeOp) reduce() {
+	defer o.wg.Done()
+	p := o.p
+	for k := range o.nk {
+		var acc []byte
+		select {
+		case acc = <-p.res:
+		case <-o.abort:
+			return
+		}
+		acc = acc[:chunkLen(o.hdr.bytes, k)]
+		if !o.fold(acc) {
+			return
+		}
+		if p.j.parent == nil {
+			o.multicast(acc, p.res) // the root: this is the result
+		} else {
+			o.reduced <- acc
+		}
+	}
+}
+
+// fold reduces the children's next chunks into acc and returns their
+// buffers; false once the operation aborted.
+func (o *pipeOp) fold(acc []byte) bool {
+	p := o.p
+	b0 := o.take(0)
+	if b0 == nil {
+		return false
+	}
+	if len(o.full) == 1 {
+		copy(acc, b0)
+	} else {
+		b1 := o.take(1)
+		if b1 == nil {
+			return false
+		}
+		o.f3(acc, b0, b1)
+		p.free[1] <- b1[:cap(b1)]
+		for i := 2; i < len(o.full); i++ {
+			b := o.take(i)
+			if b == nil {
+				return false
+			}
+			o.f2(acc, b)
+			p.free[i] <- b[:cap(b)]
+		}
+	}
+	p.free[0] <- b0[:cap(b0)]
+	return true
+}
+
+// sendUp writes the leaf's partial results to the parent.
+func (o *pipeOp) sendUp() {
+	defer o.wg.Done()
+	p, j := o.p, o.p.j
+	for range o.nk {
+		var acc []byte
+		select {
+		case acc = <-o.reduced:
+		case <-o.abort:
+			return
+		}
+		_, err := j.parent.Write(acc)
+		p.res <- acc[:cap(acc)]
+		if err != nil {
+			o.fail(fmt.Errorf("parent %s: sending %v: %w", j.n.cfg.Parent, o.hdr, err))
+			return
+		}
+	}
+}
+
+// receiveDown reads the root's result frames from the parent and hands
+// them to the children's writers; an error frame fails the operation with
+// the root's account.
+func (o *pipeOp) receiveDown() {
+	defer o.wg.Done()
+	defer close(o.down)
+	p, j, hdr := o.p, o.p.j, o.hdr
+	var fh [frameSize]byte
+	for got := 0; got < int(hdr.bytes); {
+		if _, err := io.ReadFull(j.parent, fh[:]); err != nil {
+			o.fail(fmt.Errorf("parent %s: receiving the result of %v: %w", j.n.cfg.Parent, hdr, err))
+			return
+		}
+		kind, n := binary.LittleEndian.Uint32(fh[:]), int(binary.LittleEndian.Uint32(fh[4:]))
+		if kind == frameError {
+			msg := make([]byte, min(n, 4096))
+			io.ReadFull(j.parent, msg)
+			o.fail(&forwarded{string(msg)})
+			return
+		}
+		if kind != frameData || n > ChunkBytes || n > int(hdr.bytes)-got {
+			o.fail(fmt.Errorf("parent %s: bad frame (kind %d, %d bytes) in the result of %v", j.n.cfg.Parent, kind, n, hdr))
+			return
+		}
+		var buf []byte
+		select {
+		case buf = <-p.down:
+		case <-o.abort:
+			// Skip the data: the root's account may follow.
+			if _, err := io.CopyN(io.Discard, j.parent, int64(n)); err != nil {
+				return
+			}
+			got += n
+			continue
+		}
+		if _, err := io.ReadFull(j.parent, buf[:n]); err != nil {
+			o.fail(fmt.Errorf("parent %s: receiving the result of %v: %w", j.n.cfg.Parent, hdr, err))
+			return
+		}
+		o.multicast(buf[:n], p.down)
+		got += n
+	}
 }
 
 // vectorWriter is a connection that writes two buffers as one message

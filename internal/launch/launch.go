@@ -448,10 +448,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	np := 0       // the world size
 	var app []int // app[rank]: the rank's index in apps
 	for i, a := range apps {
-		np += a.NP
 		for range a.NP {
 			app = append(app, i)
 		}
@@ -475,186 +473,256 @@ func Run(ctx context.Context, cfg Config) error {
 	default:
 	}
 
+	place, err := jobPlace(cfg, len(app))
+	if err != nil {
+		return err
+	}
+	j := &localJob{cfg: &cfg, apps: apps, app: app, paths: paths, place: place, exits: make(chan exit, len(app))}
+	startErr := j.start()
+	w := j.wait(ctx, sigs, startErr)
+	j.drain()
+	return w.result(startErr)
+}
+
+// jobPlace returns where the np ranks of this host sit in the job:
+// cfg.Place, checked, or a job of their own with a store on a free port of
+// 127.0.0.1.
+func jobPlace(cfg Config, np int) (Place, error) {
 	place := Place{WorldSize: np, JobID: NewJobID()}
 	if cfg.Place != nil {
 		place = *cfg.Place
 		if place.FirstRank < 0 || place.FirstRank+np > place.WorldSize || place.StoreAddr == "" || place.JobID == "" {
-			return fmt.Errorf("launch: bad place %+v for %d ranks", place, np)
+			return Place{}, fmt.Errorf("launch: bad place %+v for %d ranks", place, np)
 		}
-	} else {
-		port, err := FreePort()
-		if err != nil {
-			return fmt.Errorf("launch: finding a free port for the store: %w", err)
-		}
-		place.StoreAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		return place, nil
 	}
+	port, err := FreePort()
+	if err != nil {
+		return Place{}, fmt.Errorf("launch: finding a free port for the store: %w", err)
+	}
+	place.StoreAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	return place, nil
+}
+
+// localJob is Run's ranks on this host.
+type localJob struct {
+	cfg   *Config
+	apps  []App
+	app   []int    // app[rank]: the rank's index in apps
+	paths []string // the executables of apps
+	place Place
+	ranks []*rank // the started ones, by rank
+	exits chan exit
+}
+
+// start starts the ranks in order and returns the error of the first that
+// cannot start (the ranks before it run; the caller stops them).
+func (j *localJob) start() error {
 	parentEnv := os.Environ()
-	if os.Getenv(EnvJobToken) == "" && cfg.Place == nil {
+	if os.Getenv(EnvJobToken) == "" && j.cfg.Place == nil {
 		// A share of a bigger job has the job's token in cfg.Env, or none
 		// (every host must hold the same one: it cannot be made here).
 		parentEnv = append(parentEnv, EnvJobToken+"="+NewJobToken())
 	}
+	outMu := new(sync.Mutex) // one line at a time, across both streams
+	for i := range j.app {
+		r, err := j.startRank(i, parentEnv, outMu)
+		if err != nil {
+			return err
+		}
+		j.ranks = append(j.ranks, r)
+	}
+	return nil
+}
 
-	var outMu sync.Mutex // one line at a time, across both streams
-	ranks := make([]*rank, np)
-	exits := make(chan exit, np)
-	started := 0
-	var startErr error
-	for i := range ranks {
-		r := &rank{id: i}
-		ranks[i] = r
-		a, path := apps[app[i]], paths[app[i]]
-		cmd := exec.Command(path, a.Args...)
-		cmd.Dir = cfg.Dir
-		env := make([]string, 0, len(parentEnv)+8+len(CompatVars)+len(cfg.Env)+len(a.Env))
-		env = append(env, parentEnv...)
-		at := slot{rank: place.FirstRank + i, world: place.WorldSize, local: i, localWorld: np, node: place.Node}
-		env = append(env, at.CompatEnv()...)
-		env = append(env, at.RankEnv(place.StoreAddr, place.JobID)...)
-		if i == 0 && cfg.Progress != nil {
-			cmd.ExtraFiles = []*os.File{cfg.Progress}
-			env = append(env, EnvProgressFD+"="+strconv.Itoa(progressFD))
-		} else if os.Getenv(EnvProgressFD) != "" {
-			// Our own launcher's descriptor: not open in this rank.
-			env = append(env, EnvProgressFD+"=")
+// startRank starts rank i of this host, its output copied line by line
+// under its label, and a goroutine that reports its exit on j.exits.
+func (j *localJob) startRank(i int, parentEnv []string, outMu *sync.Mutex) (*rank, error) {
+	r := &rank{id: i}
+	a, path := j.apps[j.app[i]], j.paths[j.app[i]]
+	cmd := exec.Command(path, a.Args...)
+	cmd.Dir = j.cfg.Dir
+	cmd.Env, cmd.ExtraFiles = j.rankEnv(i, a, parentEnv)
+	cmd.SysProcAttr = sysProcAttr()
+	ws, err := j.pipeOutput(r, cmd, outMu)
+	if err == nil {
+		err = cmd.Start()
+	}
+	for _, w := range ws {
+		w.Close()
+	}
+	if err != nil {
+		for _, p := range r.pipes {
+			p.Close()
 		}
-		env = append(env, cfg.Env...)
-		env = append(env, a.Env...)
-		cmd.Env = env
-		cmd.SysProcAttr = sysProcAttr()
-		var ws []*os.File
-		for _, isErr := range []bool{false, true} {
-			pr, pw, err := os.Pipe()
-			if err != nil {
-				startErr = err
-				break
-			}
-			out := cfg.Stdout
-			if isErr {
-				out = cfg.Stderr
-				cmd.Stderr = pw
-			} else {
-				cmd.Stdout = pw
-			}
-			r.pipes = append(r.pipes, pr)
-			ws = append(ws, pw)
-			prefix := cfg.Label(place.FirstRank+i, isErr)
-			if cfg.Progress != nil && progress.IsTerminal(out) {
-				prefix = progress.ClearLine + prefix
-			}
-			lw := &lineWriter{prefix: []byte(prefix), out: out, mu: &outMu}
-			r.readers.Add(1)
-			go func() {
-				defer r.readers.Done()
-				lw.copyFrom(pr)
-			}()
+		return nil, fmt.Errorf("launch: starting rank %d (%s): %w", i, path, err)
+	}
+	r.cmd = cmd
+	go func() {
+		err := cmd.Wait()
+		j.exits <- exit{rank: r.id, state: cmd.ProcessState, err: err}
+	}()
+	return r, nil
+}
+
+// rankEnv returns the environment of rank i of this host (a program of
+// app a) and the files it inherits beyond stdio (the progress pipe, to
+// rank 0).
+func (j *localJob) rankEnv(i int, a App, parentEnv []string) (env []string, extra []*os.File) {
+	cfg, place := j.cfg, j.place
+	env = make([]string, 0, len(parentEnv)+8+len(CompatVars)+len(cfg.Env)+len(a.Env))
+	env = append(env, parentEnv...)
+	at := slot{rank: place.FirstRank + i, world: place.WorldSize, local: i, localWorld: len(j.app), node: place.Node}
+	env = append(env, at.CompatEnv()...)
+	env = append(env, at.RankEnv(place.StoreAddr, place.JobID)...)
+	if i == 0 && cfg.Progress != nil {
+		extra = []*os.File{cfg.Progress}
+		env = append(env, EnvProgressFD+"="+strconv.Itoa(progressFD))
+	} else if os.Getenv(EnvProgressFD) != "" {
+		// Our own launcher's descriptor: not open in this rank.
+		env = append(env, EnvProgressFD+"=")
+	}
+	env = append(env, cfg.Env...)
+	env = append(env, a.Env...)
+	return env, extra
+}
+
+// pipeOutput gives cmd a pipe for stdout and one for stderr, whose read
+// ends r keeps and copies to cfg's streams under the rank's label; it
+// returns the write ends, for the caller to close once cmd started (or
+// failed to).
+func (j *localJob) pipeOutput(r *rank, cmd *exec.Cmd, outMu *sync.Mutex) ([]*os.File, error) {
+	var ws []*os.File
+	for _, isErr := range []bool{false, true} {
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return ws, err
 		}
-		if startErr == nil {
-			startErr = cmd.Start()
+		out := j.cfg.Stdout
+		if isErr {
+			out = j.cfg.Stderr
+			cmd.Stderr = pw
+		} else {
+			cmd.Stdout = pw
 		}
-		for _, w := range ws {
-			w.Close()
+		r.pipes = append(r.pipes, pr)
+		ws = append(ws, pw)
+		prefix := j.cfg.Label(j.place.FirstRank+r.id, isErr)
+		if j.cfg.Progress != nil && progress.IsTerminal(out) {
+			prefix = progress.ClearLine + prefix
 		}
-		if startErr != nil {
-			for _, p := range r.pipes {
-				p.Close()
-			}
-			startErr = fmt.Errorf("launch: starting rank %d (%s): %w", i, path, startErr)
-			ranks = ranks[:i]
-			break
-		}
-		r.cmd = cmd
-		started++
+		lw := &lineWriter{prefix: []byte(prefix), out: out, mu: outMu}
+		r.readers.Add(1)
 		go func() {
-			err := cmd.Wait()
-			exits <- exit{rank: r.id, state: cmd.ProcessState, err: err}
+			defer r.readers.Done()
+			lw.copyFrom(pr)
 		}()
 	}
+	return ws, nil
+}
 
-	var (
-		first    *ExitError
-		settle   <-chan time.Time // runs while failures are collected
-		sigErr   *SignalError
-		stopping bool
-		kill     <-chan time.Time
-		done     = ctx.Done()
-		ctxErr   error
-		ctxRun   int
-		running  = started
-	)
+// jobWait is the state of localJob.wait.
+type jobWait struct {
+	first    *ExitError
+	settle   <-chan time.Time // runs while failures are collected
+	sigErr   *SignalError
+	stopping bool
+	kill     <-chan time.Time
+	ctxErr   error
+	ctxRun   int
+	running  int
+}
+
+// wait collects the started ranks' exits. The first failure (or a signal,
+// ctx's end or startErr) stops the others: SIGTERM cfg.Settle after a
+// failure (at once otherwise), SIGKILL cfg.Grace later.
+func (j *localJob) wait(ctx context.Context, sigs <-chan os.Signal, startErr error) *jobWait {
+	w := &jobWait{running: len(j.ranks)}
+	done := ctx.Done()
 	// Ranks lead their own process groups (on Linux): signals reach the
 	// processes a rank started as well, even after the rank itself exited.
 	signalAll := func(s os.Signal) {
-		for _, r := range ranks {
+		for _, r := range j.ranks {
 			signalGroup(r.cmd.Process, s)
 		}
 	}
 	stop := func(s os.Signal) {
 		signalAll(s)
-		if !stopping {
-			stopping = true
-			kill = time.After(cfg.Grace)
-			settle = nil
-			if first != nil {
-				first.Stopped = running
+		if !w.stopping {
+			w.stopping = true
+			w.kill = time.After(j.cfg.Grace)
+			w.settle = nil
+			if w.first != nil {
+				w.first.Stopped = w.running
 			}
 		}
 	}
 	if startErr != nil {
 		stop(syscall.SIGTERM)
 	}
-	for running > 0 {
+	for w.running > 0 {
 		select {
-		case e := <-exits:
-			running--
-			r := ranks[e.rank]
-			r.done = true
-			if stopping {
-				continue
-			}
-			if e.err == nil {
-				if cfg.OnExit != nil {
-					cfg.OnExit(place.FirstRank+e.rank, nil)
-				}
-				continue
-			}
-			ee := exitError(e, r.cmd.Process.Pid)
-			a := apps[app[e.rank]]
-			ee.Rank += place.FirstRank
-			ee.App, ee.Prog, ee.Args, ee.apps = app[e.rank], a.Prog, a.Args, len(apps)
-			if cfg.OnExit != nil {
-				cfg.OnExit(ee.Rank, ee)
-			}
-			if first == nil || ee.causes(first) {
-				first = ee
-			}
-			if settle == nil {
-				settle = time.After(cfg.Settle)
-			}
-		case <-settle:
+		case e := <-j.exits:
+			j.exited(w, e)
+		case <-w.settle:
 			stop(syscall.SIGTERM)
 		case s := <-sigs:
-			if first == nil && sigErr == nil && ctxErr == nil && startErr == nil {
-				sigErr = &SignalError{Signal: s, Stopped: running}
+			if w.first == nil && w.sigErr == nil && w.ctxErr == nil && startErr == nil {
+				w.sigErr = &SignalError{Signal: s, Stopped: w.running}
 			}
 			stop(s)
 		case <-done:
 			done = nil
-			if first == nil && sigErr == nil && startErr == nil {
-				ctxErr, ctxRun = ctx.Err(), running
+			if w.first == nil && w.sigErr == nil && startErr == nil {
+				w.ctxErr, w.ctxRun = ctx.Err(), w.running
 			}
 			stop(syscall.SIGTERM)
-		case <-kill:
-			kill = nil
+		case <-w.kill:
+			w.kill = nil
 			signalAll(syscall.SIGKILL)
 		}
 	}
+	return w
+}
 
-	// Every rank has exited; their output pipes normally reach EOF at once.
-	// A grandchild holding a pipe open must not hang the launcher.
+// exited records rank exit e: a failure before the job is stopping becomes
+// the job's failure if it is the first or a likelier cause (ExitError.causes),
+// and starts the settle timer.
+func (j *localJob) exited(w *jobWait, e exit) {
+	w.running--
+	r := j.ranks[e.rank]
+	r.done = true
+	if w.stopping {
+		return
+	}
+	if e.err == nil {
+		if j.cfg.OnExit != nil {
+			j.cfg.OnExit(j.place.FirstRank+e.rank, nil)
+		}
+		return
+	}
+	ee := exitError(e, r.cmd.Process.Pid)
+	a := j.apps[j.app[e.rank]]
+	ee.Rank += j.place.FirstRank
+	ee.App, ee.Prog, ee.Args, ee.apps = j.app[e.rank], a.Prog, a.Args, len(j.apps)
+	if j.cfg.OnExit != nil {
+		j.cfg.OnExit(ee.Rank, ee)
+	}
+	if w.first == nil || ee.causes(w.first) {
+		w.first = ee
+	}
+	if w.settle == nil {
+		w.settle = time.After(j.cfg.Settle)
+	}
+}
+
+// drain waits for the exited ranks' output to be copied and closes their
+// pipes. Their output pipes normally reach EOF at once; a grandchild
+// holding a pipe open must not hang the launcher.
+func (j *localJob) drain() {
 	drained := make(chan struct{})
 	go func() {
-		for _, r := range ranks {
+		for _, r := range j.ranks {
 			r.readers.Wait()
 		}
 		close(drained)
@@ -663,7 +731,7 @@ func Run(ctx context.Context, cfg Config) error {
 	case <-drained:
 	case <-time.After(2 * time.Second):
 		// Leftover processes of the ranks hold the pipes: end them.
-		for _, r := range ranks {
+		for _, r := range j.ranks {
 			signalGroup(r.cmd.Process, syscall.SIGKILL)
 			for _, p := range r.pipes {
 				p.Close()
@@ -671,24 +739,27 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		<-drained
 	}
-	for _, r := range ranks {
+	for _, r := range j.ranks {
 		for _, p := range r.pipes {
 			p.Close()
 		}
 	}
-	if cfg.Progress != nil && progress.IsTerminal(cfg.Progress) {
-		cfg.Progress.WriteString(progress.ClearLine)
+	if j.cfg.Progress != nil && progress.IsTerminal(j.cfg.Progress) {
+		j.cfg.Progress.WriteString(progress.ClearLine)
 	}
+}
 
+// result is Run's error once every rank exited.
+func (w *jobWait) result(startErr error) error {
 	switch {
 	case startErr != nil:
 		return startErr
-	case first != nil:
-		return first
-	case sigErr != nil:
-		return sigErr
-	case ctxErr != nil:
-		return fmt.Errorf("launch: %w; %s", ctxErr, stoppedPhrase(ctxRun, false))
+	case w.first != nil:
+		return w.first
+	case w.sigErr != nil:
+		return w.sigErr
+	case w.ctxErr != nil:
+		return fmt.Errorf("launch: %w; %s", w.ctxErr, stoppedPhrase(w.ctxRun, false))
 	}
 	return nil
 }
