@@ -43,6 +43,9 @@ func reduceCall(send, recv []byte, count int, dt DataType, op RedOp, root int) c
 
 // AllGatherBytes is AllGather on raw bytes; count is per rank.
 func (c *Comm) AllGatherBytes(ctx context.Context, send, recv []byte, count int, dt DataType) error {
+	if c == nil {
+		return nilComm(opAllGather.String())
+	}
 	a := c.allGatherCall(send, recv, count, dt)
 	return c.do(ctx, &a)
 }
@@ -54,6 +57,9 @@ func (c *Comm) allGatherCall(send, recv []byte, count int, dt DataType) call {
 // ReduceScatterBytes is ReduceScatter on raw bytes; count is per rank (the
 // size of recv).
 func (c *Comm) ReduceScatterBytes(ctx context.Context, send, recv []byte, count int, dt DataType, op RedOp) error {
+	if c == nil {
+		return nilComm(opReduceScatter.String())
+	}
 	a := c.reduceScatterCall(send, recv, count, dt, op)
 	return c.do(ctx, &a)
 }
@@ -64,6 +70,9 @@ func (c *Comm) reduceScatterCall(send, recv []byte, count int, dt DataType, op R
 
 // AllToAllBytes is AllToAll on raw bytes; count is the elements per block.
 func (c *Comm) AllToAllBytes(ctx context.Context, send, recv []byte, count int, dt DataType) error {
+	if c == nil {
+		return nilComm(opAllToAll.String())
+	}
 	a := c.allToAllCall(send, recv, count, dt)
 	return c.do(ctx, &a)
 }
@@ -130,82 +139,26 @@ func (c *Comm) run(ctx context.Context, a *call) error {
 	if ctx == nil {
 		return err
 	}
-	count, root := a.count, a.root
-	switch a.kind {
-	case opAllReduce:
-		n := len(a.recv)
-		if c.collnet != nil && c.algoForced == algo.Auto {
-			return c.finish(a, c.allReduceCollNet(ctx, a))
-		}
-		alg := c.chooseAllReduce(n, sameStart(a.send, a.recv))
-		c.logAlgo(opAllReduce, alg, alg.String(), n)
-		return c.finish(a, c.group.AllReduce(ctx, &c.op, a.send, a.recv, count, alg))
-	case opBroadcast:
-		if n := len(a.recv); c.useHier(opBroadcast, n, "tree") {
-			err = c.group.BroadcastHier(ctx, &c.op, a.send, a.recv, count, root, c.group.Hierarchy())
-		} else if c.useDirect(opBroadcast, n, n, "tree") {
-			err = c.group.BroadcastDirect(ctx, &c.op, a.send, a.recv, count, root)
-		} else {
-			err = c.group.Broadcast(ctx, &c.op, a.send, a.recv, count, root)
-		}
-		return c.end(opBroadcast, err)
-	case opReduce:
-		c.logAlgo(opReduce, 0, "tree", len(a.send))
-		return c.finish(a, c.group.Reduce(ctx, &c.op, a.send, a.recv, count, root))
-	case opAllGather:
-		if c.useHier(opAllGather, len(a.recv), "ring") {
-			err = c.group.AllGatherHier(ctx, &c.op, a.send, a.recv, count, c.group.Hierarchy())
-		} else if c.useDirect(opAllGather, len(a.recv), len(a.send), "ring") {
-			err = c.group.AllGatherDirect(ctx, &c.op, a.send, a.recv, count)
-		} else {
-			err = c.group.AllGather(ctx, &c.op, a.send, a.recv, count)
-		}
-		return c.end(opAllGather, err)
-	case opReduceScatter:
-		if c.useHier(opReduceScatter, len(a.send), "ring") {
-			err = c.group.ReduceScatterHier(ctx, &c.op, a.send, a.recv, count, c.group.Hierarchy())
-		} else if c.useDirect(opReduceScatter, len(a.send), len(a.recv), "ring") {
-			err = c.group.ReduceScatterDirect(ctx, &c.op, a.send, a.recv, count)
-		} else {
-			err = c.group.ReduceScatter(ctx, &c.op, a.send, a.recv, count)
-		}
-		return c.finish(a, err)
-	case opAllToAll:
-		// In place, the pairwise exchange from a copy was faster than
-		// writing into peers that have just read their own buffers (2
-		// ranks, 128 KiB: 11.8 against 16.5 µs).
-		n := len(a.send)
-		if !sameStart(a.send, a.recv) && c.useDirect(opAllToAll, n, n, "pairwise") {
-			return c.end(opAllToAll, c.group.AllToAllDirect(ctx, &c.op, a.send, a.recv, count))
-		}
-		c.logAlgo(opAllToAll, 0, "pairwise", n)
-		src := a.send
-		if sameStart(a.send, a.recv) && n > 0 {
-			if cap(c.scratch) < n {
-				c.scratch = make([]byte, n)
-			}
-			src = c.scratch[:n]
-			copy(src, a.send)
-		}
-		return c.end(opAllToAll, c.group.AllToAll(ctx, &c.op, src, a.recv, count))
-	case opGather, opScatter:
-		c.logAlgo(a.kind, 0, "flat", count*a.dt.Size())
-		if a.kind == opGather {
-			err = c.group.Gather(ctx, &c.op, a.send, a.recv, count, root)
-		} else {
-			err = c.group.Scatter(ctx, &c.op, a.send, a.recv, count, root)
-		}
-		return c.end(a.kind, err)
-	case opSendRecv:
-		sendPeer, recvPeer := a.sendPeer, a.recvPeer
-		if sendPeer == c.rank {
+	if a.kind == opSendRecv {
+		if a.sendPeer == c.rank {
 			copy(a.recv, a.send)
 			return c.end(opSendRecv, nil)
 		}
-		err = c.group.SendRecvP2P(ctx, &c.op, c.nextSend(sendPeer), sendPeer, a.send, c.nextRecv(recvPeer), recvPeer, a.recv)
+		err = c.group.SendRecvP2P(ctx, &c.op, c.nextSend(a.sendPeer), a.sendPeer, a.send, c.nextRecv(a.recvPeer), a.recvPeer, a.recv)
 		return c.end(opSendRecv, err)
 	}
-	return c.end(a.kind, c.errorf(a.kind, 0, "%w: no such operation", ErrInvalidArgument))
+	// The schedule: the table's row that c.sel chooses for the largest
+	// buffer (AllGather's recv, ReduceScatter's send).
+	n := max(len(a.send), len(a.recv))
+	s := c.sel.Choose(algo.Kind(a.kind), n, sameStart(a.send, a.recv))
+	if s == nil {
+		return c.end(a.kind, c.errorf(a.kind, 0, "%w: no such operation", ErrInvalidArgument))
+	}
+	if s.PerRank {
+		n = a.count * a.dt.Size()
+	}
+	c.logAlgo(a.kind, s.Bit(), s.Algo, n)
+	return c.finish(a, s.Run(ctx, c.group, &c.op, algo.Args{Send: a.send, Recv: a.recv, Count: a.count, Root: a.root}))
 }
 
 // nextSend is the sequence number of the next message to peer p (0 for no
@@ -230,28 +183,53 @@ func (c *Comm) nextRecv(p int) uint64 {
 
 // SendBytes sends count elements of buf to peer.
 func (c *Comm) SendBytes(ctx context.Context, buf []byte, count int, dt DataType, peer int) error {
-	if err := c.checkPeer("Send to", peer); err != nil {
+	a, err := c.p2pCall(opSend, buf, count, dt, peer)
+	if err != nil {
 		return err
 	}
-	return c.SendRecvBytes(ctx, buf, peer, nil, -1, count, dt)
+	return c.do(ctx, &a)
 }
 
 // RecvBytes receives count elements from peer into buf.
 func (c *Comm) RecvBytes(ctx context.Context, buf []byte, count int, dt DataType, peer int) error {
-	if err := c.checkPeer("Recv from", peer); err != nil {
+	a, err := c.p2pCall(opRecv, buf, count, dt, peer)
+	if err != nil {
 		return err
 	}
-	return c.SendRecvBytes(ctx, nil, -1, buf, peer, count, dt)
+	return c.do(ctx, &a)
 }
 
-// checkPeer checks the peer of a Send or Recv: not this rank (what says
-// which: "Send to", "Recv from"), not negative.
-func (c *Comm) checkPeer(what string, peer int) error {
-	if peer == c.rank {
-		return c.errorf(opSendRecv, 0, "%w: %s self (peer %d) would never complete; use SendRecv", ErrInvalidArgument, what, peer)
+// p2pCall checks the peer of a Send or Recv (kind opSend, opRecv) and
+// describes it: a SendRecv with one half, whose errors name kind.
+func (c *Comm) p2pCall(kind opKind, buf []byte, count int, dt DataType, peer int) (call, error) {
+	if err := c.checkPeer(kind, peer); err != nil {
+		return call{}, err
 	}
-	if peer < 0 {
-		return c.errorf(opSendRecv, 0, "%w: peer %d is outside [0, %d)", ErrInvalidArgument, peer, c.size)
+	var a call
+	if kind == opSend {
+		a = sendRecvCall(buf, peer, nil, -1, count, dt)
+	} else {
+		a = sendRecvCall(nil, -1, buf, peer, count, dt)
+	}
+	a.name = kind
+	return a, nil
+}
+
+// checkPeer checks the peer of a Send or Recv (kind opSend, opRecv): in
+// range, and not this rank.
+func (c *Comm) checkPeer(kind opKind, peer int) error {
+	if c == nil {
+		return nilComm(kind.String())
+	}
+	if peer == c.rank {
+		what := "Send to"
+		if kind == opRecv {
+			what = "Recv from"
+		}
+		return c.errorf(kind, 0, "%w: %s self (peer %d) would never complete; use SendRecv", ErrInvalidArgument, what, peer)
+	}
+	if peer < 0 || peer >= c.size {
+		return c.errorf(kind, 0, "%w: peer %d is outside [0, %d)", ErrInvalidArgument, peer, c.size)
 	}
 	return nil
 }

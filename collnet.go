@@ -20,10 +20,6 @@ import (
 // of a healthy one) whose ranks cannot reach the tree runs on the links.
 var ErrCollNet = collnet.ErrAggregation
 
-// collNetLog is the algorithm bit logAlgo records "collnet" under (the
-// algo package's algorithms use the lower bits).
-const collNetLog algo.Algorithm = 7
-
 // collNetKey is the store key of the tree's root address.
 const collNetKey = "goccl/collnet/root"
 
@@ -89,7 +85,9 @@ func (c *Comm) setupCollNet(ctx context.Context) error {
 		c.log.Warnf(subInit, "CollNet off, AllReduce runs on the links: %v", why)
 		return nil
 	}
-	c.collnet, c.collnetChain = cl, chain
+	c.collnet = cl
+	c.group.SetAggregator(collNetAgg{c})
+	c.setFacts(func(f *algo.Facts) { f.CollNet = true })
 	via := "TCP"
 	if cl.RoCE() {
 		via = "RoCE"
@@ -102,30 +100,20 @@ func (c *Comm) setupCollNet(ctx context.Context) error {
 	return nil
 }
 
-// allReduceCollNet runs a begun AllReduce through the aggregation tree:
-// this rank's buffer goes up once and the result comes down once.
-func (c *Comm) allReduceCollNet(ctx context.Context, a *call) error {
-	c.logAlgo(opAllReduce, collNetLog, "collnet", len(a.recv))
-	op := reduce.Op(a.op)
-	if op == reduce.Avg {
-		op = reduce.Sum // finish divides
+// collNetAgg is the aggregation tree as the collnet schedule uses it
+// (algo.Aggregator): failures of the tree are AllReduce errors that wrap
+// ErrCollNet.
+type collNetAgg struct{ c *Comm }
+
+func (x collNetAgg) AllReduce(ctx context.Context, op *algo.Op, send, recv []byte) error {
+	c, h := x.c, &op.Header
+	rop := reduce.Op(h.RedOp)
+	if rop == reduce.Avg {
+		rop = reduce.Sum // finish divides
 	}
-	seq, dt, es := c.op.Header.Seq, uint8(a.dt), a.dt.Size()
-	var err error
-	if c.collnetChain {
-		// Within the host over its links, across hosts through the tree.
-		err = c.group.AllReduceHierVia(ctx, &c.op, a.send, a.recv, a.count, c.group.Hierarchy(),
-			func(ctx context.Context, _ *algo.Op, chunk []byte, _ int) error {
-				return c.collnet.AllReduce(ctx, seq, chunk, chunk, dt, uint8(op), es)
-			})
-	} else {
-		err = c.collnet.AllReduce(ctx, seq, a.send, a.recv, dt, uint8(op), es)
+	err := c.collnet.AllReduce(ctx, h.Seq, send, recv, h.DType, uint8(rop), op.ElemSize)
+	if errors.Is(err, collnet.ErrAggregation) {
+		return c.errorf(opAllReduce, h.Seq, "%w", err)
 	}
-	if err != nil {
-		if errors.Is(err, collnet.ErrAggregation) {
-			return c.errorf(opAllReduce, seq, "%w", err)
-		}
-		return err
-	}
-	return nil
+	return err
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/goccl/goccl/internal/algo"
+	"github.com/goccl/goccl/internal/bootstrap"
 	"github.com/goccl/goccl/internal/trace"
 	"github.com/goccl/goccl/rendezvous"
 	"github.com/goccl/goccl/transport"
@@ -29,17 +30,8 @@ const DefaultTimeout = 5 * time.Minute
 type Comm struct {
 	rank, size, localRank int
 	timeout               time.Duration
-	algoForced            algo.Algorithm
-	directMin             int // smallest buffer (bytes) for the direct schedules (GOCCL_DIRECT_MIN_BYTES)
-	progressNice          int // nice value of the non-blocking worker's thread (GOCCL_PROGRESS_NICE; 0: unchanged)
-
-	// The tuner's choice between flat and hierarchical schedules across
-	// hosts (tunerprobe.go): per operation kind, the smallest buffer
-	// (bytes) that runs the hierarchical one; what Init's probe measured;
-	// whether to probe (GOCCL_TUNER_PROBE).
-	hierMin    [numOpKinds]int
-	tuned      tuning
-	tunerProbe bool
+	progressNice          int            // nice value of the non-blocking worker's thread (GOCCL_PROGRESS_NICE; 0: unchanged)
+	sel                   *algo.Selector // chooses each collective's schedule (GOCCL_ALGO, the tuner's facts; tuner.go)
 
 	// The operation recorder (GOCCL_TRACE_FILE, GOCCL_FLIGHT_RECORDER; nil:
 	// off) and the running operation's start, bytes (sent plus received for
@@ -52,26 +44,26 @@ type Comm struct {
 	met      *metrics // Prometheus series (WithMetrics, GOCCL_METRICS_ADDR; nil: off)
 	log      *logger
 
-	mu           sync.Mutex
-	group        *algo.Group // nil when size == 1
-	seq          uint64      // collective sequence number
-	sendSeq      []uint64    // point-to-point sequence numbers per peer
-	recvSeq      []uint64
-	op           algo.Op
-	octx         opContext
-	scratch      []byte
-	poison       error
-	closed       bool
-	release      func()           // closes what the bootstrap made besides the links (nil: nothing)
-	roce         *roce.Domain     // GOCCL_NET=roce: the device's domain, where Register registers (nil: none)
-	collnet      *collnet.Client  // GOCCL_COLLNET_ENABLE=1: the attachment to the aggregation tree (nil: none)
-	collnetChain bool             // collnet carries this rank's share of its host's reduction (several hosts of several ranks)
-	rdv          rendezvous.Store // the store it rendezvoused through (for Split)
-	jobID        string
-	splits       atomic.Int64              // Split calls so far
-	splitOpts    []Option                  // options a Split's communicator inherits
-	loggedOp     [numOpKinds]uint8         // bit a set: algorithm a already logged for this kind
-	past         [pastOps]transport.Header // the last collectives' headers, at Seq % pastOps (explainMismatch)
+	mu        sync.Mutex
+	group     *algo.Group // nil when size == 1
+	seq       uint64      // collective sequence number
+	sendSeq   []uint64    // point-to-point sequence numbers per peer
+	recvSeq   []uint64
+	op        algo.Op
+	octx      opContext
+	scratch   []byte
+	poison    error
+	closed    bool
+	release   func()           // closes what the bootstrap made besides the links (nil: nothing)
+	caps      bootstrap.Caps   // what the transports offer besides links (bootstrap.Cap: a Registrar, a *OneSided)
+	roce      *roce.Domain     // the OneSided capability's domain, for collnet.Attach (nil: none)
+	collnet   *collnet.Client  // GOCCL_COLLNET_ENABLE=1: the attachment to the aggregation tree (nil: none)
+	rdv       rendezvous.Store // the store it rendezvoused through (for Split)
+	jobID     string
+	splits    atomic.Int64              // Split calls so far
+	splitOpts []Option                  // options a Split's communicator inherits
+	loggedOp  [numOpKinds]uint8         // bit i set: the kind's schedule i (Schedule.Bit) already logged
+	past      [pastOps]transport.Header // the last collectives' headers, at Seq % pastOps (explainMismatch)
 
 	debugCheck bool   // GOCCL_DEBUG_CHECK=1: fingerprints exchanged before each collective
 	topoDump   string // GOCCL_TOPO_DUMP_FILE ("": no topology exchanged at Init; topodump.go)
@@ -84,11 +76,26 @@ type Comm struct {
 	q opQueue // non-blocking operations (nonblocking.go)
 }
 
-// Rank is this process's rank in [0, Size()).
-func (c *Comm) Rank() int { return c.rank }
+// Rank is this process's rank in [0, Size()); -1 for a nil *Comm.
+//
+// Every method may be called on a nil *Comm (an Init or Split whose error
+// was ignored): those that return an error return one wrapping
+// ErrInvalidArgument, Rank and LocalRank return -1, Size 0, PeerBytes 0, 0,
+// and Abort and TraceSpan do nothing.
+func (c *Comm) Rank() int {
+	if c == nil {
+		return -1
+	}
+	return c.rank
+}
 
-// Size is the world size.
-func (c *Comm) Size() int { return c.size }
+// Size is the world size; 0 for a nil *Comm.
+func (c *Comm) Size() int {
+	if c == nil {
+		return 0
+	}
+	return c.size
+}
 
 // PeerBytes returns the payload bytes this rank has sent to and received
 // from peer over their link since Init: what the algorithms moved (a ring
@@ -98,7 +105,7 @@ func (c *Comm) Size() int { return c.size }
 // too: about 0.7 MiB from rank 0 to host 0's second rank and 1 MiB to host
 // 1's first. Safe to call from any goroutine, also during operations.
 func (c *Comm) PeerBytes(peer int) (sent, received uint64) {
-	if peer < 0 || peer >= c.size || c.group == nil {
+	if c == nil || peer < 0 || peer >= c.size || c.group == nil {
 		return 0, 0
 	}
 	l := c.group.Link(peer)
@@ -121,14 +128,22 @@ func (c *Comm) links() []transport.Link {
 	return ls
 }
 
-// LocalRank is the rank among the ranks on this host.
-func (c *Comm) LocalRank() int { return c.localRank }
+// LocalRank is the rank among the ranks on this host; -1 for a nil *Comm.
+func (c *Comm) LocalRank() int {
+	if c == nil {
+		return -1
+	}
+	return c.localRank
+}
 
 // Close releases the communicator's links and files. Messages already sent are
 // still delivered to peers. A non-blocking operation that is running when
 // Close is called finishes first (Abort does not wait); those queued behind
 // it fail with an error wrapping ErrClosed. Close is idempotent.
 func (c *Comm) Close() error {
+	if c == nil {
+		return nilComm("Close")
+	}
 	c.stopQueue(ErrClosed)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -160,7 +175,7 @@ func (c *Comm) Close() error {
 // idempotent (the ncclCommAbort idea). Close must still be called to release
 // the communicator's resources; a new communicator (Init) rebuilds the group.
 func (c *Comm) Abort() {
-	if !c.aborted.CompareAndSwap(false, true) {
+	if c == nil || !c.aborted.CompareAndSwap(false, true) {
 		return
 	}
 	c.setAsyncErr(&Error{Rank: c.rank, Op: "Abort", Err: ErrAborted})
@@ -175,6 +190,9 @@ func (c *Comm) Abort() {
 // called from any goroutine, also while an operation is running (the
 // ncclCommGetAsyncError idea).
 func (c *Comm) Err() error {
+	if c == nil {
+		return nilComm("Err")
+	}
 	c.asyncMu.Lock()
 	defer c.asyncMu.Unlock()
 	return c.asyncErr
@@ -202,6 +220,8 @@ func (c *Comm) agreeDirect(ctx context.Context) error {
 	ok, err := c.group.AgreeDirect(ctx, &c.op)
 	if err == nil {
 		c.log.Infof(subInit, "single-copy (direct read) schedules: %v", map[bool]string{true: "on", false: "off (a peer on another host, or Cross Memory Attach refused or disabled)"}[ok])
+		c.setFacts(func(f *algo.Facts) { f.Direct = ok })
+		c.warnForced()
 	}
 	return c.end(opBarrier, err)
 }

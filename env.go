@@ -2,10 +2,8 @@ package goccl
 
 import (
 	"fmt"
-	"github.com/goccl/goccl/rdma"
 	"strings"
 
-	"github.com/goccl/goccl/internal/algo"
 	"github.com/goccl/goccl/internal/bootstrap"
 	"github.com/goccl/goccl/internal/config"
 	"github.com/goccl/goccl/internal/trace"
@@ -14,9 +12,10 @@ import (
 
 // fromEnv reads the GOCCL_* variables that Init uses, in one place, through
 // their declarations in internal/config: into c's settings (timeout, forced
-// algorithm, direct-schedule threshold, debug check, tuner probe) and, for a
+// algorithm, direct-schedule threshold, debug check) and, for a
 // world of more than one rank, into the bootstrap parameters p (the
-// interface, job token, shared memory, sockets per peer, checksums and TLS).
+// interface, job token, host identity, checksums, TLS, and the transports,
+// each of which reads its own variables: bootstrap.FromEnv).
 // Options in cfg win over the environment. Every set GOCCL_* value is
 // checked first, so a bad one fails Init at once naming the variable
 // (ErrInvalidArgument). (GOCCL_DEBUG, GOCCL_DEBUG_SUBSYS and
@@ -38,17 +37,10 @@ func (c *Comm) fromEnv(cfg *options, p *bootstrap.Params) (err error) {
 	if cfg.timeout > 0 {
 		c.timeout = cfg.timeout
 	}
-	if c.algoForced, err = algoFromEnv(); err != nil {
-		return err
-	}
-	c.directMin = directMinBytes
-	if err := apply(&c.directMin, config.DirectMinBytes.Int); err != nil {
+	if err := c.selectorFromEnv(); err != nil {
 		return err
 	}
 	if c.debugCheck, err = config.DebugCheck.Bool(); err != nil {
-		return err
-	}
-	if c.tunerProbe, err = config.TunerProbe.Bool(); err != nil {
 		return err
 	}
 	c.progressNice = defaultProgressNice
@@ -77,18 +69,10 @@ func (c *Comm) fromEnv(cfg *options, p *bootstrap.Params) (err error) {
 			return err
 		}
 	}
-	p.ShmDir = config.ShmDir.Get()
 	if p.HostID = config.HostID.Get(); strings.ContainsAny(p.HostID, "|\n") {
 		return fmt.Errorf("%s=%q: a host identity may not contain '|' or a newline", config.HostID.Name, p.HostID)
 	}
-	if p.ShmDisable, err = config.ShmDisable.Bool(); err != nil {
-		return err
-	}
-	p.NSocks = defaultNSocks
-	if err := apply(&p.NSocks, config.NSocksPerPeer.Int); err != nil {
-		return err
-	}
-	if err := roceFromEnv(p); err != nil {
+	if p.Transports, err = bootstrap.FromEnv(); err != nil {
 		return err
 	}
 	env, err := config.Checksum.Bool()
@@ -97,29 +81,6 @@ func (c *Comm) fromEnv(cfg *options, p *bootstrap.Params) (err error) {
 	}
 	p.Checksum = cfg.checksum || env
 	return tlsFromEnv(cfg, p)
-}
-
-// roceDeviceOptions are given to every RoCE device Init opens: set only by
-// the tests (export_test.go), to inject packet faults.
-var roceDeviceOptions []rdma.Option
-
-// roceFromEnv reads GOCCL_NET and, for roce, the device's variables.
-func roceFromEnv(p *bootstrap.Params) error {
-	net, err := config.Net.Word()
-	if err != nil || net != "roce" {
-		return err
-	}
-	r := &bootstrap.RoCE{HCA: config.IBHCA.Get(), GIDIndex: -1}
-	var timeout, retry int
-	for _, e := range []error{apply(&r.GIDIndex, config.IBGIDIndex.Int), apply(&timeout, config.IBTimeout.Int), apply(&retry, config.IBRetryCnt.Int)} {
-		if e != nil {
-			return e
-		}
-	}
-	r.Timeout, r.RetryCnt = uint8(timeout), uint8(retry)
-	r.DeviceOptions = roceDeviceOptions
-	p.RoCE = r
-	return nil
 }
 
 // apply sets *dst to a variable's value (or its default) when it has one.
@@ -159,16 +120,6 @@ func tlsFromEnv(cfg *options, p *bootstrap.Params) error {
 			config.TLS.Name, config.JobToken.Name, config.TLSCert.Name, config.TLSKey.Name, config.TLSCA.Name)
 	}
 	return nil
-}
-
-// algoFromEnv reads GOCCL_ALGO, the AllReduce algorithm to force (like
-// NCCL_ALGO): ring, rhd, rd, tree, direct or hier; unset means the tuner decides.
-func algoFromEnv() (algo.Algorithm, error) {
-	w, err := config.Algo.Word()
-	if err != nil {
-		return 0, err
-	}
-	return map[string]algo.Algorithm{"": algo.Auto, "ring": algo.Ring, "rhd": algo.RHD, "tree": algo.Tree, "rd": algo.RD, "direct": algo.Direct, "hier": algo.Hier}[w], nil
 }
 
 // traceFromEnv sets up the operation recorder from GOCCL_TRACE_FILE and

@@ -1,10 +1,13 @@
 package goccl
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/goccl/goccl/internal/closed"
+	"github.com/goccl/goccl/internal/config"
 	"github.com/goccl/goccl/transport"
 )
 
@@ -50,17 +53,21 @@ type MismatchError = transport.MismatchError
 // Error is the error every goccl operation returns: it names the rank, the
 // operation and its sequence number on the communicator.
 type Error struct {
-	Rank int
+	Rank int    // -1 when not known (Init refusing its environment, a zero Request)
 	Op   string // "AllReduce", "Init", ...
 	Seq  uint64 // operation sequence number (0 when not applicable)
 	Err  error
 }
 
 func (e *Error) Error() string {
-	if e.Seq > 0 {
-		return fmt.Sprintf("goccl: rank %d: %s (op #%d): %v", e.Rank, e.Op, e.Seq, e.Err)
+	rank := ""
+	if e.Rank >= 0 {
+		rank = "rank " + strconv.Itoa(e.Rank) + ": "
 	}
-	return fmt.Sprintf("goccl: rank %d: %s: %v", e.Rank, e.Op, e.Err)
+	if e.Seq > 0 {
+		return fmt.Sprintf("goccl: %s%s (op #%d): %v", rank, e.Op, e.Seq, e.Err)
+	}
+	return fmt.Sprintf("goccl: %s%s: %v", rank, e.Op, e.Err)
 }
 
 func (e *Error) Unwrap() error { return e.Err }
@@ -72,6 +79,13 @@ func (e *Error) Is(target error) bool {
 		return errors.As(e.Err, &m)
 	}
 	return false
+}
+
+// nilComm is the error of a method called on a nil *Comm (one that Init
+// or Split did not return, for example after their error was ignored); op
+// names the method or its operation.
+func nilComm(op string) error {
+	return &Error{Rank: -1, Op: op, Err: fmt.Errorf("%w: nil *Comm (Init or Split failed, or none was made)", ErrInvalidArgument)}
 }
 
 // errorf is an *Error of this rank and operation kind (seq 0: none).
@@ -86,6 +100,26 @@ func (c *Comm) wrap(kind opKind, seq uint64, err error) error {
 		return err
 	}
 	return &Error{Rank: c.rank, Op: kind.String(), Seq: seq, Err: err}
+}
+
+// explainTimeout completes err, the *Error of an operation that ran under
+// the communicator's own timeout (its context had no deadline), when that
+// timeout ended it: how long it was, where it was set and how to raise it.
+func (c *Comm) explainTimeout(err error) error {
+	e, ok := err.(*Error)
+	if !ok || !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	source := fmt.Sprintf("WithTimeout(%v)", c.timeout)
+	if v, set := config.Timeout.Lookup(); set {
+		if d, _, perr := config.Timeout.Duration(); perr == nil && d == c.timeout {
+			source = config.Timeout.Name + "=" + v
+		}
+	} else if c.timeout == DefaultTimeout {
+		source = fmt.Sprintf("%s unset: the default, %v", config.Timeout.Name, DefaultTimeout)
+	}
+	return &Error{Rank: e.Rank, Op: e.Op, Seq: e.Seq, Err: fmt.Errorf("did not finish within %v (%s; WithTimeout or %s raises it): %w",
+		c.timeout, source, config.Timeout.Name, e.Err)}
 }
 
 // pastOps is how many collectives back explainMismatch can name the

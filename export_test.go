@@ -3,13 +3,15 @@ package goccl
 import (
 	"sync"
 
+	"github.com/goccl/goccl/internal/algo"
+	"github.com/goccl/goccl/internal/bootstrap"
 	"github.com/goccl/goccl/rdma"
 	"github.com/goccl/goccl/transport/roce"
 )
 
 // SetRoCEFaults makes every RoCE device this process's Init opens inject
 // f's packet faults (GOCCL_NET=roce).
-func SetRoCEFaults(f rdma.Faults) { roceDeviceOptions = []rdma.Option{rdma.WithFaults(f)} }
+func SetRoCEFaults(f rdma.Faults) { bootstrap.SetRoCEDeviceOptions(rdma.WithFaults(f)) }
 
 // Tuning is what the tuner's probe left on a communicator, for the tests of
 // package goccl_test: the links rank 0 measured (bytes per second and
@@ -24,19 +26,23 @@ type Tuning struct {
 // TuningOf returns c's Tuning.
 func TuningOf(c *Comm) Tuning {
 	t := Tuning{HierMin: map[string]int{}}
-	if costs := c.tuned.costs; costs.Valid() {
+	tu := c.sel.Facts().Tuning
+	if costs := tu.Costs; costs.Valid() {
 		t.InterBandwidth, t.InterLatency = costs.Inter.Bandwidth(), costs.Inter.Alpha
 		t.IntraBandwidth, t.IntraLatency = costs.Intra.Bandwidth(), costs.Intra.Alpha
 	}
-	for _, k := range hierKinds {
-		t.HierMin[k.String()] = c.hierMin[k]
+	for i, k := range algo.HierKinds {
+		t.HierMin[opKind(k).String()] = tu.HierMin[i]
 	}
 	return t
 }
 
 // HasRoCE reports whether c's links to other hosts (or all links, with
 // GOCCL_SHM_DISABLE=1) run over a RoCE device.
-func HasRoCE(c *Comm) bool { return c.roce != nil }
+func HasRoCE(c *Comm) bool {
+	_, ok := bootstrap.Cap[*bootstrap.OneSided](c.caps)
+	return ok
+}
 
 // ZeroCopied sums, over c's RoCE links, the bytes sent straight from
 // registered buffers.

@@ -43,6 +43,9 @@ type Group struct {
 // it is and nothing runs. The group takes its place in the communicator's
 // issue order as a whole, behind the non-blocking operations issued before.
 func (c *Comm) Group(ctx context.Context, fn func(g *Group) error) error {
+	if c == nil {
+		return nilComm(opGroup.String())
+	}
 	a, err := c.collect(fn)
 	if err != nil {
 		return err
@@ -54,6 +57,9 @@ func (c *Comm) Group(ctx context.Context, fn func(g *Group) error) error {
 // goroutine, and the group's operations are issued as one non-blocking
 // operation, whose Request is done when all of them are.
 func (c *Comm) IGroup(ctx context.Context, fn func(g *Group) error) (Request, error) {
+	if c == nil {
+		return Request{}, nilComm(opGroup.String())
+	}
 	a, err := c.collect(fn)
 	if err != nil {
 		return Request{}, err
@@ -106,7 +112,7 @@ func (g *Group) post(a call) error {
 	var err error
 	switch {
 	case g.done:
-		err = c.errorf(a.kind, 0, "%w: posted on a Group whose function has returned", ErrInvalidArgument)
+		err = c.errorf(a.errKind(), 0, "%w: posted on a Group whose function has returned", ErrInvalidArgument)
 	case a.kind == opSendRecv:
 		err = c.prepare(&a) // peers checked by postP2P; a send to self is matched in the group
 	default:
@@ -135,13 +141,15 @@ func (g *Group) fail(err error) error {
 // postP2P posts one half of a SendRecv (send: a Send to peer, else a Recv
 // from peer).
 func (g *Group) postP2P(send bool, buf []byte, count int, dt DataType, peer int) error {
-	if peer < 0 || peer >= g.c.size {
-		return g.fail(g.c.errorf(opSendRecv, 0, "%w: peer %d is outside [0, %d)", ErrInvalidArgument, peer, g.c.size))
-	}
+	kind, a := opRecv, sendRecvCall(nil, -1, buf, peer, count, dt)
 	if send {
-		return g.post(sendRecvCall(buf, peer, nil, -1, count, dt))
+		kind, a = opSend, sendRecvCall(buf, peer, nil, -1, count, dt)
 	}
-	return g.post(sendRecvCall(nil, -1, buf, peer, count, dt))
+	if peer < 0 || peer >= g.c.size {
+		return g.fail(g.c.errorf(kind, 0, "%w: peer %d is outside [0, %d)", ErrInvalidArgument, peer, g.c.size))
+	}
+	a.name = kind
+	return g.post(a)
 }
 
 // SendBytes posts a Send of count elements of buf to peer (which may be

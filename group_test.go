@@ -185,8 +185,8 @@ func TestGroupBadInput(t *testing.T) {
 			fn   func(g *goccl.Group) error
 			want []string
 		}{
-			{"peer out of range", func(g *goccl.Group) error { return goccl.GroupSend(g, buf, 4, 2) }, []string{"SendRecv", "peer 2 is outside [0, 2)"}},
-			{"negative peer", func(g *goccl.Group) error { return goccl.GroupRecv(g, buf, 4, -1) }, []string{"SendRecv", "peer -1 is outside"}},
+			{"peer out of range", func(g *goccl.Group) error { return goccl.GroupSend(g, buf, 4, 2) }, []string{": Send: ", "peer 2 is outside [0, 2)"}},
+			{"negative peer", func(g *goccl.Group) error { return goccl.GroupRecv(g, buf, 4, -1) }, []string{": Recv: ", "peer -1 is outside"}},
 			{"short buffer", func(g *goccl.Group) error { return goccl.GroupRecv(g, buf, 5, 1-c.Rank()) }, []string{"recvbuf holds 4", "needs 5"}},
 			{"bad reduction", func(g *goccl.Group) error { return goccl.GroupAllReduce(g, buf, buf, 4, goccl.RedOp(99)) }, []string{"AllReduce", "unknown reduction op 99"}},
 			{"unmatched self send", func(g *goccl.Group) error { return goccl.GroupSend(g, buf, 4, c.Rank()) }, []string{"Group", "1 Send(s) to self", "0 Recv(s) from self"}},

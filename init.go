@@ -15,10 +15,8 @@ import (
 )
 
 // defaultNSocks is the TCP sockets per peer and direction without
-// GOCCL_NSOCKS_PERPEER. Two sockets each way: a 16 MiB AllReduce over
-// loopback took a median 10 ms with 2 against 13-15 ms with 1 (4 was no
-// better than 2).
-const defaultNSocks = 2
+// GOCCL_NSOCKS_PERPEER (TestConfigDefaults).
+const defaultNSocks = bootstrap.DefaultNSocks
 
 // Init joins the communicator described by opts and the environment.
 //
@@ -29,7 +27,9 @@ const defaultNSocks = 2
 // SLURM_NTASKS, SLURM_LOCALID). With none of them the communicator has one
 // rank. See package rendezvous for how ranks find the store under mpirun;
 // GOCCL_STORE=etcd://host:2379/prefix makes every rank a client of an etcd
-// cluster instead of rank 0 serving the store.
+// cluster instead of rank 0 serving the store (the program imports
+// _ "github.com/goccl/goccl/rendezvous/etcd" for that; the goccl command
+// does).
 //
 // Init connects every pair of ranks: shared memory (/dev/shm) when both run on
 // the same host, TCP otherwise (GOCCL_SHM_DISABLE=1 forces TCP;
@@ -122,7 +122,10 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		res.Release()
 		return fail(err)
 	}
-	c.release, c.rdv, c.jobID, c.localRank, c.roce = res.Release, res.Store, res.JobID, res.LocalRank, res.RoCE
+	c.release, c.rdv, c.jobID, c.localRank, c.caps = res.Release, res.Store, res.JobID, res.LocalRank, res.Caps
+	if one, ok := bootstrap.Cap[*bootstrap.OneSided](res.Caps); ok {
+		c.roce = one.Domain
+	}
 	c.splitOpts = []Option{WithTimeout(c.timeout), WithJobToken(p.Token), WithTLS(res.TLSServer, res.TLSClient)}
 	if p.Checksum {
 		c.splitOpts = append(c.splitOpts, WithChecksum())

@@ -96,6 +96,9 @@ type opQueue struct {
 // outstanding (the fast path, exactly as without the queue), else behind
 // them, waiting for its turn and its end.
 func (c *Comm) do(ctx context.Context, a *call) error {
+	if c == nil {
+		return nilComm(a.errKind().String())
+	}
 	if c.q.outstanding.Load() == 0 {
 		return c.run(ctx, a)
 	}
@@ -124,6 +127,9 @@ func (c *Comm) check(a *call) error {
 // issue checks a call and queues a copy of it, waiting within ctx for a
 // slot when the queue is full.
 func (c *Comm) issue(ctx context.Context, a *call) (Request, error) {
+	if c == nil {
+		return Request{}, nilComm(a.errKind().String())
+	}
 	if err := c.check(a); err != nil {
 		return Request{}, err
 	}
@@ -136,7 +142,7 @@ func (c *Comm) issue(ctx context.Context, a *call) (Request, error) {
 		if q.stopErr != nil {
 			err := q.stopErr
 			q.mu.Unlock()
-			return Request{}, c.errorf(a.kind, 0, "%w", err)
+			return Request{}, c.errorf(a.errKind(), 0, "%w", err)
 		}
 		if q.slots == nil {
 			q.start(c)
@@ -148,7 +154,7 @@ func (c *Comm) issue(ctx context.Context, a *call) (Request, error) {
 		t := s.ticket
 		q.mu.Unlock()
 		if err := q.wait(ctx, t); err != nil && ctx.Err() != nil {
-			return Request{}, c.errorf(a.kind, 0, "waiting for room in the queue of non-blocking operations (%d): %w", QueueDepth, ctx.Err())
+			return Request{}, c.errorf(a.errKind(), 0, "waiting for room in the queue of non-blocking operations (%d): %w", QueueDepth, ctx.Err())
 		}
 		q.mu.Lock()
 	}
@@ -345,7 +351,7 @@ func (q *opQueue) stop(c *Comm, why error) {
 	}
 	for ; q.head < q.next; q.head++ {
 		s := &q.slots[q.head%QueueDepth]
-		q.complete(s, c.errorf(s.a.kind, 0, "%w", why))
+		q.complete(s, c.errorf(s.a.errKind(), 0, "%w", why))
 	}
 	q.work.Broadcast()
 }

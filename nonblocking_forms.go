@@ -38,18 +38,27 @@ func (c *Comm) IReduceBytes(ctx context.Context, send, recv []byte, count int, d
 
 // IAllGatherBytes is the non-blocking AllGatherBytes.
 func (c *Comm) IAllGatherBytes(ctx context.Context, send, recv []byte, count int, dt DataType) (Request, error) {
+	if c == nil {
+		return Request{}, nilComm(opAllGather.String())
+	}
 	a := c.allGatherCall(send, recv, count, dt)
 	return c.issue(ctx, &a)
 }
 
 // IReduceScatterBytes is the non-blocking ReduceScatterBytes.
 func (c *Comm) IReduceScatterBytes(ctx context.Context, send, recv []byte, count int, dt DataType, op RedOp) (Request, error) {
+	if c == nil {
+		return Request{}, nilComm(opReduceScatter.String())
+	}
 	a := c.reduceScatterCall(send, recv, count, dt, op)
 	return c.issue(ctx, &a)
 }
 
 // IAllToAllBytes is the non-blocking AllToAllBytes.
 func (c *Comm) IAllToAllBytes(ctx context.Context, send, recv []byte, count int, dt DataType) (Request, error) {
+	if c == nil {
+		return Request{}, nilComm(opAllToAll.String())
+	}
 	a := c.allToAllCall(send, recv, count, dt)
 	return c.issue(ctx, &a)
 }
@@ -62,18 +71,20 @@ func (c *Comm) ISendRecvBytes(ctx context.Context, send []byte, sendPeer int, re
 
 // ISendBytes is the non-blocking SendBytes.
 func (c *Comm) ISendBytes(ctx context.Context, buf []byte, count int, dt DataType, peer int) (Request, error) {
-	if err := c.checkPeer("Send to", peer); err != nil {
+	a, err := c.p2pCall(opSend, buf, count, dt, peer)
+	if err != nil {
 		return Request{}, err
 	}
-	return c.ISendRecvBytes(ctx, buf, peer, nil, -1, count, dt)
+	return c.issue(ctx, &a)
 }
 
 // IRecvBytes is the non-blocking RecvBytes.
 func (c *Comm) IRecvBytes(ctx context.Context, buf []byte, count int, dt DataType, peer int) (Request, error) {
-	if err := c.checkPeer("Recv from", peer); err != nil {
+	a, err := c.p2pCall(opRecv, buf, count, dt, peer)
+	if err != nil {
 		return Request{}, err
 	}
-	return c.ISendRecvBytes(ctx, nil, -1, buf, peer, count, dt)
+	return c.issue(ctx, &a)
 }
 
 // IBarrier is the non-blocking Barrier: its Request is done once every rank
@@ -138,12 +149,18 @@ func (c *Comm) IAllToAllvBytes(ctx context.Context, send []byte, sendCounts, sen
 
 // IGatherBytes is the non-blocking GatherBytes.
 func (c *Comm) IGatherBytes(ctx context.Context, send, recv []byte, count int, dt DataType, root int) (Request, error) {
+	if c == nil {
+		return Request{}, nilComm(opGather.String())
+	}
 	a := c.gatherCall(send, recv, count, dt, root)
 	return c.issue(ctx, &a)
 }
 
 // IScatterBytes is the non-blocking ScatterBytes.
 func (c *Comm) IScatterBytes(ctx context.Context, send, recv []byte, count int, dt DataType, root int) (Request, error) {
+	if c == nil {
+		return Request{}, nilComm(opScatter.String())
+	}
 	a := c.scatterCall(send, recv, count, dt, root)
 	return c.issue(ctx, &a)
 }

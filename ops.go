@@ -9,39 +9,58 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goccl/goccl/internal/algo"
 	"github.com/goccl/goccl/internal/reduce"
 	"github.com/goccl/goccl/internal/trace"
 	"github.com/goccl/goccl/transport"
 )
 
-// opKind is the collective carried in transport headers.
-type opKind uint8
+// opKind is the collective carried in transport headers, numbered by
+// algo.Kind (the schedule table's kinds).
+type opKind algo.Kind
 
 const (
-	opAllReduce opKind = iota + 1
-	opBroadcast
-	opReduce
-	opAllGather
-	opReduceScatter
-	opAllToAll
-	opSendRecv
-	opBarrier
-	opCheck // GOCCL_DEBUG_CHECK fingerprint exchange
-	opAllToAllv
-	opGather
-	opScatter
-	opGroup // a group of operations (group.go); never in a header
-	numOpKinds
+	opAllReduce     = opKind(algo.KindAllReduce)
+	opBroadcast     = opKind(algo.KindBroadcast)
+	opReduce        = opKind(algo.KindReduce)
+	opAllGather     = opKind(algo.KindAllGather)
+	opReduceScatter = opKind(algo.KindReduceScatter)
+	opAllToAll      = opKind(algo.KindAllToAll)
+	opSendRecv      = opKind(algo.KindSendRecv)
+	opBarrier       = opKind(algo.KindBarrier)
+	opCheck         = opKind(algo.KindCheck) // GOCCL_DEBUG_CHECK fingerprint exchange
+	opAllToAllv     = opKind(algo.KindAllToAllv)
+	opGather        = opKind(algo.KindGather)
+	opScatter       = opKind(algo.KindScatter)
+	opGroup         = opKind(algo.KindGroup) // a group of operations (group.go); never in a header
+	numOpKinds      = opKind(algo.NumKinds)
 )
 
-var opNames = [...]string{"", "AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllToAll", "SendRecv", "Barrier", "DebugCheck", "AllToAllv", "Gather", "Scatter", "Group"}
+// opSend and opRecv only name the errors of a Send and a Recv (call.name):
+// they run as SendRecv, which their headers, logs, traces and metrics say.
+const (
+	opSend = numOpKinds + iota
+	opRecv
+)
+
+var opNames = [...]string{"", "AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllToAll", "SendRecv", "Barrier", "DebugCheck", "AllToAllv", "Gather", "Scatter", "Group",
+	opSend: "Send", opRecv: "Recv"}
 
 // String is the operation's name in errors and logs ("AllReduce").
 func (k opKind) String() string {
-	if k < numOpKinds {
+	if int(k) < len(opNames) {
 		return opNames[k]
 	}
 	return "op(" + strconv.Itoa(int(k)) + ")"
+}
+
+// nameOf is the kind that names the errors of the running operation of
+// kind k (c.mu held): the Send or Recv that runs as a SendRecv.
+func (c *Comm) nameOf(k opKind) opKind {
+	if k == opSendRecv && c.octx.name != 0 {
+		return c.octx.name
+	}
+	return k
 }
 
 // begin locks the communicator and prepares c.op and c.octx for one operation.
@@ -109,7 +128,10 @@ func (c *Comm) end(kind opKind, err error) error {
 				}
 			}
 			c.explainMismatch(err)
-			err = c.wrap(kind, c.op.Header.Seq, err)
+			err = c.wrap(c.nameOf(kind), c.op.Header.Seq, err)
+			if c.octx.parent != nil {
+				err = c.explainTimeout(err)
+			}
 		}
 		c.poison = err
 		c.setAsyncErr(err)
@@ -125,7 +147,7 @@ func (c *Comm) end(kind opKind, err error) error {
 	if c.met != nil {
 		c.met.observe(kind, c.recBytes, time.Since(c.recStart), err)
 	}
-	c.octx.parent = nil
+	c.octx.parent, c.octx.name = nil, 0
 	c.mu.Unlock()
 	return err
 }
@@ -173,6 +195,7 @@ func (c *Comm) TraceSpan(name string, start, end time.Time) {
 type opContext struct {
 	parent   context.Context
 	deadline time.Time
+	name     opKind // the running operation's call.name (see nameOf); kept here, reset by end
 }
 
 func (o *opContext) Deadline() (time.Time, bool) { return o.deadline, true }
@@ -213,11 +236,30 @@ type call struct {
 	sendN, recvN int
 
 	sendPeer, recvPeer int // SendRecv only: -1 skips that half
+	// name, when not 0, is the kind the call's errors name instead of
+	// kind: opSend, opRecv for a SendRecv that is one of the two.
+	name opKind
 
 	// AllToAllv only: per-peer counts and displacements, in elements.
 	sendCounts, sendDispls, recvCounts, recvDispls []int
 
 	grp *Group // opGroup only: the operations of the group
+}
+
+// errKind is the kind a's errors name (see call.name).
+func (a *call) errKind() opKind {
+	if a.name != 0 {
+		return a.name
+	}
+	return a.kind
+}
+
+// named is err, an *Error that names a's kind, naming a.name instead.
+func (a *call) named(err error) error {
+	if e, ok := err.(*Error); ok && a.name != 0 && e.Op == a.kind.String() {
+		return &Error{Rank: e.Rank, Op: a.name.String(), Seq: e.Seq, Err: e.Err}
+	}
+	return err
 }
 
 // unused in call.sendN or call.recvN: this rank does not touch that buffer.
@@ -244,8 +286,9 @@ func (c *Comm) start(ctx context.Context, a *call) (context.Context, error) {
 	}
 	ctx, err := c.begin(ctx, k, dt, op, root, a.count)
 	if err != nil {
-		return nil, err
+		return nil, a.named(err)
 	}
+	c.octx.name = a.name
 	if c.group == nil {
 		if a.sendN != unused && a.recvN != unused {
 			copyIfDifferent(a.recv, a.send)
@@ -307,25 +350,25 @@ func cut(b []byte, n int) []byte {
 // invalid is the error of a call whose arguments start refused: the first
 // check that fails, in the order type, reduction, root, count, buffers.
 func (c *Comm) invalid(a *call) error {
-	k, dt := a.kind, a.dt
+	k, dt, n := a.kind, a.dt, a.errKind()
 	reducing := k.reducing()
 	switch {
 	case !dt.Valid():
-		return c.errorf(k, 0, "%w: unknown data type %d", ErrInvalidArgument, uint8(dt))
+		return c.errorf(n, 0, "%w: unknown data type %d", ErrInvalidArgument, uint8(dt))
 	case reducing && !a.op.Valid():
-		return c.errorf(k, 0, "%w: unknown reduction op %d", ErrInvalidArgument, uint8(a.op))
+		return c.errorf(n, 0, "%w: unknown reduction op %d", ErrInvalidArgument, uint8(a.op))
 	case reducing && a.op == Avg && !dt.IsFloat():
-		return c.errorf(k, 0, "%w: avg is only defined for floating-point types, got %v", ErrInvalidArgument, dt)
+		return c.errorf(n, 0, "%w: avg is only defined for floating-point types, got %v", ErrInvalidArgument, dt)
 	case k.rooted() && (a.root < 0 || a.root >= c.size):
-		return c.errorf(k, 0, "%w: root %d is outside [0, %d)", ErrInvalidArgument, a.root, c.size)
+		return c.errorf(n, 0, "%w: root %d is outside [0, %d)", ErrInvalidArgument, a.root, c.size)
 	case a.count < 0:
-		return c.errorf(k, 0, "%w: negative count %d", ErrInvalidArgument, a.count)
+		return c.errorf(n, 0, "%w: negative count %d", ErrInvalidArgument, a.count)
 	}
 	name, buf, elems := "sendbuf", a.send, a.sendN
 	if len(buf) >= elems*dt.Size() {
 		name, buf, elems = "recvbuf", a.recv, a.recvN
 	}
-	return c.errorf(k, 0, "%w: %s holds %d elements of %v, the operation needs %d", ErrInvalidArgument, name, len(buf)/dt.Size(), dt, elems)
+	return c.errorf(n, 0, "%w: %s holds %d elements of %v, the operation needs %d", ErrInvalidArgument, name, len(buf)/dt.Size(), dt, elems)
 }
 
 // finish ends a call (end); for an Avg reduction that succeeded it first

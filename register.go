@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/goccl/goccl/transport/roce"
+	"github.com/goccl/goccl/internal/bootstrap"
 )
 
 // Registration is a buffer registered with a communicator (the handle of
@@ -24,7 +24,7 @@ import (
 // Unregistered buffers keep working everywhere.
 type Registration struct {
 	c      *Comm
-	region *roce.Region // nil: nothing to register with
+	region bootstrap.Region // nil: no transport registers memory
 	bytes  int
 	mu     sync.Mutex
 	done   bool
@@ -63,10 +63,10 @@ func (c *Comm) register(b []byte) (*Registration, error) {
 		return nil, c.regErr("Register", ErrClosed)
 	}
 	r := &Registration{c: c, bytes: len(b)}
-	if c.roce != nil {
-		region, err := c.roce.Register(b)
+	if reg, ok := bootstrap.Cap[bootstrap.Registrar](c.caps); ok {
+		region, err := reg.Register(b)
 		if err != nil {
-			if errors.Is(err, roce.ErrOverlap) {
+			if errors.Is(err, bootstrap.ErrOverlap) {
 				err = fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 			}
 			return nil, c.regErr("Register", err)
@@ -91,7 +91,7 @@ func (r *Registration) Deregister() error {
 	}
 	if r.region != nil {
 		if err := r.region.Deregister(); err != nil {
-			if errors.Is(err, roce.ErrInUse) {
+			if errors.Is(err, bootstrap.ErrInUse) {
 				err = fmt.Errorf("%w: %v", ErrInUse, err)
 			}
 			return r.c.regErr("Deregister", err)

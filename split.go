@@ -32,6 +32,9 @@ const SplitNoColor = -1
 // naming it; rebuild without it through a new Init). c, and c's rank 0 that
 // serves the store, must stay open until every Split has returned.
 func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
+	if c == nil {
+		return nil, nilComm("Split")
+	}
 	fail := func(err error) (*Comm, error) {
 		return nil, &Error{Rank: c.rank, Op: "Split", Err: err}
 	}

@@ -15,7 +15,7 @@ func TestConfigDefaults(t *testing.T) {
 		v    *config.Var
 		want string
 	}{
-		{config.DirectMinBytes, strconv.Itoa(directMinBytes)},
+		{config.DirectMinBytes, strconv.Itoa(algo.DirectMinBytes)},
 		{config.NSocksPerPeer, strconv.Itoa(defaultNSocks)},
 		{config.Timeout, DefaultTimeout.String()},
 		{config.ProgressNice, strconv.Itoa(defaultProgressNice)},
@@ -55,11 +55,11 @@ func TestHierCrossovers(t *testing.T) {
 		{"2x3 blocked", []int{0, 0, 0, 1, 1, 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, ok := hierCrossovers(tc.hostOf, slow)
+			s, ok := algo.HierCrossovers(tc.hostOf, slow)
 			if !ok {
 				t.Fatal("measurements refused")
 			}
-			f, _ := hierCrossovers(tc.hostOf, fast)
+			f, _ := algo.HierCrossovers(tc.hostOf, fast)
 			t.Logf("slow network: %v; fast network: %v", s, f)
 			if s[0] > 4<<10 {
 				t.Errorf("slow network: hierarchical AllReduce from %d bytes, want 4 KiB or less", s[0])
@@ -77,14 +77,14 @@ func TestHierCrossovers(t *testing.T) {
 	// Blocked, the flat tree crosses the network once per host, as
 	// BroadcastHier does, and keeps on the network while the host
 	// spreads the last piece: flat; interleaved, it crosses twice.
-	if s, _ := hierCrossovers([]int{0, 0, 1, 1}, slow); s[1] != math.MaxInt {
+	if s, _ := algo.HierCrossovers([]int{0, 0, 1, 1}, slow); s[1] != math.MaxInt {
 		t.Errorf("blocked: hierarchical Broadcast from %d bytes, want never", s[1])
 	}
-	if s, _ := hierCrossovers([]int{0, 1, 0, 1}, slow); s[1] > 4<<10 {
+	if s, _ := algo.HierCrossovers([]int{0, 1, 0, 1}, slow); s[1] > 4<<10 {
 		t.Errorf("interleaved: hierarchical Broadcast from %d bytes, want 4 KiB or less", s[1])
 	}
 	for _, bad := range []algo.Costs{{}, {Intra: shm}, {Intra: shm, Inter: algo.LinkCost{Alpha: math.NaN(), Beta: 1}}, {Intra: shm, Inter: algo.LinkCost{Beta: math.Inf(1)}}} {
-		if s, ok := hierCrossovers([]int{0, 0, 1, 1}, bad); ok || s != [len(hierKinds)]int{hierMinBytes, hierMinBytes, hierMinBytes, hierMinBytes} {
+		if s, ok := algo.HierCrossovers([]int{0, 0, 1, 1}, bad); ok || s != [len(algo.HierKinds)]int{algo.HierMinBytes, algo.HierMinBytes, algo.HierMinBytes, algo.HierMinBytes} {
 			t.Errorf("%+v: %v %v, want the fixed threshold", bad, s, ok)
 		}
 	}
@@ -93,16 +93,16 @@ func TestHierCrossovers(t *testing.T) {
 // TestTuningMessage: what rank 0 broadcasts decodes to what it encoded,
 // "never" (math.MaxInt) included.
 func TestTuningMessage(t *testing.T) {
-	in := tuning{costs: algo.Costs{Intra: algo.LinkCost{Alpha: 1.5e-6, Beta: 1 / 3.1e9}, Inter: algo.LinkCost{Alpha: 105e-6, Beta: 1 / 118e6}},
-		hierMin: [len(hierKinds)]int{16 << 10, math.MaxInt, 64, 1 << 30}}
-	b := in.encode()
-	if out := decodeTuning(b[:]); out != in {
+	in := algo.Tuning{Costs: algo.Costs{Intra: algo.LinkCost{Alpha: 1.5e-6, Beta: 1 / 3.1e9}, Inter: algo.LinkCost{Alpha: 105e-6, Beta: 1 / 118e6}},
+		HierMin: [len(algo.HierKinds)]int{16 << 10, math.MaxInt, 64, 1 << 30}}
+	b := in.Encode()
+	if out := algo.DecodeTuning(b[:]); out != in {
 		t.Errorf("decoded %+v, want %+v", out, in)
 	}
 	if s := sizeString(16 << 10); s != "16 KiB" {
 		t.Errorf("sizeString: %q", s)
 	}
-	if s := rateString(in.costs.Inter) + ", " + latencyString(in.costs.Inter); s != "118 MB/s, 105 µs" {
+	if s := rateString(in.Costs.Inter) + ", " + latencyString(in.Costs.Inter); s != "118 MB/s, 105 µs" {
 		t.Errorf("rateString, latencyString: %q", s)
 	}
 }

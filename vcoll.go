@@ -151,12 +151,18 @@ func (c *Comm) checkLayout(which string, buf []byte, counts, displs []int, dt Da
 
 // GatherBytes is Gather on raw bytes.
 func (c *Comm) GatherBytes(ctx context.Context, send, recv []byte, count int, dt DataType, root int) error {
+	if c == nil {
+		return nilComm(opGather.String())
+	}
 	a := c.gatherCall(send, recv, count, dt, root)
 	return c.do(ctx, &a)
 }
 
 // ScatterBytes is Scatter on raw bytes.
 func (c *Comm) ScatterBytes(ctx context.Context, send, recv []byte, count int, dt DataType, root int) error {
+	if c == nil {
+		return nilComm(opScatter.String())
+	}
 	a := c.scatterCall(send, recv, count, dt, root)
 	return c.do(ctx, &a)
 }

@@ -7,9 +7,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/goccl/goccl/internal/bootstrap"
 	"github.com/goccl/goccl/internal/config"
 	"github.com/goccl/goccl/internal/symm"
-	"github.com/goccl/goccl/transport/roce"
 )
 
 // Window is symmetric memory (the NVSHMEM / torch SymmetricMemory idea): a
@@ -92,9 +92,10 @@ func NewWindow(ctx context.Context, c *Comm, bytes int, opts ...WindowOption) (*
 	if bytes <= 0 || cfg.signals <= 0 {
 		return fail(fmt.Errorf("%w: %d bytes and %d signal words: both must be positive", ErrInvalidArgument, bytes, cfg.signals))
 	}
+	one, _ := bootstrap.Cap[*bootstrap.OneSided](c.caps)
 	p := symm.Params{Rank: c.rank, Size: c.size, Bytes: bytes, Signals: cfg.signals,
 		Paths: make([]symm.Path, c.size), PeerExited: make([]func() bool, c.size),
-		ShmDir: config.ShmDir.Get(), Dom: c.roce,
+		ShmDir: config.ShmDir.Get(),
 		AllGather: func(ctx context.Context, mine []byte) ([]byte, error) {
 			all := make([]byte, len(mine)*c.size)
 			return all, c.AllGatherBytes(ctx, mine, all, len(mine), Uint8)
@@ -102,13 +103,16 @@ func NewWindow(ctx context.Context, c *Comm, bytes int, opts ...WindowOption) (*
 		Barrier: c.Barrier,
 		Failed:  c.windowFailed,
 	}
+	if one != nil {
+		p.Dom = one.Domain
+	}
 	for r := range p.Paths {
 		p.Paths[r] = symm.PathSelf
 		if r == c.rank {
 			continue
 		}
 		switch l := c.group.Link(r); {
-		case isRoCE(l):
+		case one != nil && one.Peers[r]:
 			p.Paths[r] = symm.PathRoCE
 		case l.Name() == "shm":
 			p.Paths[r] = symm.PathShm
@@ -126,8 +130,6 @@ func NewWindow(ctx context.Context, c *Comm, bytes int, opts ...WindowOption) (*
 	}
 	return &Window{c: c, w: w, ok: true}, nil
 }
-
-func isRoCE(l any) bool { _, ok := l.(*roce.Link); return ok }
 
 // windowFailed is why c can no longer serve a window's waits, or nil.
 func (c *Comm) windowFailed() error {

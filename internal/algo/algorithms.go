@@ -6,37 +6,6 @@ import (
 	"unsafe"
 )
 
-// Algorithm names an AllReduce algorithm (GOCCL_ALGO, like NCCL_ALGO).
-type Algorithm uint8
-
-const (
-	Auto   Algorithm = iota // let the tuner decide
-	Ring                    // ring reduce-scatter then ring all-gather
-	RHD                     // recursive halving-doubling (Rabenseifner)
-	Tree                    // binomial-tree reduce to rank 0 then binomial-tree broadcast
-	RD                      // recursive doubling: log2 P exchanges of the whole vector
-	Direct                  // single-copy reads of the peers' buffers (direct.go); needs AgreeDirect
-	Hier                    // within each host, then among one rank per host, then within each host (hier.go); needs SetHier
-)
-
-func (a Algorithm) String() string {
-	switch a {
-	case Ring:
-		return "ring"
-	case RHD:
-		return "rhd"
-	case Tree:
-		return "tree"
-	case RD:
-		return "rd"
-	case Direct:
-		return "direct"
-	case Hier:
-		return "hier"
-	}
-	return "auto"
-}
-
 // pipelineBytes is the piece size in which tree broadcasts and reductions are
 // pipelined, so a rank forwards piece k while it receives piece k+1.
 const pipelineBytes = 512 << 10
@@ -327,35 +296,6 @@ func (g *Group) AllReduceTree(ctx context.Context, op *Op, send, recv []byte, co
 		return err
 	}
 	return g.bcastTree(ctx, op, recv, recv, count, 0)
-}
-
-// AllReduce reduces send into recv with the given algorithm (Auto is resolved
-// by the caller's tuner; here it means ring). With a hierarchy (SetHier) of
-// several hosts, the ring runs in host-major order (it enters and leaves
-// each host once), and Hier runs AllReduceHier with the inter-host
-// algorithm SetHier gave.
-func (g *Group) AllReduce(ctx context.Context, op *Op, send, recv []byte, count int, a Algorithm) error {
-	switch a {
-	case Hier:
-		if g.hier.Hierarchical() {
-			return g.AllReduceHier(ctx, op, send, recv, count, g.hier, g.hierInter(count*op.ElemSize))
-		}
-	case Ring, Auto:
-		if g.hier != nil && g.hier.Ring != nil {
-			return g.hier.Ring.AllReduceRing(ctx, op, send, recv, count)
-		}
-	case RHD:
-		return g.AllReduceRHD(ctx, op, send, recv, count)
-	case Tree:
-		return g.AllReduceTree(ctx, op, send, recv, count)
-	case RD:
-		return g.AllReduceRD(ctx, op, send, recv, count)
-	case Direct:
-		if g.direct {
-			return g.AllReduceDirect(ctx, op, send, recv, count)
-		}
-	}
-	return g.AllReduceRing(ctx, op, send, recv, count)
 }
 
 // Broadcast copies count elements of send on root to recv on every rank along

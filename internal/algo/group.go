@@ -52,8 +52,8 @@ type Group struct {
 	parent *Group
 	ranks  []int
 
-	hier      *Hierarchy                 // SetHier
-	interAlgo func(nbytes int) Algorithm // SetHier
+	hier *Hierarchy // SetHier
+	agg  Aggregator // SetAggregator
 
 	// Direct schedules (direct.go), set up by AgreeDirect.
 	direct        bool

@@ -82,23 +82,11 @@ func NewHier(g *Group, hostKey []string) (*Hierarchy, error) {
 	return h, nil
 }
 
-// SetHier gives g its hierarchy (nil: none) and the inter-host AllReduce
-// algorithm of AllReduceHier for a vector of nbytes (the chunk each rank
-// reduces across the hosts is nbytes/PerHost).
-func (g *Group) SetHier(h *Hierarchy, inter func(nbytes int) Algorithm) {
-	g.hier, g.interAlgo = h, inter
-}
+// SetHier gives g its hierarchy (nil: none).
+func (g *Group) SetHier(h *Hierarchy) { g.hier = h }
 
 // Hierarchy returns the hierarchy SetHier gave (nil: none).
 func (g *Group) Hierarchy() *Hierarchy { return g.hier }
-
-// hierInter is the inter-host algorithm for an AllReduce of nbytes.
-func (g *Group) hierInter(nbytes int) Algorithm {
-	if g.interAlgo == nil {
-		return Ring
-	}
-	return g.interAlgo(nbytes)
-}
 
 // Hierarchical reports whether the hierarchical schedules can run: several
 // hosts, the same number of ranks on each, more than one on each.
@@ -107,7 +95,7 @@ func (h *Hierarchy) Hierarchical() bool { return h != nil && h.Inter != nil && h
 // AllReduceHier reduces send (count elements) into recv on every rank in
 // three steps, pipelined by pieces of hierPieceBytes: a ring reduce-scatter among the host's ranks (local rank l
 // ends with the host's sum of chunk l+1 of PerHost), an AllReduce of that
-// chunk with algorithm a among the ranks of local index l on every host,
+// chunk with flat algorithm a (rd, rhd, ring, tree) among the ranks of local index l on every host,
 // and a ring all-gather among the host's ranks. Per rank, the network
 // carries 2(H-1)/H of its chunk each way: 2(H-1)/H·S per host in all,
 // where a flat ring over P = H·L ranks carries 2(P-1)/P·S across each host
@@ -117,9 +105,12 @@ func (g *Group) AllReduceHier(ctx context.Context, op *Op, send, recv []byte, co
 	if !h.Hierarchical() {
 		return fmt.Errorf("algo: no hierarchy to run AllReduceHier on (%d hosts, %d ranks each)", h.Hosts, h.PerHost)
 	}
-	inter := h.Inter
+	inter, r := h.Inter, Lookup(KindAllReduce, a)
+	if r == nil || r.Usable != nil {
+		return fmt.Errorf("algo: AllReduceHier runs no %q among the hosts", a)
+	}
 	return g.allReduceHier(ctx, op, send, recv, count, h, hierPieceBytes, func(ctx context.Context, op *Op, chunk []byte, n int) error {
-		return inter.AllReduce(ctx, op, chunk, chunk, n, a)
+		return r.Run(ctx, inter, op, Args{Send: chunk, Recv: chunk, Count: n})
 	})
 }
 

@@ -1,11 +1,15 @@
 // Package bootstrap connects one rank of a communicator to every other rank:
-// from a rendezvous store and a rank to one transport.Link per peer.
+// store + rank → one transport.Link per peer, through a table of transports.
 //
 // Connect publishes the rank's address card (host identity, TCP endpoint,
-// process id) in the store, reads everyone's, sets up shared-memory rings
-// with the ranks on the same host (shm.go) and TCP links with the others.
-// It knows nothing of communicators, collectives or the environment: the
-// caller passes plain parameters (Params) and gets the links back (Result).
+// process id) in the store, reads everyone's, and gives each peer to the
+// first transport of the table (transports.go, NCCL's ncclTransports) that
+// can reach it: shared memory on one host (shm.go), RoCE with GOCCL_NET=roce
+// (roce.go), TCP (tcp.go). Each transport reads its own GOCCL_* variables
+// through internal/config (FromEnv); what one offers besides links (memory
+// registration, one-sided access) comes back as Result.Caps. The package
+// knows nothing of communicators or collectives: the caller passes plain
+// parameters (Params) and gets the links back (Result).
 package bootstrap
 
 import (
@@ -26,11 +30,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/goccl/goccl/rdma"
 	"github.com/goccl/goccl/rendezvous"
 	"github.com/goccl/goccl/topo"
 	"github.com/goccl/goccl/transport"
-	"github.com/goccl/goccl/transport/roce"
 	"github.com/goccl/goccl/transport/tcp"
 )
 
@@ -53,15 +55,12 @@ type Params struct {
 	// makes a random one when it is empty, and every rank uses rank 0's.
 	JobID string
 
-	Iface      string // the network interface to use ("": tcp.SelectInterface's choice)
-	NSocks     int    // TCP sockets per peer and direction (>= 1)
-	ShmDir     string // directory of the shared-memory rings ("": /dev/shm)
-	ShmDisable bool   // TCP between every pair of ranks
-	HostID     string // this rank's host identity (GOCCL_HOSTID); "" to detect it (hostIdentity)
-	Checksum   bool   // CRC32C on every TCP chunk
-	// RoCE, when set, carries the links to other hosts over queue pairs of
-	// a soft RoCE device instead of TCP (roce.go).
-	RoCE *RoCE
+	Iface    string // the network interface to use ("": tcp.SelectInterface's choice)
+	HostID   string // this rank's host identity (GOCCL_HOSTID); "" to detect it (hostIdentity)
+	Checksum bool   // CRC32C on every TCP chunk
+	// Transports is the table of transports with their settings (nil:
+	// Connect reads them with FromEnv).
+	Transports *Transports
 
 	// TLS for the TCP links: TLSServer and TLSClient when set (both); else,
 	// with MakeTLS, configurations made from CertFile, KeyFile and CAFile
@@ -94,9 +93,9 @@ type Result struct {
 	// TLSServer and TLSClient are the TLS configurations of the TCP links
 	// (nil: plain TCP).
 	TLSServer, TLSClient *tls.Config
-	// RoCE is the RoCE device's domain (GOCCL_NET=roce and a device
-	// opened; else nil): Comm.Register registers memory in it.
-	RoCE *roce.Domain
+	// Caps is what the transports offer besides links (Cap): a Registrar
+	// and a *OneSided with GOCCL_NET=roce and a device opened.
+	Caps Caps
 	// StoreReady and CardsRead are when the store was reached and when every
 	// address card had been read (for the caller's timing log).
 	StoreReady, CardsRead time.Time
@@ -117,10 +116,17 @@ func Connect(ctx context.Context, p Params) (res *Result, err error) {
 			err = b.fail(err)
 		}
 	}()
+	tr := p.Transports
+	if tr == nil {
+		if tr, err = FromEnv(); err != nil {
+			return nil, err
+		}
+	}
 	iface, err := tcp.SelectInterface(p.Iface)
 	if err != nil {
 		return nil, err
 	}
+	b.iface = iface
 
 	// The store.
 	store := p.Store
@@ -133,12 +139,14 @@ func Connect(ctx context.Context, p Params) (res *Result, err error) {
 		}
 		store = b.made
 	}
+	b.store = store
 	res = &Result{Store: store, LocalRank: p.LocalRank, StoreReady: time.Now()}
 
 	// The address cards.
-	if res.JobID, err = b.jobID(ctx, store); err != nil {
+	if res.JobID, err = b.makeJobID(ctx, store); err != nil {
 		return nil, err
 	}
+	b.jobID = res.JobID
 	epOpts, err := b.endpointOptions(res)
 	if err != nil {
 		return nil, err
@@ -179,21 +187,8 @@ func Connect(ctx context.Context, p Params) (res *Result, err error) {
 	}
 
 	// The links.
-	useShm := make([]bool, p.Size)
-	for r := range cards {
-		useShm[r] = r != p.Rank && !p.ShmDisable && cards[r].Host == me.Host
-	}
-	if err := b.connectShm(ctx, store, res.JobID, useShm, cards); err != nil {
-		return nil, err
-	}
-	if p.RoCE != nil {
-		if b.dev = b.openRoCE(iface); b.dev != nil {
-			b.dom = roce.NewDomain(b.dev)
-			b.dom.Timeout, b.dom.RetryCnt = p.RoCE.Timeout, p.RoCE.RetryCnt
-			res.RoCE = b.dom
-		}
-	}
-	if err := b.connectTCP(ctx, cards, useShm); err != nil {
+	b.cards = cards
+	if err := tr.link(ctx, b, me); err != nil {
 		return nil, err
 	}
 	for r, l := range b.links {
@@ -205,13 +200,11 @@ func Connect(ctx context.Context, p Params) (res *Result, err error) {
 			p.Log(slog.LevelInfo, sub, []slog.Attr{slog.Int("peer", r), slog.String("transport", l.Name())}, "peer %d via %s", r, l.Name())
 		}
 	}
-	res.Links = b.links
-	ep, made, dev := b.ep, b.made, b.dev
+	res.Links, res.Caps = b.links, b.caps
+	ep, made, closers := b.ep, b.made, b.closers
 	res.Release = func() {
 		ep.Close()
-		if dev != nil {
-			dev.Close()
-		}
+		closeAll(closers)
 		if made != nil {
 			made.Close()
 		}
@@ -260,12 +253,23 @@ func nextGeneration(env rendezvous.Env) uint64 {
 
 // boot is one Connect call's state.
 type boot struct {
-	p     Params
-	made  rendezvous.Store // the store Connect connected to, if any
-	ep    *tcp.Endpoint
-	dev   *rdma.Device // GOCCL_NET=roce: this rank's device (nil: none)
-	dom   *roce.Domain // and its domain (registered memory)
-	links []transport.Link
+	p       Params
+	made    rendezvous.Store // the store Connect connected to, if any
+	store   rendezvous.Store // the store the ranks meet through
+	jobID   string
+	iface   tcp.Interface // the TCP endpoint's interface
+	ep      *tcp.Endpoint
+	cards   []card // by rank
+	links   []transport.Link
+	closers []func() error // what the transports opened besides links (a device)
+	caps    Caps
+}
+
+// closeAll calls the closers, last first.
+func closeAll(closers []func() error) {
+	for i := len(closers) - 1; i >= 0; i-- {
+		closers[i]()
+	}
 }
 
 // fail closes what Connect made and names a lost rank in err when it shows
@@ -280,9 +284,7 @@ func (b *boot) fail(err error) error {
 	if b.ep != nil {
 		b.ep.Close()
 	}
-	if b.dev != nil {
-		b.dev.Close()
-	}
+	closeAll(b.closers)
 	if b.made != nil {
 		b.made.Close()
 	}
@@ -297,12 +299,12 @@ func (b *boot) fail(err error) error {
 	return err
 }
 
-// jobID is made by rank 0, published and read by the others: Params.JobID
-// with a random suffix, or a random one. The suffix makes every Connect's
-// id its own, so that successive or concurrent communicators of one job
-// (Init again, Init with WithStore) never share shared-memory ring names or
-// TCP handshakes.
-func (b *boot) jobID(ctx context.Context, store rendezvous.Store) (string, error) {
+// makeJobID returns the job id, made by rank 0, published and read by the
+// others: Params.JobID with a random suffix, or a random one. The suffix
+// makes every Connect's id its own, so that successive or concurrent
+// communicators of one job (Init again, Init with WithStore) never share
+// shared-memory ring names or TCP handshakes.
+func (b *boot) makeJobID(ctx context.Context, store rendezvous.Store) (string, error) {
 	if b.p.Rank != 0 {
 		v, err := store.Get(ctx, "goccl/jobid")
 		if err != nil {
@@ -349,27 +351,6 @@ func (b *boot) endpointOptions(res *Result) ([]tcp.EndpointOption, error) {
 	}
 	res.TLSServer, res.TLSClient = server, client
 	return opts, nil
-}
-
-// connectTCP dials, in parallel, every peer that has no shared-memory link.
-func (b *boot) connectTCP(ctx context.Context, cards []card, useShm []bool) error {
-	var wg sync.WaitGroup
-	errs := make([]error, len(cards))
-	for r := range cards {
-		if r == b.p.Rank || useShm[r] {
-			continue
-		}
-		wg.Add(1)
-		go func(r int) {
-			defer wg.Done()
-			b.links[r], errs[r] = b.ep.Connect(ctx, r, cards[r].Addr, b.p.NSocks)
-			if errs[r] == nil && b.p.RoCE != nil {
-				b.links[r], errs[r] = b.dialRoCE(ctx, b.links[r])
-			}
-		}(r)
-	}
-	wg.Wait()
-	return errors.Join(errs...)
 }
 
 // missingRanks turns a store timeout into an error that names the ranks whose

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -23,9 +24,11 @@ func testLog(t *testing.T) func(slog.Level, string, []slog.Attr, string, ...any)
 	}
 }
 
-// connectAll runs Connect for n goroutine ranks sharing one in-memory store.
+// connectAll runs Connect for n goroutine ranks sharing one in-memory store,
+// with one socket per TCP link.
 func connectAll(t *testing.T, n int, tweak func(p *Params)) ([]*Result, []error) {
 	t.Helper()
+	t.Setenv("GOCCL_NSOCKS_PERPEER", "1")
 	store := rendezvous.NewMemStore()
 	t.Cleanup(func() { store.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -37,7 +40,7 @@ func connectAll(t *testing.T, n int, tweak func(p *Params)) ([]*Result, []error)
 		wg.Add(1)
 		go func(r int) {
 			defer wg.Done()
-			p := Params{Rank: r, Size: n, LocalRank: -1, Store: store, NSocks: 1, Log: testLog(t)}
+			p := Params{Rank: r, Size: n, LocalRank: -1, Store: store, Log: testLog(t)}
 			if tweak != nil {
 				tweak(&p)
 			}
@@ -69,7 +72,9 @@ func release(res []*Result) {
 func TestConnect(t *testing.T) {
 	for _, shmOff := range []bool{false, true} {
 		dir := t.TempDir()
-		res, errs := connectAll(t, 3, func(p *Params) { p.ShmDir, p.ShmDisable = dir, shmOff })
+		t.Setenv("GOCCL_SHM_DIR", dir)
+		t.Setenv("GOCCL_SHM_DISABLE", strconv.FormatBool(shmOff))
+		res, errs := connectAll(t, 3, nil)
 		defer release(res)
 		for r, err := range errs {
 			if err != nil {
@@ -127,7 +132,7 @@ func TestConnectMissingRank(t *testing.T) {
 	defer store.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	_, err := Connect(ctx, Params{Rank: 0, Size: 2, LocalRank: -1, Store: store, NSocks: 1})
+	_, err := Connect(ctx, Params{Rank: 0, Size: 2, LocalRank: -1, Store: store})
 	if err == nil || !strings.Contains(err.Error(), "no word from rank(s) 1") || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("got %v, want a deadline error naming rank 1", err)
 	}

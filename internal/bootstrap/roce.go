@@ -13,35 +13,114 @@ import (
 	"github.com/goccl/goccl/transport/tcp"
 )
 
-// RoCE configures GOCCL_NET=roce: the links that would be TCP go over RC
-// queue pairs of a soft RoCE device (package transport/roce), each made
-// over the TCP link to the same peer, which stays as its control channel.
-type RoCE struct {
-	// HCA selects the interface the device opens on, in NCCL_IB_HCA syntax
+// roceNet, with GOCCL_NET=roce, carries the links that would be TCP over RC
+// queue pairs of a soft RoCE device (transport/roce), each made over the
+// TCP link to the same peer, which stays as its control channel. A rank
+// that cannot open its device keeps TCP, and so do its peers' links to it.
+type roceNet struct {
+	on bool // GOCCL_NET=roce
+	// hca selects the interface the device opens on, in NCCL_IB_HCA syntax
 	// (a :port suffix, which must be 1, is dropped); "": the TCP links'.
-	HCA string
-	// GIDIndex: even selects RoCE v1 on the interface (raw Ethernet, its
+	hca string
+	// gidIndex: even selects RoCE v1 on the interface (raw Ethernet, its
 	// link-local GID), odd or -1 RoCE v2 over UDP on its IPv4 address (as
 	// in a Linux RoCE GID table: v1 and v2 entries alternate).
-	GIDIndex int
-	// Timeout and RetryCnt are the queue pairs' ACK timeout exponent and
+	gidIndex int
+	// timeout and retryCnt are the queue pairs' ACK timeout exponent and
 	// retry count.
-	Timeout, RetryCnt uint8
-	// DeviceOptions are passed to the device (the tests inject faults).
-	DeviceOptions []rdma.Option
+	timeout, retryCnt uint8
+	nsocks            int           // sockets of the TCP control links
+	devOpts           []rdma.Option // SetRoCEDeviceOptions's
 }
 
-// openRoCE opens this rank's device, or warns and returns nil (its links
+// roceDeviceOptions are given to every RoCE device a Connect opens: set
+// only by tests (SetRoCEDeviceOptions).
+var roceDeviceOptions []rdma.Option
+
+// SetRoCEDeviceOptions makes the RoCE devices of the Connect calls whose
+// Transports FromEnv reads from now on get opts (tests inject faults).
+func SetRoCEDeviceOptions(opts ...rdma.Option) { roceDeviceOptions = opts }
+
+// roceFromEnv reads GOCCL_NET and, for roce, the device's variables.
+func roceFromEnv() (provider, error) {
+	net, err := config.Net.Word()
+	if err != nil || net != "roce" {
+		return roceNet{}, err
+	}
+	r := roceNet{on: true, hca: config.IBHCA.Get(), gidIndex: -1, devOpts: roceDeviceOptions}
+	timeout, retry := 0, 0
+	for _, v := range []struct {
+		dst *int
+		v   *config.Var
+	}{{&r.gidIndex, config.IBGIDIndex}, {&timeout, config.IBTimeout}, {&retry, config.IBRetryCnt}} {
+		n, ok, err := v.v.Int()
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			*v.dst = n
+		}
+	}
+	r.timeout, r.retryCnt = uint8(timeout), uint8(retry)
+	r.nsocks, err = nsocksFromEnv()
+	return r, err
+}
+
+// usable: GOCCL_NET=roce, for any peer the rows before leave.
+func (r roceNet) usable(_, _ card) bool { return r.on }
+
+// connect opens this rank's device (GOCCL_NET=roce, with or without
+// peers: Register and windows use its domain) and dials every peer over
+// its TCP link, then over the device.
+func (r roceNet) connect(ctx context.Context, b *boot, peers []bool) error {
+	if !r.on {
+		return nil
+	}
+	var dom *roce.Domain
+	if dev := r.open(b); dev != nil {
+		b.closers = append(b.closers, dev.Close)
+		dom = roce.NewDomain(dev)
+		dom.Timeout, dom.RetryCnt = r.timeout, r.retryCnt
+	}
+	err := b.dialEach(ctx, peers, func(ctx context.Context, p int) (transport.Link, error) {
+		ctrl, err := b.ep.Connect(ctx, p, b.cards[p].Addr, r.nsocks)
+		if err != nil {
+			return nil, err
+		}
+		return r.dial(ctx, b, dom, ctrl)
+	})
+	if err != nil || dom == nil {
+		return err
+	}
+	one := &OneSided{Domain: dom, Peers: make([]bool, len(peers))}
+	for p, l := range b.links {
+		_, one.Peers[p] = l.(*roce.Link)
+	}
+	b.caps = append(b.caps, registrar{dom}, one)
+	return nil
+}
+
+// registrar registers memory in a RoCE domain.
+type registrar struct{ d *roce.Domain }
+
+func (r registrar) Register(b []byte) (Region, error) {
+	reg, err := r.d.Register(b)
+	if err != nil {
+		return nil, err
+	}
+	return reg, nil
+}
+
+// open opens this rank's device, or warns and returns nil (its links
 // then stay on TCP, and so do its peers' links to it).
-func (b *boot) openRoCE(tcpIface tcp.Interface) *rdma.Device {
-	r := b.p.RoCE
-	iface, err := r.iface(tcpIface)
+func (r roceNet) open(b *boot) *rdma.Device {
+	iface, err := r.iface(b.iface)
 	var d *rdma.Device
 	if err == nil {
-		if r.GIDIndex >= 0 && r.GIDIndex%2 == 0 {
-			d, err = rdma.OpenV1(iface.Name, r.DeviceOptions...)
+		if r.gidIndex >= 0 && r.gidIndex%2 == 0 {
+			d, err = rdma.OpenV1(iface.Name, r.devOpts...)
 		} else {
-			d, err = rdma.Open(iface.IP.String()+":0", r.DeviceOptions...)
+			d, err = rdma.Open(iface.IP.String()+":0", r.devOpts...)
 		}
 	}
 	if err != nil {
@@ -53,15 +132,15 @@ func (b *boot) openRoCE(tcpIface tcp.Interface) *rdma.Device {
 }
 
 // iface is the interface the device opens on.
-func (r *RoCE) iface(tcpIface tcp.Interface) (tcp.Interface, error) {
-	if r.HCA == "" {
+func (r roceNet) iface(tcpIface tcp.Interface) (tcp.Interface, error) {
+	if r.hca == "" {
 		return tcpIface, nil
 	}
 	var specs []string
-	for _, s := range strings.Split(r.HCA, ",") {
+	for _, s := range strings.Split(r.hca, ",") {
 		if i := strings.LastIndexByte(s, ':'); i >= 0 {
 			if port := s[i+1:]; port != "1" {
-				return tcp.Interface{}, fmt.Errorf("%s=%q: port %q: the soft RoCE device has port 1 only", config.IBHCA.Name, r.HCA, port)
+				return tcp.Interface{}, fmt.Errorf("%s=%q: port %q: the soft RoCE device has port 1 only", config.IBHCA.Name, r.hca, port)
 			}
 			s = s[:i]
 		}
@@ -69,21 +148,20 @@ func (r *RoCE) iface(tcpIface tcp.Interface) (tcp.Interface, error) {
 	}
 	sel, err := tcp.SelectInterface(strings.Join(specs, ","))
 	if err != nil {
-		return tcp.Interface{}, fmt.Errorf("%s=%q: %w", config.IBHCA.Name, r.HCA, err)
+		return tcp.Interface{}, fmt.Errorf("%s=%q: %w", config.IBHCA.Name, r.hca, err)
 	}
 	return sel, nil
 }
 
-// dialRoCE makes the RoCE link to ctrl's peer over b.dev (nil: none, the
-// peer falls back too).
-func (b *boot) dialRoCE(ctx context.Context, ctrl transport.Link) (transport.Link, error) {
-	r := b.p.RoCE
-	l, fallback, err := roce.Dial(ctx, ctrl, b.dom, roce.Options{Timeout: r.Timeout, RetryCnt: r.RetryCnt})
+// dial makes the RoCE link to ctrl's peer in dom (nil: no device, the peer
+// falls back too).
+func (r roceNet) dial(ctx context.Context, b *boot, dom *roce.Domain, ctrl transport.Link) (transport.Link, error) {
+	l, fallback, err := roce.Dial(ctx, ctrl, dom, roce.Options{Timeout: r.timeout, RetryCnt: r.retryCnt})
 	if err != nil {
 		ctrl.Close()
 		return nil, err
 	}
-	if fallback && b.dom != nil {
+	if fallback && dom != nil {
 		b.p.Log(slog.LevelWarn, "NET", []slog.Attr{slog.Int("peer", ctrl.Peer())},
 			"%s=roce: rank %d has no RoCE device; the link to it stays on TCP", config.Net.Name, ctrl.Peer())
 	}

@@ -13,6 +13,25 @@ import (
 	"github.com/goccl/goccl/transport/shm"
 )
 
+// shmNet links ranks on one host over shared-memory rings (transport/shm):
+// the table's first row.
+type shmNet struct {
+	dir     string // GOCCL_SHM_DIR: the rings' directory
+	disable bool   // GOCCL_SHM_DISABLE: no shared memory
+}
+
+func shmFromEnv() (provider, error) {
+	off, err := config.ShmDisable.Bool()
+	return shmNet{dir: config.ShmDir.Get(), disable: off}, err
+}
+
+// usable: the peer's card names this rank's host.
+func (s shmNet) usable(me, peer card) bool { return !s.disable && peer.Host == me.Host }
+
+func (s shmNet) connect(ctx context.Context, b *boot, peers []bool) error {
+	return b.connectShm(ctx, s.dir, peers)
+}
+
 // connectShm creates this rank's inbound rings from every same-host peer,
 // opens the peers' rings for its outbound traffic, links each such pair
 // (b.links), and unlinks the files once every rank has mapped them (so
@@ -23,11 +42,11 @@ import (
 // A ring that cannot be created (typically /dev/shm too small: Docker gives
 // containers 64 MiB) is not fatal: the rank logs what is missing and how to
 // fix it, and publishes which inbound rings it has; a pair of ranks uses
-// shared memory only if both rings between them exist, and TCP otherwise
-// (useShm is cleared for it), so both sides always agree.
-func (b *boot) connectShm(ctx context.Context, store rendezvous.Store, jobID string, useShm []bool, cards []card) error {
-	rank, size, links := b.p.Rank, b.p.Size, b.links
-	dir := b.p.ShmDir
+// shared memory only if both rings between them exist, and the table's next
+// usable transport otherwise (useShm is cleared for it), so both sides
+// always agree.
+func (b *boot) connectShm(ctx context.Context, dir string, useShm []bool) error {
+	rank, size, links, store, jobID, cards := b.p.Rank, b.p.Size, b.links, b.store, b.jobID, b.cards
 	if dir == "" {
 		dir = "/dev/shm"
 	}

@@ -77,8 +77,9 @@ func TestConnectShmFailureEndsConnect(t *testing.T) {
 			}
 			store := &recStore{Store: mem, failKey: tc.failKey}
 			dir := t.TempDir()
+			t.Setenv("GOCCL_SHM_DIR", dir)
 			start := time.Now()
-			_, err := Connect(ctx, Params{Rank: 1, Size: 2, LocalRank: -1, Store: store, NSocks: 1, ShmDir: dir, Log: testLog(t)})
+			_, err := Connect(ctx, Params{Rank: 1, Size: 2, LocalRank: -1, Store: store, Log: testLog(t)})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Connect: %v, want an error containing %q", err, tc.want)
 			}
