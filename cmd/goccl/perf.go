@@ -368,7 +368,7 @@ func (cfg *perfConfig) types() ([]goccl.DataType, error) {
 	}
 	dt, err := goccl.ParseDataType(cfg.dtype)
 	if err != nil {
-		return nil, fmt.Errorf("-d: unknown data type %q", cfg.dtype)
+		return nil, fmt.Errorf("-d: unknown data type %q (want %s or all)", cfg.dtype, joinNames(allTypes))
 	}
 	return []goccl.DataType{dt}, nil
 }
@@ -382,7 +382,7 @@ func (cfg *perfConfig) ops() ([]goccl.RedOp, error) {
 	} else {
 		op, err := goccl.ParseRedOp(cfg.op)
 		if err != nil {
-			return nil, fmt.Errorf("-o: unknown op %q", cfg.op)
+			return nil, fmt.Errorf("-o: unknown op %q (want %s or all)", cfg.op, joinNames(allOps))
 		}
 		ops = []goccl.RedOp{op}
 	}
@@ -390,6 +390,15 @@ func (cfg *perfConfig) ops() ([]goccl.RedOp, error) {
 		ops = ops[:1]
 	}
 	return ops, nil
+}
+
+// joinNames lists the names of -d's types or -o's ops: "sum, prod, ...".
+func joinNames[T fmt.Stringer](v []T) string {
+	names := make([]string, len(v))
+	for i, x := range v {
+		names[i] = x.String()
+	}
+	return strings.Join(names, ", ")
 }
 
 func (cfg *perfConfig) roots(nranks int) ([]int, error) {
@@ -513,7 +522,7 @@ func perfRank(ctx context.Context, cfg *perfConfig, c benchComm, stdout, stderr 
 	// goccl run passed it) is a terminal; Guard keeps it off the report's lines.
 	var bar *progress.Bar
 	if rank == 0 {
-		bar = progress.New(cfg.coll.name, cfg.rowCount(types, ops, roots))
+		bar = progress.NewWeighted(cfg.coll.name, cfg.rowWeights(types, ops, roots))
 		defer bar.Abort()
 		stdout, stderr = bar.Guard(stdout), bar.Guard(stderr)
 	}

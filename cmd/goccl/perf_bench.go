@@ -286,9 +286,15 @@ func skipTest(c *coll, dt goccl.DataType, op goccl.RedOp) bool {
 	return c.reduces && op == goccl.Avg && !dt.IsFloat()
 }
 
-// rowCount is the number of rows run prints: one per size, test and cycle
-// (0 for -N 0: no end).
-func (cfg *perfConfig) rowCount(types []goccl.DataType, ops []goccl.RedOp, roots []int) int {
+// rowOverhead is what a row costs besides its bytes, in bytes: the
+// latency-bound part of its iterations (tens of microseconds at a few GB/s).
+const rowOverhead = 64 << 10
+
+// rowWeights is the cost of each row run prints, in its order (one per
+// size, test and cycle; nil for -N 0: no end), for the progress bar's
+// ETA: its size plus rowOverhead, so that a sweep's large last rows count
+// for what they take.
+func (cfg *perfConfig) rowWeights(types []goccl.DataType, ops []goccl.RedOp, roots []int) []int64 {
 	tests := 0
 	for _, dt := range types {
 		for _, op := range ops {
@@ -297,7 +303,14 @@ func (cfg *perfConfig) rowCount(types []goccl.DataType, ops []goccl.RedOp, roots
 			}
 		}
 	}
-	return tests * len(cfg.sizes()) * cfg.runCycles
+	sizes := cfg.sizes()
+	var w []int64
+	for range tests * cfg.runCycles {
+		for _, s := range sizes {
+			w = append(w, s+rowOverhead)
+		}
+	}
+	return w
 }
 
 // run benchmarks every (type, op, root) combination and prints the report.

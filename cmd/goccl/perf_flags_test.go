@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"unsafe"
@@ -647,5 +648,70 @@ func TestPerfUnalign(t *testing.T) {
 		if len(c.mis) != 1 || !c.mis[tc.want] {
 			t.Errorf("-u %s -d %s: buffers at %v mod 8, want %d", tc.u, tc.dt, c.mis, tc.want)
 		}
+	}
+}
+
+// TestPerfUnknownTypeOp: -d and -o with a value goccl perf does not know
+// say which values it takes.
+func TestPerfUnknownTypeOp(t *testing.T) {
+	for _, tc := range []struct {
+		flag, value string
+		valid       []string
+	}{
+		{"-d", "float8", typeNames(allTypes)},
+		{"-o", "mulsum", typeNames(allOps)},
+	} {
+		_, err := parsePerfArgs([]string{"all_reduce", tc.flag, tc.value}, io.Discard)
+		if err == nil {
+			t.Fatalf("%s %s accepted", tc.flag, tc.value)
+		}
+		msg := err.Error()
+		for _, v := range append(tc.valid, "all", strconv.Quote(tc.value)) {
+			if !strings.Contains(msg, v) {
+				t.Errorf("%s %s: %q does not name %s", tc.flag, tc.value, msg, v)
+			}
+		}
+	}
+}
+
+// typeNames is the names of v, for TestPerfUnknownTypeOp.
+func typeNames[T fmt.Stringer](v []T) []string {
+	var s []string
+	for _, x := range v {
+		s = append(s, x.String())
+	}
+	return s
+}
+
+// TestRowWeights: the progress bar weighs each row run prints, in its
+// order, by its size (plus rowOverhead): a row per size, test and cycle;
+// none for -N 0.
+func TestRowWeights(t *testing.T) {
+	cfg, err := parsePerfArgs([]string{"all_reduce", "-b", "8", "-e", "1K", "-f", "4", "-d", "all", "-o", "avg", "-N", "2"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	types, _ := cfg.types()
+	ops, _ := cfg.ops()
+	roots, _ := cfg.roots(2)
+	w := cfg.rowWeights(types, ops, roots)
+	floats := 0
+	for _, dt := range types {
+		if dt.IsFloat() {
+			floats++ // avg skips the integer types
+		}
+	}
+	sizes := cfg.sizes() // 8, 32, 128, 512
+	if len(w) != floats*2*len(sizes) {
+		t.Fatalf("%d weights, want %d (%d float types, 2 cycles, %d sizes)", len(w), floats*2*len(sizes), floats, len(sizes))
+	}
+	for i, x := range w {
+		if want := sizes[i%len(sizes)] + rowOverhead; x != want {
+			t.Fatalf("weight %d is %d, want %d", i, x, want)
+		}
+	}
+	cfg.runCycles = 0
+	if w := cfg.rowWeights(types, ops, roots); w != nil {
+		t.Errorf("-N 0: %d weights, want none (no end)", len(w))
 	}
 }

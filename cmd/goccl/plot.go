@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,8 +23,9 @@ import (
 const plotUsage = `usage: goccl plot [-o busbw.png] [-y busbw|algbw|time] [--inplace] [--title T] FILE[=LABEL]...
 
 plot draws the result tables of nccl-tests-format outputs (goccl perf, NVIDIA's
-nccl-tests, or a file holding several runs) as curves over the message size
-(log2 axis, bytes), several runs overlaid, for example goccl against a peer:
+nccl-tests, or a file holding several runs; the text report or the JSON file
+of -J) as curves over the message size (log2 axis, bytes), several runs
+overlaid, for example goccl against a peer:
 
     goccl run -np 2 goccl perf allreduce -b 8 -e 64M -f 2 > goccl.txt
     goccl plot -o busbw.png goccl.txt=goccl mpi.txt=OpenMPI
@@ -124,18 +127,104 @@ func readCurves(path, label, metric string, inPlace bool) ([]curve, []string, er
 	return cs, names, nil
 }
 
-// tableCurves reads the tables of nccl-tests-format output as curves.
+// readTests reads the result tables of nccl-tests-format output: the text
+// report, or the JSON that -J (and nccl-tests' own JSON output) writes.
+func readTests(r io.Reader) ([]nccltests.Test, error) {
+	br := bufio.NewReader(r)
+	for {
+		b, err := br.ReadByte()
+		if err != nil {
+			break // empty or unreadable: the text reader says so
+		}
+		if b == ' ' || b == '\t' || b == '\r' || b == '\n' {
+			continue
+		}
+		br.UnreadByte()
+		if b == '{' {
+			return jsonTests(br)
+		}
+		break
+	}
+	rep, err := nccltests.Read(br, nccltests.Options{})
+	if err != nil {
+		return nil, err
+	}
+	if len(rep.Tests) == 0 {
+		return nil, errors.New("no nccl-tests result table")
+	}
+	return rep.Tests, nil
+}
+
+// jsonTests reads one or more JSON reports (jsonReport, one after the
+// other) as one table each.
+func jsonTests(r io.Reader) ([]nccltests.Test, error) {
+	dec := json.NewDecoder(r)
+	var tests []nccltests.Test
+	for n := 1; ; n++ {
+		var rep jsonReport
+		if err := dec.Decode(&rep); err == io.EOF {
+			break
+		} else if err != nil {
+			return nil, fmt.Errorf("JSON report %d: %w", n, err)
+		}
+		tests = append(tests, jsonTest(&rep))
+	}
+	if len(tests) == 0 {
+		return nil, errors.New("no JSON report")
+	}
+	return tests, nil
+}
+
+// jsonTest is a JSON report's results as a table: the collective from
+// goccl's section, else from the program's name (nccl-tests'
+// all_reduce_perf), the ranks from goccl's section, else the devices.
+func jsonTest(rep *jsonReport) nccltests.Test {
+	t := nccltests.Test{Collective: rep.Goccl.Collective, Ranks: rep.Goccl.NRanks, Format: "json"}
+	if t.Collective == "" && len(rep.Args) > 0 {
+		if c, err := lookupColl(filepath.Base(rep.Args[0])); err == nil {
+			t.Collective = c.name
+		}
+	}
+	if t.Collective == "" {
+		t.Collective = "unknown"
+	}
+	if t.Ranks == 0 {
+		t.Ranks = len(rep.Config.Devices)
+	}
+	for _, row := range rep.Results {
+		in := jsonResultOf(row.InPlace)
+		t.Rows = append(t.Rows, nccltests.Row{Size: row.Size, Count: row.Count, Type: row.Type, Redop: row.Redop,
+			OutOfPlace: *jsonResultOf(row.OutOfPlace), InPlace: in})
+	}
+	return t
+}
+
+// jsonResultOf is one JSON result as the text reader gives it; the time is
+// "time", or "cpu_time" (-C 1).
+func jsonResultOf(r jsonResult) *nccltests.Result {
+	res := &nccltests.Result{AlgBW: r.AlgBW, BusBW: r.BusBW}
+	switch {
+	case r.Time != nil:
+		res.TimeUS = *r.Time
+	case r.CPUTime != nil:
+		res.TimeUS = *r.CPUTime
+	}
+	if r.NWrong != nil {
+		res.Wrong = int64(*r.NWrong)
+	}
+	return res
+}
+
+// tableCurves reads the tables of nccl-tests-format output (text or JSON)
+// as curves.
 func tableCurves(r io.Reader, label, metric string, inPlace bool) ([]curve, []string, error) {
-	rep, err := nccltests.Read(r, nccltests.Options{})
+	tests, err := readTests(r)
 	if err != nil {
 		return nil, nil, err
 	}
-	if len(rep.Tests) == 0 {
-		return nil, nil, errors.New("no nccl-tests result table")
-	}
 	var cs []curve
 	var names []string
-	for _, t := range rep.Tests {
+	for _, t := range tests {
 		c := curve{label: fmt.Sprintf("%s: %s", label, t.Collective)}
 		if t.Ranks > 0 {
 			c.label += fmt.Sprintf(", %d ranks", t.Ranks)

@@ -74,3 +74,51 @@ func TestPerfPlot(t *testing.T) {
 		t.Errorf("%s: %v", out, err)
 	}
 }
+
+// TestPlotPerfJSON: goccl plot reads the JSON file goccl perf -J writes
+// (one curve, named by the collective and the ranks), and nccl-tests' own
+// JSON, whose collective is in the program's name.
+func TestPlotPerfJSON(t *testing.T) {
+	dir := t.TempDir()
+	js := filepath.Join(dir, "perf.json")
+	var stdout, stderr bytes.Buffer
+	if code := cli([]string{"perf", "all_reduce", "-b", "8", "-e", "64K", "-f", "8", "-n", "2", "-w", "1", "-J", js}, &stdout, &stderr); code != 0 {
+		t.Fatalf("perf -J: exit %d: %s", code, stderr.String())
+	}
+	svg := filepath.Join(dir, "busbw.svg")
+	stderr.Reset()
+	if code := cli([]string{"plot", "-o", svg, js + "=goccl"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("plot of perf -J: exit %d: %s", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "1 curve(s)") {
+		t.Errorf("stderr: %q", stderr.String())
+	}
+	if b, _ := os.ReadFile(svg); !bytes.Contains(b, []byte("goccl: all_reduce, 1 ranks")) {
+		t.Errorf("%s lacks the curve's label", svg)
+	}
+
+	// nccl-tests' JSON: no "goccl" section; two reports in one file.
+	nccl := `{"version": 3, "args": ["./build/all_gather_perf", "-b", "8"], "config": {"devices": [{"rank": 0}, {"rank": 1}]},
+ "results": [{"size": 8, "count": 1, "type": "float", "redop": "none", "root": "    -1",
+   "out_of_place": {"time": 10.5, "alg_bw": 0.5, "bus_bw": 0.25, "nwrong": 0},
+   "in_place": {"time": 9.5, "alg_bw": 0.6, "bus_bw": 0.3, "nwrong": null}},
+  {"size": 1024, "count": 128, "type": "float", "redop": "none", "root": "    -1",
+   "out_of_place": {"time": 20, "alg_bw": 50, "bus_bw": 25, "nwrong": 0},
+   "in_place": {"time": 19, "alg_bw": 52, "bus_bw": 26, "nwrong": 0}}]}
+{"version": 3, "args": ["all_reduce_perf"], "results": [{"size": 64, "out_of_place": {"cpu_time": 3, "alg_bw": 1, "bus_bw": 1}, "in_place": {"cpu_time": 3, "alg_bw": 1, "bus_bw": 1}}]}
+`
+	tests, err := readTests(strings.NewReader(nccl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tests) != 2 || tests[0].Collective != "all_gather" || tests[0].Ranks != 2 || len(tests[0].Rows) != 2 ||
+		tests[1].Collective != "all_reduce" || tests[1].Rows[0].OutOfPlace.TimeUS != 3 {
+		t.Fatalf("tables %+v", tests)
+	}
+	if r := tests[0].Rows[1]; r.Size != 1024 || r.OutOfPlace.BusBW != 25 || r.InPlace == nil || r.InPlace.TimeUS != 19 {
+		t.Errorf("row %+v", r)
+	}
+	if _, err := readTests(strings.NewReader(`{"version": 3, "results": [`)); err == nil || !strings.Contains(err.Error(), "JSON report 1") {
+		t.Errorf("truncated JSON: %v", err)
+	}
+}

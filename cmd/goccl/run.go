@@ -442,8 +442,7 @@ func parseRunArgs(args []string, stderr io.Writer) (*runArgs, int) {
 			if multi {
 				return fail("%sno program given: each context is -n N [--env KEY=VALUE]... PROG [ARGS...]", where)
 			}
-			fmt.Fprintln(stderr, "goccl run: no program given")
-			fs.Usage()
+			fmt.Fprintf(stderr, "goccl run: no program given\nusage: %s\nRun 'goccl run -h' for usage.\n", commands["run"].usage)
 			return nil, 2
 		}
 		prog := fs.Arg(0)

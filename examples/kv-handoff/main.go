@@ -326,7 +326,18 @@ func decode(c config, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	child := exec.Command(exe, append(slices.Clone(args), "-role", "prefill")...)
+	childArgs := append(slices.Clone(args), "-role", "prefill")
+	if c.dir == "" {
+		// Prefill's FILE tier: made and removed here, since prefill is
+		// killed at the end rather than left to remove it.
+		dir, err := os.MkdirTemp("", "kv-handoff-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		childArgs = append(childArgs, "-dir", dir)
+	}
+	child := exec.Command(exe, childArgs...)
 	child.Env = append(os.Environ(), "KV_HANDOFF_CHILD=1")
 	child.Stderr = stderr
 	in, _ := child.StdinPipe()

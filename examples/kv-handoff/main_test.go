@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -17,11 +18,19 @@ func TestMain(m *testing.M) {
 }
 
 // TestHandoff runs the example on a small model over each path: every
-// block of every request arrives with its signature (wrong 0), and the
-// table has a row per mode with the 4096-token column filled.
+// block of every request arrives with its signature (wrong 0), the table
+// has a row per mode with the 4096-token column filled, and the temporary
+// directory of the FILE tier is gone afterwards.
 func TestHandoff(t *testing.T) {
 	for _, net := range []string{"shm", "tcp", "roce"} {
 		t.Run(net, func(t *testing.T) {
+			tmp := t.TempDir()
+			t.Setenv("TMPDIR", tmp) // for both processes
+			defer func() {
+				if left, _ := filepath.Glob(filepath.Join(tmp, "kv-handoff-*")); len(left) > 0 {
+					t.Errorf("left behind: %q", left)
+				}
+			}()
 			var out, errb bytes.Buffer
 			code := run([]string{"-layers", "2", "-kv-heads", "2", "-head-dim", "64", "-requests", "5",
 				"-min-tokens", "16", "-max-tokens", "600", "-reps-4096", "2", "-net", net}, &out, &errb)

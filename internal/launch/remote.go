@@ -84,7 +84,10 @@ type HostError struct {
 	Host    string
 	Err     error
 	Output  string // the last lines the agent (or the remote shell) wrote to its standard error
-	Stopped int    // ranks not known to have exited when the launcher stopped them
+	Stopped int    // ranks on other hosts' agents, not known to have exited, that the launcher stopped
+	// NotStarted: the agent never ran (the host could not be reached, or
+	// the agent's command not run there), so none of the host's ranks started.
+	NotStarted bool
 }
 
 func (e *HostError) Error() string {
@@ -92,7 +95,28 @@ func (e *HostError) Error() string {
 	if e.Output != "" {
 		s += " (it said: " + e.Output + ")"
 	}
+	if e.NotStarted {
+		return s + "; nothing was started there; " + stoppedPhrase(e.Stopped, true)
+	}
 	return s + "; " + stoppedPhrase(e.Stopped, false)
+}
+
+// notStarted is the error of an agent that ended having said nothing, when
+// its exit status shows that it never ran: the remote shell's 255 (ssh: the
+// host could not be reached) or the shell's 126 and 127 (the agent's
+// command could not be run there); nil otherwise.
+func notStarted(a *agent, err error) error {
+	var ee *exec.ExitError
+	if a.heard || isLocalHost(a.share.host.Name) || !errors.As(err, &ee) {
+		return nil
+	}
+	switch ee.ExitCode() {
+	case 255:
+		return fmt.Errorf("could not be reached (the remote shell: %w)", err)
+	case 126, 127:
+		return fmt.Errorf("could not run goccl's agent there (the remote shell: %w)", err)
+	}
+	return nil
 }
 
 func (e *HostError) Unwrap() error { return e.Err }
@@ -198,6 +222,8 @@ type agent struct {
 	stdin  io.WriteCloser
 	done   bool     // it said "done"
 	gone   bool     // its process (or the remote shell) has exited
+	heard  bool     // it said anything on its control stream
+	left   int      // its ranks not known to have exited
 	tail   []string // the last lines of its standard error
 	tailMu sync.Mutex
 }
@@ -334,6 +360,9 @@ func (l *hostLauncher) start(share hostShare, spec nodeSpec) (*agent, error) {
 	}
 	cmd.SysProcAttr = sysProcAttr() // a terminal's ^C reaches the launcher only, which passes it on
 	a := &agent{share: share, cmd: cmd}
+	for _, app := range share.apps {
+		a.left += app.NP
+	}
 	if a.stdin, err = cmd.StdinPipe(); err != nil {
 		return nil, err
 	}
@@ -491,7 +520,7 @@ func (l *hostLauncher) run(ctx context.Context, shares []hostShare, spec nodeSpe
 			return
 		}
 		stopping, settle = true, nil
-		stopped = l.running
+		stopped = l.liveRanks()
 		for _, a := range l.agents {
 			if !a.gone {
 				io.WriteString(a.stdin, "term\n")
@@ -537,7 +566,7 @@ func (l *hostLauncher) run(ctx context.Context, shares []hostShare, spec nodeSpe
 			stop()
 		case s := <-sigs:
 			if first == nil && sigErr == nil && ctxErr == nil {
-				sigErr = &SignalError{Signal: s, Stopped: l.running}
+				sigErr = &SignalError{Signal: s, Stopped: l.liveRanks()}
 			}
 			stop()
 		case <-done:
@@ -577,6 +606,19 @@ func (l *hostLauncher) run(ctx context.Context, shares []hostShare, spec nodeSpe
 	return nil
 }
 
+// liveRanks is how many ranks of the agents still running are not known to
+// have exited: those that stopping the agents stops (the ranks of a host
+// whose agent is gone, or was never started, are not among them).
+func (l *hostLauncher) liveRanks() int {
+	n := 0
+	for _, a := range l.agents {
+		if !a.gone {
+			n += a.left
+		}
+	}
+	return n
+}
+
 // failedHard reports whether err needs no settling: a host that failed
 // (its ranks' exits cannot all be known).
 func (l *hostLauncher) failedHard(err error) bool {
@@ -588,6 +630,9 @@ func (l *hostLauncher) failedHard(err error) bool {
 func (l *hostLauncher) handle(ev agentEvent, fail func(error), live *int, startRest func([2]string)) {
 	a := ev.agent
 	host := a.share.host.Name
+	if ev.kind != "gone" {
+		a.heard = true
+	}
 	switch ev.kind {
 	case "store":
 		if a.share.node == 0 {
@@ -595,8 +640,10 @@ func (l *hostLauncher) handle(ev agentEvent, fail func(error), live *int, startR
 		}
 	case "ok":
 		l.running--
+		a.left--
 	case "exit":
 		l.running--
+		a.left--
 		ee := ev.failure
 		ee.Host = host
 		ee.apps = len(l.apps)
@@ -622,6 +669,10 @@ func (l *hostLauncher) handle(ev agentEvent, fail func(error), live *int, startR
 			a.tailMu.Lock()
 			out := strings.Join(a.tail, " / ")
 			a.tailMu.Unlock()
+			if err := notStarted(a, ev.err); err != nil {
+				fail(&HostError{Host: host, Err: err, Output: out, NotStarted: true})
+				break
+			}
 			err := ev.err
 			if err == nil {
 				err = errors.New("its agent ended before its ranks")

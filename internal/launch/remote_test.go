@@ -238,20 +238,28 @@ func TestRunHostsKillsEverywhere(t *testing.T) {
 }
 
 // TestRunHostsUnreachable: a host whose remote shell fails is named, with
-// what the remote shell said, and the ranks already started elsewhere are
-// stopped.
+// what the remote shell said and that nothing was started there, and the
+// ranks already started elsewhere (none when it is rank 0's host, whose
+// agent starts first) are stopped and counted.
 func TestRunHostsUnreachable(t *testing.T) {
-	for _, hosts := range [][]Host{{{"down", 2}, {"nodeB", 2}}, {{"nodeA", 2}, {"down", 2}}} {
-		t.Run(hosts[0].Name, func(t *testing.T) {
-			cfg, out, errb := hostsConfig(t, 4, "sleep", hosts...)
+	for _, tc := range []struct {
+		hosts   []Host
+		stopped string
+	}{
+		{[]Host{{"down", 2}, {"nodeB", 2}}, "no other ranks were left running"},
+		{[]Host{{"nodeA", 2}, {"down", 2}}, "stopped the other 2 ranks"},
+	} {
+		t.Run(tc.hosts[0].Name, func(t *testing.T) {
+			cfg, out, errb := hostsConfig(t, 4, "sleep", tc.hosts...)
 			start := time.Now()
 			err := Run(context.Background(), cfg)
 			var he *HostError
 			if !errors.As(err, &he) || he.Host != "down" || !strings.Contains(he.Output, "ssh: connect to host down port 22: Connection refused") {
 				t.Fatalf("Run = %v, want a *HostError for host down\nstdout:\n%s\nstderr:\n%s", err, out, errb)
 			}
-			if !strings.Contains(err.Error(), "host down: its agent ended before its ranks: exit status 255") {
-				t.Errorf("Error() = %q", err)
+			want := "host down: could not be reached (the remote shell: exit status 255) (it said: ssh: connect to host down port 22: Connection refused); nothing was started there; " + tc.stopped
+			if !he.NotStarted || err.Error() != want {
+				t.Errorf("Error() = %q\nwant      %q", err, want)
 			}
 			if d := time.Since(start); d > 10*time.Second {
 				t.Errorf("took %v", d)

@@ -198,17 +198,49 @@ type Bar struct {
 // New starts a bar called name that counts to total (total <= 0: a count
 // without a known end) on Output, or returns nil when bars are off. The
 // caller calls Increment as the work advances and Done (or Abort) at the
-// end, before it exits.
+// end, before it exits. The ETA assumes that every unit takes as long.
 func New(name string, total int) *Bar {
 	f := Output()
 	if f == nil {
 		return nil
 	}
-	return start(f, name, total, time.Now)
+	return start(f, name, total, nil, time.Now)
 }
 
-// start draws a bar on f; now is the clock of its elapsed time and ETA.
-func start(f *os.File, name string, total int, now func() time.Time) *Bar {
+// NewWeighted is New for len(weights) units of unequal cost: weights[i] is
+// the relative cost of unit i (in the order they are counted), for example
+// the bytes it moves. The bar still counts units; the ETA is the elapsed
+// time scaled by the weight left over the weight done, so that a sweep
+// whose last rows are its largest is not reported nearly done after its
+// many small ones. A weight that is not positive makes the units weigh the
+// same (as New).
+func NewWeighted(name string, weights []int64) *Bar {
+	f := Output()
+	if f == nil {
+		return nil
+	}
+	return start(f, name, len(weights), cumulative(weights), time.Now)
+}
+
+// cumulative is the prefix sums of weights (cum[i]: the weight of the
+// first i units), or nil when a weight is not positive.
+func cumulative(weights []int64) []int64 {
+	if len(weights) == 0 {
+		return nil
+	}
+	cum := make([]int64, len(weights)+1)
+	for i, w := range weights {
+		if w <= 0 {
+			return nil
+		}
+		cum[i+1] = cum[i] + w
+	}
+	return cum
+}
+
+// start draws a bar on f; cum weighs its units (nil: equally, see
+// cumulative); now is the clock of its elapsed time and ETA.
+func start(f *os.File, name string, total int, cum []int64, now func() time.Time) *Bar {
 	c := &console{f: f}
 	begin := now()
 	var style mpb.BarFillerBuilder = mpb.BarStyle()
@@ -218,14 +250,15 @@ func start(f *os.File, name string, total int, now func() time.Time) *Bar {
 	p := mpb.New(mpb.WithConsoleWriter(c))
 	b := p.New(int64(total), style,
 		mpb.PrependDecorators(decor.Name(name)),
-		mpb.AppendDecorators(decor.Any(func(s decor.Statistics) string { return status(s, now().Sub(begin)) })),
+		mpb.AppendDecorators(decor.Any(func(s decor.Statistics) string { return status(s, now().Sub(begin), cum) })),
 	)
 	return &Bar{p: p, b: b, c: c}
 }
 
 // status is the text after the bar: "12/20  elapsed 3s  ETA 2s" ("12" and no
-// ETA when the total is not known).
-func status(s decor.Statistics, elapsed time.Duration) string {
+// ETA when the total is not known). cum weighs the units (see cumulative;
+// nil: equally).
+func status(s decor.Statistics, elapsed time.Duration, cum []int64) string {
 	var buf []byte
 	buf = strconv.AppendInt(buf, s.Current, 10)
 	if s.Total > 0 {
@@ -235,11 +268,20 @@ func status(s decor.Statistics, elapsed time.Duration) string {
 	buf = append(buf, "  elapsed "...)
 	buf = append(buf, seconds(elapsed)...)
 	if s.Total > 0 && s.Current > 0 && s.Current < s.Total && !s.Completed && !s.Aborted {
-		left := time.Duration(float64(elapsed) * float64(s.Total-s.Current) / float64(s.Current))
 		buf = append(buf, "  ETA "...)
-		buf = append(buf, seconds(left)...)
+		buf = append(buf, seconds(eta(s.Current, s.Total, elapsed, cum))...)
 	}
 	return string(buf)
+}
+
+// eta is the time left after done of total units took elapsed: elapsed
+// times the weight left over the weight done (0 < done < total).
+func eta(done, total int64, elapsed time.Duration, cum []int64) time.Duration {
+	doneW, leftW := float64(done), float64(total-done)
+	if int64(len(cum)) == total+1 {
+		doneW, leftW = float64(cum[done]), float64(cum[total]-cum[done])
+	}
+	return time.Duration(float64(elapsed) * leftW / doneW)
 }
 
 // seconds is d rounded to the second: "0s", "42s", "1m5s".

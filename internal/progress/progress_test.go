@@ -207,7 +207,7 @@ func TestGuard(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	b2 := start(f, "x", 1, time.Now)
+	b2 := start(f, "x", 1, nil, time.Now)
 	var buf bytes.Buffer
 	if w := b2.Guard(&buf); w != io.Writer(&buf) {
 		t.Error("Guard wrapped a buffer")
@@ -340,9 +340,80 @@ func TestStatus(t *testing.T) {
 		{10, 10, true, 9 * time.Second, "10/10  elapsed 9s"},
 		{7, 0, false, 2400 * time.Millisecond, "7  elapsed 2s"},
 	} {
-		got := status(decor.Statistics{Current: tc.cur, Total: tc.total, Completed: tc.done}, tc.el)
+		got := status(decor.Statistics{Current: tc.cur, Total: tc.total, Completed: tc.done}, tc.el, nil)
 		if got != tc.want {
 			t.Errorf("status(%d/%d, %v) = %q, want %q", tc.cur, tc.total, tc.el, got, tc.want)
 		}
+	}
+}
+
+// TestWeightedETA: with weights, the ETA is the elapsed time scaled by the
+// weight left over the weight done. A sweep over sizes doubling from 8 B to
+// 64 MiB whose rows take time in proportion to their bytes gets, at 22 of
+// its 24 rows, the time its last two rows take (three times the elapsed
+// time), where counting rows says a tenth of the elapsed time.
+func TestWeightedETA(t *testing.T) {
+	var sizes []int64
+	for s := int64(8); s <= 64<<20; s *= 2 {
+		sizes = append(sizes, s)
+	}
+	total := int64(len(sizes))
+	cum := cumulative(sizes)
+	if len(cum) != len(sizes)+1 || cum[total] != 2*(64<<20)-8 {
+		t.Fatalf("cumulative(%v) = %v", sizes, cum)
+	}
+	const unit = time.Microsecond // per byte
+	for done := int64(1); done < total; done++ {
+		var doneB, leftB int64
+		for i, s := range sizes {
+			if int64(i) < done {
+				doneB += s
+			} else {
+				leftB += s
+			}
+		}
+		elapsed := time.Duration(doneB) * unit
+		got, want := eta(done, total, elapsed, cum), time.Duration(leftB)*unit
+		if d := got - want; d < -time.Microsecond || d > time.Microsecond {
+			t.Errorf("%d/%d rows: ETA %v, want %v", done, total, got, want)
+		}
+	}
+	elapsed := time.Duration(cum[22]) * unit
+	left := time.Duration(cum[total]-cum[22]) * unit
+	if left < 3*elapsed {
+		t.Fatalf("the last two rows take %v, less than three times the first 22's %v", left, elapsed)
+	}
+	if got, want := status(decor.Statistics{Current: 22, Total: total}, elapsed, cum), "ETA "+seconds(left); !strings.HasSuffix(got, want) {
+		t.Errorf("weighted status %q, want %q", got, want)
+	}
+	if got, want := status(decor.Statistics{Current: 22, Total: total}, elapsed, nil), "ETA "+seconds(elapsed*2/22); !strings.HasSuffix(got, want) {
+		t.Errorf("unweighted status %q, want %q", got, want)
+	}
+	for _, bad := range [][]int64{nil, {}, {1, 0, 2}, {4, -1}} {
+		if c := cumulative(bad); c != nil {
+			t.Errorf("cumulative(%v) = %v, want nil (rows weigh the same)", bad, c)
+		}
+	}
+	if got := eta(1, 4, 3*time.Second, nil); got != 9*time.Second {
+		t.Errorf("unweighted eta(1/4, 3s) = %v, want 9s", got)
+	}
+}
+
+// TestNewWeighted: a weighted bar counts its units (len(weights)) as New
+// does.
+func TestNewWeighted(t *testing.T) {
+	p := ptytest.Open(t)
+	setStderr(t, p.TTY)
+	clearEnv(t)
+	b := NewWeighted("weighted", []int64{1, 10, 100})
+	if b == nil {
+		t.Fatal("NewWeighted returned no bar on a terminal")
+	}
+	for range 3 {
+		b.Increment()
+	}
+	b.Done()
+	if last := lastFrame(t, p.Output()); !strings.Contains(last, " 3/3 ") {
+		t.Errorf("last frame %q lacks 3/3", last)
 	}
 }
