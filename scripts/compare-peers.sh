@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Runs goccl perf and the peer benchmarks (OpenMPI 4.1 from ../shared/peers/
-# mpi_coll_perf.c, Gloo from ../shared/peers/gloo_coll_perf.py) side by side in
-# one run, 2 ranks, and prints one markdown table per collective with ratio
-# columns. A peer that is not installed is skipped with a message.
+# Runs goccl perf and the peer benchmarks (OpenMPI 4.1 through
+# scripts/peers/mpi_coll_perf.c, PyTorch Gloo through
+# scripts/peers/gloo_coll_perf.py) side by side in one run, 2 ranks, and
+# prints one markdown table per collective with ratio columns. A peer that
+# is not installed, or lacks the collective (Gloo's reduce_scatter in torch
+# 1.13), is skipped with a message.
 #
 # Usage: scripts/compare-peers.sh [COLL...]     (default: all_reduce)
 # Environment: MINB (8), MAXB (128M), FACTOR (4), REPEAT (1: runs per
@@ -10,8 +12,8 @@
 #              (1M) run ITERS_SMALL (500) timed iterations after WARMUP_SMALL
 #              (50), larger ones ITERS (20) after WARMUP (5): a few slow
 #              iterations (a descheduled rank) dominate a short mean of
-#              microsecond operations; PEERS (../shared/peers), OUT (a
-#              scratch directory).
+#              microsecond operations; PEERS (scripts/peers: the
+#              directory of the peer programs), OUT (a scratch directory).
 # busbw follows nccl-tests (doc/PERFORMANCE.md); GB = 1e9.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +21,7 @@ colls=("$@")
 [ ${#colls[@]} -gt 0 ] || colls=(all_reduce)
 MINB=${MINB:-8} MAXB=${MAXB:-128M} FACTOR=${FACTOR:-4} ITERS=${ITERS:-20} WARMUP=${WARMUP:-5} REPEAT=${REPEAT:-1}
 SPLIT=${SPLIT:-1M} ITERS_SMALL=${ITERS_SMALL:-500} WARMUP_SMALL=${WARMUP_SMALL:-50}
-PEERS=${PEERS:-../shared/peers}
+PEERS=${PEERS:-scripts/peers}
 OUT=${OUT:-$(mktemp -d /tmp/goccl-compare.XXXXXX)}
 mkdir -p "$OUT"
 export PATH="$PATH:/usr/local/go/bin"
@@ -70,14 +72,22 @@ for coll in "${colls[@]}"; do
         mpirun_ --mca btl self,vader "$OUT/mpi_coll_perf" -c "$coll" "${args[@]}" >> "$OUT/$coll.mpi-shm.$rep" 2>/dev/null
         mpirun_ --mca btl self,tcp "$OUT/mpi_coll_perf" -c "$coll" "${args[@]}" >> "$OUT/$coll.mpi-tcp.$rep" 2>/dev/null
       fi
-      if [ $have_gloo = 1 ] && [ "$coll" = all_reduce ]; then
+      if [ $have_gloo = 1 ] && [ "$coll" != reduce ] && [ "$coll" != sendrecv ]; then
         port=$((29500 + RANDOM % 1000))
+        pids=()
         for r in 0 1; do
           MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$r WORLD_SIZE=2 /usr/bin/python3 "$PEERS/gloo_coll_perf.py" \
-            "${args[@]}" > "$OUT/$coll.gloo.$rep.r$r" 2>/dev/null &
+            -c "$coll" "${args[@]}" > "$OUT/$coll.gloo.$rep.r$r" 2> "$OUT/$coll.gloo.$rep.r$r.err" &
+          pids+=($!)
         done
-        wait
-        cat "$OUT/$coll.gloo.$rep.r0" >> "$OUT/$coll.gloo.$rep"; rm -f "$OUT/$coll.gloo.$rep.r0" "$OUT/$coll.gloo.$rep.r1"
+        gloo_ok=1
+        for p in "${pids[@]}"; do wait "$p" || gloo_ok=0; done
+        if [ $gloo_ok = 1 ]; then
+          cat "$OUT/$coll.gloo.$rep.r0" >> "$OUT/$coll.gloo.$rep"
+        else
+          echo "# skipping Gloo for $coll $b-$e: $(grep -h gloo_coll_perf "$OUT/$coll.gloo.$rep".r*.err | head -1)" >&2
+        fi
+        rm -f "$OUT/$coll.gloo.$rep".r*
       fi
     done
   done

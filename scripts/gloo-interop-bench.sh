@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The cost of a Go rank in a PyTorch Gloo job: ../shared/peers/
+# The cost of a Go rank in a PyTorch Gloo job: scripts/peers/
 # gloo_coll_perf.py (torch's Gloo all_reduce, float32 sum, 2 ranks) run three
 # ways in one run: both ranks Python; Python rank 0 and a Go rank 1 (package
 # gloo, gloo/internal/glooperf, the same sequence of operations); both Go.
@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
-PEERS=${PEERS:-../shared/peers}
+PEERS=${PEERS:-scripts/peers} # the directory of gloo_coll_perf.py
 REPEAT=${REPEAT:-1}
 if ! /usr/bin/python3 -c 'import torch.distributed as d; assert d.is_gloo_available()' >/dev/null 2>&1 || [ ! -f "$PEERS/gloo_coll_perf.py" ]; then
   echo "skipped: needs /usr/bin/python3 with torch (Debian python3-torch) and $PEERS/gloo_coll_perf.py" >&2

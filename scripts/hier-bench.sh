@@ -13,6 +13,7 @@
 #
 # Usage: scripts/hier-bench.sh [HOSTS (2)] [PERHOST (2)] [RATE (1gbit)] [COLL (all_reduce)] [SIZE (32M)] [ITERS (5)]
 # MPI_COLLS="tuned" leaves out HAN (15-35x slower than tuned here).
+# PEERS (scripts/peers) is the directory of mpi_coll_perf.c.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
@@ -75,7 +76,7 @@ if command -v iperf3 >/dev/null; then
   done | awk '{s+=$2; printf "host %d: %s\n", $1, $2} END {printf "mean %.1f MB/s\n", s/NR}'
 fi
 if command -v mpicc >/dev/null && [ "$COLL" != reduce ] && [ "$COLL" != sendrecv ]; then
-  mpicc -O2 -o "$out/mpi_coll_perf" ../shared/peers/mpi_coll_perf.c -lm
+  mpicc -O2 -o "$out/mpi_coll_perf" "${PEERS:-scripts/peers}/mpi_coll_perf.c"
   for coll in ${MPI_COLLS:-tuned han}; do
     mca=(--mca btl self,vader,tcp --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0)
     [ $coll = han ] && mca+=(--mca coll_han_priority 100)
@@ -88,7 +89,7 @@ if command -v mpicc >/dev/null && [ "$COLL" != reduce ] && [ "$COLL" != sendrecv
     after=$(txbytes)
     echo "## OpenMPI coll $coll"
     grep -E '^ +[0-9]' "$out/mpi.txt"
-    # mpi_coll_perf runs warm-up, timed and one checked operation, out of place only.
+    # mpi_coll_perf runs warm-up, timed and one checked operation per size.
     report "OpenMPI $coll" $((ITERS + WARMUP + 1)) "$before" "$after" -
   done
 fi

@@ -232,7 +232,7 @@ func TestUnknownFlagSuggestions(t *testing.T) {
 	}
 }
 
-// TestScriptFlagSpellings: the command lines of scripts/ and README.md
+// TestScriptFlagSpellings: the command lines of scripts/ and docs/cli.md
 // parse as before (the roce ones: TestRocePerfArgs).
 func TestScriptFlagSpellings(t *testing.T) {
 	// scripts/bench-secure.sh
@@ -246,7 +246,7 @@ func TestScriptFlagSpellings(t *testing.T) {
 	if err != nil || cfg.coll.name != "broadcast" || cfg.maxBytes != 4<<20 || cfg.iters != 50 || cfg.check != 1 {
 		t.Errorf("compare-peers.sh: %+v, %v", cfg, err)
 	}
-	// README.md
+	// docs/cli.md
 	for _, line := range []string{
 		"all_reduce -np 2 -b 8 -e 128M -f 4", "all_gather -np 3 -d all -c 1", "all_reduce -np 2 -e 64M -plot busbw.png",
 		"all_reduce -np 2 -b 8 -e 64K -f 8 -n 2 -w 1 -json x.json",

@@ -64,30 +64,41 @@ func TestNamesOnlyHere(t *testing.T) {
 	}
 }
 
-// TestReadmeListsEveryVar: the README's Environment section names every
-// variable a user or launcher sets, and no variable goccl does not read.
-func TestReadmeListsEveryVar(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
+// TestEnvironmentDoc: docs/environment.md is what Markdown renders from
+// the declarations, and lists every variable.
+func TestEnvironmentDoc(t *testing.T) {
+	b, err := os.ReadFile("../../docs/environment.md")
 	if err != nil {
-		t.Skipf("README.md not found: %v", err)
+		t.Fatalf("%v (create it: go generate ./internal/config)", err)
 	}
-	s := string(b)
-	i := strings.Index(s, "\n## Environment")
-	if i < 0 {
-		t.Fatal("README.md has no Environment section")
-	}
-	sec := s[i+1:]
-	if j := strings.Index(sec, "\n## "); j >= 0 {
-		sec = sec[:j]
+	want := Markdown()
+	if string(b) != want {
+		t.Errorf("docs/environment.md is not what internal/config declares; regenerate it: go generate ./internal/config")
 	}
 	for _, v := range All() {
-		if v.Group != "test" && !strings.Contains(sec, "`"+v.Name) {
-			t.Errorf("README.md's Environment section does not list %s", v.Name)
+		if !strings.Contains(want, "| `"+v.Name+"` |") {
+			t.Errorf("Markdown does not list %s", v.Name)
 		}
 	}
-	for _, f := range strings.FieldsFunc(sec, func(r rune) bool { return r != '_' && (r < 'A' || r > 'Z') }) {
-		if strings.HasPrefix(f, Prefix) && f != Prefix && Find(f) == nil && !strings.HasPrefix(f, TestPrefix) {
-			t.Errorf("README.md's Environment section lists %s, which goccl does not read", f)
+}
+
+// TestDocsNameOnlyKnownVars: the README and the pages under docs/ name no
+// goccl variable that goccl does not read (a renamed or removed variable
+// left behind in prose).
+func TestDocsNameOnlyKnownVars(t *testing.T) {
+	files, _ := filepath.Glob("../../docs/*.md")
+	files = append(files, "../../README.md", "../../CONTRIBUTING.md")
+	for _, name := range files {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			for _, f := range strings.FieldsFunc(line, func(r rune) bool { return r != '_' && (r < 'A' || r > 'Z') && (r < '0' || r > '9') }) {
+				if strings.HasPrefix(f, Prefix) && f != Prefix && Find(f) == nil && !strings.HasPrefix(f, TestPrefix) {
+					t.Errorf("%s:%d names %s, which goccl does not read", strings.TrimPrefix(name, "../../"), i+1, f)
+				}
+			}
 		}
 	}
 }

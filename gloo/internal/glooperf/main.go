@@ -1,4 +1,4 @@
-// Command glooperf is a Go rank of ../shared/peers/gloo_coll_perf.py, the
+// Command glooperf is a Go rank of scripts/peers/gloo_coll_perf.py, the
 // Gloo peer benchmark: it runs the same sequence of operations, so it can
 // replace any of that script's ranks, and when it is rank 0 it prints the
 // same table. scripts/gloo-interop-bench.sh runs it beside the all-Python
