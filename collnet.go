@@ -8,9 +8,11 @@ import (
 	"time"
 
 	"github.com/goccl/goccl/internal/algo"
+	"github.com/goccl/goccl/internal/bootstrap"
 	"github.com/goccl/goccl/internal/collnet"
 	"github.com/goccl/goccl/internal/config"
 	"github.com/goccl/goccl/internal/reduce"
+	"github.com/goccl/goccl/transport/roce"
 )
 
 // ErrCollNet is wrapped by the error of an AllReduce that in-network
@@ -62,7 +64,11 @@ func (c *Comm) setupCollNet(ctx context.Context) error {
 	} else {
 		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		sum := sha256.Sum256([]byte(job))
-		cl, why = collnet.Attach(actx, string(root), collnet.JobID(sum[:16]), rank, size, c.roce)
+		var dom *roce.Domain // RoCE links: the aggregation tree's RDMA path
+		if one, ok := bootstrap.Cap[*bootstrap.OneSided](c.caps); ok {
+			dom = one.Domain
+		}
+		cl, why = collnet.Attach(actx, string(root), collnet.JobID(sum[:16]), rank, size, dom)
 		cancel()
 	}
 	ok := []int32{1}

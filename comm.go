@@ -3,7 +3,6 @@ package goccl
 import (
 	"context"
 	"github.com/goccl/goccl/internal/collnet"
-	"github.com/goccl/goccl/transport/roce"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +29,7 @@ const DefaultTimeout = 5 * time.Minute
 type Comm struct {
 	rank, size, localRank int
 	timeout               time.Duration
+	timeoutFrom           string         // where timeout was set, for its errors (timeoutSource)
 	progressNice          int            // nice value of the non-blocking worker's thread (GOCCL_PROGRESS_NICE; 0: unchanged)
 	sel                   *algo.Selector // chooses each collective's schedule (GOCCL_ALGO, the tuner's facts; tuner.go)
 
@@ -56,7 +56,6 @@ type Comm struct {
 	closed    bool
 	release   func()           // closes what the bootstrap made besides the links (nil: nothing)
 	caps      bootstrap.Caps   // what the transports offer besides links (bootstrap.Cap: a Registrar, a *OneSided)
-	roce      *roce.Domain     // the OneSided capability's domain, for collnet.Attach (nil: none)
 	collnet   *collnet.Client  // GOCCL_COLLNET_ENABLE=1: the attachment to the aggregation tree (nil: none)
 	rdv       rendezvous.Store // the store it rendezvoused through (for Split)
 	jobID     string

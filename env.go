@@ -37,6 +37,7 @@ func (c *Comm) fromEnv(cfg *options, p *bootstrap.Params) (err error) {
 	if cfg.timeout > 0 {
 		c.timeout = cfg.timeout
 	}
+	c.timeoutFrom = timeoutSource(cfg, c.timeout)
 	if err := c.selectorFromEnv(); err != nil {
 		return err
 	}

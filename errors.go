@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/goccl/goccl/internal/closed"
 	"github.com/goccl/goccl/internal/config"
@@ -104,22 +105,31 @@ func (c *Comm) wrap(kind opKind, seq uint64, err error) error {
 
 // explainTimeout completes err, the *Error of an operation that ran under
 // the communicator's own timeout (its context had no deadline), when that
-// timeout ended it: how long it was, where it was set and how to raise it.
+// timeout ended it: how long it was, where it was set (c.timeoutFrom) and
+// how to raise it.
 func (c *Comm) explainTimeout(err error) error {
 	e, ok := err.(*Error)
 	if !ok || !errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	source := fmt.Sprintf("WithTimeout(%v)", c.timeout)
-	if v, set := config.Timeout.Lookup(); set {
-		if d, _, perr := config.Timeout.Duration(); perr == nil && d == c.timeout {
-			source = config.Timeout.Name + "=" + v
-		}
-	} else if c.timeout == DefaultTimeout {
-		source = fmt.Sprintf("%s unset: the default, %v", config.Timeout.Name, DefaultTimeout)
-	}
 	return &Error{Rank: e.Rank, Op: e.Op, Seq: e.Seq, Err: fmt.Errorf("did not finish within %v (%s; WithTimeout or %s raises it): %w",
-		c.timeout, source, config.Timeout.Name, e.Err)}
+		c.timeout, c.timeoutFrom, config.Timeout.Name, e.Err)}
+}
+
+// timeoutSource says where timeout d, set at Init from cfg and the
+// environment, came from, for explainTimeout: WithTimeout, GOCCL_TIMEOUT
+// or the default. A Split's WithTimeout is its parent's timeout, from
+// wherever that came, so the environment is asked then.
+func timeoutSource(cfg *options, d time.Duration) string {
+	explicit := cfg.timeout > 0 && !cfg.split
+	if v, set := config.Timeout.Lookup(); set && !explicit {
+		if e, _, err := config.Timeout.Duration(); err == nil && e == d {
+			return config.Timeout.Name + "=" + v
+		}
+	} else if !set && !explicit && d == DefaultTimeout {
+		return fmt.Sprintf("%s unset: the default, %v", config.Timeout.Name, DefaultTimeout)
+	}
+	return fmt.Sprintf("WithTimeout(%v)", d)
 }
 
 // pastOps is how many collectives back explainMismatch can name the

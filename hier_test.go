@@ -11,10 +11,10 @@ import (
 // within a host, TCP between hosts, and the hierarchical schedules (forced
 // with GOCCL_ALGO=hier, or chosen by the tuner for large buffers), with the
 // hosts' ranks numbered in blocks and dealt out round robin. The tuner's
-// probe is off (GOCCL_TUNER_PROBE=0): its fixed threshold, hierMinBytes,
+// probe is off (GOCCL_TUNER_PROBE=0): its fixed threshold, algo.HierMinBytes,
 // decides, not measurements of loopback (TestTunerProbe covers those).
 func TestCollectivesHierarchical(t *testing.T) {
-	counts := "0,1,7,100003" // 100003 elements: above the tuner's hierMinBytes
+	counts := "0,1,7,100003" // 100003 elements: above the tuner's algo.HierMinBytes
 	if testing.Short() {
 		counts = "0,1,7,1003"
 	}

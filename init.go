@@ -123,9 +123,6 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		return fail(err)
 	}
 	c.release, c.rdv, c.jobID, c.localRank, c.caps = res.Release, res.Store, res.JobID, res.LocalRank, res.Caps
-	if one, ok := bootstrap.Cap[*bootstrap.OneSided](res.Caps); ok {
-		c.roce = one.Domain
-	}
 	c.splitOpts = []Option{WithTimeout(c.timeout), WithJobToken(p.Token), WithTLS(res.TLSServer, res.TLSClient)}
 	if p.Checksum {
 		c.splitOpts = append(c.splitOpts, WithChecksum())

@@ -41,6 +41,9 @@ func Register[T Element](c *Comm, buf []T) (*Registration, error) {
 // Alloc allocates n elements of T and registers them with c (NCCL's
 // ncclMemAlloc followed by ncclCommRegister). Free them with Deregister.
 func Alloc[T Element](c *Comm, n int) ([]T, *Registration, error) {
+	if c == nil {
+		return nil, nil, nilComm("Alloc")
+	}
 	if n <= 0 {
 		return nil, nil, c.regErr("Alloc", fmt.Errorf("%w: %d elements", ErrInvalidArgument, n))
 	}
@@ -53,6 +56,9 @@ func Alloc[T Element](c *Comm, n int) ([]T, *Registration, error) {
 }
 
 func (c *Comm) register(b []byte) (*Registration, error) {
+	if c == nil {
+		return nil, nilComm("Register")
+	}
 	if len(b) == 0 {
 		return nil, c.regErr("Register", fmt.Errorf("%w: empty buffer", ErrInvalidArgument))
 	}

@@ -105,6 +105,8 @@ func TestSendRecvErrorNames(t *testing.T) {
 func TestTimeoutNamesSetting(t *testing.T) {
 	t.Setenv(config.Timeout.Name, "300ms")
 	comms := initComms(t, 2, rendezvous.NewMemStore(), 0)
+	// The message says what Init saw, whatever the environment says later.
+	t.Setenv(config.Timeout.Name, "")
 	buf := make([]float32, 1<<16)
 	err := goccl.AllReduce(context.Background(), comms[0], buf, buf, len(buf), goccl.Sum) // rank 1 never joins
 	if !errors.Is(err, context.DeadlineExceeded) {
@@ -183,8 +185,25 @@ func TestNilComm(t *testing.T) {
 			}
 		}
 	}
-	// The generic functions reach the same methods.
+	// The generic functions reach the same methods; the functions that take
+	// a *Comm check it too.
 	if err := goccl.AllReduce(context.Background(), c, []float32{1}, []float32{1}, 1, goccl.Sum); !errors.Is(err, goccl.ErrInvalidArgument) {
 		t.Errorf("AllReduce on a nil *Comm: %v", err)
+	}
+	for name, f := range map[string]func() error{
+		"Register":  func() error { _, err := goccl.Register(c, []float32{1}); return err },
+		"Alloc":     func() error { _, _, err := goccl.Alloc[float32](c, 1); return err },
+		"NewWindow": func() error { _, err := goccl.NewWindow(context.Background(), c, 8); return err },
+	} {
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Errorf("%s on a nil *Comm panics: %v", name, p)
+				}
+			}()
+			if err := f(); !errors.Is(err, goccl.ErrInvalidArgument) || !strings.Contains(err.Error(), "nil *Comm") {
+				t.Errorf("%s on a nil *Comm: %v, want ErrInvalidArgument for a nil *Comm", name, err)
+			}
+		}()
 	}
 }

@@ -84,6 +84,9 @@ func WindowSignals(n int) WindowOption { return func(c *windowConfig) { c.signal
 // ErrInvalidArgument (a size or signal count that is not positive, a peer
 // without a one-sided path) or the failure of the exchange.
 func NewWindow(ctx context.Context, c *Comm, bytes int, opts ...WindowOption) (*Window, error) {
+	if c == nil {
+		return nil, nilComm("NewWindow")
+	}
 	cfg := windowConfig{signals: DefaultWindowSignals}
 	for _, o := range opts {
 		o(&cfg)

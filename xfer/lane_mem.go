@@ -32,8 +32,13 @@ type memLane struct {
 }
 
 func (l *memLane) inline() bool   { return true }
-func (l *memLane) fail(err error) { l.w.close(err) }
 func (l *memLane) count(n uint64) { l.ctr.Add(n) }
+
+// fail closes the work queue, which both memory lanes (a.local, a.shm)
+// share, so it ends both; unlike the network lanes' fail, what is queued is
+// still copied, and only later posts finish with err. Only Agent.Close
+// ends the queue (a.work.close), once the peers have failed.
+func (l *memLane) fail(err error) { l.w.close(err) }
 
 // post copies a request's pieces: here when they are all of the request,
 // memory to memory and at most inlineMax bytes; else by the workers, this

@@ -74,7 +74,7 @@ func (g *Group) SetAggregator(a Aggregator) { g.agg = a }
 const (
 	needsDirect  = "every rank to read every peer's memory (one host, Cross Memory Attach allowed)"
 	needsHier    = "several hosts with the same number of ranks, more than one, on each"
-	needsCollNet = "an attached aggregation tree (GOCCL_COLLNET_ENABLE)"
+	needsCollNet = "an attached aggregation tree (CollNet enabled and a goccl aggd to attach to)"
 )
 
 // schedules is the table: per kind, the rows in the tuner's order of

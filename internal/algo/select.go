@@ -6,7 +6,7 @@ import (
 )
 
 // The tuner's thresholds, measured with 2 and (oversubscribed) 4 ranks on a
-// 2-core host over shared memory (docs/benchmarks.md, "tuner"):
+// 2-core host over shared memory (goccl perf; the figures are below):
 //   - the direct schedules run from DirectMinBytes·(P-1) bytes of the
 //     largest buffer: with 2 ranks they won from 16 KiB on and lost below;
 //     with 4 they lost at 16 KiB and won from 128 KiB (their control rounds

@@ -127,7 +127,7 @@ var (
 	HostID = define(Var{Name: "GOCCL_HOSTID", Kind: String,
 		Doc: "this rank's host identity (like NCCL_HOSTID): ranks with the same value share memory and count as one host; default: boot id, host name, /dev/shm device and network namespace"})
 	XferStore = define(Var{Name: "GOCCL_XFER_STORE", Kind: String,
-		Doc: "where xfer agents without Options.Store publish and fetch metadata (NIXL_ETCD_ENDPOINTS' role): etcd://host:2379[,host:2379]/prefix or host:port of a goccl TCP store"})
+		Doc: "where xfer agents without Options.Store publish and fetch metadata (NIXL_ETCD_ENDPOINTS' role): etcd://host:2379[,host:2379]/prefix (the program imports github.com/goccl/goccl/rendezvous/etcd) or host:port of a goccl TCP store"})
 	ShmDisable = define(Var{Name: "GOCCL_SHM_DISABLE", Kind: Bool, Default: "0",
 		Doc: "use TCP between ranks on the same host instead of shared memory"})
 	ShmDir = define(Var{Name: "GOCCL_SHM_DIR", Kind: String, Default: "/dev/shm",
@@ -168,7 +168,7 @@ var (
 	StoreAddr = define(Var{Name: "GOCCL_STORE_ADDR", Kind: String, Group: "launcher",
 		Doc: "host:port of the rendezvous store (rank 0 serves it)"})
 	Store = define(Var{Name: "GOCCL_STORE", Kind: String, Group: "launcher",
-		Doc: "the rendezvous store as a URL, overriding the others: etcd://host:2379[,host:2379...]/prefix (every rank a client of etcd, keys under prefix/<job id>/), tcp://host:port (as GOCCL_STORE_ADDR) or file:///dir (as GOCCL_STORE_DIR)"})
+		Doc: "the rendezvous store as a URL, overriding the others: etcd://host:2379[,host:2379...]/prefix (every rank a client of etcd, keys under prefix/<job id>/; the program imports github.com/goccl/goccl/rendezvous/etcd, as the goccl command does), tcp://host:port (as GOCCL_STORE_ADDR) or file:///dir (as GOCCL_STORE_DIR)"})
 	StoreDir = define(Var{Name: "GOCCL_STORE_DIR", Kind: String, Group: "launcher",
 		Doc: "shared directory for a file store (multi-host jobs without a store address)"})
 	JobID = define(Var{Name: "GOCCL_JOB_ID", Kind: String, Group: "launcher",
