@@ -412,8 +412,11 @@ func tryAddrFile(ctx context.Context, path string, last *string, o *options) (*T
 	}
 	if err != nil {
 		// A dial cut short by the caller's deadline says nothing about the
-		// server: keep what an earlier, completed attempt found.
-		if ctx.Err() == nil || !strings.HasPrefix(*last, "the server at") {
+		// server: keep what an earlier, completed attempt found. (The
+		// dial's own deadline can fire before ctx's timer marks ctx done.)
+		dl, hasDL := ctx.Deadline()
+		cut := ctx.Err() != nil || hasDL && !time.Now().Before(dl)
+		if !cut || !strings.HasPrefix(*last, "the server at") {
 			*last = fmt.Sprintf("dial %s: %v", addr, err)
 		}
 		return nil, nil

@@ -145,12 +145,19 @@ func testPeerKilled(t *testing.T, path string) {
 		t.Fatal("the requests do not go by RDMA")
 	}
 	// Post from another goroutine (memory copies may be done in Post) and
-	// kill once a few requests are through.
+	// kill once a few requests are through. Over shared memory Post copies
+	// a request whole (2 MiB in well under a millisecond), so all 48 could
+	// be done before the loss is seen: there the poster stops after the
+	// first two and goes on once a probe request has failed (the agent saw
+	// the loss), so the rest must fail.
 	postErr := make([]error, len(all))
-	posted := make(chan struct{})
+	posted, resume := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(posted)
 		for i, r := range all {
+			if i == 2 && path == "shm" {
+				<-resume
+			}
 			_, postErr[i] = ini.PostXferReq(r)
 		}
 	}()
@@ -164,6 +171,23 @@ func testPeerKilled(t *testing.T, path string) {
 	cmd.Process.Signal(syscall.SIGKILL)
 	killed := time.Now()
 	cmd.Wait()
+	if path == "shm" {
+		probe, err := ini.CreateXferReq(ctx, WRITE, DRAM, []Desc{sd.Sub(0, 1)}, name, DRAM, []Desc{memDesc.Sub(0, 1)}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			if _, err := ini.PostXferReq(probe); err != nil {
+				break
+			}
+			if time.Since(killed) > 2*time.Second {
+				t.Fatalf("posts to the killed agent still succeed %v after the kill", time.Since(killed))
+			}
+			probe.Wait(ctx)
+			time.Sleep(time.Millisecond)
+		}
+		close(resume)
+	}
 	<-posted
 	wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
