@@ -291,7 +291,7 @@ func TestRunNodes(t *testing.T) {
 	exe, _ := os.Executable()
 	for _, wlm := range []string{"slurm", "kubernetes"} {
 		t.Run(wlm, func(t *testing.T) {
-			port, err := launch.FreePort()
+			port, err := launch.FreePort("")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -345,17 +345,6 @@ func catchSignals(forward bool) chan os.Signal {
 	return sigs
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	return port, nil
-}
-
 // NewJobID returns a random 16-digit hex job identifier.
 func NewJobID() string {
 	var b [8]byte
@@ -496,9 +485,9 @@ func jobPlace(cfg Config, np int) (Place, error) {
 		}
 		return place, nil
 	}
-	port, err := FreePort()
+	port, err := FreePort("127.0.0.1")
 	if err != nil {
-		return Place{}, fmt.Errorf("launch: finding a free port for the store: %w", err)
+		return Place{}, fmt.Errorf("launch: the store's port: %w", err)
 	}
 	place.StoreAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	return place, nil

@@ -796,12 +796,11 @@ func serveStores(env []string) (store, torch string, closeTorch func(), err erro
 		return "", "", nil, err
 	}
 	ip := ifc.IP.String()
-	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	port, err := FreePort(ip)
 	if err != nil {
-		return "", "", nil, fmt.Errorf("finding a free port on %s (%s): %w", ip, ifc.Name, err)
+		return "", "", nil, fmt.Errorf("the store's port on %s: %w", ifc.Name, err)
 	}
-	store = ln.Addr().String()
-	ln.Close()
+	store = net.JoinHostPort(ip, strconv.Itoa(port))
 	tln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {
 		return "", "", nil, fmt.Errorf("serving a c10d store for PyTorch on %s: %w", ip, err)
