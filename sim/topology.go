@@ -37,9 +37,14 @@ type Network struct {
 	SHARP            bool    `json:"sharp"`            // in-network reduction (CollNet)
 }
 
-// GPU names the accelerator; it picks the NVLS efficiency of its generation.
+// GPU is the accelerator: its name picks the NVLS efficiency of its
+// generation; its peak rates are the roofline of a training step's and an
+// inference's compute (datasheet figures, dense: no sparsity).
 type GPU struct {
-	Name string `json:"name"`
+	Name    string  `json:"name"`
+	TFLOPS  float64 `json:"tflops"`   // peak dense FP16/BF16 tensor-core rate, TFLOP/s = 1e12 FLOP/s
+	HBMGBps float64 `json:"hbm_GBps"` // memory bandwidth, GB/s = 1e9 B/s
+	MemGB   float64 `json:"mem_GB"`   // memory capacity, GB = 1e9 B
 }
 
 // The words the schema accepts.
@@ -100,6 +105,12 @@ func (t *Topology) Validate() error {
 		return bad("network.latency_us", t.Network.LatencyUs, "zero or more")
 	case t.Network.Oversubscription != 0 && (!(t.Network.Oversubscription >= 1) || !finite(t.Network.Oversubscription)):
 		return bad("network.oversubscription", t.Network.Oversubscription, "1 (non-blocking) or more; 0 reads as 1")
+	case !(t.GPU.TFLOPS >= 0) || !finite(t.GPU.TFLOPS):
+		return bad("gpu.tflops", t.GPU.TFLOPS, "zero (unknown) or a positive rate")
+	case !(t.GPU.HBMGBps >= 0) || !finite(t.GPU.HBMGBps):
+		return bad("gpu.hbm_GBps", t.GPU.HBMGBps, "zero (unknown) or a positive rate")
+	case !(t.GPU.MemGB >= 0) || !finite(t.GPU.MemGB):
+		return bad("gpu.mem_GB", t.GPU.MemGB, "zero (unknown) or a positive size")
 	case !oneOf(t.Runtime, Runtimes):
 		return bad("runtime", fmt.Sprintf("%q", t.Runtime), fmt.Sprintf("one of %v", Runtimes))
 	}
