@@ -15,6 +15,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/goccl/goccl/internal/cluster"
 )
 
 // Row statuses of a validation.
@@ -259,18 +261,23 @@ func publishedRow(rec []string, col map[string]int, line int) (Published, error)
 
 // ValidatePublished predicts every row and compares. It never skips a
 // row: one it cannot predict has StatusNotModelled or StatusError and a
-// reason.
-func ValidatePublished(rows []Published) *ValidationReport {
+// reason. A calibration (cal, may be nil) applies to the rows of goccl's
+// clusters (runtime goccl: the goccl-netns systems).
+func ValidatePublished(rows []Published, cal ...*Calibration) *ValidationReport {
 	rep := &ValidationReport{Rows: make([]RowResult, 0, len(rows))}
+	var c *Calibration
+	if len(cal) > 0 {
+		c = cal[0]
+	}
 	for _, p := range rows {
-		rep.Rows = append(rep.Rows, validateRow(p))
+		rep.Rows = append(rep.Rows, validateRow(p, c))
 	}
 	rep.Summary = summarize(rep.Rows)
 	return rep
 }
 
 // validateRow predicts one row.
-func validateRow(p Published) RowResult {
+func validateRow(p Published, cal *Calibration) RowResult {
 	res := RowResult{Published: p}
 	fail := func(status, format string, args ...any) RowResult {
 		res.Status, res.Reason = status, fmt.Sprintf(format, args...)
@@ -281,6 +288,9 @@ func validateRow(p Published) RowResult {
 		return fail(StatusError, "unknown system %q (known: %s)", p.System, strings.Join(ValidationSystems(), "; "))
 	}
 	topo, err := sys.topology(p.GPUs, p.Nodes)
+	if err == nil && cal != nil && topo.Runtime == "goccl" {
+		topo, err = topo.Apply(cal)
+	}
 	if err != nil {
 		return fail(StatusError, "system %q: %v", p.System, err)
 	}
@@ -303,6 +313,9 @@ func validateRow(p Published) RowResult {
 	}
 	c := Collective{Kind: kind, Bytes: bytes, Algo: algoOf(p.Algo), Ranks: p.GPUs}
 	res.Model = fmt.Sprintf("%s: %s %d B", describe(sys, topo), kind, bytes)
+	if cal != nil && topo.Runtime == "goccl" {
+		res.Model = "calibrated " + res.Model
+	}
 	if c.Algo != "" {
 		res.Model += ", " + c.Algo
 	}
@@ -326,12 +339,35 @@ func ValidationSystems() []string {
 }
 
 func lookupSystem(name string) (systemMap, bool) {
+	if s, ok := netnsSystem(name); ok {
+		return s, true
+	}
 	for _, s := range validationSystems {
 		if strings.EqualFold(s.name, strings.TrimSpace(name)) {
 			return s, true
 		}
 	}
 	return systemMap{}, false
+}
+
+// NetnsSystem is the system column of goccl's own namespace cluster
+// (goccl cluster up), followed by its link rate in tc's units:
+// "goccl-netns 1gbit", "goccl-netns 100mbit".
+const NetnsSystem = "goccl-netns"
+
+// netnsSystem reads "goccl-netns RATE": the goccl-netns preset at that
+// rate, one NIC per host.
+func netnsSystem(name string) (systemMap, bool) {
+	rest, ok := strings.CutPrefix(strings.TrimSpace(name), NetnsSystem+" ")
+	if !ok {
+		return systemMap{}, false
+	}
+	rate, err := cluster.ParseRate(rest)
+	if err != nil || rate == 0 {
+		return systemMap{}, false
+	}
+	return systemMap{name: name, preset: "goccl-netns", nics: 1, nicGbps: float64(rate) / 1e9,
+		note: "goccl's namespace cluster, each host's link shaped by tbf"}, true
 }
 
 // topology is the system's preset for a row of gpus GPUs on nodes nodes:

@@ -15,8 +15,9 @@ import (
 
 var simUsage = `usage: goccl sim collective [-t PRESET | --topo FILE.json] [--nodes N] [--ranks N]
                             [-c COLL] [-b MIN] [-e MAX] [-f FACTOR | -i STEP] [-a ALGO] [--json]
-       goccl sim validate --csv FILE [--json]
+       goccl sim validate --csv FILE [--calibration FILE] [--json]
        goccl sim presets [--json]
+       goccl sim calibrate [--cluster NAME] [-e MAX] [-n ITERS] [-o FILE]
 
 sim predicts what collectives cost on a cluster described as data (a preset
 or a topology JSON file), with the closed-form model of package sim; it runs
@@ -34,6 +35,11 @@ validate    predicts each row of a CSV of published measurements (columns
             published and the error per row, then the median and 95th
             percentile of |error|; rows it cannot model are listed with why
 presets     lists the presets and their parameters
+calibrate   measures send/recv between two ranks of this host and, with
+            --cluster, between two hosts of a namespace cluster (goccl run
+            and goccl perf, this binary), fits latency and rate to each
+            (t = α + bytes/rate) and prints the calibration JSON that
+            validate --calibration applies to goccl clusters' rows
 
 Exit status: 0 done (validate: whatever the errors), 1 a prediction failed,
 2 usage errors and bad input (validate: a file it cannot read, or a row that
@@ -59,6 +65,7 @@ var simSubs = []simSub{
 	{name: "collective", run: runSimCollective},
 	{name: "validate", run: runSimValidate},
 	{name: "presets", run: runSimPresets},
+	{name: "calibrate", run: runSimCalibrate},
 }
 
 func runSim(args []string, stdout, stderr io.Writer) int {
@@ -500,11 +507,24 @@ func runSimValidate(name string, args []string, stdout, stderr io.Writer) int {
 	fs := simFlags(name, stderr)
 	csvFile := fs.String("csv", "", "the CSV to validate against (- for standard input); the repository's is sim/testdata/published.csv")
 	asJSON := fs.Bool("json", false, "print the rows and the summary as JSON")
+	calFile := fs.String("calibration", "", "a calibration (goccl sim calibrate -o FILE) for the rows of goccl's namespace clusters")
 	if status, exit := fs.parseOrExit(args); exit {
 		return status
 	}
 	if !simNoArgs(fs, stderr) {
 		return 2
+	}
+	var cal *sim.Calibration
+	if *calFile != "" {
+		f, err := os.Open(*calFile)
+		if err == nil {
+			cal, err = sim.LoadCalibration(f)
+			f.Close()
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: --calibration %s: %v\n", name, *calFile, err)
+			return 2
+		}
 	}
 	if *csvFile == "" {
 		fmt.Fprintf(stderr, "%s: --csv FILE is required (the repository's published measurements: --csv sim/testdata/published.csv)\n", name)
@@ -525,7 +545,7 @@ func runSimValidate(name string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: %s: %v\n", name, *csvFile, err)
 		return 2
 	}
-	rep := sim.ValidatePublished(rows)
+	rep := sim.ValidatePublished(rows, cal)
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
