@@ -16,7 +16,9 @@ func TestParseWorkload(t *testing.T) {
 		check  func(Workload) bool
 	}{
 		{"GPT-22B L48 h6144 a64 seq2048 mbs1 TP8 PP1 full recompute fp16", 22e9,
-			func(w Workload) bool { return w.Parallel.TP == 8 && w.Parallel.PP == 1 && w.Parallel.Recompute == "full" }},
+			func(w Workload) bool {
+				return w.Parallel.TP == 8 && w.Parallel.PP == 1 && w.Parallel.Recompute == "full"
+			}},
 		{"GPT-175B L96 h12288 a96 seq2048 mbs1 gbs64 TP8 PP8 full recompute fp16", 175e9,
 			func(w Workload) bool { return w.Parallel.GBS == 64 && w.Model.Seq == 2048 }},
 		{"GPT-530B L105 h20480 a128 seq2048 mbs1 TP8 PP35 full recompute fp16", 530e9, nil},
