@@ -1,19 +1,22 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"unicode"
 
 	"github.com/goccl/goccl/sim"
 )
 
-var simUsage = `usage: goccl sim collective [-t PRESET | --topo FILE.json] [--nodes N] [--ranks N]
+var simUsage = `usage: goccl sim collective [-t PRESET | --topo FILE.json|FILE.xml] [--nodes N] [--ranks N]
                             [-c COLL] [-b MIN] [-e MAX] [-f FACTOR | -i STEP] [-a ALGO] [--json]
        goccl sim validate --csv FILE [--calibration FILE] [--json]
        goccl sim presets [--json]
@@ -120,7 +123,7 @@ type simCollectiveConfig struct {
 func runSimCollective(name string, args []string, stdout, stderr io.Writer) int {
 	fs := simFlags(name, stderr)
 	preset := fs.StringP("preset", "t", "", "a preset (goccl sim presets lists them; default dgx-h100 unless --topo)")
-	topoFile := fs.String("topo", "", "a topology JSON file (docs/sim.md has the schema)")
+	topoFile := fs.String("topo", "", "a topology file: JSON (docs/sim.md has the schema) or a topology dump (NCCL_TOPO_DUMP_FILE, GOCCL_TOPO_DUMP_FILE XML)")
 	nodes := fs.Int("nodes", 0, "scale the topology to N nodes (0: as it is)")
 	ranks := fs.Int("ranks", 0, "ranks taking part (0: every GPU of the topology)")
 	collName := fs.StringP("collective", "c", "all_reduce", "all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall or sendrecv")
@@ -219,7 +222,7 @@ func simTopology(preset, file string, nodes int) (*sim.Topology, error) {
 			return nil, fmt.Errorf("--topo: %w", err)
 		}
 		defer f.Close()
-		if t, err = sim.Load(f); err != nil {
+		if t, err = simLoadTopology(f, file); err != nil {
 			return nil, fmt.Errorf("--topo %s: %w", file, err)
 		}
 	default:
@@ -240,6 +243,24 @@ func simTopology(preset, file string, nodes int) (*sim.Topology, error) {
 		}
 	}
 	return t, nil
+}
+
+// simLoadTopology reads a topology file: JSON (docs/sim.md's schema), or
+// XML in the shape of NCCL's topology dump (NCCL_TOPO_DUMP_FILE) or goccl's
+// (GOCCL_TOPO_DUMP_FILE), named after the file.
+func simLoadTopology(f *os.File, path string) (*sim.Topology, error) {
+	br := bufio.NewReader(f)
+	for {
+		b, err := br.Peek(1)
+		if err != nil || !unicode.IsSpace(rune(b[0])) {
+			break
+		}
+		br.ReadByte()
+	}
+	if b, err := br.Peek(1); err == nil && b[0] == '<' {
+		return sim.ImportXML(br, strings.TrimSuffix(filepath.Base(path), filepath.Ext(path)))
+	}
+	return sim.Load(br)
 }
 
 // simRow is one predicted size.
