@@ -21,6 +21,7 @@ var simUsage = `usage: goccl sim collective [-t PRESET | --topo FILE.json|FILE.x
        goccl sim validate --csv FILE [--calibration FILE] [--json]
        goccl sim presets [--json]
        goccl sim calibrate [--cluster NAME] [-e MAX] [-n ITERS] [-o FILE]
+       goccl sim compare TOPOLOGY_A TOPOLOGY_B [-c COLL] [-b MIN] [-e MAX] [-f FACTOR] [--ranks N]
 
 sim predicts what collectives cost on a cluster described as data (a preset
 or a topology JSON file), with the closed-form model of package sim; it runs
@@ -38,6 +39,9 @@ validate    predicts each row of a CSV of published measurements (columns
             published and the error per row, then the median and 95th
             percentile of |error|; rows it cannot model are listed with why
 presets     lists the presets and their parameters
+compare     predicts one collective on two topologies (each a preset or a
+            file, with an optional @NODES: nvl72 dgx-b200@9) on the same
+            ranks and prints them side by side with A's time over B's
 calibrate   measures send/recv between two ranks of this host and, with
             --cluster, between two hosts of a namespace cluster (goccl run
             and goccl perf, this binary), fits latency and rate to each
@@ -69,6 +73,7 @@ var simSubs = []simSub{
 	{name: "validate", run: runSimValidate},
 	{name: "presets", run: runSimPresets},
 	{name: "calibrate", run: runSimCalibrate},
+	{name: "compare", run: runSimCompare},
 }
 
 func runSim(args []string, stdout, stderr io.Writer) int {
