@@ -50,7 +50,7 @@ for rate in 1gbit 100mbit; do
 			for algo in $algos; do
 				env=()
 				[ "$algo" = ring ] && env=(--env GOCCL_ALGO=ring)
-				echo "sim-netns: $rate ${hosts}x$per $coll $algo" >&2
+				echo "sim-netns: $rate ${hosts}x$per $coll $algo (load $(cut -d" " -f1 /proc/loadavg))" >&2
 				"$goccl" run -H "$list" --rsh "$goccl cluster rsh" "${env[@]}" \
 					"$goccl" perf "$coll" -b 64K -e "$max" -f 4 -n 3 -w 1 -J "$bin/perf.json" >/dev/null
 				python3 - "$bin/perf.json" "$rate" "$((hosts * per))" "$hosts" "$coll" "$algo" >>"$csv" <<'PY'

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,7 +13,7 @@ import (
 // namespace cluster with goccl itself (point-to-point send/recv between two
 // ranks: goccl perf sendrecv), fitted to Hockney's model t = α + n·β
 // (Hockney, "The communication challenge for MPP", Parallel Computing
-// 20(3), 1994). It replaces a topology's latencies and rates (Apply);
+// 20(3), 1994; FitHockney says how). It replaces a topology's latencies and rates (Apply);
 // collectives are never among the points, so a validation of collectives
 // against a calibrated topology compares with points the fit never saw.
 type Calibration struct {
@@ -44,44 +45,73 @@ type Point struct {
 	TimeUs float64 `json:"time_us"`
 }
 
-// FitHockney fits t = α + n·β to the points by least squares on the
-// relative error (weights 1/t², so 8 bytes and 64 MiB count alike), and
-// returns α in µs and 1/β in GB/s. It needs two sizes or more and a
-// positive slope.
+// FitHockney fits t = α + n·β to the points in the two regimes each term
+// rules, as LogGP-style parameter extraction does (Alexandrov et al.,
+// "LogGP", SPAA 1995; Hockney 1994 reads r∞ and n½ off the same curve): α
+// is the median of t − n·β over the latency-bound sizes (≤ LatencyMaxBytes;
+// the smallest third when none is), β the least-squares slope of t − α
+// over the bandwidth-bound sizes (≥ BandwidthMinBytes; the largest third
+// when none is), four times over, so that exact points give α and β back
+// (to 1e-9). A
+// single weighted fit over every size lets the middle sizes decide, where
+// caches (shared memory) and a shaper's burst (tbf passes its bucket at
+// line rate) bend the curve. α is in µs, 1/β in GB/s. It needs two sizes
+// or more and a positive slope.
 func FitHockney(pts []Point) (*LinkFit, error) {
-	if len(pts) < 2 {
-		return nil, fmt.Errorf("sim: calibration: %d points: want 2 sizes or more", len(pts))
-	}
-	var sw, sx, sy, sxx, sxy float64
+	sizes := map[int64]bool{}
 	for _, p := range pts {
 		if !(p.TimeUs > 0) || p.Bytes < 0 || math.IsInf(p.TimeUs, 0) {
 			return nil, fmt.Errorf("sim: calibration: point %d B in %v µs: want a positive time", p.Bytes, p.TimeUs)
 		}
-		w := 1 / (p.TimeUs * p.TimeUs)
-		x := float64(p.Bytes)
-		sw += w
-		sx += w * x
-		sy += w * p.TimeUs
-		sxx += w * x * x
-		sxy += w * x * p.TimeUs
+		sizes[p.Bytes] = true
 	}
-	det := sw*sxx - sx*sx
-	if det <= 0 {
+	switch {
+	case len(pts) < 2:
+		return nil, fmt.Errorf("sim: calibration: %d points: want 2 sizes or more", len(pts))
+	case len(sizes) < 2:
 		return nil, fmt.Errorf("sim: calibration: the points have one size: want two or more")
 	}
-	beta := (sw*sxy - sx*sy) / det // µs per byte
-	alpha := (sy - beta*sx) / sw
-	if !(beta > 0) {
-		return nil, fmt.Errorf("sim: calibration: time does not grow with size (slope %.3g µs/B): measure larger sizes", beta)
+	sorted := slices.Clone(pts)
+	slices.SortStableFunc(sorted, func(a, b Point) int { return cmp.Compare(a.Bytes, b.Bytes) })
+	third := max(1, len(sorted)/3)
+	small, large := sorted[:third], sorted[len(sorted)-third:]
+	if i := slices.IndexFunc(sorted, func(p Point) bool { return p.Bytes > LatencyMaxBytes }); i > 0 {
+		small = sorted[:i]
 	}
-	alpha = max(alpha, 0)
+	if i := slices.IndexFunc(sorted, func(p Point) bool { return p.Bytes >= BandwidthMinBytes }); i >= 0 && i < len(sorted)-1 {
+		large = sorted[i:]
+	}
+	var alpha, beta float64 // µs, µs per byte
+	for range 4 {
+		alpha = max(0, median(mapPoints(small, func(p Point) float64 { return p.TimeUs - beta*float64(p.Bytes) })))
+		var num, den float64
+		for _, p := range large {
+			x := float64(p.Bytes)
+			num += x * (p.TimeUs - alpha)
+			den += x * x
+		}
+		if !(den > 0) || !(num > 0) {
+			return nil, fmt.Errorf("sim: calibration: time does not grow with size over %d B to %d B: measure larger sizes", large[0].Bytes, large[len(large)-1].Bytes)
+		}
+		beta = num / den
+	}
 	f := &LinkFit{LatencyUs: alpha, GBps: 1e-3 / beta, Points: slices.Clone(pts)}
-	errs := make([]float64, len(pts))
-	for i, p := range pts {
-		errs[i] = math.Abs((alpha+beta*float64(p.Bytes))/p.TimeUs - 1)
-	}
-	f.MedianAbsError = median(errs)
+	f.MedianAbsError = median(mapPoints(pts, func(p Point) float64 { return math.Abs((alpha+beta*float64(p.Bytes))/p.TimeUs - 1) }))
 	return f, nil
+}
+
+// The regimes of FitHockney.
+const (
+	LatencyMaxBytes   = 1 << 10 // sizes up to it time α
+	BandwidthMinBytes = 1 << 20 // sizes from it time β
+)
+
+func mapPoints(pts []Point, f func(Point) float64) []float64 {
+	out := make([]float64, len(pts))
+	for i, p := range pts {
+		out[i] = f(p)
+	}
+	return out
 }
 
 func median(v []float64) float64 {
