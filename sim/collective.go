@@ -29,7 +29,7 @@ var Kinds = []string{"all_reduce", "all_gather", "reduce_scatter", "broadcast", 
 
 // Algos are the algorithm names Collective.Algo may hold (p2p: sendrecv's
 // one send to the next rank).
-var Algos = []string{"ring", "tree", "nvls", "collnet", "rhd", "rd", "direct", "hier", "pairwise", "p2p"}
+var Algos = []string{"ring", "tree", "nvls", "collnet", "pat", "rhd", "rd", "direct", "hier", "pairwise", "p2p"}
 
 // BusFactor is nccl-tests' ratio of bus bandwidth to algorithm bandwidth
 // (doc/PERFORMANCE.md): all_reduce 2(n-1)/n, all_gather, reduce_scatter and

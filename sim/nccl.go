@@ -9,12 +9,15 @@ import (
 // protocol is one of NCCL's protocols as its tuning model sees it
 // (src/graph/tuning.cc): a share of the link's bandwidth that carries
 // data, a fixed latency per call and a latency per step of the algorithm
-// (a hop to the next GPU) over each kind of link.
+// (a hop to the next GPU) over each kind of link, for the ring and for the
+// tree.
 type protocol struct {
-	name string
-	eff  float64    // data bytes per byte on the link
-	base float64    // µs per call: launch, protocol setup
-	hop  [3]float64 // µs per step: over NVLink, over PCIe (or shm), through the network
+	name     string
+	eff      float64    // data bytes per byte on the link
+	base     float64    // µs per call: launch, protocol setup (ring)
+	hop      [3]float64 // µs per ring step: over NVLink, over PCIe (or shm), through the network
+	treeBase float64    // µs per call of the tree
+	treeHop  [3]float64 // µs per tree step, as hop
 }
 
 // The hop index of each link kind.
@@ -26,14 +29,24 @@ const (
 
 // protocols: LL sends 4 data bytes and a 4-byte flag in every 8-byte
 // store (1/2); LL128 one 8-byte flag per 128-byte line (120/128); Simple
-// whole buffers behind a memory fence (all of it). The latencies are those
-// of NCCL's tuning model for the ring (its default tuner constants, µs):
-// its base latencies and its per-step hardware latencies over NVLink, PCIe
-// and the network.
+// whole buffers behind a memory fence (all of it). The latencies are NCCL's
+// default tuner constants (tuning.cc, ncclTunerConstantsDefaults, µs): its
+// base latencies and its per-step hardware latencies over NVLink, PCIe and
+// the network, for Ring and for Tree.
 var protocols = [...]protocol{
-	{name: "LL", eff: 0.5, base: 6.6, hop: [3]float64{0.6, 1.0, 2.7}},
-	{name: "LL128", eff: 120.0 / 128, base: 14, hop: [3]float64{1.9, 2.5, 4.0}},
-	{name: "Simple", eff: 1, base: 8.4, hop: [3]float64{3.4, 5.7, 14}},
+	{name: "LL", eff: 0.5, base: 6.6, hop: [3]float64{0.6, 1.0, 2.7}, treeBase: 6.8, treeHop: [3]float64{0.6, 1.0, 5.0}},
+	{name: "LL128", eff: 120.0 / 128, base: 14, hop: [3]float64{1.9, 2.5, 4.0}, treeBase: 14, treeHop: [3]float64{1.25, 1.9, 8.5}},
+	{name: "Simple", eff: 1, base: 8.4, hop: [3]float64{3.4, 5.7, 14}, treeBase: 8.4, treeHop: [3]float64{4.0, 4.0, 14}},
+}
+
+// perChannelCaps are NCCL's caps on one search channel's bus bandwidth
+// (GB/s) by generation and by nodes (1, 2, more), from tuning.cc:
+// perChMaxRingLL128Bws, perChMaxTreeLL128Bws, perChMaxTreeBws. A GPU not
+// named has none (capOf).
+var perChannelCaps = map[string]struct{ ringLL128, treeLL128, tree [3]float64 }{
+	"ampere":    {[3]float64{20, 20, 20}, [3]float64{20, 20, 20}, [3]float64{24, 23.6, 17.8}},
+	"hopper":    {[3]float64{36.7, 36.7, 36.7}, [3]float64{36.7, 36.7, 29}, [3]float64{38.7, 41.4, 36}},
+	"blackwell": {[3]float64{40, 40, 40}, [3]float64{55.6, 31.67, 20}, [3]float64{70, 42.8, 24}},
 }
 
 const (
@@ -51,12 +64,11 @@ const (
 	// ibPayload is an InfiniBand packet's payload share at the 4096-byte
 	// MTU: 26 bytes of LRH, BTH, ICRC and VCRC per packet.
 	ibPayload = 4096.0 / (4096 + 26)
-	// treeEff is NCCL's model's discount of the tree's pipeline against
-	// the ring's bandwidth (tuning.cc: ×0.92 on the tree's bus bandwidth).
-	treeEff = 0.92
-	// nvlsChannels is NCCL's default number of NVLS channels on Hopper,
-	// one of which its model counts as not carrying data.
-	nvlsChannels = 16
+	// treeEff is NCCL's model's discount of the tree's all_reduce
+	// bandwidth (tuning.cc: busBw × .92); ll128RingEff its LL128 ring
+	// discount (tuning.cc: × 0.92, "120.0/128.0" in its comment).
+	treeEff      = 0.92
+	ll128RingEff = 0.92
 	// nvlsHopUs is NCCL's model's latency of an NVLS operation (µs): the
 	// multimem load-reduce and store through the switch.
 	nvlsHopUs = 25
@@ -100,17 +112,19 @@ func llMaxGBps(gpu string) float64 {
 type ncclLinks struct {
 	l          layout
 	intra, net float64 // per GPU inside a node; per node through its NICs
+	nicGBps    float64 // one NIC's data rate
 	intraHop   int
 	netLatUs   float64 // the network's own latency, added to each network hop
 	intraLatUs float64 // the fabric's latency, when larger than a protocol's hop
 	ll128      bool    // NCCL enables LL128 on NVLink systems only
-	gpu        string  // Topology.GPU.Name
+	gpu, gen   string  // Topology.GPU.Name and its generation
 	llMax      float64 // LL's cap on the bus bandwidth; 0: none
+	ring       ringGraph
 }
 
 func (t *Topology) ncclLinks(ranks int) ncclLinks {
 	k := ncclLinks{l: t.layout(ranks), intra: t.Intra.GBps, intraHop: hopPCIe,
-		netLatUs: t.Network.LatencyUs, intraLatUs: t.Intra.LatencyUs, gpu: t.GPU.Name}
+		netLatUs: t.Network.LatencyUs, intraLatUs: t.Intra.LatencyUs, gpu: t.GPU.Name, gen: generation(t.GPU.Name)}
 	switch t.Intra.Kind {
 	case "nvswitch", "nvlink":
 		k.intra *= nvlinkPayload
@@ -122,23 +136,80 @@ func (t *Topology) ncclLinks(ranks int) ncclLinks {
 		k.llMax = llMaxGBps(t.GPU.Name)
 	}
 	over := math.Max(1, t.Network.Oversubscription)
-	k.net = k.l.nics * t.NICGbps / 8 * ibPayload / over
+	k.nicGBps = t.NICGbps / 8 * ibPayload / over
+	k.net = k.l.nics * k.nicGBps
+	k.ring = searchRing(k.gen, k.intra, k.l.nodes, k.l.nics, k.nicGBps)
 	return k
 }
 
-// hop is a protocol's latency of one step inside a node and across nodes.
-func (k *ncclLinks) hop(p protocol) (intra, net float64) {
-	return math.Max(p.hop[k.intraHop], k.intraLatUs), p.hop[hopNet] + k.netLatUs
+// hop is a protocol's latency of one step inside a node and across
+// nodes, from its per-step latencies h (protocol.hop or treeHop).
+func (k *ncclLinks) hop(h [3]float64) (intra, net float64) {
+	return math.Max(h[k.intraHop], k.intraLatUs), h[hopNet] + k.netLatUs
 }
 
-// ringBW is the ring's bus bandwidth: each channel's ring enters and
-// leaves every node once, so a node's NICs carry what one GPU sends, and
-// the slower of a GPU's link and its node's NICs bounds it.
+// ringBW is the ring's bus bandwidth with all channels: each channel's
+// ring enters and leaves every node once, through one NIC, so a node's
+// NICs carry what one GPU sends, and only as many NICs as the search has
+// channels carry it (search.cc: one NET per ring channel); the slower of
+// a GPU's link and those NICs bounds it.
 func (k *ncclLinks) ringBW() float64 {
 	if k.l.nodes == 1 {
 		return k.intra
 	}
-	return math.Min(k.intra, k.net)
+	return math.Min(k.intra, math.Min(k.l.nics, float64(k.ring.graph))*k.nicGBps)
+}
+
+// capOf is a per-channel cap times g search channels; +Inf without one.
+func capOf(c float64, g float64) float64 {
+	if c == 0 {
+		return math.Inf(1)
+	}
+	return c * g
+}
+
+// index2 is NCCL's column of its per-node-count constants: 1, 2, more nodes.
+func (k *ncclLinks) index2() int { return min(k.l.nodes, 3) - 1 }
+
+// ringBusBW is the ring's bus bandwidth under protocol p on nc of the
+// communicator's channels (NCCL's refinements, tuning.cc: LL at half,
+// capped by llMaxBws; LL128 × 0.92, capped per search channel): a channel
+// carries its share of the links, so nc channels carry nc/comm of it.
+func (k *ncclLinks) ringBusBW(p, nc int) float64 {
+	share := float64(nc) / float64(k.ring.comm)
+	bw := k.ringBW() * share
+	switch p {
+	case 0:
+		if bw *= 0.5; k.llMax > 0 {
+			bw = math.Min(bw, k.llMax)
+		}
+	case 1:
+		bw = math.Min(bw*ll128RingEff, capOf(perChannelCaps[k.gen].ringLL128[k.index2()], float64(k.ring.graph)*share))
+	}
+	return bw
+}
+
+// treeBusBW is the tree all_reduce's bus bandwidth under protocol p on nc
+// channels (tuning.cc: × .92 capped by perChMaxTreeBws; LL × 1/3.8 capped
+// by llMaxBws; LL128 × 7/9 on one node, 120/128 across, capped by
+// perChMaxTreeLL128Bws), times treeCorrectionFactor for bytes.
+func (k *ncclLinks) treeBusBW(p, nc int, bytes int64) float64 {
+	share := float64(nc) / float64(k.ring.comm)
+	caps, g := perChannelCaps[k.gen], float64(k.ring.graph)*share
+	bw := math.Min(k.ringBW()*share*treeEff, capOf(caps.tree[k.index2()], g))
+	switch p {
+	case 0:
+		if bw /= 3.8; k.llMax > 0 {
+			bw = math.Min(bw, k.llMax)
+		}
+	case 1:
+		f := 120.0 / 128
+		if k.l.nodes == 1 {
+			f = 7.0 / 9
+		}
+		bw = math.Min(bw*f, capOf(caps.treeLL128[k.index2()], g))
+	}
+	return bw * treeFactor(bytes, p)
 }
 
 // data is a link's data rate under protocol p: bw times its efficiency,
@@ -168,10 +239,10 @@ func (t *Topology) ncclCollective(c Collective) (Result, error) {
 	best := ncclCandidate{us: math.Inf(1)}
 	for _, a := range algos {
 		for p := range protocols {
-			if p == 1 && !k.ll128 || (a == "nvls" || a == "collnet") && p != simple {
+			if p == 1 && !k.ll128 || (a == "nvls" || a == "collnet" || a == "pat") && p != simple {
 				continue
 			}
-			if us := k.time(c, a, protocols[p]); us < best.us {
+			if us := k.time(c, a, p); us < best.us {
 				best = ncclCandidate{algo: a, proto: p, us: us}
 			}
 		}
@@ -194,6 +265,12 @@ func (t *Topology) ncclAlgos(c Collective, k *ncclLinks) ([]string, error) {
 		}
 	case "all_gather", "reduce_scatter":
 		usable = []string{"ring"}
+		if t.Intra.NVLS && k.l.nodes == 1 && k.l.perNode > 1 && k.l.perNode <= maxNVLSArity {
+			usable = append(usable, "nvls") // NCCL's NVLS gather/scatter: one node, at most NCCL_MAX_NVLS_ARITY GPUs
+		}
+		if k.l.perNode == 1 && k.l.nodes > 1 {
+			usable = append(usable, "pat") // ncclPatEnable (tuning.cc): one GPU per node
+		}
 	case "broadcast", "reduce":
 		usable = []string{"ring", "tree"}
 		if c.Algo == "" {
@@ -215,49 +292,125 @@ func (t *Topology) ncclAlgos(c Collective, k *ncclLinks) ([]string, error) {
 		return nil, t.errAlgo(c, "needs intra.nvls (an NVSwitch with in-switch reduction)")
 	case c.Algo == "nvls" && c.Kind == "all_reduce":
 		return nil, t.errAlgo(c, "needs 2 or more ranks on a node")
+	case c.Algo == "nvls" && (c.Kind == "all_gather" || c.Kind == "reduce_scatter"):
+		return nil, t.errAlgo(c, "needs intra.nvls and one node of 2 to 32 ranks (NCCL runs it across nodes only with CollNet)")
+	case c.Algo == "pat" && (c.Kind == "all_gather" || c.Kind == "reduce_scatter"):
+		return nil, t.errAlgo(c, "needs one rank per node and 2 or more nodes (NCCL's PAT)")
 	case c.Algo == "collnet" && c.Kind == "all_reduce":
 		return nil, t.errAlgo(c, "needs network.sharp and 2 or more nodes")
 	}
 	return nil, t.errAlgo(c, "NCCL runs it with "+strings.Join(usable, ", "))
 }
 
-// time is algorithm a's time for c with protocol p, in µs.
-func (k *ncclLinks) time(c Collective, a string, p protocol) float64 {
-	n, nodes, g := float64(c.Ranks), k.l.nodes, k.l.perNode
-	s := float64(c.Bytes) / 1e3 // kB: over GB/s, µs
-	hi, hn := k.hop(p)
+// time is algorithm a's time for c with protocol p (an index of
+// protocols), in µs.
+func (k *ncclLinks) time(c Collective, a string, p int) float64 {
 	switch a {
 	case "ring":
-		steps, inter := c.Ranks-1, nodes-1 // gather-like, and the chains of broadcast and reduce
-		if c.Kind == "all_reduce" {
-			steps, inter = 2*steps, 2*inter
-		}
-		lat := p.base + float64(steps-inter)*hi + float64(inter)*hn
-		factor := BusFactor(c.Kind, c.Ranks) // bytes through each GPU's link per byte of the size column
-		return lat + s*factor/k.data(k.ringBW(), p)
+		return k.ringTime(c, p)
 	case "tree":
-		depth := float64(bits.Len(uint(nodes - 1))) // ⌈log2 nodes⌉ levels of the binary trees
-		if c.Kind != "all_reduce" {                 // one pass down (broadcast) or up (reduce)
-			bw := k.intra
-			if nodes > 1 {
-				bw = math.Min(bw, k.net/2) // an inner node feeds two children
-			}
-			return p.base + float64(g-1)*hi + depth*hn + s/k.data(bw*treeEff, p)
-		}
-		lat := p.base + 2*(float64(g-1)*hi+depth*hn) // up and down: a chain in the node, trees across
-		return lat + s/(0.5*k.data(k.ringBW()*treeEff, p))
+		return k.treeTime(c, p)
 	case "nvls":
-		bw := k.intra * nvlsEfficiency(k.gpu) * (nvlsChannels - 1) / nvlsChannels // S each way per GPU
-		lat := float64(nvlsHopUs)
-		if nodes > 1 { // NVLS inside the nodes, trees across (NVLSTree): NCCL's model doubles the network's share with 2 nodes
-			pair := 1.0
-			if nodes <= 2 {
-				pair = 2
-			}
-			bw = math.Min(bw, k.net*pair*n/(2*(n-1)))
-			lat += 2 * float64(bits.Len(uint(nodes-1))) * hn
+		return k.nvlsTime(c)
+	case "pat":
+		return k.patTime(c)
+	}
+	return k.otherTime(c, a, protocols[p])
+}
+
+// ringTime: NCCL's ring latency (2(n−1) steps for all_reduce, n−1 for
+// the others, those that cross nodes at the network's latency; × 1.4 for
+// Simple all_reduce across nodes with at least 64 bytes per channel and
+// rank, NCCL's "plateau effect of ring", tuning.cc) plus each GPU's bytes
+// (the bus factor times the size) over the bus bandwidth of the channels
+// NCCL runs for this size.
+func (k *ncclLinks) ringTime(c Collective, p int) float64 {
+	pr := protocols[p]
+	hi, hn := k.hop(pr.hop)
+	steps, inter := c.Ranks-1, k.l.nodes-1 // gather-like, and the chains of broadcast and reduce
+	if c.Kind == "all_reduce" {
+		steps, inter = 2*steps, 2*inter
+	}
+	lat := pr.base + float64(steps-inter)*hi + float64(inter)*hn
+	if p == simple && k.l.nodes > 1 && c.Kind == "all_reduce" && c.Bytes/int64(k.ring.comm*c.Ranks) >= 64 {
+		lat *= 1.4
+	}
+	nc := channelsUsed(c.Bytes, k.ring, p, c.Ranks, true)
+	factor := BusFactor(c.Kind, c.Ranks) // bytes through each GPU's link per byte of the size column
+	return lat + float64(c.Bytes)/1e3*factor/k.ringBusBW(p, nc)
+}
+
+// treeTime: all_reduce up and down a chain inside each node and the
+// double binary tree across nodes (tuning.cc's tree latency and bandwidth,
+// each byte of the size crossing a GPU's link twice); broadcast and reduce
+// (NCCL runs them as rings; only when forced) one pass.
+func (k *ncclLinks) treeTime(c Collective, p int) float64 {
+	pr := protocols[p]
+	hi, hn := k.hop(pr.treeHop)
+	nodes, g := k.l.nodes, k.l.perNode
+	depth := float64(bits.Len(uint(nodes - 1))) // ⌈log2 nodes⌉ levels of the binary trees
+	s := float64(c.Bytes) / 1e3                 // kB: over GB/s, µs
+	if c.Kind != "all_reduce" {                 // one pass down (broadcast) or up (reduce)
+		bw := k.intra
+		if nodes > 1 {
+			bw = math.Min(bw, k.net/2) // an inner node feeds two children
 		}
-		return lat + s/bw
+		return pr.base + float64(g-1)*hi + depth*hn + s/k.data(bw*treeEff, pr)
+	}
+	lat := pr.treeBase + 2*(float64(g-1)*hi+depth*hn)
+	nc := channelsUsed(c.Bytes, k.ring, p, c.Ranks, false)
+	return lat + s/(0.5*k.treeBusBW(p, nc, c.Bytes))
+}
+
+// nvlsTime: in-switch reduction (NVLS) on one node, NVLS inside the nodes
+// and trees across them (NVLSTree) on several. Its bandwidth is NCCL's
+// per-channel NVLS rate (tuning.cc: the link × nvlsEfficiency × (heads −
+// 1)/heads, heads = the NVLS graph's channels, one per GPU of the node)
+// applied to the whole link: each byte of the size leaves and enters each
+// GPU once. On one node the pipeline's fill adds nvlsFillBytes; its
+// latency is NCCL's NVLS hardware latency (25 µs, tuning.cc).
+func (k *ncclLinks) nvlsTime(c Collective) float64 {
+	heads := nvlsHeads(k.l.perNode)
+	bw := k.intra * nvlsEfficiency(k.gpu) * float64(heads-1) / float64(heads)
+	n, nodes := float64(c.Ranks), k.l.nodes
+	s := float64(c.Bytes) / 1e3
+	lat := float64(nvlsHopUs)
+	if c.Kind != "all_reduce" { // all_gather, reduce_scatter: each GPU's (n−1)/n of the size
+		return lat + s*(n-1)/n/bw
+	}
+	if nodes == 1 {
+		return lat + (s+nvlsFillBytes(c.Bytes, nvlsChannels(k.gpu, 1), heads)/1e3)/bw
+	}
+	// NVLSTree: one head (and NIC) per NVLS channel; NCCL's model doubles
+	// the network's share with 2 nodes.
+	pair := 1.0
+	if nodes <= 2 {
+		pair = 2
+	}
+	_, hn := k.hop(protocols[simple].hop)
+	net := math.Min(k.l.nics, float64(heads)) * k.nicGBps
+	bw = math.Min(bw, net*pair*n/(2*(n-1)))
+	lat += 2 * float64(bits.Len(uint(nodes-1))) * hn
+	return lat + s/bw
+}
+
+// patTime: PAT (NCCL's Parallel Aggregated Trees for all_gather and
+// reduce_scatter, one GPU per node): NCCL's latency (tuning.cc: 8 µs base,
+// log2(nodes) × the network's tree latency / 3.5, 2.8 µs per rank) and
+// each GPU's (n−1)/n of the size through its NICs at NCCL's .75.
+func (k *ncclLinks) patTime(c Collective) float64 {
+	_, hn := k.hop(protocols[simple].treeHop)
+	lat := 8 + float64(bits.Len(uint(k.l.nodes))-1)*hn/3.5 + 2.8*float64(c.Ranks)
+	s := float64(c.Bytes) / 1e3 * BusFactor(c.Kind, c.Ranks)
+	return lat + s/(k.net*patEff)
+}
+
+// otherTime: CollNet, pairwise alltoall and p2p sendrecv.
+func (k *ncclLinks) otherTime(c Collective, a string, p protocol) float64 {
+	n, nodes, g := float64(c.Ranks), k.l.nodes, k.l.perNode
+	s := float64(c.Bytes) / 1e3 // kB: over GB/s, µs
+	hi, hn := k.hop(p.hop)
+	switch a {
 	case "collnet":
 		// Reduce-scatter and all-gather inside the node, each GPU's share
 		// through the switches' aggregation: S leaves and enters a node.
@@ -277,7 +430,7 @@ func (k *ncclLinks) time(c Collective, a string, p protocol) float64 {
 	// through one NIC.
 	bw := k.intra
 	if nodes > 1 {
-		bw, hi = math.Min(bw, k.net/k.l.nics), hn
+		bw, hi = math.Min(bw, k.nicGBps), hn
 	}
 	return p.base + hi + s/k.data(bw, p)
 }

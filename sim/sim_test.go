@@ -38,25 +38,28 @@ func TestRingAllReduceByHand(t *testing.T) {
 	if r.Algo != "ring" || r.Proto != "Simple" || !near(r.TimeUs, 1542.6) {
 		t.Errorf("got %+v, want ring/Simple 1542.6 µs", r)
 	}
-	// 8 bytes: LL, 12.6 µs plus 8e-3 × 1.5 / 12 µs.
+	// 8 bytes: LL, 12.6 µs plus 8e-3 × 1.5 / 3 µs: one of the 4 channels
+	// (the search's 2 × 12 GB/s, doubled by connectRings) runs, a quarter
+	// of LL's 12 GB/s.
 	r, err = pcieBox(1, false).Collective(Collective{Kind: "all_reduce", Bytes: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Proto != "LL" || !near(r.TimeUs, 12.6+8e-3*1.5/12) {
-		t.Errorf("8 bytes: got %+v, want LL %v µs", r, 12.6+8e-3*1.5/12)
+	if r.Proto != "LL" || !near(r.TimeUs, 12.6+8e-3*1.5/3) {
+		t.Errorf("8 bytes: got %+v, want LL %v µs", r, 12.6+8e-3*1.5/3)
 	}
 }
 
 func TestRingAcrossNodesByHand(t *testing.T) {
 	// 2 nodes of 4: 14 steps, 2 of them across nodes (14 µs + 1 µs each).
-	// Simple: 8.4 + 12 × 5.7 + 2 × 15 = 106.8 µs; the bus bandwidth is the
-	// NIC's (below the GPU's 24 GB/s): 1 MB × 2·7/8 / nicData.
+	// Simple: (8.4 + 12 × 5.7 + 2 × 15) × 1.4 (NCCL's ring plateau across
+	// nodes) = 149.52 µs; the bus bandwidth is the NIC's (below the GPU's
+	// 24 GB/s), on both channels: 1 MB × 2·7/8 / nicData.
 	r, err := pcieBox(2, false).Collective(Collective{Kind: "all_reduce", Bytes: 1e6, Algo: "ring"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := 106.8 + 1000*1.75/nicData
+	want := 106.8*1.4 + 1000*1.75/nicData
 	if r.Proto != "Simple" || !near(r.TimeUs, want) {
 		t.Errorf("got %+v, want Simple %v µs", r, want)
 	}
@@ -64,14 +67,15 @@ func TestRingAcrossNodesByHand(t *testing.T) {
 
 func TestTreeByHand(t *testing.T) {
 	// 4 nodes of 1 GPU. Simple: 8.4 + 2·(0 intra steps + ⌈log2 4⌉ = 2
-	// network steps × 15 µs) = 68.4 µs; bandwidth 0.5 × 0.92 × nicData.
+	// network steps × 15 µs) = 68.4 µs; bandwidth 0.5 × 0.92 × nicData ×
+	// 0.5 (NCCL's tree correction at 1 MB: 2^13 × 64 bytes).
 	tp := pcieBox(4, false)
 	tp.GPUsPerNode = 1
 	r, err := tp.Collective(Collective{Kind: "all_reduce", Bytes: 1e6, Algo: "tree"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := 68.4 + 1000/(0.5*0.92*nicData)
+	want := 68.4 + 1000/(0.5*0.92*nicData*0.5)
 	if r.Algo != "tree" || r.Proto != "Simple" || !near(r.TimeUs, want) {
 		t.Errorf("got %+v, want tree/Simple %v µs", r, want)
 	}
@@ -96,8 +100,9 @@ func TestCollNetByHand(t *testing.T) {
 
 func TestNVLSByHand(t *testing.T) {
 	// DGX H100: 450 GB/s × 0.8 (NVLink data) × 0.85 (NVLS, Hopper) ×
-	// 15/16 (channels) = 286.875 GB/s, each GPU's 1 GB once each way,
-	// plus 25 µs.
+	// 7/8 (heads) = 267.75 GB/s, each GPU's 1 GB once each way, plus the
+	// fill: 2 loops of 16 channels × 8 heads × 64 KiB (1 GB is under 64 ×
+	// 128 × 128 KiB, not under 8 × 128 × 64 KiB), plus 25 µs.
 	tp, err := Preset("dgx-h100")
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +111,7 @@ func TestNVLSByHand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := 25 + 1e6/286.875; !near(r.TimeUs, want) {
+	if want := 25 + (1e6+2*8388.608)/267.75; !near(r.TimeUs, want) {
 		t.Errorf("got %+v, want %v µs", r, want)
 	}
 }
