@@ -10,7 +10,7 @@ import (
 const (
 	metaVersion, metaAttr = 1, 2
 
-	nodeID, nodeName, nodeType, nodeCtrlDeps, nodeDataDeps = 1, 2, 3, 4, 5
+	nodeID, nodeName, nodeType, nodeCtrlDeps, nodeDataDeps     = 1, 2, 3, 4, 5
 	nodeStart, nodeDuration, nodeInputs, nodeOutputs, nodeAttr = 6, 7, 8, 9, 10
 
 	ioValues, ioShapes, ioTypes = 1, 2, 3
