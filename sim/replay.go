@@ -15,14 +15,18 @@ import (
 type OpKind string
 
 // The kinds of Op. Compute runs on the rank's compute stream, Host on its
-// host (CPU) stream, Coll, Send and Recv on its communication stream; Nop
-// takes no time and no stream (a marker the graph joins on).
+// host (CPU) stream, Coll, Send, Recv and Comm on its communication
+// stream; Nop takes no time and no stream (a marker the graph joins on).
+// Comm is communication the model cannot time (a goccl trace's SendRecv,
+// which does not record its peer): its recorded DurationUs, waiting for no
+// other rank.
 const (
 	OpCompute OpKind = "compute"
 	OpHost    OpKind = "host"
 	OpColl    OpKind = "collective"
 	OpSend    OpKind = "send"
 	OpRecv    OpKind = "recv"
+	OpComm    OpKind = "comm"
 	OpNop     OpKind = "nop"
 )
 
@@ -33,15 +37,17 @@ type Op struct {
 	Kind OpKind   `json:"kind"`
 	Deps []uint64 `json:"deps,omitempty"` // ids of this rank's ops that must end first
 
-	// Compute and Host: DurationUs (µs) when > 0, else the roofline
+	// Compute, Host and Comm: DurationUs (µs) when > 0, else the roofline
 	// (GPU.Roofline) of FLOPs floating-point operations and MemBytes bytes
 	// of HBM traffic on the topology's GPU.
 	DurationUs float64 `json:"duration_us,omitempty"`
 	FLOPs      float64 `json:"flops,omitempty"`
 	MemBytes   float64 `json:"mem_bytes,omitempty"`
 
-	// Coll: Coll is one of Kinds and Bytes the size Collective takes
-	// (nccl-tests' size column: see Collective); Group names the
+	// Coll: Coll is one of Kinds but sendrecv, Bytes what each rank puts
+	// in (its send buffer: NCCL's sendcount × element size, Chakra's
+	// comm_size; Replay asks Collective for all_gather's whole output,
+	// members × Bytes, and the other kinds' Bytes as they are); Group names the
 	// communicator: its members are the ranks that have collectives of that
 	// Group, and the k-th collective of a Group on each member is one call.
 	// Send and Recv: Bytes is the message, Peer the other rank, Tag tells
@@ -101,7 +107,7 @@ const (
 )
 
 var streamOf = map[OpKind]int{OpCompute: streamCompute, OpHost: streamHost, OpColl: streamComm,
-	OpSend: streamComm, OpRecv: streamComm, OpNop: streamNone}
+	OpSend: streamComm, OpRecv: streamComm, OpComm: streamComm, OpNop: streamNone}
 
 var streamNames = [numStreams]string{"compute", "communication", "host", "markers"}
 
@@ -214,7 +220,7 @@ func (rp *replay) order(r int, ops []Op) ([]*rop, error) {
 		byID[o.ID] = i
 		s, ok := streamOf[o.Kind]
 		if !ok {
-			return nil, fmt.Errorf("sim: replay: rank %d op %d (%s): kind %q: not one of compute, host, collective, send, recv, nop", r, o.ID, o.Name, o.Kind)
+			return nil, fmt.Errorf("sim: replay: rank %d op %d (%s): kind %q: not one of compute, host, collective, send, recv, comm, nop", r, o.ID, o.Name, o.Kind)
 		}
 		o.stream = s
 		all[i] = o
@@ -317,7 +323,7 @@ func (rp *replay) match() error {
 				return fmt.Errorf("sim: replay: rank %d op %d (%s): %s", r, o.ID, o.Name, fmt.Sprintf(format, a...))
 			}
 			switch o.Kind {
-			case OpCompute, OpHost:
+			case OpCompute, OpHost, OpComm:
 				if err := rp.computeTime(o); err != nil {
 					return bad("%v", err)
 				}
@@ -423,7 +429,7 @@ func (rp *replay) advance(r int, push func(int)) error {
 				continue
 			}
 			progress = true
-			if s != streamComm {
+			if o.key == "" { // runs alone
 				o.start, o.end, o.pred, o.done = ready, ready+o.dur, pred, true
 				rp.free[r][s] = o.end
 				rp.heads[r][s]++
@@ -501,6 +507,9 @@ func (rp *replay) fire(c *call, push func(int)) error {
 // boundary).
 func (rp *replay) commTime(c *call, o *rop, bytes int64) (Result, error) {
 	k := timeKey{kind: o.Coll, bytes: bytes, ranks: len(c.members)}
+	if k.kind == "all_gather" {
+		k.bytes *= int64(k.ranks)
+	}
 	if c.kind != OpColl {
 		g := rp.topo.GPUsPerNode
 		k.kind, k.crossesNode = "sendrecv", c.members[0]/g != c.members[1]/g
@@ -653,4 +662,107 @@ func (r *ReplayResult) WriteChromeTrace(w io.Writer) error {
 	}
 	enc := json.NewEncoder(w)
 	return enc.Encode(map[string]any{"traceEvents": evs, "displayTimeUnit": "ns"})
+}
+
+// gocclColls maps the operation names goccl's trace records (ops.go's
+// opNames) to Collective's kinds, with the factor from the recorded bytes
+// (count × element size as the caller gave them: the per-rank output of
+// ReduceScatter, the per-peer block of AllToAll) to what each rank puts in.
+var gocclColls = map[string]struct {
+	kind    string
+	perRank bool // bytes × ranks
+}{
+	"AllReduce": {"all_reduce", false}, "Broadcast": {"broadcast", false}, "Reduce": {"reduce", false},
+	"AllGather": {"all_gather", false}, "ReduceScatter": {"reduce_scatter", true}, "AllToAll": {"alltoall", true},
+	"Barrier": {"all_reduce", false}, // bytes 0: latency only
+}
+
+// gocclEvent is one line of a goccl trace file (internal/trace's Recorder).
+type gocclEvent struct {
+	Name string  `json:"name"`
+	Ph   string  `json:"ph"`
+	Pid  int     `json:"pid"`
+	Tid  int     `json:"tid"`
+	Ts   float64 `json:"ts"`  // µs since the Unix epoch
+	Dur  float64 `json:"dur"` // µs
+	Args struct {
+		Bytes int64 `json:"bytes"`
+	} `json:"args"`
+}
+
+// GocclTraceOps turns the trace files of one run (GOCCL_TRACE_FILE, one per
+// rank; each event's "pid" is its rank, ranks 0 to n-1) into Replay's ops:
+// each rank's operations (track 0) in the order they started, the
+// collectives as OpColl (one communicator: every file's) and the time
+// between one operation's end and the next one's start as OpCompute of
+// that duration, as measured; SendRecv, Group and the kinds Collective
+// lacks (AllToAllv, Gather, Scatter) as OpComm of their recorded time. An
+// operation that the next one started before it ended ran in the
+// background: the program went on without waiting for it. Times are
+// wall-clock, taken from the earliest event of all files, so files
+// written on different hosts line up only as far as their clocks do.
+func GocclTraceOps(events [][]json.RawMessage) ([][]Op, error) {
+	n := len(events)
+	byRank := make([][]gocclEvent, n)
+	seen := make([]bool, n)
+	t0 := math.Inf(1)
+	for f, evs := range events {
+		rank := -1
+		for i, raw := range evs {
+			var e gocclEvent
+			if err := json.Unmarshal(raw, &e); err != nil {
+				return nil, fmt.Errorf("sim: goccl trace file %d event %d: %w", f, i, err)
+			}
+			if e.Ph != "X" || e.Tid != 0 {
+				continue
+			}
+			if rank >= 0 && e.Pid != rank || e.Pid < 0 || e.Pid >= n || rank < 0 && seen[e.Pid] {
+				return nil, fmt.Errorf("sim: goccl trace file %d event %d: pid %d: want one rank per file, 0 to %d", f, i, e.Pid, n-1)
+			}
+			rank, seen[e.Pid] = e.Pid, true
+			byRank[rank] = append(byRank[rank], e)
+			t0 = min(t0, e.Ts)
+		}
+		if rank < 0 {
+			return nil, fmt.Errorf("sim: goccl trace file %d: no operations (track 0 events)", f)
+		}
+	}
+	ranks := make([][]Op, n)
+	for r, evs := range byRank {
+		slices.SortStableFunc(evs, func(a, b gocclEvent) int { return cmp.Compare(a.Ts, b.Ts) })
+		ranks[r] = gocclRankOps(evs, t0, n)
+	}
+	return ranks, nil
+}
+
+// gocclRankOps chains one rank's events: a compute op for each gap, each
+// operation after what the program did before it.
+func gocclRankOps(evs []gocclEvent, t0 float64, n int) []Op {
+	var ops []Op
+	var prev []uint64 // what the program's next step waits for
+	at := t0          // where the program is
+	add := func(o Op) uint64 {
+		o.ID, o.Deps = uint64(len(ops)+1), prev
+		ops = append(ops, o)
+		return o.ID
+	}
+	for i, e := range evs {
+		if gap := e.Ts - at; gap > 0 {
+			prev = []uint64{add(Op{Name: "compute", Kind: OpCompute, DurationUs: gap})}
+		}
+		o := Op{Name: e.Name, Kind: OpComm, DurationUs: e.Dur, Bytes: e.Args.Bytes}
+		if c, ok := gocclColls[e.Name]; ok {
+			o.Kind, o.Coll, o.DurationUs = OpColl, c.kind, 0
+			if c.perRank {
+				o.Bytes *= int64(n)
+			}
+		}
+		id := add(o)
+		if i+1 == len(evs) || evs[i+1].Ts >= e.Ts+e.Dur {
+			prev, at = []uint64{id}, e.Ts+e.Dur
+		} else {
+			at = e.Ts // the next started before this ended: it ran in the background
+		}
+	}
+	return ops
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -217,5 +218,52 @@ func TestReplayChromeTrace(t *testing.T) {
 	}
 	if x != 4 || crit != 2 {
 		t.Fatalf("%d complete events (want 4: no nops), %d critical (want 2)", x, crit)
+	}
+}
+
+func TestGocclTraceOps(t *testing.T) {
+	ev := func(s string) json.RawMessage { return json.RawMessage(s) }
+	file := func(pid string) []json.RawMessage {
+		return []json.RawMessage{
+			ev(`{"name":"process_name","ph":"M","pid":` + pid + `,"tid":0,"args":{"name":"rank"}}`),
+			ev(`{"name":"AllReduce","ph":"X","pid":` + pid + `,"tid":0,"ts":1000,"dur":50,"args":{"seq":1,"bytes":1024}}`),
+			ev(`{"name":"fwd","ph":"X","pid":` + pid + `,"tid":1,"ts":1060,"dur":100,"args":{}}`),
+			ev(`{"name":"ReduceScatter","ph":"X","pid":` + pid + `,"tid":0,"ts":1200,"dur":80,"args":{"seq":2,"bytes":256}}`),
+			ev(`{"name":"SendRecv","ph":"X","pid":` + pid + `,"tid":0,"ts":1230,"dur":10,"args":{"seq":0,"bytes":64}}`),
+		}
+	}
+	ranks, err := GocclTraceOps([][]json.RawMessage{file("1"), file("0")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 1000: AllReduce (1); 1050–1200 compute 150 (2); ReduceScatter (3)
+	// overlapped by the SendRecv that starts at 1230: compute 30 after the
+	// ReduceScatter's start (4), then the SendRecv (5) as recorded.
+	want := []Op{
+		{ID: 1, Name: "AllReduce", Kind: OpColl, Coll: "all_reduce", Bytes: 1024},
+		{ID: 2, Name: "compute", Kind: OpCompute, DurationUs: 150, Deps: []uint64{1}},
+		{ID: 3, Name: "ReduceScatter", Kind: OpColl, Coll: "reduce_scatter", Bytes: 512, Deps: []uint64{2}},
+		{ID: 4, Name: "compute", Kind: OpCompute, DurationUs: 30, Deps: []uint64{2}},
+		{ID: 5, Name: "SendRecv", Kind: OpComm, DurationUs: 10, Bytes: 64, Deps: []uint64{4}},
+	}
+	if len(ranks) != 2 || !reflect.DeepEqual(ranks[0], want) {
+		t.Fatalf("rank 0:\n got %+v\nwant %+v", ranks[0], want)
+	}
+	if _, err := GocclTraceOps([][]json.RawMessage{file("0"), file("0")}); err == nil || !strings.Contains(err.Error(), "pid 0") {
+		t.Errorf("two files of rank 0: %v", err)
+	}
+	if _, err := GocclTraceOps([][]json.RawMessage{file("2")}); err == nil || !strings.Contains(err.Error(), "pid 2") {
+		t.Errorf("rank 2 of 1: %v", err)
+	}
+}
+
+// Op.Bytes is each rank's input: an all_gather's is asked for as the
+// whole output (nccl-tests' size column), members × Bytes.
+func TestReplayAllGatherBytes(t *testing.T) {
+	topo := replayTopo(t, 1)
+	rank := []Op{{ID: 1, Kind: OpColl, Coll: "all_gather", Bytes: 1 << 20}}
+	res := mustReplay(t, topo, [][]Op{rank, rank, rank, rank})
+	if want := collTime(t, topo, "all_gather", 4<<20, 4); !replayNear(res.TotalUs, want) {
+		t.Fatalf("%g µs, want all_gather of 4 MiB on 4 ranks, %g", res.TotalUs, want)
 	}
 }
