@@ -22,6 +22,8 @@ var simUsage = `usage: goccl sim collective [-t PRESET | --topo FILE.json|FILE.x
        goccl sim presets [--json]
        goccl sim calibrate [--cluster NAME] [-e MAX] [-n ITERS] [-o FILE]
        goccl sim compare TOPOLOGY_A TOPOLOGY_B [-c COLL] [-b MIN] [-e MAX] [-f FACTOR] [--ranks N]
+       goccl sim replay (--chakra 'DIR/et.*.et' | --goccl-trace 'trace-*.json') [-t PRESET | --topo FILE]
+                        [--nodes N] [--json] [--trace OUT.json] [--write-chakra DIR]
 
 sim predicts what collectives cost on a cluster described as data (a preset
 or a topology JSON file), with the closed-form model of package sim; it runs
@@ -47,6 +49,13 @@ calibrate   measures send/recv between two ranks of this host and, with
             and goccl perf, this binary), fits latency and rate to each
             (t = α + bytes/rate) and prints the calibration JSON that
             validate --calibration applies to goccl clusters' rows
+replay      replays per-rank operation graphs on the topology: Chakra
+            execution traces (one per rank), or goccl's own trace of a run
+            (GOCCL_TRACE_FILE: its collectives re-predicted, the gaps
+            between them kept as measured compute); prints each rank's end,
+            compute, communication and exposed communication, and the
+            critical path; --trace writes a Perfetto trace of the replay,
+            --write-chakra the goccl trace as Chakra ET files
 
 Exit status: 0 done (validate: whatever the errors), 1 a prediction failed,
 2 usage errors and bad input (validate: a file it cannot read, or a row that
@@ -74,6 +83,7 @@ var simSubs = []simSub{
 	{name: "presets", run: runSimPresets},
 	{name: "calibrate", run: runSimCalibrate},
 	{name: "compare", run: runSimCompare},
+	{name: "replay", run: runSimReplay},
 }
 
 func runSim(args []string, stdout, stderr io.Writer) int {
