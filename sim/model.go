@@ -25,6 +25,16 @@ type Model struct {
 	// and named llama, or by "swiglu".
 	GatedMLP  bool `json:"gated_mlp"`
 	DtypeSize int  `json:"dtype_bytes"` // bytes per parameter and activation element: 2 (fp16/bf16) unless given
+	// FlashAttention is a fused attention kernel (Dao et al. 2022,
+	// arXiv 2205.14135): the s×s scores never reach HBM, and with the
+	// causal mask the masked half of the blocks is skipped.
+	FlashAttention bool `json:"flash_attention"`
+	// Mixture of experts: Experts MLPs per MoE layer (0: dense), each
+	// token routed to TopK of them (1 when 0), every MoEEvery-th layer an
+	// MoE layer (1 when 0). An expert's MLP is FFN wide.
+	Experts  int `json:"experts"`
+	TopK     int `json:"top_k"`
+	MoEEvery int `json:"moe_every"`
 }
 
 // Parallel is how a training job splits its GPUs and its batch: world =
@@ -42,6 +52,10 @@ type Parallel struct {
 	GBS       int    `json:"gbs"`       // global batch, sequences; 0: unknown
 	Recompute string `json:"recompute"` // "none", "selective" or "full" activation recomputation
 	Schedule  string `json:"schedule"`  // "1f1b" (default), "interleaved", "gpipe"
+	// SP is Megatron's sequence parallelism (Korthikanti et al. 2022,
+	// arXiv 2205.05198 §4.2.2): the layer norms and dropouts split along
+	// the sequence over the TP ranks.
+	SP bool `json:"sp"`
 }
 
 // Workload is a training configuration: the model and its split.
@@ -63,8 +77,23 @@ func (m *Model) Params() float64 {
 		mats = 3
 	}
 	mlp := mats * h * float64(m.ffn())
-	return float64(m.Layers)*(attn+mlp) + float64(m.vocab())*h
+	layers := float64(m.Layers)
+	if m.Experts > 0 {
+		moe := float64(m.moeLayers())
+		return layers*attn + (layers-moe)*mlp + moe*(float64(m.Experts)*mlp+h*float64(m.Experts)) + float64(m.vocab())*h
+	}
+	return layers*(attn+mlp) + float64(m.vocab())*h
 }
+
+// moeLayers is the number of MoE layers: every MoEEvery-th of them.
+func (m *Model) moeLayers() int {
+	if m.Experts == 0 {
+		return 0
+	}
+	return m.Layers / max(m.MoEEvery, 1)
+}
+
+func (m *Model) topK() int { return max(m.TopK, 1) }
 
 // KVBytesPerToken is the key/value cache of one token across all layers:
 // 2 (K and V) × layers × KV heads × head dimension × element size.
@@ -123,6 +152,12 @@ func (m *Model) Validate() error {
 		return bad("seq", m.Seq, "at least 1")
 	case m.DtypeSize < 0 || m.DtypeSize > 8:
 		return bad("dtype_bytes", m.DtypeSize, "0 (2 bytes), 1, 2, 4 or 8")
+	case m.Experts < 0:
+		return bad("experts", m.Experts, "0 (dense) or more")
+	case m.TopK < 0 || m.Experts > 0 && m.TopK > m.Experts:
+		return bad("top_k", m.TopK, fmt.Sprintf("0 (1) up to experts %d", m.Experts))
+	case m.MoEEvery < 0 || m.MoEEvery > m.Layers:
+		return bad("moe_every", m.MoEEvery, fmt.Sprintf("0 (1) up to layers %d", m.Layers))
 	}
 	return nil
 }
@@ -130,9 +165,10 @@ func (m *Model) Validate() error {
 // ParseWorkload reads a training configuration written as the workload
 // column of a validation CSV: a name, then words KEYvalue or KEY value
 // (case-insensitive): L layers, h hidden, ffn, a or heads, kv KV heads,
-// vocab, seq, mbs, gbs, TP, PP, VP, CP, DP, EP, ZeRO; "full recompute",
-// "selective recompute"; fp16, bf16, fp32, fp8; swiglu, gelu;
-// "interleaved". "GPT-175B L96 h12288 a96 seq2048 mbs1 gbs64 TP8 PP8 full
+// vocab, seq, mbs, gbs, TP, PP, VP, CP, DP, EP, ZeRO, experts, topk,
+// moeevery; "full recompute", "selective recompute"; fp16, bf16, fp32,
+// fp8; swiglu, gelu; "interleaved", "gpipe", "1f1b"; "flash" (fused
+// attention), "sp" (sequence parallelism). "GPT-175B L96 h12288 a96 seq2048 mbs1 gbs64 TP8 PP8 full
 // recompute fp16". A word it does not know is an error naming it.
 func ParseWorkload(s string) (Workload, error) {
 	fields := strings.Fields(s)
@@ -145,6 +181,7 @@ func ParseWorkload(s string) (Workload, error) {
 		"l": &m.Layers, "h": &m.Hidden, "ffn": &m.FFN, "a": &m.Heads, "heads": &m.Heads,
 		"kv": &m.KVHeads, "vocab": &m.Vocab, "seq": &m.Seq, "mbs": &p.MBS, "gbs": &p.GBS,
 		"tp": &p.TP, "pp": &p.PP, "vp": &p.VP, "cp": &p.CP, "dp": &p.DP, "ep": &p.EP, "zero": &p.ZeRO,
+		"experts": &m.Experts, "topk": &m.TopK, "moeevery": &m.MoEEvery,
 	}
 	dtypes := map[string]int{"fp16": 2, "bf16": 2, "fp32": 4, "fp8": 1}
 	for i := 1; i < len(fields); i++ {
@@ -166,6 +203,12 @@ func ParseWorkload(s string) (Workload, error) {
 		case "gelu":
 			m.GatedMLP = false
 			continue
+		case "flash":
+			m.FlashAttention = true
+			continue
+		case "sp":
+			p.SP = true
+			continue
 		case "interleaved", "gpipe", "1f1b":
 			p.Schedule = word
 			continue
@@ -179,7 +222,7 @@ func ParseWorkload(s string) (Workload, error) {
 		}
 		dst, ok := ints[key]
 		if !ok || val == "" {
-			return Workload{}, fmt.Errorf("sim: workload %q: word %q: want KEYvalue with KEY one of L, h, ffn, a, heads, kv, vocab, seq, mbs, gbs, TP, PP, VP, CP, DP, EP, ZeRO, or fp16/bf16/fp32/fp8, full/selective recompute, swiglu, interleaved", s, fields[i])
+			return Workload{}, fmt.Errorf("sim: workload %q: word %q: want KEYvalue with KEY one of L, h, ffn, a, heads, kv, vocab, seq, mbs, gbs, TP, PP, VP, CP, DP, EP, ZeRO, experts, topk, moeevery, or fp16/bf16/fp32/fp8, full/selective recompute, swiglu, interleaved, gpipe, flash, sp", s, fields[i])
 		}
 		n, err := strconv.Atoi(val)
 		if err != nil || n < 0 || n > math.MaxInt32 {

@@ -84,6 +84,7 @@ var simSubs = []simSub{
 	{name: "calibrate", run: runSimCalibrate},
 	{name: "compare", run: runSimCompare},
 	{name: "replay", run: runSimReplay},
+	{name: "step", run: runSimStep},
 }
 
 func runSim(args []string, stdout, stderr io.Writer) int {

@@ -232,7 +232,7 @@ func TestSimValidate(t *testing.T) {
 	}
 	rep := sim.ValidatePublished(rows)
 	want := fmt.Sprintf("%d rows: %d ok, %d not modelled, 0 errors", len(rows), rep.Summary.OK, rep.Summary.NotModelled)
-	if !strings.Contains(out, want) || !strings.Contains(out, "training-step model not built yet") || !strings.Contains(out, "≥ 1 MiB: ") {
+	if !strings.Contains(out, want) || !strings.Contains(out, "KV-cache transfer model not built yet") || !strings.Contains(out, "≥ 1 MiB: ") {
 		t.Errorf("want %q, the not-modelled reason and the summary:\n%s", want, out)
 	}
 	out, errOut, code = simCLI("sim", "validate", "--csv", file, "--json")
