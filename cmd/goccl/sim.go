@@ -59,6 +59,7 @@ var simSubs = []simSub{
 	{name: "collective", run: runSimCollective},
 	{name: "validate", run: runSimValidate},
 	{name: "presets", run: runSimPresets},
+	{name: "serve", run: runSimServe},
 }
 
 func runSim(args []string, stdout, stderr io.Writer) int {
