@@ -133,7 +133,8 @@ type workloadMap struct {
 var validationWorkloads = []workloadMap{
 	{prefix: "per-NIC NCCL bandwidth", kind: "all_reduce",
 		note: "a ring all_reduce with one GPU (and one NIC) per node: its busbw is the NIC's rate, as a p2p transfer's"},
-	{prefix: "KV-cache transfer", notModelled: "KV-cache transfer model not built yet"},
+	{prefix: "KV-cache transfer", kind: kvTransferKind,
+		note: "one transfer of the bytes between two nodes over all their NICs (TransferKV; RoCE when the system says so)"},
 }
 
 // metricOf reads a metric column: the Result field it compares with, or
@@ -149,7 +150,7 @@ func metricOf(metric string) (get func(Result) float64, notModelled string, err 
 	case "step_s":
 		return nil, "", nil // validateStep: a training step, not a collective
 	case "GBps":
-		return nil, "transfer-rate model (KV cache, xfer) not built yet", nil
+		return func(r Result) float64 { return r.AlgBW }, "", nil
 	}
 	return nil, "", fmt.Errorf("unknown metric %q (want time_us, busbw_GBps, algbw_GBps, step_s or GBps)", metric)
 }
@@ -313,6 +314,9 @@ func validateRow(p Published, cal *Calibration) RowResult {
 	bytes, err := rowBytes(p.Bytes)
 	if err != nil {
 		return fail(StatusError, "%v", err)
+	}
+	if kind == kvTransferKind {
+		return validateKVTransfer(res, sys, topo, bytes, get)
 	}
 	c := Collective{Kind: kind, Bytes: bytes, Algo: algoOf(p.Algo), Ranks: p.GPUs}
 	res.Model = fmt.Sprintf("%s: %s %d B", describe(sys, topo), kind, bytes)

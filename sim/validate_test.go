@@ -41,7 +41,7 @@ func TestValidatePublishedFile(t *testing.T) {
 		if r.Metric == "step_s" && r.Status == StatusOK {
 			steps++
 		}
-		collective := r.Metric == "time_us" || r.Metric == "busbw_GBps" || r.Metric == "step_s"
+		collective := r.Metric == "time_us" || r.Metric == "busbw_GBps" || r.Metric == "step_s" || r.Metric == "GBps"
 		switch {
 		case r.Status == StatusError:
 			t.Errorf("line %d (%s, %s): error: %s", r.Line, r.System, r.Workload, r.Reason)
@@ -152,7 +152,7 @@ func TestValidateRowErrors(t *testing.T) {
 		{"H100-DGX,12,1,all_reduce float sum,default,1024,time_us,10,s", StatusError, "12 GPUs on one node"},
 		{"H100-DGX,9,2,all_reduce float sum,default,1024,time_us,10,s", StatusError, "9 GPUs do not spread evenly over 2 nodes"},
 		{"H100-DGX,64,8,GPT-3 TP8,megatron,,step_s,1.5,s", StatusError, "layers = 0"},
-		{"RoCE 4x200G per host,2,2,KV-cache transfer 1 GB,x,1000000000,GBps,80,s", StatusNotModelled, "KV-cache transfer model not built yet"},
+		{"RoCE 4x200G per host,2,2,KV-cache transfer 1 GB,x,,GBps,80,s", StatusError, "no bytes"},
 	}
 	for _, c := range cases {
 		rep := ValidatePublished(readCSV(t, csvHeader+c.row+"\n"))

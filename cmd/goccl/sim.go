@@ -85,6 +85,7 @@ var simSubs = []simSub{
 	{name: "compare", run: runSimCompare},
 	{name: "replay", run: runSimReplay},
 	{name: "step", run: runSimStep},
+	{name: "serve", run: runSimServe},
 }
 
 func runSim(args []string, stdout, stderr io.Writer) int {
