@@ -14,18 +14,18 @@ import (
 
 // Defaults of ServeOptions.
 const (
-	// DefaultComputeEff is the share of the GPU's peak FLOP/s a prefill
+	// ServeComputeEff is the share of the GPU's peak FLOP/s a prefill
 	// reaches: the order of the model FLOPs utilisation Megatron-LM
 	// measured for large GEMM-bound transformer steps (Narayanan et al.
 	// 2021, arXiv 2104.04473, Table 1: 44–52 % of an A100's 312 TFLOP/s).
 	// Borrowed from training, not measured on a prefill: set your own.
-	DefaultComputeEff = 0.5
-	// DefaultMemEff is the share of the datasheet HBM bandwidth a decode
+	ServeComputeEff = 0.5
+	// ServeMemEff is the share of the datasheet HBM bandwidth a decode
 	// step reaches ("model bandwidth utilisation", MBU, as the MosaicML /
 	// Databricks post "LLM Inference Performance Engineering: Best
 	// Practices", 2023, defines it: (weights + KV bytes) / TPOT over the
 	// peak). An assumption, not a published constant: set your own.
-	DefaultMemEff = 0.7
+	ServeMemEff = 0.7
 	// DefaultKVSetupUs is a transfer engine's fixed cost per KV-cache
 	// transfer, µs: posting the RDMA work requests and hearing the
 	// completion (an assumption of the order of two network round trips
@@ -184,8 +184,8 @@ type ServeOptions struct {
 	KVPath        string  `json:"kv_path"`       // disaggregated: KVPathNetwork ("" too) or KVPathNode
 	Overlap       bool    `json:"overlap"`       // disaggregated: each layer's KV sent as prefill finishes it
 	Wire          string  `json:"wire"`          // the NICs' link layer: "ib" ("" too) or "roce"
-	ComputeEff    float64 `json:"compute_eff"`   // share of peak FLOP/s; 0: DefaultComputeEff
-	MemEff        float64 `json:"mem_eff"`       // share of peak HBM bandwidth; 0: DefaultMemEff
+	ComputeEff    float64 `json:"compute_eff"`   // share of peak FLOP/s; 0: ServeComputeEff
+	MemEff        float64 `json:"mem_eff"`       // share of peak HBM bandwidth; 0: ServeMemEff
 	SetupUs       float64 `json:"setup_us"`      // per KV transfer, µs (0: none; the CLI's default is DefaultKVSetupUs)
 }
 
@@ -289,10 +289,10 @@ func checkServe(t *Topology, m *Model, o *ServeOptions) error {
 		return fmt.Errorf("sim: serve: %s = %v: %s", field, v, want)
 	}
 	if o.ComputeEff == 0 {
-		o.ComputeEff = DefaultComputeEff
+		o.ComputeEff = ServeComputeEff
 	}
 	if o.MemEff == 0 {
-		o.MemEff = DefaultMemEff
+		o.MemEff = ServeMemEff
 	}
 	switch {
 	case o.Prompt < 1:

@@ -72,12 +72,12 @@ func TestServeDecodeStep(t *testing.T) {
 	if !nearRel(r.StepCommS, 160*ar.TimeUs*1e-6, 1e-12) {
 		t.Errorf("step comm %v s, want 160 × %v µs", r.StepCommS, ar.TimeUs)
 	}
-	if mem := wantBytes / (3350e9 * DefaultMemEff); r.StepBound != "memory" || !nearRel(r.FirstStepS-r.StepCommS, mem, 1e-12) {
+	if mem := wantBytes / (3350e9 * ServeMemEff); r.StepBound != "memory" || !nearRel(r.FirstStepS-r.StepCommS, mem, 1e-12) {
 		t.Errorf("first step %v s (%s-bound), want %v s of HBM + %v s comm", r.FirstStepS, r.StepBound, mem, r.StepCommS)
 	}
 	// Later steps read more cache: TPOT lies between the first step and
 	// the last one's (context P + D), and E2E adds D − 1 of them.
-	last := (69501714432*2.0+8*(8192+64)*327680.0)/8/(3350e9*DefaultMemEff) + r.StepCommS
+	last := (69501714432*2.0+8*(8192+64)*327680.0)/8/(3350e9*ServeMemEff) + r.StepCommS
 	if !(r.TPOTS > r.FirstStepS && r.TPOTS < last) || !nearRel(r.E2ES, r.TTFTS+63*r.TPOTS, 1e-12) {
 		t.Errorf("TPOT %v (first %v, last %v), E2E %v", r.TPOTS, r.FirstStepS, last, r.E2ES)
 	}

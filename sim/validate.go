@@ -37,6 +37,7 @@ const SmallBytes int64 = 1 << 20
 const (
 	GoalMedianLarge = 0.05 // rows of SmallBytes and more
 	GoalMedianSmall = 0.15 // rows below SmallBytes
+	GoalMedianSteps = 0.05 // training-step rows (step_s)
 )
 
 // PublishedColumns are the columns of a validation CSV, all required, in
@@ -87,8 +88,10 @@ type ValidationSummary struct {
 	OK          int        `json:"ok"`
 	NotModelled int        `json:"not_modelled"`
 	Errors      int        `json:"errors"`
-	Large       ErrorStats `json:"ge_1MiB"` // bytes ≥ SmallBytes
-	Small       ErrorStats `json:"lt_1MiB"` // bytes < SmallBytes
+	Large       ErrorStats `json:"ge_1MiB"` // collectives (time, busbw, algbw) of bytes ≥ SmallBytes
+	Small       ErrorStats `json:"lt_1MiB"` // collectives of bytes < SmallBytes
+	Steps       ErrorStats `json:"steps"`   // training steps (step_s)
+	Transfers   ErrorStats `json:"transfers"` // transfer rates (GBps: KV cache, xfer); no goal
 }
 
 // ValidationReport is the result of ValidatePublished.
@@ -481,18 +484,20 @@ func rowBytes(b string) (int64, error) {
 // summarize counts the statuses and the |error| statistics.
 func summarize(rows []RowResult) ValidationSummary {
 	s := ValidationSummary{Rows: len(rows)}
-	var large, small []float64
+	var large, small, steps, transfers []float64
 	for _, r := range rows {
 		switch r.Status {
 		case StatusOK:
 			s.OK++
-			if r.Metric == "step_s" {
-				continue // no size: the step rows' errors are listed per row
-			}
 			b, _ := rowBytes(r.Bytes)
-			if b >= SmallBytes {
+			switch {
+			case r.Metric == "step_s":
+				steps = append(steps, math.Abs(r.Error))
+			case r.Metric == "GBps":
+				transfers = append(transfers, math.Abs(r.Error))
+			case b >= SmallBytes:
 				large = append(large, math.Abs(r.Error))
-			} else {
+			default:
 				small = append(small, math.Abs(r.Error))
 			}
 		case StatusNotModelled:
@@ -503,6 +508,8 @@ func summarize(rows []RowResult) ValidationSummary {
 	}
 	s.Large = errorStats(large, GoalMedianLarge)
 	s.Small = errorStats(small, GoalMedianSmall)
+	s.Steps = errorStats(steps, GoalMedianSteps)
+	s.Transfers = errorStats(transfers, 0)
 	return s
 }
 

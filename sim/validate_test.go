@@ -36,10 +36,13 @@ func TestValidatePublishedFile(t *testing.T) {
 	if len(rep.Rows) != len(rows) || rep.Summary.Rows != len(rows) {
 		t.Fatalf("%d rows in, %d results, summary %d", len(rows), len(rep.Rows), rep.Summary.Rows)
 	}
-	ok, steps := 0, 0
+	ok, steps, transfers := 0, 0, 0
 	for _, r := range rep.Rows {
 		if r.Metric == "step_s" && r.Status == StatusOK {
 			steps++
+		}
+		if r.Metric == "GBps" && r.Status == StatusOK {
+			transfers++
 		}
 		collective := r.Metric == "time_us" || r.Metric == "busbw_GBps" || r.Metric == "step_s" || r.Metric == "GBps"
 		switch {
@@ -61,7 +64,8 @@ func TestValidatePublishedFile(t *testing.T) {
 		}
 	}
 	s := rep.Summary
-	if s.OK != ok || s.OK+s.NotModelled+s.Errors != s.Rows || s.Large.Rows+s.Small.Rows != ok-steps || s.Small.Rows == 0 || s.Large.Rows == 0 {
+	if s.OK != ok || s.OK+s.NotModelled+s.Errors != s.Rows || s.Large.Rows+s.Small.Rows != ok-steps-transfers ||
+		s.Steps.Rows != steps || s.Transfers.Rows != transfers || s.Small.Rows == 0 || s.Large.Rows == 0 || steps == 0 {
 		t.Errorf("summary %+v with %d ok rows", s, ok)
 	}
 }

@@ -22,12 +22,17 @@ var simUsage = `usage: goccl sim collective [-t PRESET | --topo FILE.json|FILE.x
        goccl sim presets [--json]
        goccl sim calibrate [--cluster NAME] [-e MAX] [-n ITERS] [-o FILE]
        goccl sim compare TOPOLOGY_A TOPOLOGY_B [-c COLL] [-b MIN] [-e MAX] [-f FACTOR] [--ranks N]
+       goccl sim step [-t PRESET | --topo FILE] [--nodes N] --workload "SPEC" [--json] [--trace FILE]
+       goccl sim serve [-t PRESET | --topo FILE] --model "SPEC" [--prompt N] [--output N] [--batch N]
+                       [--tp N] [--disaggregated] [--json]
+       goccl sim plan [-t PRESET]... [--nodes N,...] --model "SPEC" --gbs N [--objective time|gpu-seconds]
        goccl sim replay (--chakra 'DIR/et.*.et' | --goccl-trace 'trace-*.json') [-t PRESET | --topo FILE]
                         [--nodes N] [--json] [--trace OUT.json] [--write-chakra DIR]
 
-sim predicts what collectives cost on a cluster described as data (a preset
-or a topology JSON file), with the closed-form model of package sim; it runs
-nothing. docs/sim.md has the topology schema, the presets, the model and its
+sim predicts what collectives, training steps and inference cost on a
+cluster described as data (a preset, a topology JSON file or a topology
+dump), with the models of package sim; it runs nothing but calibrate.
+docs/sim.md has the topology schema, the presets, the models and their
 validation.
 
 collective  prints an nccl-tests table of predicted times and bandwidths
@@ -49,6 +54,13 @@ calibrate   measures send/recv between two ranks of this host and, with
             and goccl perf, this binary), fits latency and rate to each
             (t = α + bytes/rate) and prints the calibration JSON that
             validate --calibration applies to goccl clusters' rows
+step        predicts one training iteration of a model and its split
+            (TP × PP × CP × DP, EP, ZeRO, recomputation, schedule) and
+            prints its breakdown (goccl sim step -h)
+serve       predicts an inference: prefill, decode, TTFT, TPOT and the
+            KV-cache transfer of a disaggregated deployment (-h)
+plan        searches the splits of a training job on one or more
+            topologies and ranks those that fit by step time or cost (-h)
 replay      replays per-rank operation graphs on the topology: Chakra
             execution traces (one per rank), or goccl's own trace of a run
             (GOCCL_TRACE_FILE: its collectives re-predicted, the gaps
@@ -86,6 +98,7 @@ var simSubs = []simSub{
 	{name: "replay", run: runSimReplay},
 	{name: "step", run: runSimStep},
 	{name: "serve", run: runSimServe},
+	{name: "plan", run: runSimPlan},
 }
 
 func runSim(args []string, stdout, stderr io.Writer) int {
@@ -627,9 +640,15 @@ func writeValidation(w io.Writer, rep *sim.ValidationReport) error {
 	for _, c := range []struct {
 		label string
 		st    sim.ErrorStats
-	}{{"≥ 1 MiB", s.Large}, {"< 1 MiB", s.Small}} {
+	}{{"collectives ≥ 1 MiB", s.Large}, {"collectives < 1 MiB", s.Small}, {"training steps", s.Steps}, {"transfers", s.Transfers}} {
+		if c.st.Rows == 0 {
+			continue
+		}
 		fmt.Fprintf(&b, "%s: %d rows", c.label, c.st.Rows)
-		if c.st.Rows > 0 {
+		switch {
+		case c.st.Goal == 0:
+			fmt.Fprintf(&b, ", median |error| %.1f %%, p95 %.1f %%", 100*c.st.MedianAbs, 100*c.st.P95Abs)
+		default:
 			verdict := "met"
 			if !c.st.Met {
 				verdict = "missed"

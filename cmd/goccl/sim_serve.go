@@ -39,8 +39,8 @@ func runSimServe(name string, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.KVPath, "kv-path", "", "with --disaggregated: network (two nodes, the default) or node (two instances in one node)")
 	fs.BoolVar(&o.Overlap, "overlap", false, "with --disaggregated: send each layer's KV cache as prefill finishes it")
 	fs.StringVar(&o.Wire, "wire", "ib", "the NICs' link layer for the KV transfer: ib or roce")
-	fs.Float64Var(&o.ComputeEff, "compute-eff", sim.DefaultComputeEff, "share of the GPU's peak FLOP/s reached (prefill)")
-	fs.Float64Var(&o.MemEff, "mem-eff", sim.DefaultMemEff, "share of the GPU's peak HBM bandwidth reached (decode)")
+	fs.Float64Var(&o.ComputeEff, "compute-eff", sim.ServeComputeEff, "share of the GPU's peak FLOP/s reached (prefill)")
+	fs.Float64Var(&o.MemEff, "mem-eff", sim.ServeMemEff, "share of the GPU's peak HBM bandwidth reached (decode)")
 	fs.Float64Var(&o.SetupUs, "setup-us", sim.DefaultKVSetupUs, "fixed cost of one KV transfer, µs")
 	asJSON := fs.Bool("json", false, "print the prediction as JSON")
 	if status, exit := fs.parseOrExit(args); exit {

@@ -232,8 +232,8 @@ func TestSimValidate(t *testing.T) {
 	}
 	rep := sim.ValidatePublished(rows)
 	want := fmt.Sprintf("%d rows: %d ok, %d not modelled, 0 errors", len(rows), rep.Summary.OK, rep.Summary.NotModelled)
-	if !strings.Contains(out, want) || !strings.Contains(out, "KV-cache transfer model not built yet") || !strings.Contains(out, "≥ 1 MiB: ") {
-		t.Errorf("want %q, the not-modelled reason and the summary:\n%s", want, out)
+	if !strings.Contains(out, want) || !strings.Contains(out, "kv-transfer") || !strings.Contains(out, "collectives ≥ 1 MiB: ") || !strings.Contains(out, "training steps: 6 rows") {
+		t.Errorf("want %q, the KV and step rows and the summary:\n%s", want, out)
 	}
 	out, errOut, code = simCLI("sim", "validate", "--csv", file, "--json")
 	var got sim.ValidationReport
