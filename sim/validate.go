@@ -88,9 +88,9 @@ type ValidationSummary struct {
 	OK          int        `json:"ok"`
 	NotModelled int        `json:"not_modelled"`
 	Errors      int        `json:"errors"`
-	Large       ErrorStats `json:"ge_1MiB"` // collectives (time, busbw, algbw) of bytes ≥ SmallBytes
-	Small       ErrorStats `json:"lt_1MiB"` // collectives of bytes < SmallBytes
-	Steps       ErrorStats `json:"steps"`   // training steps (step_s)
+	Large       ErrorStats `json:"ge_1MiB"`   // collectives (time, busbw, algbw) of bytes ≥ SmallBytes
+	Small       ErrorStats `json:"lt_1MiB"`   // collectives of bytes < SmallBytes
+	Steps       ErrorStats `json:"steps"`     // training steps (step_s)
 	Transfers   ErrorStats `json:"transfers"` // transfer rates (GBps: KV cache, xfer); no goal
 }
 
