@@ -29,12 +29,25 @@ type Fabric struct {
 	NVLS      bool    `json:"nvls"`       // in-switch reduction (NVSwitch only)
 }
 
-// Network is the fabric between nodes.
+// Network is the fabric between nodes. The closed form uses its kind,
+// latency, oversubscription and SHARP; the flow level builds its shape
+// (the fields after SHARP; 0 takes the default docs/sim.md gives).
 type Network struct {
 	Kind             string  `json:"kind"`             // single-switch, fat-tree, rail-optimized, dragonfly
 	LatencyUs        float64 `json:"latency_us"`       // one way, NIC to NIC
-	Oversubscription float64 `json:"oversubscription"` // 1 = non-blocking
+	Oversubscription float64 `json:"oversubscription"` // a leaf's down:up ports; 1 = non-blocking
 	SHARP            bool    `json:"sharp"`            // in-network reduction (CollNet)
+
+	Tiers               int     `json:"tiers,omitempty"`                // fat-tree, rail-optimized: 2 or 3 switch tiers
+	Radix               int     `json:"radix,omitempty"`                // ports per switch
+	NodesPerLeaf        int     `json:"nodes_per_leaf,omitempty"`       // nodes per leaf (dragonfly: per switch)
+	LeavesPerPod        int     `json:"leaves_per_pod,omitempty"`       // 3 tiers: leaves under one pod's aggregation switches
+	AggOversubscription float64 `json:"agg_oversubscription,omitempty"` // 3 tiers: an aggregation switch's down:up ports
+	LinkGbps            float64 `json:"link_gbps,omitempty"`            // a switch-to-switch link, Gbit/s
+	Groups              int     `json:"groups,omitempty"`               // dragonfly: groups
+	SwitchesPerGroup    int     `json:"switches_per_group,omitempty"`   // dragonfly
+	GlobalLinks         int     `json:"global_links,omitempty"`         // dragonfly: global links per switch
+	GlobalGbps          float64 `json:"global_gbps,omitempty"`          // dragonfly: one global link, Gbit/s
 }
 
 // GPU is the accelerator: its name picks the NVLS efficiency of its
@@ -105,6 +118,8 @@ func (t *Topology) Validate() error {
 		return bad("network.latency_us", t.Network.LatencyUs, "zero or more")
 	case t.Network.Oversubscription != 0 && (!(t.Network.Oversubscription >= 1) || !finite(t.Network.Oversubscription)):
 		return bad("network.oversubscription", t.Network.Oversubscription, "1 (non-blocking) or more; 0 reads as 1")
+	case t.Network.shapeError() != "":
+		return fmt.Errorf("sim: topology %q: %s", t.Name, t.Network.shapeError())
 	case !(t.GPU.TFLOPS >= 0) || !finite(t.GPU.TFLOPS):
 		return bad("gpu.tflops", t.GPU.TFLOPS, "zero (unknown) or a positive rate")
 	case !(t.GPU.HBMGBps >= 0) || !finite(t.GPU.HBMGBps):

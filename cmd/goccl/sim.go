@@ -18,6 +18,7 @@ import (
 
 var simUsage = `usage: goccl sim collective [-t PRESET | --topo FILE.json|FILE.xml] [--nodes N] [--ranks N]
                             [-c COLL] [-b MIN] [-e MAX] [-f FACTOR | -i STEP] [-a ALGO] [--json]
+                            [--level closed|flow] [--routing ecmp|spread]
        goccl sim validate --csv FILE [--calibration FILE] [--json]
        goccl sim presets [--json]
        goccl sim calibrate [--cluster NAME] [-e MAX] [-n ITERS] [-o FILE]
@@ -40,6 +41,8 @@ collective  prints an nccl-tests table of predicted times and bandwidths
             tables); -a forces an algorithm, else the runtime's own
             choice runs; the algorithm and protocol per size follow the
             table. Algorithms: ` + strings.Join(sim.Algos, ", ") + `
+            --level flow runs max-min fair flows on the topology's graph
+            (its network shape, ECMP collisions) instead of the closed form
 validate    predicts each row of a CSV of published measurements (columns
             ` + strings.Join(sim.PublishedColumns, ",") + `; the
             repository's is sim/testdata/published.csv) and prints predicted,
@@ -148,6 +151,7 @@ type simCollectiveConfig struct {
 	ranks  int
 	sizes  perfConfig // minBytes, maxBytes, stepFactor, stepBytes: its sizes()
 	asJSON bool
+	flow   simFlowConfig // --level, --routing
 }
 
 func runSimCollective(name string, args []string, stdout, stderr io.Writer) int {
@@ -165,6 +169,8 @@ func runSimCollective(name string, args []string, stdout, stderr io.Writer) int 
 	fs.VarP(sizeValue{&cfg.sizes.stepBytes}, "stepbytes", "i", "add this to the size when -f is 0 or 1")
 	fs.StringVarP(&cfg.algo, "algo", "a", "", "force an algorithm (default: the runtime's choice)")
 	fs.BoolVar(&cfg.asJSON, "json", false, "print nccl-tests' JSON (as goccl perf -J writes it) with a \"sim\" section")
+	fs.StringVar(&cfg.flow.level, "level", "closed", "closed (the closed form) or flow (max-min fair flows on the topology graph)")
+	fs.StringVar(&cfg.flow.routing, "routing", "ecmp", "--level flow: ecmp (hashed paths, collisions) or spread (least-loaded paths)")
 	if status, exit := fs.parseOrExit(args); exit {
 		return status
 	}
@@ -191,6 +197,9 @@ func runSimCollective(name string, args []string, stdout, stderr io.Writer) int 
 		return usageErr("-f must be > 1, or -i > 0 when -f is 0 or 1")
 	case simSizeCount(s) > simMaxSizes:
 		return usageErr("%d sizes from -b %d to -e %d: at most %d", simSizeCount(s), s.minBytes, s.maxBytes, simMaxSizes)
+	}
+	if err := cfg.flow.check(); err != nil {
+		return usageErr("%v", err)
 	}
 	if cfg.algo != "" && !slices.Contains(sim.Algos, cfg.algo) {
 		return usageErr("-a %q: want one of %s", cfg.algo, strings.Join(sim.Algos, ", "))
@@ -312,7 +321,7 @@ func simPredict(cfg *simCollectiveConfig) ([]simRow, error) {
 	for _, size := range cfg.sizes.sizes() {
 		lay := cfg.coll.layoutFor(int(size/simElt), simElt, cfg.ranks)
 		printed := lay.printedSize(simElt)
-		res, err := cfg.topo.Collective(sim.Collective{Kind: cfg.coll.name, Bytes: printed, Algo: cfg.algo, Ranks: cfg.ranks})
+		res, err := cfg.flow.predict(cfg.topo, sim.Collective{Kind: cfg.coll.name, Bytes: printed, Algo: cfg.algo, Ranks: cfg.ranks})
 		if err != nil {
 			return nil, fmt.Errorf("%s of %d bytes on %d ranks of %s: %w", cfg.coll.name, printed, cfg.ranks, cfg.topo.Name, err)
 		}
@@ -358,7 +367,7 @@ func writeSimTable(w io.Writer, cfg *simCollectiveConfig, rows []simRow) error {
 	line("# Collective test starting: " + cfg.coll.name + "_perf")
 	line(config)
 	line("#")
-	line("# goccl sim: predicted by the closed-form model, not measured")
+	line("# goccl sim: predicted by " + cfg.flow.describe() + ", not measured")
 	line("# topology: " + simDescribe(cfg.topo))
 	line(fmt.Sprintf("# ranks %d, algorithm %s", cfg.ranks, orDefault(cfg.algo, "the runtime's choice")))
 	line("#")
@@ -378,6 +387,9 @@ func writeSimTable(w io.Writer, cfg *simCollectiveConfig, rows []simRow) error {
 	line("# algorithm and protocol by size:")
 	for _, l := range simAlgoRanges(rows) {
 		line("#   " + l)
+	}
+	for _, l := range cfg.flow.notes() {
+		line("# " + l)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -455,6 +467,7 @@ type simJSONSection struct {
 	Topology *sim.Topology `json:"topology"`
 	Ranks    int           `json:"ranks"`
 	Algo     string        `json:"algo_requested"` // "": the runtime's choice
+	Level    string        `json:"level"`          // closed or flow
 	Rows     []simJSONRow  `json:"rows"`
 }
 
@@ -479,7 +492,7 @@ func writeSimJSON(w io.Writer, cfg *simCollectiveConfig, rows []simRow) error {
 			Goccl:    jsonGocclEx{Version: versionString(), Collective: cfg.coll.name, NRanks: cfg.ranks, Op: op, Datatype: typ, Root: root, IgnoredFlags: []string{}},
 			AvgBusBW: jsonAvgBW{Okay: "unchecked"},
 		},
-		Sim: simJSONSection{Topology: cfg.topo, Ranks: cfg.ranks, Algo: cfg.algo, Rows: []simJSONRow{}},
+		Sim: simJSONSection{Topology: cfg.topo, Ranks: cfg.ranks, Algo: cfg.algo, Level: cfg.flow.level, Rows: []simJSONRow{}},
 	}
 	if s.stepFactor > 1 {
 		rep.Config.StepFactor = &s.stepFactor
