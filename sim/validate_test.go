@@ -240,3 +240,36 @@ func TestErrorStats(t *testing.T) {
 		t.Errorf("no rows: %+v", s)
 	}
 }
+
+// TestValidateNetns: goccl's own runs on namespace clusters
+// (testdata/netns.csv, scripts/sim-netns.sh) are all predicted, with the
+// calibration measured apart (send/recv only) applied to every row.
+func TestValidateNetns(t *testing.T) {
+	f, err := os.Open("testdata/netns.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rows, err := ReadPublished(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := os.Open("testdata/netns-calibration.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cf.Close()
+	cal, err := LoadCalibration(cf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := ValidatePublished(rows, cal)
+	for _, r := range rep.Rows {
+		if r.Status != StatusOK || !strings.HasPrefix(r.Model, "calibrated goccl-netns") || !(r.Predicted > 0) {
+			t.Fatalf("line %d: %s %q %v (%s)", r.Line, r.Status, r.Model, r.Predicted, r.Reason)
+		}
+	}
+	if s := rep.Summary; s.OK != len(rows) || s.Large.Rows == 0 || s.Small.Rows == 0 {
+		t.Errorf("summary %+v", s)
+	}
+}
