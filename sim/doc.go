@@ -1,5 +1,6 @@
-// Package sim predicts the time of collectives on clusters described as
-// data (Topology: JSON, or a preset), in closed form, for two runtimes.
+// Package sim predicts the time of collectives, training steps and
+// inference on clusters described as data (Topology: JSON, a preset or a
+// topology dump), for two runtimes; its collectives in closed form first.
 //
 // Runtime "nccl" (GPU clusters) follows the structure of NCCL's tuning
 // model (src/graph/tuning.cc): for each algorithm and protocol a latency
@@ -46,13 +47,22 @@
 // Bandwidths follow nccl-tests (doc/PERFORMANCE.md): algbw = bytes/time,
 // busbw = algbw × BusFactor.
 //
+// Beyond collectives in closed form: the flow level (fabric.go, flow.go:
+// the topology as a graph of links, network shapes, max-min fair sharing,
+// ECMP, several jobs), the training step (step*.go, pipeline.go), its
+// search (plan.go), inference and KV-cache transfers (serve.go), trace
+// replay (replay.go; Chakra ET in package chakra), topology dumps
+// (import.go), calibration on goccl's own clusters (calibrate.go) and the
+// validation against published and measured rows (validate*.go).
+// docs/sim.md documents each with its sources and validation.
+//
 // Not modelled yet: the fill of the ring's and the tree's pipelines
 // beyond NCCL's latency terms (a symmetric ring has no bubble; the ramp of
 // an A100 ring between 1 and 16 MB, 38–53 % slower measured than
 // predicted, is not explained by NCCL's channels or chunks), NVLSTree's
 // and NVLS all_gather's fill, LL's cap across nodes (it depends on the
 // CPU), the threads NCCL takes away below one channel's threshold; the
-// reduction's arithmetic (γ); topology shapes beyond the oversubscription
-// factor (fat-tree tiers, rails, dragonfly, ECMP collisions); contention
-// between jobs; the flow and packet levels, training steps and inference.
+// reduction's arithmetic (γ); network shapes in the closed form (the flow
+// level has them); a packet level; matmul efficiency by shape in the
+// training step.
 package sim
