@@ -48,8 +48,9 @@ type Point struct {
 // FitHockney fits t = α + n·β to the points in the two regimes each term
 // rules, as LogGP-style parameter extraction does (Alexandrov et al.,
 // "LogGP", SPAA 1995; Hockney 1994 reads r∞ and n½ off the same curve): α
-// is the median of t − n·β over the latency-bound sizes (≤ LatencyMaxBytes;
-// the smallest third when none is), β the least-squares slope of t − α
+// is the least t − n·β over the latency-bound sizes (≤ LatencyMaxBytes;
+// the smallest third when none is: the least disturbed, since a busy
+// machine only ever adds to a latency), β the least-squares slope of t − α
 // over the bandwidth-bound sizes (≥ BandwidthMinBytes; the largest third
 // when none is), four times over, so that exact points give α and β back
 // (to 1e-9). A
@@ -78,12 +79,12 @@ func FitHockney(pts []Point) (*LinkFit, error) {
 	if i := slices.IndexFunc(sorted, func(p Point) bool { return p.Bytes > LatencyMaxBytes }); i > 0 {
 		small = sorted[:i]
 	}
-	if i := slices.IndexFunc(sorted, func(p Point) bool { return p.Bytes >= BandwidthMinBytes }); i >= 0 && i < len(sorted)-1 {
+	if i := slices.IndexFunc(sorted, func(p Point) bool { return p.Bytes >= BandwidthMinBytes }); i >= 0 {
 		large = sorted[i:]
 	}
 	var alpha, beta float64 // µs, µs per byte
 	for range 4 {
-		alpha = max(0, median(mapPoints(small, func(p Point) float64 { return p.TimeUs - beta*float64(p.Bytes) })))
+		alpha = max(0, slices.Min(mapPoints(small, func(p Point) float64 { return p.TimeUs - beta*float64(p.Bytes) })))
 		var num, den float64
 		for _, p := range large {
 			x := float64(p.Bytes)

@@ -3,7 +3,6 @@ package sim
 import (
 	"fmt"
 	"math"
-	"os"
 	"strings"
 	"testing"
 )
@@ -18,15 +17,7 @@ type stepRow struct {
 
 func stepRows(t *testing.T) []stepRow {
 	t.Helper()
-	f, err := os.Open("testdata/published.csv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	rows, err := ReadPublished(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rows := readCSVFile(t, "testdata/published.csv")
 	var out []stepRow
 	for _, p := range rows {
 		if p.Metric != "step_s" {

@@ -19,19 +19,21 @@ func readCSV(t *testing.T, body string) []Published {
 	return rows
 }
 
+// readCSVFile reads a validation CSV of testdata.
+func readCSVFile(t *testing.T, path string) []Published {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return readCSV(t, string(b))
+}
+
 // TestValidatePublishedFile: every row of the repository's file is read
 // and either predicted or reported as not modelled (never an error), and
 // the rows the model covers are exactly the collective ones.
 func TestValidatePublishedFile(t *testing.T) {
-	f, err := os.Open("testdata/published.csv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	rows, err := ReadPublished(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rows := readCSVFile(t, "testdata/published.csv")
 	rep := ValidatePublished(rows)
 	if len(rep.Rows) != len(rows) || rep.Summary.Rows != len(rows) {
 		t.Fatalf("%d rows in, %d results, summary %d", len(rows), len(rep.Rows), rep.Summary.Rows)
@@ -245,15 +247,7 @@ func TestErrorStats(t *testing.T) {
 // (testdata/netns.csv, scripts/sim-netns.sh) are all predicted, with the
 // calibration measured apart (send/recv only) applied to every row.
 func TestValidateNetns(t *testing.T) {
-	f, err := os.Open("testdata/netns.csv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	rows, err := ReadPublished(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rows := readCSVFile(t, "testdata/netns.csv")
 	cf, err := os.Open("testdata/netns-calibration.json")
 	if err != nil {
 		t.Fatal(err)

@@ -133,6 +133,30 @@ func simFlags(name string, stderr io.Writer) *cliFlags {
 	})
 }
 
+// simParse parses a subcommand's flags and refuses positional arguments;
+// exit says the command ends there, with status.
+func simParse(fs *cliFlags, args []string, stderr io.Writer) (status int, exit bool) {
+	if status, exit := fs.parseOrExit(args); exit {
+		return status, true
+	}
+	if !simNoArgs(fs, stderr) {
+		return 2, true
+	}
+	return 0, false
+}
+
+// simUsageErr returns a function that prints "NAME: message" (and, with
+// hint, where the usage is) to stderr and returns exit status 2.
+func simUsageErr(stderr io.Writer, name string, hint bool) func(format string, a ...any) int {
+	return func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "%s: %s\n", name, fmt.Sprintf(format, a...))
+		if hint {
+			fmt.Fprintf(stderr, "Run '%s -h' for usage.\n", name)
+		}
+		return 2
+	}
+}
+
 // simNoArgs complains about positional arguments: the subcommands take flags only.
 func simNoArgs(fs *cliFlags, stderr io.Writer) bool {
 	if fs.NArg() == 0 {
@@ -171,16 +195,10 @@ func runSimCollective(name string, args []string, stdout, stderr io.Writer) int 
 	fs.BoolVar(&cfg.asJSON, "json", false, "print nccl-tests' JSON (as goccl perf -J writes it) with a \"sim\" section")
 	fs.StringVar(&cfg.flow.level, "level", "closed", "closed (the closed form) or flow (max-min fair flows on the topology graph)")
 	fs.StringVar(&cfg.flow.routing, "routing", "ecmp", "--level flow: ecmp (hashed paths, collisions) or spread (least-loaded paths)")
-	if status, exit := fs.parseOrExit(args); exit {
+	if status, exit := simParse(fs, args, stderr); exit {
 		return status
 	}
-	if !simNoArgs(fs, stderr) {
-		return 2
-	}
-	usageErr := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "%s: %s\n", name, fmt.Sprintf(format, a...))
-		return 2
-	}
+	usageErr := simUsageErr(stderr, name, false)
 	var err error
 	if cfg.topo, err = simTopology(*preset, *topoFile, *nodes); err != nil {
 		return usageErr("%v", err)
@@ -520,11 +538,8 @@ func writeSimJSON(w io.Writer, cfg *simCollectiveConfig, rows []simRow) error {
 func runSimPresets(name string, args []string, stdout, stderr io.Writer) int {
 	fs := simFlags(name, stderr)
 	asJSON := fs.Bool("json", false, "print the presets as topology JSON (docs/sim.md has the schema)")
-	if status, exit := fs.parseOrExit(args); exit {
+	if status, exit := simParse(fs, args, stderr); exit {
 		return status
-	}
-	if !simNoArgs(fs, stderr) {
-		return 2
 	}
 	var topos []*sim.Topology
 	for _, p := range sim.Presets() {
@@ -572,11 +587,8 @@ func runSimValidate(name string, args []string, stdout, stderr io.Writer) int {
 	csvFile := fs.String("csv", "", "the CSV to validate against (- for standard input); the repository's is sim/testdata/published.csv")
 	asJSON := fs.Bool("json", false, "print the rows and the summary as JSON")
 	calFile := fs.String("calibration", "", "a calibration (goccl sim calibrate -o FILE) for the rows of goccl's namespace clusters")
-	if status, exit := fs.parseOrExit(args); exit {
+	if status, exit := simParse(fs, args, stderr); exit {
 		return status
-	}
-	if !simNoArgs(fs, stderr) {
-		return 2
 	}
 	var cal *sim.Calibration
 	if *calFile != "" {

@@ -31,11 +31,8 @@ func runSimCalibrate(name string, args []string, stdout, stderr io.Writer) int {
 	fs.StringVarP(&cfg.maxBytes, "maxbytes", "e", "16M", "the largest size measured (goccl perf -e)")
 	fs.StringVarP(&cfg.iters, "iters", "n", "20", "iterations per size (goccl perf -n)")
 	out := fs.StringP("output", "o", "", "write the calibration JSON to this file (default: standard output)")
-	if status, exit := fs.parseOrExit(args); exit {
+	if status, exit := simParse(fs, args, stderr); exit {
 		return status
-	}
-	if !simNoArgs(fs, stderr) {
-		return 2
 	}
 	cal, err := simCalibrate(context.Background(), cfg, stderr)
 	if err != nil {

@@ -14,13 +14,13 @@ import (
 
 // TestSimCalibrate: goccl sim calibrate measures two ranks of this host
 // (and, where namespaces can be made, two hosts of a cluster shaped to
-// 100 Mbit/s) with goccl perf, fits each link, and validate --calibration
+// 1 Gbit/s) with goccl perf, fits each link, and validate --calibration
 // applies the file to a goccl-netns row.
 func TestSimCalibrate(t *testing.T) {
-	args := []string{"sim", "calibrate", "-e", "64K", "-n", "3"}
+	args := []string{"sim", "calibrate", "-e", "32M", "-n", "5"}
 	var c *cluster.Cluster
 	if why := clustertest.Skip(); why == "" {
-		c = clustertest.New(t, cluster.Config{Hosts: 2, Rate: 100e6})
+		c = clustertest.New(t, cluster.Config{Hosts: 2, Rate: 1e9})
 		args = append(args, "--cluster", c.Name, "--state-dir", c.Config.StateDir)
 	} else {
 		t.Logf("intra-host only: %s", why)
@@ -33,12 +33,13 @@ func TestSimCalibrate(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stdout)
 	}
-	// 8 B to 64 KiB by ×4: 8, 32, 128, 512, 2K, 8K, 32K.
-	if cal.Intra == nil || len(cal.Intra.Points) != 7 || !strings.Contains(cal.Source, "logical CPUs") {
+	// 8 B to 32 MiB by ×4: 12 sizes (those from 1 MiB give the rate: with
+	// 2 MiB alone two busy cores left it to noise).
+	if cal.Intra == nil || len(cal.Intra.Points) != 12 || !strings.Contains(cal.Source, "logical CPUs") {
 		t.Fatalf("calibration %+v", cal)
 	}
 	if c != nil {
-		if cal.Inter == nil || len(cal.Inter.Points) != 7 || cal.Inter.RateGbps != 0.1 || !(cal.Inter.Efficiency > 0) {
+		if cal.Inter == nil || len(cal.Inter.Points) != 12 || cal.Inter.RateGbps != 1 || !(cal.Inter.Efficiency > 0) {
 			t.Fatalf("inter-host fit %+v", cal.Inter)
 		}
 	}

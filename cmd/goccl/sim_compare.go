@@ -22,10 +22,7 @@ func runSimCompare(name string, args []string, stdout, stderr io.Writer) int {
 	if status, exit := fs.parseOrExit(args); exit {
 		return status
 	}
-	usageErr := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "%s: %s\nRun '%s -h' for usage.\n", name, fmt.Sprintf(format, a...), name)
-		return 2
-	}
+	usageErr := simUsageErr(stderr, name, true)
 	if fs.NArg() != 2 {
 		return usageErr("want two topologies (a preset or a file, each with an optional @NODES: dgx-b200@9 nvl72), got %d", fs.NArg())
 	}

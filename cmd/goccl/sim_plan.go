@@ -47,16 +47,10 @@ func runSimPlan(name string, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&sp.Objective, "objective", "time", "rank by step time (time) or by step time × GPUs (gpu-seconds)")
 	top := fs.Int("top", 10, "print the best N plans")
 	asJSON := fs.Bool("json", false, "print the report as JSON (every fitting plan)")
-	if status, exit := fs.parseOrExit(args); exit {
+	if status, exit := simParse(fs, args, stderr); exit {
 		return status
 	}
-	if !simNoArgs(fs, stderr) {
-		return 2
-	}
-	usageErr := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "%s: %s\nRun '%s -h' for usage.\n", name, fmt.Sprintf(format, a...), name)
-		return 2
-	}
+	usageErr := simUsageErr(stderr, name, true)
 	if strings.TrimSpace(*spec) == "" {
 		return usageErr("--model is required")
 	}

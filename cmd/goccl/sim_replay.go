@@ -41,11 +41,8 @@ func runSimReplay(name string, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.chakraDir, "write-chakra", "", "with --goccl-trace: write the ops as Chakra ET files DIR/et.RANK.et")
 	fs.Float64Var(&cfg.opt.ComputeEff, "compute-eff", 1, "achieved fraction of the GPU's peak FLOP/s for compute given as FLOPs")
 	fs.Float64Var(&cfg.opt.MemEff, "mem-eff", 1, "achieved fraction of the GPU's peak HBM bandwidth for compute given as bytes")
-	if status, exit := fs.parseOrExit(args); exit {
+	if status, exit := simParse(fs, args, stderr); exit {
 		return status
-	}
-	if !simNoArgs(fs, stderr) {
-		return 2
 	}
 	usageErr := func(err error) int {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)

@@ -43,16 +43,10 @@ func runSimServe(name string, args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&o.MemEff, "mem-eff", sim.ServeMemEff, "share of the GPU's peak HBM bandwidth reached (decode)")
 	fs.Float64Var(&o.SetupUs, "setup-us", sim.DefaultKVSetupUs, "fixed cost of one KV transfer, µs")
 	asJSON := fs.Bool("json", false, "print the prediction as JSON")
-	if status, exit := fs.parseOrExit(args); exit {
+	if status, exit := simParse(fs, args, stderr); exit {
 		return status
 	}
-	if !simNoArgs(fs, stderr) {
-		return 2
-	}
-	usageErr := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "%s: %s\n", name, fmt.Sprintf(format, a...))
-		return 2
-	}
+	usageErr := simUsageErr(stderr, name, false)
 	if msg := simServeCheck(&o); msg != "" {
 		return usageErr("%s", msg)
 	}

@@ -47,16 +47,10 @@ func runSimStep(name string, args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&o.Straggler, "straggler", 0, "one rank's compute slower by this factor (0: 1)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	traceFile := fs.String("trace", "", "write a Chrome/Perfetto trace (JSON) of one pipeline's step to this file")
-	if status, exit := fs.parseOrExit(args); exit {
+	if status, exit := simParse(fs, args, stderr); exit {
 		return status
 	}
-	if !simNoArgs(fs, stderr) {
-		return 2
-	}
-	usageErr := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "%s: %s\n", name, fmt.Sprintf(format, a...))
-		return 2
-	}
+	usageErr := simUsageErr(stderr, name, false)
 	if strings.TrimSpace(*spec) == "" {
 		return usageErr("--workload \"SPEC\" is required (e.g. \"GPT-175B L96 h12288 a96 seq2048 mbs1 gbs64 TP8 PP8 full recompute fp16\")")
 	}
