@@ -438,25 +438,30 @@ func (t *Topology) latency(p protocol, kind string, n int, h ringHops) float64 {
 }
 
 // protocol picks the fastest of NCCL's protocols for a job whose flows
-// took transfer seconds at the links' full data rate: a protocol's
-// efficiency scales every link alike, so its transfer is transfer/eff (LL
-// capped on one node at llMaxGBps of bus bandwidth, as in the closed
-// form). It returns the protocol's index, latency and transfer (µs).
+// took transfer seconds at the links' full data rate. For a ring a
+// protocol's bus bandwidth is the closed form's share of the links
+// (ncclLinks.ringBusBW on all channels: LL's half and cap, LL128's 0.92
+// and per-channel cap), which scales every link alike, and Simple
+// all_reduce across nodes has the closed form's ×1.4 latency (NCCL's ring
+// plateau); alltoall takes the protocols' efficiencies. It returns the
+// protocol's index, latency and transfer (µs).
 func (t *Topology) protocol(job *Job, n int, h ringHops, transfer float64) (int, float64, float64) {
 	best, lat, xfer := simple, 0.0, math.Inf(1)
-	llMax := 0.0
-	if h.nodes == 1 {
-		llMax = llMaxGBps(t.GPU.Name)
-	}
+	k := t.ncclLinks(n)
 	for i, p := range protocols {
-		if i == 1 && !t.ncclLinks(n).ll128 {
+		if i == 1 && !k.ll128 {
 			continue
 		}
-		x := transfer / p.eff * 1e6
-		if p.name == "LL" && llMax > 0 {
-			x = math.Max(x, float64(job.Bytes)*BusFactor(job.Kind, n)/llMax/1e3)
+		share := p.eff
+		if job.Kind != "alltoall" {
+			share = k.ringBusBW(i, k.ring.comm) / k.ringBW()
 		}
-		if l := t.latency(p, job.Kind, n, h); l+x < lat+xfer {
+		x := transfer / share * 1e6
+		l := t.latency(p, job.Kind, n, h)
+		if i == simple && h.nodes > 1 && job.Kind == "all_reduce" && job.Bytes/int64(k.ring.comm*n) >= 64 {
+			l *= 1.4
+		}
+		if l+x < lat+xfer {
 			best, lat, xfer = i, l, x
 		}
 	}
