@@ -1,6 +1,7 @@
 package goccl
 
 import (
+	"bytes"
 	"context"
 
 	"github.com/goccl/goccl/internal/algo"
@@ -144,7 +145,16 @@ func (c *Comm) run(ctx context.Context, a *call) error {
 			copy(a.recv, a.send)
 			return c.end(opSendRecv, nil)
 		}
-		err = c.group.SendRecvP2P(ctx, &c.op, c.nextSend(a.sendPeer), a.sendPeer, a.send, c.nextRecv(a.recvPeer), a.recvPeer, a.recv)
+		send := a.send
+		if a.sendPeer >= 0 && a.recvPeer >= 0 && overlaps(send, a.recv) {
+			// In place: what is sent is the buffer as this call finds
+			// it (MPI_Sendrecv_replace's meaning); without the copy the
+			// receive writes under the send's reads. Taken here, when
+			// the call runs, not when a non-blocking one is issued: an
+			// earlier call may still be writing the buffer then.
+			send = bytes.Clone(send)
+		}
+		err = c.group.SendRecvP2P(ctx, &c.op, c.nextSend(a.sendPeer), a.sendPeer, send, c.nextRecv(a.recvPeer), a.recvPeer, a.recv)
 		return c.end(opSendRecv, err)
 	}
 	// The schedule: the table's row that c.sel chooses for the largest

@@ -65,7 +65,9 @@ func Recv[T Element](ctx context.Context, c *Comm, buf []T, count int, peer int)
 // SendRecv sends count elements of sendbuf to sendPeer and receives count
 // elements from recvPeer into recvbuf, concurrently, so that ranks exchanging
 // in a ring or pairwise cannot deadlock (the ncclGroupStart/Send/Recv/
-// ncclGroupEnd idea). A peer of -1 skips that half.
+// ncclGroupEnd idea). A peer of -1 skips that half. sendbuf and recvbuf
+// may overlap (in place): what is sent is sendbuf as it was at the call
+// (MPI_Sendrecv_replace's meaning), at the cost of one copy of it.
 func SendRecv[T Element](ctx context.Context, c *Comm, sendbuf []T, sendPeer int, recvbuf []T, recvPeer int, count int) error {
 	return c.SendRecvBytes(ctx, asBytes(sendbuf), sendPeer, asBytes(recvbuf), recvPeer, count, TypeOf[T]())
 }

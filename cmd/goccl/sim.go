@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"unicode"
 
+	"github.com/goccl/goccl/internal/config"
 	"github.com/goccl/goccl/sim"
 )
 
@@ -66,7 +67,7 @@ plan        searches the splits of a training job on one or more
             topologies and ranks those that fit by step time or cost (-h)
 replay      replays per-rank operation graphs on the topology: Chakra
             execution traces (one per rank), or goccl's own trace of a run
-            (GOCCL_TRACE_FILE: its collectives re-predicted, the gaps
+            (` + config.TraceFile.Name + `: its collectives re-predicted, the gaps
             between them kept as measured compute); prints each rank's end,
             compute, communication and exposed communication, and the
             critical path; --trace writes a Perfetto trace of the replay,
@@ -181,7 +182,7 @@ type simCollectiveConfig struct {
 func runSimCollective(name string, args []string, stdout, stderr io.Writer) int {
 	fs := simFlags(name, stderr)
 	preset := fs.StringP("preset", "t", "", "a preset (goccl sim presets lists them; default dgx-h100 unless --topo)")
-	topoFile := fs.String("topo", "", "a topology file: JSON (docs/sim.md has the schema) or a topology dump (NCCL_TOPO_DUMP_FILE, GOCCL_TOPO_DUMP_FILE XML)")
+	topoFile := fs.String("topo", "", "a topology file: JSON (docs/sim.md has the schema) or a topology dump (NCCL_TOPO_DUMP_FILE, "+config.TopoDumpFile.Name+" XML)")
 	nodes := fs.Int("nodes", 0, "scale the topology to N nodes (0: as it is)")
 	ranks := fs.Int("ranks", 0, "ranks taking part (0: every GPU of the topology)")
 	collName := fs.StringP("collective", "c", "all_reduce", "all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall or sendrecv")

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/goccl/goccl/internal/config"
 	"github.com/goccl/goccl/internal/trace"
 	"github.com/goccl/goccl/sim"
 	"github.com/goccl/goccl/sim/chakra"
@@ -32,7 +33,7 @@ func runSimReplay(name string, args []string, stdout, stderr io.Writer) int {
 	fs := simFlags(name, stderr)
 	var cfg simReplayConfig
 	fs.StringVar(&cfg.chakraGlob, "chakra", "", "Chakra execution traces, one per rank: a glob ('DIR/et.*.et'); the rank is the file name's last number")
-	fs.StringVar(&cfg.gocclGlob, "goccl-trace", "", "goccl's trace files of one run (GOCCL_TRACE_FILE), one per rank: a glob ('trace-*.json')")
+	fs.StringVar(&cfg.gocclGlob, "goccl-trace", "", "goccl's trace files of one run ("+config.TraceFile.Name+"), one per rank: a glob ('trace-*.json')")
 	fs.StringVarP(&cfg.preset, "preset", "t", "", "a preset (default dgx-h100 unless --topo)")
 	fs.StringVar(&cfg.topoFile, "topo", "", "a topology file (JSON or a topology dump XML)")
 	fs.IntVar(&cfg.nodes, "nodes", 0, "scale the topology to N nodes (0: as it is, or the nodes the ranks need)")
