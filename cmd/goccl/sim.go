@@ -593,13 +593,9 @@ func runSimValidate(name string, args []string, stdout, stderr io.Writer) int {
 	}
 	var cal *sim.Calibration
 	if *calFile != "" {
-		f, err := os.Open(*calFile)
-		if err == nil {
-			cal, err = sim.LoadCalibration(f)
-			f.Close()
-		}
-		if err != nil {
-			fmt.Fprintf(stderr, "%s: --calibration %s: %v\n", name, *calFile, err)
+		var err error
+		if cal, err = simLoadCalibration(*calFile); err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", name, err)
 			return 2
 		}
 	}
@@ -686,6 +682,31 @@ func writeValidation(w io.Writer, rep *sim.ValidationReport) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// simLoadCalibration reads a calibration file; errors name the flag.
+func simLoadCalibration(path string) (*sim.Calibration, error) {
+	f, err := os.Open(path)
+	if err == nil {
+		defer f.Close()
+		var cal *sim.Calibration
+		if cal, err = sim.LoadCalibration(f); err == nil {
+			return cal, nil
+		}
+	}
+	return nil, fmt.Errorf("--calibration %s: %w", path, err)
+}
+
+// simApplyCalibration is t with the calibration file's figures.
+func simApplyCalibration(t *sim.Topology, path string) (*sim.Topology, error) {
+	cal, err := simLoadCalibration(path)
+	if err != nil {
+		return nil, err
+	}
+	if t, err = t.Apply(cal); err != nil {
+		return nil, fmt.Errorf("--calibration %s: %w", path, err)
+	}
+	return t, nil
 }
 
 // simShorten cuts s to n runes, marking the cut with "…".

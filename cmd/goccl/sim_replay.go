@@ -26,6 +26,7 @@ type simReplayConfig struct {
 	nodes                 int
 	asJSON                bool
 	traceOut, chakraDir   string
+	calibration           string
 	opt                   sim.ReplayOptions
 }
 
@@ -37,6 +38,7 @@ func runSimReplay(name string, args []string, stdout, stderr io.Writer) int {
 	fs.StringVarP(&cfg.preset, "preset", "t", "", "a preset (default dgx-h100 unless --topo)")
 	fs.StringVar(&cfg.topoFile, "topo", "", "a topology file (JSON or a topology dump XML)")
 	fs.IntVar(&cfg.nodes, "nodes", 0, "scale the topology to N nodes (0: as it is, or the nodes the ranks need)")
+	fs.StringVar(&cfg.calibration, "calibration", "", "a calibration (goccl sim calibrate -o FILE) for a goccl cluster's topology")
 	fs.BoolVar(&cfg.asJSON, "json", false, "print the result as JSON")
 	fs.StringVar(&cfg.traceOut, "trace", "", "write the replay as Chrome trace-event JSON (Perfetto) to this file")
 	fs.StringVar(&cfg.chakraDir, "write-chakra", "", "with --goccl-trace: write the ops as Chakra ET files DIR/et.RANK.et")
@@ -59,6 +61,11 @@ func runSimReplay(name string, args []string, stdout, stderr io.Writer) int {
 	}
 	if cfg.nodes == 0 && len(ranks) > topo.GPUs() {
 		topo = topo.WithNodes((len(ranks) + topo.GPUsPerNode - 1) / topo.GPUsPerNode)
+	}
+	if cfg.calibration != "" {
+		if topo, err = simApplyCalibration(topo, cfg.calibration); err != nil {
+			return usageErr(err)
+		}
 	}
 	res, err := sim.Replay(topo, ranks, cfg.opt)
 	if err == nil {

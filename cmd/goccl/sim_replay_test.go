@@ -58,6 +58,29 @@ func TestSimReplayGocclTrace(t *testing.T) {
 	if d := math.Abs(fromChakra.TotalUs - fromTrace.TotalUs); d > 5 {
 		t.Errorf("replay of the Chakra files %g µs, of the goccl trace %g µs", fromChakra.TotalUs, fromTrace.TotalUs)
 	}
+	// On the namespace cluster's topology with its calibration: the
+	// collectives at the calibrated costs.
+	calFile := "../../sim/testdata/netns-calibration.json"
+	onNetns := simReplayRun(t, "--goccl-trace", filepath.Join(dir, "trace-*.json"), "-t", "goccl-netns", "--calibration", calFile, "--json")
+	netns, _ := sim.Preset("goccl-netns")
+	cal, err := simLoadCalibration(calFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if netns, err = netns.Apply(cal); err != nil {
+		t.Fatal(err)
+	}
+	comm = 0
+	for _, b := range []int64{0, 1, 256 << 10, 256 << 10, 256 << 10} {
+		ar, err := netns.Collective(sim.Collective{Kind: "all_reduce", Bytes: b, Ranks: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		comm += ar.TimeUs
+	}
+	if r := onNetns.Ranks[0]; math.Abs(r.CommUs-comm) > 1e-6 {
+		t.Errorf("calibrated goccl-netns: comm %g µs, want %g", r.CommUs, comm)
+	}
 	var tr struct{ TraceEvents []map[string]any }
 	if b, err := os.ReadFile(perfetto); err != nil || json.Unmarshal(b, &tr) != nil || len(tr.TraceEvents) == 0 {
 		t.Errorf("--trace %s: %v, %d events", perfetto, err, len(tr.TraceEvents))
