@@ -766,3 +766,65 @@ func gocclRankOps(evs []gocclEvent, t0 float64, n int) []Op {
 	}
 	return ops
 }
+
+// SameCompute gives every rank the same compute times, for a data-parallel
+// (SPMD) run whose ranks all run one program: the compute before each
+// rank's k-th other op (and after its last) becomes the median over ranks
+// of that compute, a rank without compute there counting 0. A trace taken
+// with more ranks than cores (several ranks of a job on one small machine,
+// to be predicted on many) carries each rank's scheduling noise in its
+// gaps, and since every collective waits for its last rank, a replay would
+// add the largest of that noise at every collective. It refuses ranks whose
+// other ops differ in number or, at some position, in kind or name, naming
+// the first difference.
+func SameCompute(ranks [][]Op) error {
+	if len(ranks) < 2 {
+		return nil
+	}
+	at := make([][]float64, len(ranks)) // at[r][k]: rank r's compute before its k-th other op
+	var first []Op
+	for r, ops := range ranks {
+		var others []Op
+		at[r] = []float64{0}
+		for _, o := range ops {
+			if o.Kind == OpCompute {
+				at[r][len(others)] += o.DurationUs
+				continue
+			}
+			others = append(others, o)
+			at[r] = append(at[r], 0)
+		}
+		if r == 0 {
+			first = others
+			continue
+		}
+		if len(others) != len(first) {
+			return fmt.Errorf("sim: same compute: rank %d has %d ops besides compute, rank 0 %d", r, len(others), len(first))
+		}
+		for i, o := range others {
+			if o.Kind != first[i].Kind || o.Name != first[i].Name {
+				return fmt.Errorf("sim: same compute: op %d is %s %q on rank %d, %s %q on rank 0", i, o.Kind, o.Name, r, first[i].Kind, first[i].Name)
+			}
+		}
+	}
+	d := make([]float64, len(ranks))
+	for r, ops := range ranks {
+		k := 0
+		for i := range ops {
+			if ops[i].Kind != OpCompute {
+				k++
+				continue
+			}
+			if ops[i].DurationUs <= 0 {
+				continue // a roofline's FLOPs and bytes: the same on every rank
+			}
+			for q := range ranks {
+				d[q] = at[q][k]
+			}
+			// Each op keeps its share of the rank's compute there.
+			ops[i].DurationUs = max(ops[i].DurationUs*median(d)/at[r][k], 1e-3)
+		}
+	}
+	return nil
+}
+

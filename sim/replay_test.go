@@ -267,3 +267,36 @@ func TestReplayAllGatherBytes(t *testing.T) {
 		t.Fatalf("%g µs, want all_gather of 4 MiB on 4 ranks, %g", res.TotalUs, want)
 	}
 }
+
+// TestSameCompute: each gap becomes the median over ranks of the compute
+// before the same op (a rank without one counts 0), split over a rank's
+// compute ops there in their proportions; ranks whose other ops differ are
+// refused.
+func TestSameCompute(t *testing.T) {
+	coll := Op{Name: "AllReduce", Kind: OpColl, Coll: "all_reduce", Bytes: 8}
+	comp := func(us float64) Op { return Op{Name: "compute", Kind: OpCompute, DurationUs: us} }
+	ranks := [][]Op{
+		{comp(10), coll, comp(4)},
+		{comp(30), comp(10), coll}, // 40 before the collective, none after
+		{comp(20), coll, comp(1)},
+	}
+	if err := SameCompute(ranks); err != nil {
+		t.Fatal(err)
+	}
+	// Before: median of 10, 40, 20 = 20; after: median of 4, 0, 1 = 1.
+	want := [][]float64{{20, 0, 1}, {15, 5, 0}, {20, 0, 1}}
+	for r, ops := range ranks {
+		for i, o := range ops {
+			if o.Kind == OpCompute && math.Abs(o.DurationUs-want[r][i]) > 1e-9 {
+				t.Errorf("rank %d op %d: %g µs, want %g", r, i, o.DurationUs, want[r][i])
+			}
+		}
+	}
+	bad := [][]Op{{comp(1), coll}, {comp(1), {Name: "Broadcast", Kind: OpColl, Coll: "broadcast"}}}
+	if err := SameCompute(bad); err == nil || !strings.Contains(err.Error(), `"Broadcast" on rank 1`) {
+		t.Errorf("different ops: %v", err)
+	}
+	if err := SameCompute([][]Op{{coll}, {coll, coll}}); err == nil || !strings.Contains(err.Error(), "rank 1 has 2 ops") {
+		t.Errorf("different counts: %v", err)
+	}
+}

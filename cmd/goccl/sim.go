@@ -29,7 +29,7 @@ var simUsage = `usage: goccl sim collective [-t PRESET | --topo FILE.json|FILE.x
                        [--tp N] [--disaggregated] [--json]
        goccl sim plan [-t PRESET]... [--nodes N,...] --model "SPEC" --gbs N [--objective time|gpu-seconds]
        goccl sim replay (--chakra 'DIR/et.*.et' | --goccl-trace 'trace-*.json') [-t PRESET | --topo FILE]
-                        [--nodes N] [--json] [--trace OUT.json] [--write-chakra DIR]
+                        [--nodes N] [--spmd] [--json] [--trace OUT.json] [--write-chakra DIR]
 
 sim predicts what collectives, training steps and inference cost on a
 cluster described as data (a preset, a topology JSON file or a topology
@@ -71,7 +71,8 @@ replay      replays per-rank operation graphs on the topology: Chakra
             between them kept as measured compute); prints each rank's end,
             compute, communication and exposed communication, and the
             critical path; --trace writes a Perfetto trace of the replay,
-            --write-chakra the goccl trace as Chakra ET files
+            --write-chakra the goccl trace as Chakra ET files; --spmd gives
+            every rank the median over ranks of each compute gap
 
 Exit status: 0 done (validate: whatever the errors), 1 a prediction failed,
 2 usage errors and bad input (validate: a file it cannot read, or a row that

@@ -27,6 +27,7 @@ type simReplayConfig struct {
 	asJSON                bool
 	traceOut, chakraDir   string
 	calibration           string
+	spmd                  bool
 	opt                   sim.ReplayOptions
 }
 
@@ -39,6 +40,7 @@ func runSimReplay(name string, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.topoFile, "topo", "", "a topology file (JSON or a topology dump XML)")
 	fs.IntVar(&cfg.nodes, "nodes", 0, "scale the topology to N nodes (0: as it is, or the nodes the ranks need)")
 	fs.StringVar(&cfg.calibration, "calibration", "", "a calibration (goccl sim calibrate -o FILE) for a goccl cluster's topology")
+	fs.BoolVar(&cfg.spmd, "spmd", false, "the ranks run one program: give each the median over ranks of every compute gap (a trace with more ranks than cores)")
 	fs.BoolVar(&cfg.asJSON, "json", false, "print the result as JSON")
 	fs.StringVar(&cfg.traceOut, "trace", "", "write the replay as Chrome trace-event JSON (Perfetto) to this file")
 	fs.StringVar(&cfg.chakraDir, "write-chakra", "", "with --goccl-trace: write the ops as Chakra ET files DIR/et.RANK.et")
@@ -52,6 +54,9 @@ func runSimReplay(name string, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	ranks, err := simReplayInput(&cfg)
+	if err == nil && cfg.spmd {
+		err = sim.SameCompute(ranks)
+	}
 	if err != nil {
 		return usageErr(err)
 	}
