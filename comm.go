@@ -44,25 +44,28 @@ type Comm struct {
 	met      *metrics // Prometheus series (WithMetrics, GOCCL_METRICS_ADDR; nil: off)
 	log      *logger
 
-	mu        sync.Mutex
-	group     *algo.Group // nil when size == 1
-	seq       uint64      // collective sequence number
-	sendSeq   []uint64    // point-to-point sequence numbers per peer
-	recvSeq   []uint64
-	op        algo.Op
-	octx      opContext
-	scratch   []byte
-	poison    error
-	closed    bool
-	release   func()           // closes what the bootstrap made besides the links (nil: nothing)
-	caps      bootstrap.Caps   // what the transports offer besides links (bootstrap.Cap: a Registrar, a *OneSided)
-	collnet   *collnet.Client  // GOCCL_COLLNET_ENABLE=1: the attachment to the aggregation tree (nil: none)
-	rdv       rendezvous.Store // the store it rendezvoused through (for Split)
-	jobID     string
-	splits    atomic.Int64              // Split calls so far
-	splitOpts []Option                  // options a Split's communicator inherits
-	loggedOp  [numOpKinds]uint8         // bit i set: the kind's schedule i (Schedule.Bit) already logged
-	past      [pastOps]transport.Header // the last collectives' headers, at Seq % pastOps (explainMismatch)
+	mu          sync.Mutex
+	group       *algo.Group // nil when size == 1
+	seq         uint64      // collective sequence number
+	sendSeq     []uint64    // point-to-point sequence numbers per peer
+	recvSeq     []uint64
+	op          algo.Op
+	octx        opContext
+	scratch     []byte
+	poison      error
+	closed      bool
+	release     func()           // closes what the bootstrap made besides the links (nil: nothing)
+	caps        bootstrap.Caps   // what the transports offer besides links (bootstrap.Cap: a Registrar, a *OneSided)
+	collnet     *collnet.Client  // GOCCL_COLLNET_ENABLE=1: the attachment to the aggregation tree (nil: none)
+	rdv         rendezvous.Store // the store it rendezvoused through (for Split)
+	jobID       string
+	splits      atomic.Int64 // Split calls so far
+	agrees      atomic.Int64 // Agree calls so far
+	agreeMu     sync.Mutex
+	agreeFailed []bool                    // ranks an agreement counted failed, or seen dead during one (agree.go)
+	splitOpts   []Option                  // options a Split's communicator inherits
+	loggedOp    [numOpKinds]uint8         // bit i set: the kind's schedule i (Schedule.Bit) already logged
+	past        [pastOps]transport.Header // the last collectives' headers, at Seq % pastOps (explainMismatch)
 
 	debugCheck bool   // GOCCL_DEBUG_CHECK=1: fingerprints exchanged before each collective
 	topoDump   string // GOCCL_TOPO_DUMP_FILE ("": no topology exchanged at Init; topodump.go)

@@ -37,6 +37,9 @@ func worker(mode string) int {
 	if mode == "reinit" {
 		return reinitWorker(ctx)
 	}
+	if f := extraMains[mode]; f != nil {
+		return f(ctx) // a worker that makes its own communicator
+	}
 	if os.Getenv("GOCCL_TEST_ROCE_FAULTS") == "1" {
 		// 1 % of the device's packets dropped, duplicated, reordered and
 		// corrupted (a different pattern per rank).

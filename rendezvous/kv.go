@@ -52,32 +52,64 @@ type kv struct {
 	m       map[string][]byte
 	waiters map[string]chan struct{} // closed when the key is first set
 
-	lost     chan struct{} // closed when a rank is lost (TCPServer)
-	lostRank int
-	lostWhy  string
+	// The ranks lost so far (TCPServer), in the order they were lost, and
+	// a channel closed (and replaced) at each new loss.
+	losses []loss
+	lost   chan struct{}
+}
+
+// loss is one lost rank and why.
+type loss struct {
+	rank int
+	why  string
 }
 
 func newKV() *kv {
-	return &kv{m: make(map[string][]byte), waiters: make(map[string]chan struct{}), lost: make(chan struct{}), lostRank: -1}
+	return &kv{m: make(map[string][]byte), waiters: make(map[string]chan struct{}), lost: make(chan struct{})}
 }
 
-// markLost records that rank is gone (the first loss wins) and wakes every
-// waiter.
+// markLost records that rank is gone (once per rank) and wakes every waiter.
 func (k *kv) markLost(rank int, why string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.lostRank >= 0 {
-		return
+	for _, l := range k.losses {
+		if l.rank == rank {
+			return
+		}
 	}
-	k.lostRank, k.lostWhy = rank, why
+	k.losses = append(k.losses, loss{rank, why})
 	close(k.lost)
+	k.lost = make(chan struct{})
 }
 
-// lostInfo returns the lost rank and why, once lost is closed.
-func (k *kv) lostInfo() (int, string) {
+// lossAfter returns the n-th loss (from 0) when there is one; otherwise a
+// channel closed at the next loss.
+func (k *kv) lossAfter(n int) (l loss, ok bool, next <-chan struct{}) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.lostRank, k.lostWhy
+	if n < len(k.losses) {
+		return k.losses[n], true, nil
+	}
+	return loss{}, false, k.lost
+}
+
+// numLosses is how many ranks were lost.
+func (k *kv) numLosses() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.losses)
+}
+
+// create stores value under key unless key holds one, and returns the value
+// key holds after the call (value when created).
+func (k *kv) create(key string, value []byte) []byte {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if v, ok := k.m[key]; ok {
+		return v
+	}
+	k.storeLocked(key, value)
+	return value
 }
 
 func (k *kv) storeLocked(key string, value []byte) {
@@ -144,4 +176,9 @@ var (
 	_ Store = (*TCPStore)(nil)
 	_ Store = (*FileStore)(nil)
 	_ Store = (*servingStore)(nil)
+
+	_ Creator = (*memStore)(nil)
+	_ Creator = (*TCPStore)(nil)
+	_ Creator = (*servingStore)(nil)
+	_ Creator = (*prefixStore)(nil)
 )

@@ -48,6 +48,20 @@ func (s *memStore) Set(ctx context.Context, key string, value []byte) error {
 	return nil
 }
 
+// Create implements Creator.
+func (s *memStore) Create(ctx context.Context, key string, value []byte) ([]byte, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	if err := checkValue(value); err != nil {
+		return nil, err
+	}
+	if err := s.check(ctx, "create", key); err != nil {
+		return nil, err
+	}
+	return append([]byte{}, s.kv.create(key, append([]byte{}, value...))...), nil
+}
+
 // wait blocks until key exists and returns its value.
 func (s *memStore) wait(ctx context.Context, op, key string) ([]byte, error) {
 	for {

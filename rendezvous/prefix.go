@@ -1,6 +1,9 @@
 package rendezvous
 
-import "context"
+import (
+	"context"
+	"fmt"
+)
 
 // PrefixStore returns a view of s in which every key is prefixed with prefix
 // (the c10d PrefixStore idea): communicators made from one job's store
@@ -34,3 +37,12 @@ func (p *prefixStore) Add(ctx context.Context, key string, delta int64) (int64, 
 }
 
 func (p *prefixStore) Close() error { return nil }
+
+// Create implements Creator when the underlying store does.
+func (p *prefixStore) Create(ctx context.Context, key string, value []byte) ([]byte, error) {
+	c, ok := p.s.(Creator)
+	if !ok {
+		return nil, fmt.Errorf("rendezvous: create %s: the store (%T) cannot create keys atomically", quoteKey(p.prefix+key), p.s)
+	}
+	return c.Create(ctx, p.prefix+key, value)
+}

@@ -28,3 +28,18 @@ type Store interface {
 	// Close releases the client (and, for a serving rank, the server).
 	Close() error
 }
+
+// Creator is a Store that can also store a value only where none is: the
+// first Create of a key wins, atomically, and every Create returns the
+// value the key then holds. It is consensus: ranks that each propose a
+// value under one key all learn the same one, whichever of them die
+// (goccl's Comm.Agree decides through it). MemStore, TCPStore (and rank 0's
+// store) and PrefixStore over a Creator implement it.
+type Creator interface {
+	Store
+	// Create stores value under key unless key already holds a value, and
+	// returns the value key holds after the call: value when this call
+	// stored it, else the earlier one. The returned slice belongs to the
+	// caller.
+	Create(ctx context.Context, key string, value []byte) ([]byte, error)
+}

@@ -268,6 +268,11 @@ func (s *TCPStore) Set(ctx context.Context, key string, value []byte) error {
 	return err
 }
 
+// Create implements Creator.
+func (s *TCPStore) Create(ctx context.Context, key string, value []byte) ([]byte, error) {
+	return s.roundTrip(ctx, "create "+quoteKey(key), request{op: opCreate, keys: []string{key}, value: value})
+}
+
 // Get implements Store; the server holds the request until key exists.
 func (s *TCPStore) Get(ctx context.Context, key string) ([]byte, error) {
 	return s.roundTrip(ctx, "get "+quoteKey(key), request{op: opGet, keys: []string{key}})

@@ -40,11 +40,15 @@ type TCPServer struct {
 	mu     sync.Mutex
 	closed bool
 	conns  map[net.Conn]struct{}
-	// untold holds the connections past the handshake that have not been
-	// answered statusLost yet; told gets a token whenever one leaves it.
-	untold map[net.Conn]struct{}
-	told   chan struct{}
-	wg     sync.WaitGroup
+	// toldN holds the connections past the handshake and how many losses
+	// each has been answered (statusLost, one per lost rank); told gets a
+	// token whenever that changes or one leaves.
+	toldN map[net.Conn]int
+	told  chan struct{}
+	// toldRank is how many losses each rank has been told, so that a
+	// client that reconnects (after an abandoned call) is not told again.
+	toldRank map[int]int
+	wg       sync.WaitGroup
 
 	closeOnce sync.Once
 	closeErr  error
@@ -73,14 +77,15 @@ func newTCPServer(addrs []string, opts ...Option) (*TCPServer, error) {
 		lns = append(lns, ln)
 	}
 	s := &TCPServer{
-		ln:     lns[0],
-		lns:    lns,
-		kv:     newKV(),
-		done:   make(chan struct{}),
-		opts:   makeOptions(opts),
-		conns:  make(map[net.Conn]struct{}),
-		untold: make(map[net.Conn]struct{}),
-		told:   make(chan struct{}, 1),
+		ln:       lns[0],
+		lns:      lns,
+		kv:       newKV(),
+		done:     make(chan struct{}),
+		opts:     makeOptions(opts),
+		conns:    make(map[net.Conn]struct{}),
+		toldN:    make(map[net.Conn]int),
+		toldRank: make(map[int]int),
+		told:     make(chan struct{}, 1),
 	}
 	for s.opts.instance == 0 {
 		s.opts.instance = rand.Uint32()
@@ -184,7 +189,11 @@ func (s *TCPServer) serveConn(c net.Conn) {
 	}
 	c.SetDeadline(time.Time{})
 	s.mu.Lock()
-	s.untold[c] = struct{}{}
+	told := 0 // losses this connection has been answered
+	if rank >= 0 {
+		told = s.toldRank[rank]
+	}
+	s.toldN[c] = told
 	s.mu.Unlock()
 	reqs := make(chan request)
 	gone := make(chan struct{}) // closed when the reader stops
@@ -204,7 +213,7 @@ func (s *TCPServer) serveConn(c net.Conn) {
 		s.mu.Lock()
 		delete(s.conns, c)
 		s.mu.Unlock()
-		s.markTold(c)
+		s.forget(c)
 		s.wg.Done()
 	}()
 	go func() {
@@ -234,7 +243,7 @@ func (s *TCPServer) serveConn(c net.Conn) {
 		case <-s.done:
 			return
 		}
-		status, payload, ok := s.handle(req, reqs, gone)
+		status, payload, ok := s.handle(req, reqs, gone, told)
 		if !ok {
 			return
 		}
@@ -242,7 +251,8 @@ func (s *TCPServer) serveConn(c net.Conn) {
 			return
 		}
 		if status == statusLost {
-			s.markTold(c)
+			told++
+			s.markTold(c, rank, told)
 		}
 	}
 }
@@ -260,17 +270,30 @@ func (s *TCPServer) rankGone(c net.Conn, rank int) {
 	s.kv.markLost(rank, "its connection to the store closed without a goodbye (the process died?)")
 }
 
-// markTold records that c was answered statusLost, or closed.
-func (s *TCPServer) markTold(c net.Conn) {
+// markTold records that c, of rank (-1: unknown), has been answered n
+// losses (statusLost).
+func (s *TCPServer) markTold(c net.Conn, rank, n int) {
 	s.mu.Lock()
-	_, ok := s.untold[c]
-	delete(s.untold, c)
+	s.toldN[c] = n
+	if rank >= 0 {
+		s.toldRank[rank] = n
+	}
 	s.mu.Unlock()
-	if ok {
-		select {
-		case s.told <- struct{}{}:
-		default:
-		}
+	s.signalTold()
+}
+
+// forget drops the closed connection c from the ones Linger waits for.
+func (s *TCPServer) forget(c net.Conn) {
+	s.mu.Lock()
+	delete(s.toldN, c)
+	s.mu.Unlock()
+	s.signalTold()
+}
+
+func (s *TCPServer) signalTold() {
+	select {
+	case s.told <- struct{}{}:
+	default:
 	}
 }
 
@@ -279,20 +302,24 @@ func (s *TCPServer) markTold(c net.Conn) {
 var lingerTimeout = 2 * time.Second
 
 // Linger returns at once when the server has seen no rank die. Otherwise it
-// keeps serving until every client connection has been answered with that
-// loss (RankLostError) or has closed, or until ctx ends. The serving rank's
+// keeps serving until every client connection has been answered with every
+// loss (RankLostError, once per lost rank) or has closed, or until ctx ends. The serving rank's
 // store (Connect) calls it before Close, since that rank fails too when
 // another dies, so that the other ranks learn which rank died instead of
 // finding the store gone (and blaming the serving rank).
 func (s *TCPServer) Linger(ctx context.Context) {
-	select {
-	case <-s.kv.lost:
-	default:
-		return
-	}
 	for {
+		losses := s.kv.numLosses()
+		if losses == 0 {
+			return
+		}
 		s.mu.Lock()
-		n := len(s.untold)
+		n := 0
+		for _, t := range s.toldN {
+			if t < losses {
+				n++
+			}
+		}
 		s.mu.Unlock()
 		if n == 0 {
 			return
@@ -309,11 +336,16 @@ func (s *TCPServer) Linger(ctx context.Context) {
 
 // handle executes req. ok is false when the connection must be closed
 // instead of answered.
-func (s *TCPServer) handle(req request, reqs <-chan request, gone <-chan struct{}) (status byte, payload []byte, ok bool) {
+// told is how many losses the connection has been answered: a Get or Wait
+// that has to wait fails with the next loss it has not been told of, so
+// each connection learns of each lost rank once, and waits again after.
+func (s *TCPServer) handle(req request, reqs <-chan request, gone <-chan struct{}, told int) (status byte, payload []byte, ok bool) {
 	switch req.op {
 	case opSet:
 		s.kv.set(req.keys[0], req.value)
 		return statusOK, nil, true
+	case opCreate:
+		return statusOK, s.kv.create(req.keys[0], req.value), true
 	case opAdd:
 		n, err := s.kv.add(req.keys[0], req.delta)
 		if err != nil {
@@ -329,10 +361,12 @@ func (s *TCPServer) handle(req request, reqs <-chan request, gone <-chan struct{
 					last = v
 					break
 				}
+				l, untold, next := s.kv.lossAfter(told)
+				if untold {
+					return statusLost, lostPayload(l.rank, l.why), true
+				}
 				select {
-				case <-s.kv.lost:
-					r, why := s.kv.lostInfo()
-					return statusLost, lostPayload(r, why), true
+				case <-next:
 				case <-set:
 				case <-gone: // client went away (or sent garbage)
 					return 0, nil, false

@@ -351,8 +351,8 @@ func dialTOpts(t *testing.T, addr string, opts ...Option) *TCPStore {
 
 // TestTCPServerRankLost: when the connection of a rank that proved the job
 // token closes without a goodbye (its process died), Gets held for other
-// ranks fail at once naming it; a deliberate Close, or a call abandoned by
-// its context, is no loss.
+// ranks fail at once naming it, once per connection and lost rank; a
+// deliberate Close, or a call abandoned by its context, is no loss.
 func TestTCPServerRankLost(t *testing.T) {
 	tok := WithToken([]byte("rank lost"))
 	srv, err := NewTCPServer("127.0.0.1:0", tok)
@@ -371,6 +371,7 @@ func TestTCPServerRankLost(t *testing.T) {
 	cancel()
 	b.Close()
 	c := dialTOpts(t, srv.Addr(), tok, WithRank(2))
+	d := dialTOpts(t, srv.Addr(), tok, WithRank(3))
 	held := async(func() error { _, err := a.Get(ctx, "card-of-rank-2"); return err })
 	mustBlock(t, held, "Get while nobody is lost")
 	// Rank 2 dies: its socket closes with no goodbye.
@@ -386,15 +387,31 @@ func TestTCPServerRankLost(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("the loss took %v to reach the waiter", d)
 	}
-	// Keys that exist are still served; waits fail.
+	// Keys that exist are still served. Each connection is told of each
+	// loss once: a, told, waits again (the survivors go on through the
+	// store: Comm.Agree, Shrink); d, connected before the loss but not yet
+	// told, learns it on its first wait; a second loss is told to a too.
 	if err := a.Set(ctx, "k", []byte("v")); err != nil {
 		t.Fatal(err)
 	}
 	if v, err := a.Get(ctx, "k"); err != nil || string(v) != "v" {
 		t.Fatalf("Get of an existing key after a loss: %q %v", v, err)
 	}
-	if err := a.Wait(ctx, "never"); !errors.As(err, &lost) {
-		t.Fatalf("Wait after a loss: %v", err)
+	short, cancel = context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if err := a.Wait(short, "never"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait after a loss already told: %v, want it to wait", err)
+	}
+	if err := d.Wait(ctx, "never"); !errors.As(err, &lost) || lost.Rank != 2 {
+		t.Fatalf("first Wait of a connection not told yet: %v, want rank 2 lost", err)
+	}
+	held = async(func() error { return a.Wait(ctx, "never") })
+	mustBlock(t, held, "Wait after the loss was told")
+	d.mu.Lock()
+	d.conn.Close()
+	d.mu.Unlock()
+	if err := mustReturn(t, held, "Wait after rank 3 died"); !errors.As(err, &lost) || lost.Rank != 3 {
+		t.Fatalf("Wait after a second loss: %v, want rank 3 lost", err)
 	}
 }
 

@@ -19,8 +19,10 @@ import (
 //	  Wait (op 3): n:u32 n*(klen:u16 key)  (n <= MaxWaitKeys)
 //	  Add  (op 4): klen:u16 key delta:i64
 //	  Bye  (op 5): empty; the client closes deliberately (no reply)
+//	  Create (op 6): klen:u16 key value    (as Set; stored only if key is absent)
 //	response = len:u32  status:u8  payload
-//	  status 0 (ok):    Set, Wait: empty; Get: value; Add: new value i64
+//	  status 0 (ok):    Set, Wait: empty; Get: value; Add: new value i64;
+//	                    Create: the value key holds after it
 //	  status 1 (error): UTF-8 message (<= maxErrorLen), e.g. a non-integer counter
 //	  status 2 (lost):  rank:i32 reason (UTF-8, <= maxErrorLen): a Get or Wait
 //	                    could not complete because that rank is gone
@@ -37,6 +39,8 @@ const (
 	opWait byte = 3
 	opAdd  byte = 4
 	opBye  byte = 5
+	// opCreate sets a key only when it is absent (Creator).
+	opCreate byte = 6
 
 	statusOK   byte = 0
 	statusErr  byte = 1
@@ -75,7 +79,7 @@ func malformed(reason string) error { return malformedError(reason) }
 // when r breaks a limit.
 func appendRequest(dst []byte, r request) ([]byte, error) {
 	switch r.op {
-	case opSet, opGet, opAdd:
+	case opSet, opGet, opAdd, opCreate:
 		if len(r.keys) != 1 {
 			return dst, fmt.Errorf("rendezvous: op %d needs exactly one key, got %d", r.op, len(r.keys))
 		}
@@ -98,7 +102,7 @@ func appendRequest(dst []byte, r request) ([]byte, error) {
 		n += 2 + len(k)
 	}
 	switch r.op {
-	case opSet:
+	case opSet, opCreate:
 		if err := checkValue(r.value); err != nil {
 			return dst, err
 		}
@@ -122,7 +126,7 @@ func appendRequest(dst []byte, r request) ([]byte, error) {
 		dst = append(dst, k...)
 	}
 	switch r.op {
-	case opSet:
+	case opSet, opCreate:
 		dst = append(dst, r.value...)
 	case opAdd:
 		dst = binary.BigEndian.AppendUint64(dst, uint64(r.delta))
@@ -178,7 +182,7 @@ func decodeRequestBody(b []byte) (request, error) {
 		return k, nil
 	}
 	switch r.op {
-	case opSet, opGet, opAdd:
+	case opSet, opGet, opAdd, opCreate:
 		k, err := key()
 		if err != nil {
 			return request{}, err
@@ -208,7 +212,7 @@ func decodeRequestBody(b []byte) (request, error) {
 		return request{}, malformed("unknown op")
 	}
 	switch r.op {
-	case opSet:
+	case opSet, opCreate:
 		if len(b) > MaxValueLen {
 			return request{}, malformed("value over MaxValueLen")
 		}

@@ -21,6 +21,7 @@ func sampleRequests() []request {
 		{op: opAdd, keys: []string{"ctr"}, delta: -7},
 		{op: opAdd, keys: []string{strings.Repeat("x", MaxKeyLen)}, delta: 1 << 62},
 		{op: opBye},
+		{op: opCreate, keys: []string{"agree/1"}, value: []byte("decided")},
 	}
 }
 
@@ -34,7 +35,7 @@ func TestRequestRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatalf("decode %v: %v", r, err)
 		}
-		if r.op == opSet && len(r.value) == 0 {
+		if (r.op == opSet || r.op == opCreate) && len(r.value) == 0 {
 			r.value = got.value // empty vs nil
 		}
 		if !reflect.DeepEqual(got, r) {

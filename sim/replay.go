@@ -827,4 +827,3 @@ func SameCompute(ranks [][]Op) error {
 	}
 	return nil
 }
-

@@ -1,0 +1,292 @@
+package goccl_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/goccl/goccl"
+	"github.com/goccl/goccl/rendezvous"
+)
+
+// extraMains are worker modes that make their own communicator (the
+// multi-process tests' TestMain calls them before any Init).
+var extraMains = map[string]func(context.Context) int{"agree": agreeWorker}
+
+// agreeFlags is rank r's vote in agreement i: every bit set but bit
+// (i+r)%64, so the AND shows which ranks voted.
+func agreeFlags(i, r int) uint64 { return ^(uint64(1) << ((i + r) % 64)) }
+
+// initMem makes n goroutine ranks' communicators over one MemStore.
+func initMem(t *testing.T, n int, opts ...goccl.Option) []*goccl.Comm {
+	t.Helper()
+	store := rendezvous.NewMemStore()
+	t.Cleanup(func() { store.Close() })
+	comms := make([]*goccl.Comm, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			comms[r], errs[r] = goccl.Init(ctx, append([]goccl.Option{goccl.WithRank(r), goccl.WithWorldSize(n), goccl.WithStore(store)}, opts...)...)
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+		t.Cleanup(func() { comms[r].Close() })
+	}
+	return comms
+}
+
+// TestAgree: 4 ranks agree on the AND of their flags, twice; then rank 3
+// stays silent (as a stopped rank would) and the others agree, at their
+// deadline, that it failed; rank 3's own Agree afterwards is refused with
+// ErrExcluded, and the next agreement among the others counts it failed
+// without waiting.
+func TestAgree(t *testing.T) {
+	const n = 4
+	comms := initMem(t, n)
+	type result struct {
+		and    uint64
+		failed []int
+		err    error
+	}
+	round := func(ranks []int, timeout time.Duration, i int) []result {
+		res := make([]result, n)
+		var wg sync.WaitGroup
+		for _, r := range ranks {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), timeout)
+				defer cancel()
+				res[r].and, res[r].failed, res[r].err = comms[r].Agree(ctx, agreeFlags(i, r))
+			})
+		}
+		wg.Wait()
+		return res
+	}
+	all := []int{0, 1, 2, 3}
+	for i := range 2 {
+		want := agreeFlags(i, 0) & agreeFlags(i, 1) & agreeFlags(i, 2) & agreeFlags(i, 3)
+		for r, x := range round(all, 10*time.Second, i) {
+			if x.err != nil || x.and != want || len(x.failed) != 0 {
+				t.Fatalf("agreement %d, rank %d: %x %v %v, want %x and none failed", i, r, x.and, x.failed, x.err, want)
+			}
+		}
+	}
+	start := time.Now()
+	res := round([]int{0, 1, 2}, 1500*time.Millisecond, 2)
+	took := time.Since(start)
+	want := agreeFlags(2, 0) & agreeFlags(2, 1) & agreeFlags(2, 2)
+	for _, r := range []int{0, 1, 2} {
+		if x := res[r]; x.err != nil || x.and != want || !slices.Equal(x.failed, []int{3}) {
+			t.Fatalf("rank 3 silent, rank %d: %x %v %v, want %x and failed [3]", r, x.and, x.failed, x.err, want)
+		}
+	}
+	if took > 1500*time.Millisecond {
+		t.Errorf("the agreement without rank 3 took %v, past its 1.5 s deadline", took)
+	}
+	if _, _, err := comms[3].Agree(context.Background(), agreeFlags(2, 3)); !errors.Is(err, goccl.ErrExcluded) {
+		t.Fatalf("rank 3's late Agree: %v, want ErrExcluded", err)
+	}
+	start = time.Now()
+	res = round([]int{0, 1, 2}, 10*time.Second, 3)
+	for _, r := range []int{0, 1, 2} {
+		if x := res[r]; x.err != nil || !slices.Equal(x.failed, []int{3}) {
+			t.Fatalf("next agreement, rank %d: %v %v, want failed [3]", r, x.failed, x.err)
+		}
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("an agreement after rank 3 was counted failed took %v: it waited for it again", d)
+	}
+}
+
+// agreeWorker runs GOCCL_TEST_ROUNDS agreements over a store served by the
+// test (GOCCL_TEST_STORE, with GOCCL_TEST_TOKEN, so a rank's death reaches
+// the store at once) and prints each decision: "AGREE i and failed". It
+// stops at the first error, printing it.
+func agreeWorker(ctx context.Context) int {
+	rank, _ := strconv.Atoi(os.Getenv("GOCCL_RANK"))
+	size, _ := strconv.Atoi(os.Getenv("GOCCL_WORLD_SIZE"))
+	rounds, _ := strconv.Atoi(os.Getenv("GOCCL_TEST_ROUNDS"))
+	tok := rendezvous.WithToken([]byte(os.Getenv("GOCCL_TEST_TOKEN")))
+	store, err := rendezvous.DialTCP(ctx, os.Getenv("GOCCL_TEST_STORE"), tok, rendezvous.WithRank(rank))
+	if err != nil {
+		fmt.Println("ERR dial:", err)
+		return 2
+	}
+	defer store.Close()
+	c, err := goccl.Init(ctx, goccl.WithRank(rank), goccl.WithWorldSize(size), goccl.WithStore(store))
+	if err != nil {
+		fmt.Println("ERR init:", err)
+		return 2
+	}
+	defer c.Close()
+	for i := range rounds {
+		actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		and, failed, err := c.Agree(actx, agreeFlags(i, rank))
+		cancel()
+		if err != nil {
+			fmt.Printf("ERR %d: %v\n", i, err)
+			return 1
+		}
+		fmt.Printf("AGREE %d %x %v\n", i, and, failed)
+	}
+	return 0
+}
+
+// TestAgreeFaultInjection runs agreements on 3 to 8 ranks (processes) and
+// kills a random rank at a random moment (SIGKILL, or SIGSTOP and SIGKILL
+// later), over and over: no survivor hangs, every survivor prints every
+// decision, and all of them, the victim's included, are the same for each
+// agreement. GOCCL_TEST_AGREE_ITERS sets the number of runs (default 6;
+// docs/reliability.md gives a long run's counts).
+func TestAgreeFaultInjection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test; skipped with -short")
+	}
+	iters := 6
+	if s := os.Getenv("GOCCL_TEST_AGREE_ITERS"); s != "" {
+		iters, _ = strconv.Atoi(s)
+	}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	stops := 0
+	for it := range iters {
+		n := 3 + rng.IntN(6)
+		victim := rng.IntN(n)
+		stop := rng.IntN(3) == 0
+		delay := time.Duration(rng.IntN(80)) * time.Millisecond
+		if stop {
+			stops++
+		}
+		t.Run(fmt.Sprintf("%d/np%d/victim%d/stop=%v/after%v", it, n, victim, stop, delay), func(t *testing.T) {
+			// A store of its own per run: the store remembers every loss.
+			srv, err := rendezvous.NewTCPServer("127.0.0.1:0", rendezvous.WithToken([]byte("agree test")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Close()
+			runAgreeKill(t, srv.Addr(), n, victim, stop, delay)
+		})
+	}
+	t.Logf("%d runs, %d with SIGSTOP first", iters, stops)
+}
+
+func runAgreeKill(t *testing.T, addr string, n, victim int, stop bool, delay time.Duration) {
+	const rounds = 60
+	cmds := make([]*exec.Cmd, n)
+	outs := make([]strings.Builder, n)
+	var outMu sync.Mutex
+	var readers sync.WaitGroup
+	exited := make([]chan struct{}, n)
+	started := make(chan struct{}, n)
+	for r := range n {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "GOCCL_TEST_WORKER=agree", "GOCCL_TEST_STORE="+addr, "GOCCL_TEST_TOKEN=agree test",
+			"GOCCL_RANK="+strconv.Itoa(r), "GOCCL_WORLD_SIZE="+strconv.Itoa(n), "GOCCL_TEST_ROUNDS="+strconv.Itoa(rounds))
+		cmds[r] = cmd
+		first := true
+		exited[r] = startWatched(t, cmd, &readers, func(line string) {
+			outMu.Lock()
+			outs[r].WriteString(line + "\n")
+			outMu.Unlock()
+			if first && strings.HasPrefix(line, "AGREE ") {
+				first = false
+				started <- struct{}{}
+			}
+		}, nil)
+	}
+	defer func() {
+		for _, c := range cmds {
+			c.Process.Kill()
+		}
+	}()
+	// The victim dies before, during or after the agreements: the delay
+	// runs from the moment the first rank has decided its first one.
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no agreement after 30 s")
+	}
+	time.Sleep(delay)
+	sig := syscall.SIGKILL
+	if stop {
+		sig = syscall.SIGSTOP
+	}
+	cmds[victim].Process.Signal(sig)
+	deadline := time.After(60 * time.Second)
+	for r := range n {
+		if r == victim {
+			continue
+		}
+		select {
+		case <-exited[r]:
+		case <-deadline:
+			t.Fatalf("rank %d still running 60 s after rank %d was signalled (%v): hung", r, victim, sig)
+		}
+	}
+	cmds[victim].Process.Kill()
+	<-exited[victim]
+	readers.Wait()
+	checkAgreements(t, outs, victim, rounds)
+}
+
+// checkAgreements: every survivor decided every agreement, and every rank
+// that decided agreement i (the victim too) decided the same.
+func checkAgreements(t *testing.T, outs []strings.Builder, victim, rounds int) {
+	t.Helper()
+	decided := make([]map[int]string, len(outs))
+	for r := range outs {
+		decided[r] = map[int]string{}
+		for _, line := range strings.Split(outs[r].String(), "\n") {
+			var i int
+			if _, err := fmt.Sscanf(line, "AGREE %d", &i); err == nil {
+				decided[r][i] = line
+			}
+		}
+		if r != victim && len(decided[r]) != rounds {
+			t.Errorf("rank %d decided %d of %d agreements:\n%s", r, len(decided[r]), rounds, outs[r].String())
+		}
+	}
+	for i := range rounds {
+		want := ""
+		for r := range outs {
+			got, ok := decided[r][i]
+			if !ok {
+				continue
+			}
+			if want == "" {
+				want = got
+			} else if got != want {
+				t.Errorf("agreement %d: rank %d decided %q, another %q", i, r, got, want)
+			}
+		}
+	}
+	firstFailed := -1
+	for i := rounds - 1; i >= 0; i-- {
+		for r := range outs {
+			if line, ok := decided[r][i]; ok && !strings.HasSuffix(line, "[]") {
+				firstFailed = i
+			}
+		}
+	}
+	t.Logf("the victim decided %d agreements; the first to count a rank failed: #%d", len(decided[victim]), firstFailed)
+	if t.Failed() {
+		for r := range outs {
+			t.Logf("rank %d:\n%s", r, outs[r].String())
+		}
+	}
+}
