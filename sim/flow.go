@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
+	"strings"
 )
 
 // Flow is a transfer of Bytes from GPU Src to GPU Dst along Path (links of
@@ -228,14 +230,15 @@ func (g *Graph) Run(flows []Flow) (phases int, err error) {
 // GPUs; the flows of several jobs share the links.
 type Job struct {
 	Name  string `json:"name"`
-	Kind  string `json:"kind"`  // one of FlowKinds
-	Bytes int64  `json:"bytes"` // nccl-tests' size column, as Collective.Bytes
-	GPUs  []int  `json:"gpus"`  // the ranks in order (global GPU numbers, node-major); nil: every GPU
+	Kind  string `json:"kind"`           // one of FlowKinds
+	Algo  string `json:"algo,omitempty"` // one of FlowAlgos(Kind); "": the first
+	Bytes int64  `json:"bytes"`          // nccl-tests' size column, as Collective.Bytes
+	GPUs  []int  `json:"gpus"`           // the ranks in order (global GPU numbers, node-major); nil: every GPU; broadcast's and reduce's root is the first
 }
 
-// FlowKinds are the collectives the flow level runs: rings, and alltoall
-// pairwise.
-var FlowKinds = []string{"all_reduce", "all_gather", "reduce_scatter", "alltoall"}
+// FlowKinds are the collectives the flow level runs (FlowAlgos lists
+// their algorithms).
+var FlowKinds = []string{"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "alltoall", "sendrecv"}
 
 // FlowOptions tune a flow-level run.
 type FlowOptions struct {
@@ -259,7 +262,7 @@ type FlowReport struct {
 type JobReport struct {
 	Name       string         `json:"name"`
 	Kind       string         `json:"kind"`
-	Algo       string         `json:"algo"`  // ring or pairwise
+	Algo       string         `json:"algo"`  // of FlowAlgos
 	Proto      string         `json:"proto"` // NCCL's protocol: the fastest for this job alone
 	Ranks      int            `json:"ranks"`
 	Bytes      int64          `json:"bytes"`
@@ -301,7 +304,7 @@ func (t *Topology) FlowJobs(jobs []Job, opt FlowOptions) (*FlowReport, error) {
 		return nil, err
 	}
 	fs := flowSet{g: g}
-	hops := make([]ringHops, len(jobs))
+	hops := make([]jobHops, len(jobs))
 	for j := range jobs {
 		if hops[j], err = fs.addJob(j, &jobs[j]); err != nil {
 			return nil, err
@@ -374,6 +377,9 @@ func (fs *flowSet) jobRanks(j int, job *Job) ([]int, error) {
 	if !oneOf(job.Kind, FlowKinds) {
 		return nil, bad("kind %q: the flow level runs %v", job.Kind, FlowKinds)
 	}
+	if algos := FlowAlgos(job.Kind); job.Algo != "" && !oneOf(job.Algo, algos) {
+		return nil, bad("%s algo %q: the flow level runs %v", job.Kind, job.Algo, algos)
+	}
 	if job.Bytes < 0 {
 		return nil, bad("bytes %d: negative", job.Bytes)
 	}
@@ -394,6 +400,9 @@ func (fs *flowSet) jobRanks(j int, job *Job) ([]int, error) {
 	if len(ranks) == 0 {
 		return nil, bad("no GPUs")
 	}
+	if job.Kind == "sendrecv" && len(ranks) < 2 {
+		return nil, bad("sendrecv on 1 GPU: needs 2 or more")
+	}
 	n := len(ranks)
 	if flows := len(fs.flows) + n*(n-1); job.Kind == "alltoall" && flows > maxFlows {
 		return nil, bad("alltoall on %d ranks is %d flows: the flow level runs up to %d", n, n*(n-1), maxFlows)
@@ -403,49 +412,76 @@ func (fs *flowSet) jobRanks(j int, job *Job) ([]int, error) {
 
 // addJob adds job j's flows and returns the path latencies its latency
 // term needs.
-func (fs *flowSet) addJob(j int, job *Job) (ringHops, error) {
+func (fs *flowSet) addJob(j int, job *Job) (jobHops, error) {
 	ranks, err := fs.jobRanks(j, job)
-	if err != nil || len(ranks) == 1 {
-		return ringHops{nodes: 1}, err
+	if err != nil {
+		return jobHops{}, err
 	}
-	if job.Kind == "alltoall" {
-		return fs.pairwise(j, ranks, float64(job.Bytes)/float64(len(ranks))), nil
+	algo := job.Algo
+	if algo == "" {
+		algo = FlowAlgos(job.Kind)[0]
 	}
-	return fs.ring(j, ranks, float64(job.Bytes)*BusFactor(job.Kind, len(ranks)))
+	if len(ranks) == 1 {
+		return jobHops{nodes: 1, perNode: 1, kind: job.Kind, algo: algo}, nil
+	}
+	size := float64(job.Bytes)
+	switch algo {
+	case "pairwise":
+		return fs.pairwise(j, ranks, size/float64(len(ranks))), nil
+	case "p2p":
+		return fs.sendrecv(j, ranks, size), nil
+	case "tree":
+		return fs.tree(j, ranks, size)
+	}
+	return fs.ring(j, ranks, size*BusFactor(job.Kind, len(ranks)), job.Kind)
 }
 
 // latency is a job's latency term under protocol p, µs: the closed
 // form's (nccl.go) with the graph's path latencies. A ring's chunk makes
 // a pass round the ring (all_reduce two: reduce-scatter, all-gather) of
-// n−nodes hops inside nodes and nodes−1 across; pairwise alltoall one hop.
-func (t *Topology) latency(p protocol, kind string, n int, h ringHops) float64 {
-	if n == 1 {
-		return p.base
+// n−nodes hops inside nodes and nodes−1 across (broadcast's and reduce's
+// chain one pass); a tree's goes up and down the chain inside a node
+// (perNode−1 hops) and ⌈log2 nodes⌉ levels across; pairwise alltoall and
+// sendrecv one hop.
+func (t *Topology) latency(p protocol, n int, h jobHops) float64 {
+	base, hop := p.base, p.hop
+	if h.algo == "tree" {
+		base, hop = p.treeBase, p.treeHop
 	}
-	hi := math.Max(p.hop[t.ncclLinks(n).intraHop], h.intraUs)
-	hn := p.hop[hopNet] + h.netUs
-	switch {
-	case kind == "alltoall" && h.nodes > 1:
-		return p.base + hn
-	case kind == "alltoall":
-		return p.base + hi
+	if n == 1 {
+		return base
+	}
+	hi := math.Max(hop[t.ncclLinks(n).intraHop], h.intraUs)
+	hn := hop[hopNet] + h.netUs
+	switch h.algo {
+	case "pairwise", "p2p":
+		if h.nodes > 1 {
+			return base + hn
+		}
+		return base + hi
+	case "tree":
+		depth := float64(bits.Len(uint(h.nodes - 1)))
+		return base + 2*(float64(h.perNode-1)*hi+depth*hn)
 	}
 	passes := 1.0
-	if kind == "all_reduce" {
+	if h.kind == "all_reduce" {
 		passes = 2
 	}
-	return p.base + passes*(float64(n-h.nodes)*hi+float64(h.nodes-1)*hn)
+	return base + passes*(float64(n-h.nodes)*hi+float64(h.nodes-1)*hn)
 }
 
 // protocol picks the fastest of NCCL's protocols for a job whose flows
-// took transfer seconds at the links' full data rate. For a ring a
-// protocol's bus bandwidth is the closed form's share of the links
-// (ncclLinks.ringBusBW on all channels: LL's half and cap, LL128's 0.92
-// and per-channel cap), which scales every link alike, and Simple
-// all_reduce across nodes has the closed form's ×1.4 latency (NCCL's ring
-// plateau); alltoall takes the protocols' efficiencies. It returns the
-// protocol's index, latency and transfer (µs).
-func (t *Topology) protocol(job *Job, n int, h ringHops, transfer float64) (int, float64, float64) {
+// took transfer seconds at the links' full data rate. A protocol's share
+// of the links is the closed form's, which scales every link alike: for a
+// ring its bus bandwidth (ncclLinks.ringBusBW on the channels NCCL runs
+// for the size: LL's half and cap, LL128's 0.92 and per-channel cap) over
+// the ring's full one, and
+// Simple all_reduce across nodes has the closed form's ×1.4 latency
+// (NCCL's ring plateau); for the tree its bus bandwidth (treeBusBW: 0.92,
+// per-channel caps, NCCL's size correction) over the same; alltoall and
+// sendrecv take the protocols' efficiencies (sendrecv on one node at most
+// LL's cap). It returns the protocol's index, latency and transfer (µs).
+func (t *Topology) protocol(job *Job, n int, h jobHops, transfer float64) (int, float64, float64) {
 	best, lat, xfer := simple, 0.0, math.Inf(1)
 	k := t.ncclLinks(n)
 	for i, p := range protocols {
@@ -453,12 +489,18 @@ func (t *Topology) protocol(job *Job, n int, h ringHops, transfer float64) (int,
 			continue
 		}
 		share := p.eff
-		if job.Kind != "alltoall" {
-			share = k.ringBusBW(i, k.ring.comm) / k.ringBW()
+		switch h.algo {
+		case "ring":
+			share = k.ringBusBW(i, channelsUsed(job.Bytes, k.ring, i, n, true)) / k.ringBW()
+		case "tree":
+			share = k.treeBusBW(i, channelsUsed(job.Bytes, k.ring, i, n, false), job.Bytes) / k.ringBW()
 		}
 		x := transfer / share * 1e6
-		l := t.latency(p, job.Kind, n, h)
-		if i == simple && h.nodes > 1 && job.Kind == "all_reduce" && job.Bytes/int64(k.ring.comm*n) >= 64 {
+		if h.algo == "p2p" && i == 0 && k.llMax > 0 {
+			x = math.Max(x, float64(job.Bytes)/1e3/k.llMax)
+		}
+		l := t.latency(p, n, h)
+		if i == simple && h.algo == "ring" && h.nodes > 1 && job.Kind == "all_reduce" && job.Bytes/int64(k.ring.comm*n) >= 64 {
 			l *= 1.4
 		}
 		if l+x < lat+xfer {
@@ -468,19 +510,45 @@ func (t *Topology) protocol(job *Job, n int, h ringHops, transfer float64) (int,
 	return best, lat, xfer
 }
 
-// ringHops are a job's largest path latencies inside a node and across
-// nodes (µs) and its node count.
-type ringHops struct {
+// jobHops are a job's largest path latencies inside a node and across
+// nodes (µs), its node count and most ranks on one node, its kind and
+// algorithm: what its latency term and protocol need.
+type jobHops struct {
 	intraUs, netUs float64
-	nodes          int
+	nodes, perNode int
+	kind, algo     string
 }
 
-func (h *ringHops) note(sameNode bool, us float64) {
+func (h *jobHops) note(sameNode bool, us float64) {
 	if sameNode {
 		h.intraUs = math.Max(h.intraUs, us)
 	} else {
 		h.netUs = math.Max(h.netUs, us)
 	}
+}
+
+// byNode groups a job's ranks by node (groups[k]: the ranks on the k-th
+// node in the order of their first rank) and counts the channels NCCL
+// opens: one per NIC the job's GPUs use on a node (the closed form's
+// layout), at least one.
+func (fs *flowSet) byNode(ranks []int) (groups [][]int, channels, most int) {
+	t := fs.g.Topo
+	at := make([]int32, t.Nodes) // k+1 of each node seen
+	for _, r := range ranks {
+		h := r / t.GPUsPerNode
+		if at[h] == 0 {
+			groups = append(groups, nil)
+			at[h] = int32(len(groups))
+		}
+		k := at[h] - 1
+		groups[k] = append(groups[k], r)
+		most = max(most, len(groups[k]))
+	}
+	channels = 1
+	if t.NICsPerNode > 0 {
+		channels = max(1, ceilDiv(t.NICsPerNode*most, t.GPUsPerNode))
+	}
+	return groups, channels, most
 }
 
 // ring adds a ring's flows. NCCL opens one ring per NIC (channel): here as
@@ -492,47 +560,39 @@ func (h *ringHops) note(sameNode bool, us float64) {
 // the same flows (each rank to its successor, its share of the chunk), so
 // each edge is one flow of all its steps' bytes: max-min filling scales
 // with the bytes, so for one job this is its steps one after the other,
-// for several the fluid limit of their pipelined steps.
-func (fs *flowSet) ring(j int, ranks []int, edgeBytes float64) (ringHops, error) {
-	t, n := fs.g.Topo, len(ranks)
-	per := make([][]int, t.Nodes)
-	var order []int
-	most := 0
-	for _, r := range ranks {
-		h := r / t.GPUsPerNode
-		if per[h] == nil {
-			order = append(order, h)
-		}
-		per[h] = append(per[h], r)
-		most = max(most, len(per[h]))
-	}
-	channels := 1
-	if t.NICsPerNode > 0 {
-		channels = max(1, ceilDiv(t.NICsPerNode*most, t.GPUsPerNode))
-	}
+// for several the fluid limit of their pipelined steps. broadcast's
+// chain is the ring without the edge into the root (ranks[0]), reduce's
+// without the edge out of it: every edge carries the whole size at once
+// (NCCL pipelines the chunks down the chain).
+func (fs *flowSet) ring(j int, ranks []int, edgeBytes float64, kind string) (jobHops, error) {
+	groups, channels, most := fs.byNode(ranks)
+	n, root := len(ranks), ranks[0]
 	if len(fs.flows)+n*channels > maxFlows {
-		return ringHops{}, fmt.Errorf("sim: job %d: a ring of %d ranks × %d channels is %d flows: the flow level runs up to %d", j, n, channels, n*channels, maxFlows)
+		return jobHops{}, fmt.Errorf("sim: job %d: a ring of %d ranks × %d channels is %d flows: the flow level runs up to %d", j, n, channels, n*channels, maxFlows)
 	}
-	hops := ringHops{nodes: len(order)}
-	seq, entry := make([]int, 0, n), make([]int, len(order))
+	hops := jobHops{nodes: len(groups), perNode: most, kind: kind, algo: "ring"}
+	seq, entry := make([]int, 0, n), make([]int, len(groups))
 	for c := range channels {
 		seq = seq[:0]
-		for k, h := range order {
-			st := c * len(per[h]) / channels
-			entry[k] = per[h][st]
-			seq = append(append(seq, per[h][st:]...), per[h][:st]...)
+		for k, grp := range groups {
+			st := c * len(grp) / channels
+			entry[k] = grp[st]
+			seq = append(append(seq, grp[st:]...), grp[:st]...)
 		}
 		pos := 0
-		for k, h := range order {
-			for i := range per[h] {
+		for k, grp := range groups {
+			for i := range grp {
 				kd := k
-				if i == len(per[h])-1 {
-					kd = (k + 1) % len(order)
+				if i == len(grp)-1 {
+					kd = (k + 1) % len(groups)
 				}
 				src, dst := seq[pos], seq[(pos+1)%n]
-				lat := fs.add(j, src, dst, fs.g.NICOf(entry[k]), fs.g.NICOf(entry[kd]), c, edgeBytes/float64(channels))
-				hops.note(order[kd] == h, lat)
 				pos++
+				if kind == "broadcast" && dst == root || kind == "reduce" && src == root {
+					continue
+				}
+				lat := fs.add(j, src, dst, fs.g.NICOf(entry[k]), fs.g.NICOf(entry[kd]), c, edgeBytes/float64(channels))
+				hops.note(kd == k, lat)
 			}
 		}
 	}
@@ -541,13 +601,10 @@ func (fs *flowSet) ring(j int, ranks []int, edgeBytes float64) (ringHops, error)
 
 // pairwise adds alltoall's flows: every rank sends b bytes to every other
 // at once, through its own NIC to the peer's.
-func (fs *flowSet) pairwise(j int, ranks []int, b float64) ringHops {
+func (fs *flowSet) pairwise(j int, ranks []int, b float64) jobHops {
 	t := fs.g.Topo
-	nodes := map[int]bool{}
-	for _, r := range ranks {
-		nodes[r/t.GPUsPerNode] = true
-	}
-	hops := ringHops{nodes: len(nodes)}
+	groups, _, most := fs.byNode(ranks)
+	hops := jobHops{nodes: len(groups), perNode: most, kind: "alltoall", algo: "pairwise"}
 	for _, s := range ranks {
 		for _, d := range ranks {
 			if s != d {
@@ -559,15 +616,12 @@ func (fs *flowSet) pairwise(j int, ranks []int, b float64) ringHops {
 }
 
 // jobReport is job j's outcome once flows have run.
-func (g *Graph) jobReport(job *Job, j int, flows []Flow, h ringHops) JobReport {
+func (g *Graph) jobReport(job *Job, j int, flows []Flow, h jobHops) JobReport {
 	ranks := len(job.GPUs)
 	if job.GPUs == nil {
 		ranks = g.Topo.GPUs()
 	}
-	r := JobReport{Name: job.Name, Kind: job.Kind, Algo: "ring", Ranks: ranks, Bytes: job.Bytes}
-	if job.Kind == "alltoall" {
-		r.Algo = "pairwise"
-	}
+	r := JobReport{Name: job.Name, Kind: job.Kind, Algo: h.algo, Ranks: ranks, Bytes: job.Bytes}
 	end := 0.0
 	for i := range flows {
 		if flows[i].Job == j {
@@ -636,8 +690,8 @@ func cmpFloat(a, b float64) int {
 }
 
 // FlowCollective runs c as one job on t's first c.Ranks GPUs (all when 0)
-// at the flow level: ring for all_reduce, all_gather, reduce_scatter,
-// pairwise for alltoall (c.Algo "" or that one), the fastest protocol.
+// at the flow level with c.Algo (one of FlowAlgos(c.Kind); "" the
+// first), the fastest protocol.
 func (t *Topology) FlowCollective(c Collective, opt FlowOptions) (Result, *FlowReport, error) {
 	ranks := c.Ranks
 	if ranks == 0 {
@@ -646,18 +700,14 @@ func (t *Topology) FlowCollective(c Collective, opt FlowOptions) (Result, *FlowR
 	if ranks < 1 || ranks > t.GPUs() {
 		return Result{}, nil, fmt.Errorf("sim: %s ranks %d: topology %q has 1 to %d GPUs", c.Kind, c.Ranks, t.Name, t.GPUs())
 	}
-	want := "ring"
-	if c.Kind == "alltoall" {
-		want = "pairwise"
-	}
-	if c.Algo != "" && c.Algo != want && oneOf(c.Kind, FlowKinds) {
-		return Result{}, nil, fmt.Errorf("sim: %s algo %q: the flow level runs %s only", c.Kind, c.Algo, want)
+	if algos := FlowAlgos(c.Kind); c.Algo != "" && algos != nil && !oneOf(c.Algo, algos) {
+		return Result{}, nil, fmt.Errorf("sim: %s algo %q: the flow level runs %s", c.Kind, c.Algo, strings.Join(algos, ", "))
 	}
 	gpus := make([]int, ranks)
 	for i := range gpus {
 		gpus[i] = i
 	}
-	rep, err := t.FlowJobs([]Job{{Name: c.Kind, Kind: c.Kind, Bytes: c.Bytes, GPUs: gpus}}, opt)
+	rep, err := t.FlowJobs([]Job{{Name: c.Kind, Kind: c.Kind, Algo: c.Algo, Bytes: c.Bytes, GPUs: gpus}}, opt)
 	if err != nil {
 		return Result{}, nil, err
 	}

@@ -106,27 +106,39 @@ func TestRunEventDriven(t *testing.T) {
 
 // TestFlowAgreesWithClosedForm: on a non-blocking network with paths that
 // do not collide, the flow level and the closed form are the same model
-// (the ring's bandwidth is the smaller of a GPU's link and its node's
-// NICs; the same latency terms), so they agree within 2 %.
+// (the ring's or the chain's bandwidth is the smaller of a GPU's link and
+// its node's NICs; the tree's, each GPU's link carrying the size twice
+// over nodes whose every GPU heads a channel; the same latency terms), so
+// they agree within 2 %.
 func TestFlowAgreesWithClosedForm(t *testing.T) {
 	for _, c := range []struct {
 		preset, routing string
 		nodes           int
-		kind            string
+		kind, algo      string
 	}{
-		{"dgx-h100", "spread", 16, "all_reduce"},     // fat-tree: 4 leaves, the ring crosses spines
-		{"dgx-h100", "spread", 16, "all_gather"},     //
-		{"dgx-a100", "spread", 12, "reduce_scatter"}, //
-		{"hgx-h100", "ecmp", 64, "all_reduce"},       // rails: 2 leaves per rail, one flow per up-link
-		{"a100-pcie", "ecmp", 4, "all_reduce"},       // single switch, 2 channels: the NICs bound it
+		{"dgx-h100", "spread", 16, "all_reduce", "ring"},     // fat-tree: 4 leaves, the ring crosses spines
+		{"dgx-h100", "spread", 16, "all_gather", "ring"},     //
+		{"dgx-a100", "spread", 12, "reduce_scatter", "ring"}, //
+		{"hgx-h100", "ecmp", 64, "all_reduce", "ring"},       // rails: 2 leaves per rail, one flow per up-link
+		{"a100-pcie", "ecmp", 4, "all_reduce", "ring"},       // single switch, 2 channels: the NICs bound it
+		{"dgx-h100", "spread", 16, "broadcast", "ring"},      // the ring's chain, every edge the whole size
+		{"hgx-h100", "ecmp", 64, "reduce", "ring"},           //
+		{"a100-pcie", "ecmp", 4, "broadcast", "ring"},        //
+		{"dgx-h100", "spread", 1, "sendrecv", "p2p"},         // NVLink, LL capped on one node
+		{"dgx-h100", "spread", 16, "sendrecv", "p2p"},        // one NIC per node boundary
+		{"a100-pcie", "ecmp", 4, "sendrecv", "p2p"},          //
+		{"dgx-h100", "spread", 16, "all_reduce", "tree"},     // double binary tree over 16 nodes, 8 channels
+		{"dgx-h100", "spread", 15, "all_reduce", "tree"},     // odd: tree 1 shifted, not mirrored
+		{"dgx-a100", "spread", 12, "all_reduce", "tree"},     // the NICs bound it
+		{"hgx-h100", "ecmp", 64, "all_reduce", "tree"},       //
 	} {
 		tp, err := Preset(c.preset)
 		if err != nil {
 			t.Fatal(err)
 		}
 		tp = tp.WithNodes(c.nodes)
-		for _, size := range []int64{1 << 30, 8 << 30} {
-			coll := Collective{Kind: c.kind, Bytes: size, Algo: "ring"}
+		for _, size := range []int64{1 << 20, 1 << 30, 8 << 30} {
+			coll := Collective{Kind: c.kind, Bytes: size, Algo: c.algo}
 			closed, err := tp.Collective(coll)
 			if err != nil {
 				t.Fatal(err)
@@ -136,10 +148,10 @@ func TestFlowAgreesWithClosedForm(t *testing.T) {
 				t.Fatal(err)
 			}
 			e := flow.TimeUs/closed.TimeUs - 1
-			t.Logf("%s×%d %s %d B: flow %.1f µs, closed form %.1f µs: %+.2g", c.preset, c.nodes, c.kind, size, flow.TimeUs, closed.TimeUs, e)
-			if math.Abs(e) > 0.02 || flow.Proto != closed.Proto {
-				t.Errorf("%s×%d %s %d B: flow %.1f µs (%s), closed form %.1f µs (%s): %+.2f %%",
-					c.preset, c.nodes, c.kind, size, flow.TimeUs, flow.Proto, closed.TimeUs, closed.Proto, 100*e)
+			t.Logf("%s×%d %s %s %d B: flow %.1f µs, closed form %.1f µs: %+.2g", c.preset, c.nodes, c.kind, c.algo, size, flow.TimeUs, closed.TimeUs, e)
+			if math.Abs(e) > 0.02 || flow.Proto != closed.Proto || flow.Algo != c.algo {
+				t.Errorf("%s×%d %s %s %d B: flow %.1f µs (%s %s), closed form %.1f µs (%s): %+.2f %%",
+					c.preset, c.nodes, c.kind, c.algo, size, flow.TimeUs, flow.Algo, flow.Proto, closed.TimeUs, closed.Proto, 100*e)
 			}
 		}
 	}
@@ -323,8 +335,14 @@ func TestNetworkShapeValidate(t *testing.T) {
 	if err := json.NewEncoder(&b).Encode(p); err != nil || strings.Contains(b.String(), "tiers") {
 		t.Errorf("preset JSON: %v %s", err, b.String())
 	}
-	if _, err := big.FlowJobs([]Job{{Kind: "broadcast", Bytes: 8}}, FlowOptions{}); err == nil || !strings.Contains(err.Error(), `kind "broadcast"`) {
-		t.Errorf("broadcast at the flow level: %v", err)
+	if _, err := big.FlowJobs([]Job{{Kind: "scan", Bytes: 8}}, FlowOptions{}); err == nil || !strings.Contains(err.Error(), `kind "scan"`) {
+		t.Errorf("scan at the flow level: %v", err)
+	}
+	if _, err := big.FlowJobs([]Job{{Kind: "broadcast", Algo: "tree", Bytes: 8}}, FlowOptions{}); err == nil || !strings.Contains(err.Error(), `algo "tree"`) {
+		t.Errorf("tree broadcast at the flow level: %v", err)
+	}
+	if _, err := big.FlowJobs([]Job{{Kind: "sendrecv", Bytes: 8, GPUs: []int{3}}}, FlowOptions{}); err == nil || !strings.Contains(err.Error(), "sendrecv on 1 GPU") {
+		t.Errorf("sendrecv on one GPU: %v", err)
 	}
 	if _, err := big.FlowJobs([]Job{{Kind: "all_reduce", Bytes: 8, GPUs: []int{0, 0}}}, FlowOptions{}); err == nil || !strings.Contains(err.Error(), "gpu 0") {
 		t.Errorf("a GPU twice: %v", err)

@@ -36,6 +36,20 @@ func TestSimCollectiveFlowLevel(t *testing.T) {
 			t.Errorf("no %q in\n%s", s, out)
 		}
 	}
+	for _, c := range []sim.Collective{{Kind: "broadcast"}, {Kind: "sendrecv"}, {Kind: "all_reduce", Algo: "tree"}} {
+		args := []string{"sim", "collective", "-t", "hgx-h100", "--nodes", "4", "-b", "1G", "-e", "1G", "--level", "flow", "-c", c.Kind}
+		if c.Algo != "" {
+			args = append(args, "-a", c.Algo)
+		}
+		out, errOut, code := simCLI(args...)
+		rep, err := nccltests.Read(strings.NewReader(out), nccltests.Options{})
+		c.Bytes = 1 << 30
+		want, _, werr := topo.WithNodes(4).FlowCollective(c, sim.FlowOptions{})
+		if code != 0 || err != nil || werr != nil || len(rep.Tests) != 1 || len(rep.Tests[0].Rows) != 1 ||
+			math.Abs(rep.Tests[0].Rows[0].OutOfPlace.TimeUS-want.TimeUs) > 0.5 {
+			t.Errorf("%s %s: exit %d (%s), %v %v, want %.1f µs:\n%s", c.Kind, c.Algo, code, errOut, err, werr, want.TimeUs, out)
+		}
+	}
 	js, _, code := simCLI("sim", "collective", "-t", "dgx-h100", "--nodes", "2", "-b", "1M", "-e", "1M", "--level", "flow", "--routing", "spread", "--json")
 	var doc struct {
 		Sim struct {
@@ -57,8 +71,8 @@ func TestSimCollectiveFlowErrors(t *testing.T) {
 	}{
 		{[]string{"--level", "packet"}, 2, `--level "packet"`},
 		{[]string{"--level", "flow", "--routing", "random"}, 2, `--routing "random"`},
-		{[]string{"--level", "flow", "-a", "tree"}, 1, `algo "tree"`},
-		{[]string{"--level", "flow", "-c", "broadcast"}, 1, `kind "broadcast"`},
+		{[]string{"--level", "flow", "-a", "rhd"}, 1, `algo "rhd"`},
+		{[]string{"--level", "flow", "-c", "broadcast", "-a", "tree"}, 1, `algo "tree"`},
 	} {
 		args := append([]string{"sim", "collective", "-t", "dgx-h100", "-b", "1M", "-e", "1M"}, c.args...)
 		_, errOut, code := simCLI(args...)
