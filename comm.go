@@ -61,6 +61,7 @@ type Comm struct {
 	jobID       string
 	splits      atomic.Int64 // Split calls so far
 	agrees      atomic.Int64 // Agree calls so far
+	shrinks     atomic.Int64 // Shrink attempts so far
 	agreeMu     sync.Mutex
 	agreeFailed []bool                    // ranks an agreement counted failed, or seen dead during one (agree.go)
 	splitOpts   []Option                  // options a Split's communicator inherits

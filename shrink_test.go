@@ -1,0 +1,231 @@
+package goccl_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/goccl/goccl"
+	"github.com/goccl/goccl/rendezvous"
+)
+
+func init() { extraMains["shrink"] = shrinkWorker }
+
+// shrinkWorker runs AllReduces until one fails (a rank was killed), then
+// shrinks and checks an AllReduce on the new communicator, shrinking again
+// if that fails too (another rank died); it prints "SHRUNK size sum" with
+// the sum of the survivors' original ranks + 1, or "ERR ...".
+func shrinkWorker(ctx context.Context) int {
+	rank, _ := strconv.Atoi(os.Getenv("GOCCL_RANK"))
+	size, _ := strconv.Atoi(os.Getenv("GOCCL_WORLD_SIZE"))
+	tok := rendezvous.WithToken([]byte(os.Getenv("GOCCL_TEST_TOKEN")))
+	store, err := rendezvous.DialTCP(ctx, os.Getenv("GOCCL_TEST_STORE"), tok, rendezvous.WithRank(rank))
+	if err != nil {
+		fmt.Println("ERR dial:", err)
+		return 2
+	}
+	defer store.Close()
+	c, err := goccl.Init(ctx, goccl.WithRank(rank), goccl.WithWorldSize(size), goccl.WithStore(store), goccl.WithTimeout(20*time.Second))
+	if err != nil {
+		fmt.Println("ERR init:", err)
+		return 2
+	}
+	defer c.Close()
+	buf := make([]float32, 1<<16)
+	for i := 0; ; i++ {
+		if err := goccl.AllReduce(ctx, c, buf, buf, len(buf), goccl.Sum); err != nil {
+			fmt.Println("FAILED", err)
+			break
+		}
+		if i == 2 {
+			fmt.Println("ready")
+		}
+	}
+	cur := c
+	for attempt := 0; attempt < 4; attempt++ {
+		start := time.Now()
+		nc, err := cur.Shrink(ctx)
+		if err != nil {
+			fmt.Println("ERR shrink:", err)
+			return 1
+		}
+		defer nc.Close()
+		fmt.Printf("shrink took %v\n", time.Since(start))
+		x := []float32{float32(rank + 1)}
+		if err := goccl.AllReduce(ctx, nc, x, x, 1, goccl.Sum); err != nil {
+			fmt.Println("FAILED after shrink:", err)
+			cur = nc
+			continue
+		}
+		fmt.Printf("SHRUNK %d %g\n", nc.Size(), x[0])
+		return 0
+	}
+	fmt.Println("ERR shrunk 4 times")
+	return 1
+}
+
+// TestShrinkFaultInjection: 3 to 8 ranks (processes) run AllReduces; a
+// random rank is killed (SIGKILL), and in half the runs a second one at a
+// random moment while the others shrink (SIGSTOP first in some). Every
+// survivor must shrink, within the test's bound, to the same communicator
+// (size and members) and run an AllReduce on it. GOCCL_TEST_SHRINK_ITERS
+// sets the runs (default 4), GOCCL_TEST_SHRINK_NP a fixed world size.
+func TestShrinkFaultInjection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test; skipped with -short")
+	}
+	iters := 4
+	if s := os.Getenv("GOCCL_TEST_SHRINK_ITERS"); s != "" {
+		iters, _ = strconv.Atoi(s)
+	}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
+	np, _ := strconv.Atoi(os.Getenv("GOCCL_TEST_SHRINK_NP")) // a fixed world size (0: 3 to 8)
+	for it := range iters {
+		n := 3 + rng.IntN(6)
+		if np > 0 {
+			n = np
+		}
+		v1 := rng.IntN(n)
+		v2 := -1
+		if rng.IntN(2) == 0 {
+			v2 = (v1 + 1 + rng.IntN(n-1)) % n
+		}
+		stop := rng.IntN(3) == 0
+		delay := time.Duration(rng.IntN(60)) * time.Millisecond
+		t.Run(fmt.Sprintf("%d/np%d/kill%d/then%d/stop=%v/after%v", it, n, v1, v2, stop, delay), func(t *testing.T) {
+			srv, err := rendezvous.NewTCPServer("127.0.0.1:0", rendezvous.WithToken([]byte("shrink test")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Close()
+			runShrinkKill(t, srv.Addr(), n, v1, v2, stop, delay)
+		})
+	}
+}
+
+func runShrinkKill(t *testing.T, addr string, n, v1, v2 int, stop bool, delay time.Duration) {
+	cmds := make([]*exec.Cmd, n)
+	outs := make([]strings.Builder, n)
+	var outMu sync.Mutex
+	var readers sync.WaitGroup
+	exited := make([]chan struct{}, n)
+	ready := make(chan int, n)
+	failed := make(chan int, n)
+	for r := range n {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "GOCCL_TEST_WORKER=shrink", "GOCCL_TEST_STORE="+addr, "GOCCL_TEST_TOKEN=shrink test",
+			"GOCCL_RANK="+strconv.Itoa(r), "GOCCL_WORLD_SIZE="+strconv.Itoa(n), "GOCCL_LOCAL_RANK="+strconv.Itoa(r))
+		cmds[r] = cmd
+		exited[r] = startWatched(t, cmd, &readers, func(line string) {
+			outMu.Lock()
+			outs[r].WriteString(line + "\n")
+			outMu.Unlock()
+			switch {
+			case line == "ready":
+				ready <- r
+			case strings.HasPrefix(line, "FAILED "):
+				failed <- r
+			}
+		}, nil)
+	}
+	defer func() {
+		for _, c := range cmds {
+			c.Process.Kill()
+		}
+	}()
+	for range n {
+		select {
+		case <-ready:
+		case <-time.After(60 * time.Second):
+			t.Fatal("ranks not ready after 60 s")
+		}
+	}
+	cmds[v1].Process.Kill()
+	if v2 >= 0 {
+		select {
+		case <-failed:
+		case <-time.After(30 * time.Second):
+			t.Fatal("no rank saw the first kill after 30 s")
+		}
+		time.Sleep(delay)
+		sig := syscall.SIGKILL
+		if stop {
+			sig = syscall.SIGSTOP
+		}
+		cmds[v2].Process.Signal(sig)
+	}
+	deadline := time.After(90 * time.Second)
+	for r := range n {
+		if r == v1 || r == v2 {
+			continue
+		}
+		select {
+		case <-exited[r]:
+		case <-deadline:
+			t.Fatalf("rank %d still running 90 s after the kill: hung", r)
+		}
+	}
+	if v2 >= 0 {
+		cmds[v2].Process.Kill()
+	}
+	readers.Wait()
+	outMu.Lock()
+	defer outMu.Unlock()
+	want := ""
+	for r := range n {
+		out := outs[r].String()
+		if r == v1 || r == v2 {
+			continue
+		}
+		i := strings.Index(out, "SHRUNK ")
+		if i < 0 {
+			t.Errorf("rank %d did not shrink:\n%s", r, out)
+			continue
+		}
+		got := strings.TrimSpace(strings.SplitN(out[i:], "\n", 2)[0])
+		if want == "" {
+			want = got
+		} else if got != want {
+			t.Errorf("rank %d: %q, another survivor %q", r, got, want)
+		}
+	}
+	// The survivors: all but v1, and v2 unless it was shrunk out.
+	full, without := 0, 0
+	for r := range n {
+		if r != v1 {
+			full += r + 1
+			if r != v2 {
+				without += r + 1
+			}
+		}
+	}
+	okWant := []string{fmt.Sprintf("SHRUNK %d %d", n-1, full)}
+	if v2 >= 0 {
+		okWant = append(okWant, fmt.Sprintf("SHRUNK %d %d", n-2, without))
+	}
+	if want != "" && !slicesContains(okWant, want) {
+		t.Errorf("survivors agree on %q, want one of %q", want, okWant)
+	}
+	for r := range n {
+		if t.Failed() || testing.Verbose() {
+			t.Logf("rank %d:\n%s", r, outs[r].String())
+		}
+	}
+}
+
+func slicesContains(v []string, s string) bool {
+	for _, x := range v {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
