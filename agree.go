@@ -181,3 +181,16 @@ func decodeDecision(v []byte, size int) (uint64, []int, error) {
 	}
 	return and, failed, nil
 }
+
+// failedRanks is the ranks Agree knows failed (nil: none), as a list.
+func (c *Comm) failedRanks() []int {
+	c.agreeMu.Lock()
+	defer c.agreeMu.Unlock()
+	known := []int{}
+	for r, f := range c.agreeFailed {
+		if f {
+			known = append(known, r)
+		}
+	}
+	return known
+}

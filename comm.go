@@ -59,9 +59,11 @@ type Comm struct {
 	collnet     *collnet.Client  // GOCCL_COLLNET_ENABLE=1: the attachment to the aggregation tree (nil: none)
 	rdv         rendezvous.Store // the store it rendezvoused through (for Split)
 	jobID       string
-	splits      atomic.Int64 // Split calls so far
-	agrees      atomic.Int64 // Agree calls so far
-	shrinks     atomic.Int64 // Shrink attempts so far
+	splits      atomic.Int64     // Split calls so far
+	agrees      atomic.Int64     // Agree calls so far
+	shrinks     atomic.Int64     // Shrink attempts so far
+	grows       atomic.Int64     // Grow calls so far
+	root        rendezvous.Store // the store of the job's first Init, where joiners meet (grow.go)
 	agreeMu     sync.Mutex
 	agreeFailed []bool                    // ranks an agreement counted failed, or seen dead during one (agree.go)
 	splitOpts   []Option                  // options a Split's communicator inherits

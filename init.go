@@ -123,7 +123,13 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		return fail(err)
 	}
 	c.release, c.rdv, c.jobID, c.localRank, c.caps = res.Release, res.Store, res.JobID, res.LocalRank, res.Caps
-	c.splitOpts = []Option{WithTimeout(c.timeout), WithJobToken(p.Token), WithTLS(res.TLSServer, res.TLSClient)}
+	c.root = cfg.root
+	if c.root == nil {
+		c.root = c.rdv
+	}
+	root := c.root
+	c.splitOpts = []Option{WithTimeout(c.timeout), WithJobToken(p.Token), WithTLS(res.TLSServer, res.TLSClient),
+		func(cfg *options) { cfg.root = root }}
 	if p.Checksum {
 		c.splitOpts = append(c.splitOpts, WithChecksum())
 	}

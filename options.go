@@ -21,8 +21,9 @@ type options struct {
 	store                 rendezvous.Store
 	token                 string
 	checksum              bool
-	jobID                 string // set by Split: the new communicator's job id
-	split                 bool   // set by Split: no GOCCL_TOPO_DUMP_FILE (the parent's Init wrote the job's)
+	jobID                 string           // set by Split: the new communicator's job id
+	split                 bool             // set by Split: no GOCCL_TOPO_DUMP_FILE (the parent's Init wrote the job's)
+	root                  rendezvous.Store // set by Split, Shrink, Grow, Join: the job's first store (Comm.root)
 	tlsServer, tlsClient  *tls.Config
 	metrics               prometheus.Registerer // WithMetrics (nil: GOCCL_METRICS_ADDR's, or none)
 	logger                *slog.Logger

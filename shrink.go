@@ -92,12 +92,8 @@ func (c *Comm) shrinkOnce(ctx context.Context) (nc *Comm, again bool, err error)
 // now) does not concern the new communicator.
 func (c *Comm) shrinkInit(ctx context.Context, n int64, rank, size int, failed []int) (*Comm, error) {
 	prefix := fmt.Sprintf("goccl/shrink/%d/", n)
-	jobID := fmt.Sprintf("%s-k%d", c.jobID, n)
-	if len(jobID) > 100 {
-		sum := sha256.Sum256([]byte(jobID))
-		jobID = hex.EncodeToString(sum[:16])
-	}
-	opts := append([]Option{WithRank(rank), WithWorldSize(size), WithStore(knownLosses{rendezvous.PrefixStore(c.rdv, prefix), failed}),
+	jobID := shortJobID(fmt.Sprintf("%s-k%d", c.jobID, n))
+	opts := append([]Option{WithRank(rank), WithWorldSize(size), WithStore(knownLosses{rendezvous.PrefixStore(c.rdv, prefix), append([]int{}, failed...)}),
 		func(cfg *options) { cfg.jobID, cfg.split = jobID, true }}, c.splitOpts...)
 	return Init(ctx, opts...)
 }
@@ -126,7 +122,28 @@ func (k knownLosses) Wait(ctx context.Context, keys ...string) error {
 	}
 }
 
+// Create implements rendezvous.Creator when the store does.
+func (k knownLosses) Create(ctx context.Context, key string, value []byte) ([]byte, error) {
+	cr, ok := k.Store.(rendezvous.Creator)
+	if !ok {
+		return nil, fmt.Errorf("rendezvous: the store (%T) cannot create keys atomically", k.Store)
+	}
+	return cr.Create(ctx, key, value)
+}
+
+// isKnown reports whether err is the loss of a rank in known (any rank
+// when known is nil: a joiner's, none of whose business they are).
 func (k knownLosses) isKnown(err error) bool {
 	var lost *rendezvous.RankLostError
-	return errors.As(err, &lost) && slices.Contains(k.known, lost.Rank)
+	return errors.As(err, &lost) && (k.known == nil || slices.Contains(k.known, lost.Rank))
+}
+
+// shortJobID is id, or a hash of it when it is too long for a job id
+// (shared-memory file names, TCP handshakes).
+func shortJobID(id string) string {
+	if len(id) <= 100 {
+		return id
+	}
+	sum := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(sum[:16])
 }

@@ -1,0 +1,243 @@
+package goccl_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goccl/goccl"
+	"github.com/goccl/goccl/rendezvous"
+)
+
+func init() {
+	extraMains["grow"] = growWorker
+	extraMains["join"] = joinWorker
+}
+
+// testStore dials the store the test serves (GOCCL_TEST_STORE, with
+// GOCCL_TEST_TOKEN) as rank (-1: a joiner, no rank yet).
+func testStore(ctx context.Context, rank int) (*rendezvous.TCPStore, error) {
+	opts := []rendezvous.Option{rendezvous.WithToken([]byte(os.Getenv("GOCCL_TEST_TOKEN")))}
+	if rank >= 0 {
+		opts = append(opts, rendezvous.WithRank(rank))
+	}
+	return rendezvous.DialTCP(ctx, os.Getenv("GOCCL_TEST_STORE"), opts...)
+}
+
+// reportGrown runs an AllReduce of rank+1 on c and prints "GROWN size rank sum".
+func reportGrown(ctx context.Context, c *goccl.Comm) int {
+	x := []float32{float32(c.Rank() + 1)}
+	if err := goccl.AllReduce(ctx, c, x, x, 1, goccl.Sum); err != nil {
+		fmt.Println("ERR allreduce:", err)
+		return 1
+	}
+	fmt.Printf("GROWN %d %d %g\n", c.Size(), c.Rank(), x[0])
+	return 0
+}
+
+// growWorker: a rank of GOCCL_WORLD_SIZE ranks; with GOCCL_TEST_KILL set
+// it runs AllReduces until one fails (the test kills a rank) and shrinks
+// first; then it grows by GOCCL_TEST_GROW ranks and reports.
+func growWorker(ctx context.Context) int {
+	rank, _ := strconv.Atoi(os.Getenv("GOCCL_RANK"))
+	size, _ := strconv.Atoi(os.Getenv("GOCCL_WORLD_SIZE"))
+	k, _ := strconv.Atoi(os.Getenv("GOCCL_TEST_GROW"))
+	store, err := testStore(ctx, rank)
+	if err != nil {
+		fmt.Println("ERR dial:", err)
+		return 2
+	}
+	defer store.Close()
+	c, err := goccl.Init(ctx, goccl.WithRank(rank), goccl.WithWorldSize(size), goccl.WithStore(store), goccl.WithTimeout(30*time.Second))
+	if err != nil {
+		fmt.Println("ERR init:", err)
+		return 2
+	}
+	defer c.Close()
+	if os.Getenv("GOCCL_TEST_KILL") != "" {
+		buf := make([]float32, 1<<14)
+		for i := 0; ; i++ {
+			if err := goccl.AllReduce(ctx, c, buf, buf, len(buf), goccl.Sum); err != nil {
+				break
+			}
+			if i == 2 {
+				fmt.Println("ready")
+			}
+		}
+		nc, err := c.Shrink(ctx)
+		if err != nil {
+			fmt.Println("ERR shrink:", err)
+			return 1
+		}
+		defer nc.Close()
+		c = nc
+		fmt.Println("shrunk")
+	}
+	start := time.Now()
+	nc, err := c.Grow(ctx, k)
+	if err != nil {
+		fmt.Println("ERR grow:", err)
+		return 1
+	}
+	defer nc.Close()
+	fmt.Printf("grow took %v\n", time.Since(start))
+	return reportGrown(ctx, nc)
+}
+
+// joinWorker joins a growing communicator and reports.
+func joinWorker(ctx context.Context) int {
+	store, err := testStore(ctx, -1)
+	if err != nil {
+		fmt.Println("ERR dial:", err)
+		return 2
+	}
+	defer store.Close()
+	c, err := goccl.Join(ctx, goccl.WithStore(store), goccl.WithTimeout(30*time.Second))
+	if err != nil {
+		fmt.Println("ERR join:", err)
+		return 1
+	}
+	defer c.Close()
+	return reportGrown(ctx, c)
+}
+
+// growRun starts the ranks and joiners of one test and returns their
+// outputs once all have exited (the victim, if any, killed once the ranks
+// are ready).
+type growRun struct {
+	t       *testing.T
+	addr    string
+	cmds    []*exec.Cmd
+	outs    []*strings.Builder
+	mu      sync.Mutex
+	readers sync.WaitGroup
+	exited  []chan struct{}
+	ready   chan int
+}
+
+func (g *growRun) start(mode string, env ...string) int {
+	i := len(g.cmds)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), "GOCCL_TEST_WORKER="+mode, "GOCCL_TEST_STORE="+g.addr, "GOCCL_TEST_TOKEN=grow test"), env...)
+	out := &strings.Builder{}
+	g.cmds, g.outs = append(g.cmds, cmd), append(g.outs, out)
+	g.exited = append(g.exited, startWatched(g.t, cmd, &g.readers, func(line string) {
+		g.mu.Lock()
+		out.WriteString(line + "\n")
+		g.mu.Unlock()
+		if line == "ready" {
+			g.ready <- i
+		}
+	}, nil))
+	return i
+}
+
+// grown checks that the processes (all but skip) reported one grown
+// communicator of size want: every rank once, the sum of rank+1.
+func (g *growRun) grown(skip, want int) {
+	t := g.t
+	deadline := time.After(90 * time.Second)
+	for i := range g.cmds {
+		if i == skip {
+			continue
+		}
+		select {
+		case <-g.exited[i]:
+		case <-deadline:
+			t.Fatalf("process %d still running after 90 s: hung", i)
+		}
+	}
+	g.readers.Wait()
+	var ranks []int
+	for i, out := range g.outs {
+		if i == skip {
+			continue
+		}
+		var size, rank int
+		var sum float64
+		j := strings.Index(out.String(), "GROWN ")
+		if j < 0 {
+			t.Errorf("process %d did not grow:\n%s", i, out.String())
+			continue
+		}
+		fmt.Sscanf(out.String()[j:], "GROWN %d %d %g", &size, &rank, &sum)
+		if size != want || sum != float64(want*(want+1)/2) {
+			t.Errorf("process %d: size %d sum %g, want %d and %d", i, size, sum, want, want*(want+1)/2)
+		}
+		ranks = append(ranks, rank)
+	}
+	slices.Sort(ranks)
+	for r := range ranks {
+		if ranks[r] != r {
+			t.Errorf("ranks of the grown communicator %v, want 0 to %d once each", ranks, want-1)
+			break
+		}
+	}
+	if t.Failed() || testing.Verbose() {
+		for i, out := range g.outs {
+			t.Logf("process %d:\n%s", i, out.String())
+		}
+	}
+}
+
+func newGrowRun(t *testing.T) *growRun {
+	srv, err := rendezvous.NewTCPServer("127.0.0.1:0", rendezvous.WithToken([]byte("grow test")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	g := &growRun{t: t, addr: srv.Addr(), ready: make(chan int, 64)}
+	t.Cleanup(func() {
+		for _, c := range g.cmds {
+			c.Process.Kill()
+		}
+	})
+	return g
+}
+
+// TestGrow: 3 ranks grow by 2 joiners, started before and after the ranks
+// call Grow; all 5 agree on the grown communicator.
+func TestGrow(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test; skipped with -short")
+	}
+	g := newGrowRun(t)
+	g.start("join")
+	for r := range 3 {
+		g.start("grow", "GOCCL_RANK="+strconv.Itoa(r), "GOCCL_WORLD_SIZE=3", "GOCCL_TEST_GROW=2")
+	}
+	time.Sleep(200 * time.Millisecond)
+	g.start("join")
+	g.grown(-1, 5)
+}
+
+// TestShrinkThenGrow is elastic recovery: 4 ranks, one killed (SIGKILL)
+// mid-AllReduce; the others shrink to 3, a replacement joins, and they
+// grow back to 4.
+func TestShrinkThenGrow(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test; skipped with -short")
+	}
+	g := newGrowRun(t)
+	for r := range 4 {
+		g.start("grow", "GOCCL_RANK="+strconv.Itoa(r), "GOCCL_WORLD_SIZE=4", "GOCCL_LOCAL_RANK="+strconv.Itoa(r), "GOCCL_TEST_GROW=1", "GOCCL_TEST_KILL=1")
+	}
+	for range 4 {
+		select {
+		case <-g.ready:
+		case <-time.After(60 * time.Second):
+			t.Fatal("ranks not ready after 60 s")
+		}
+	}
+	const victim = 2
+	g.cmds[victim].Process.Kill()
+	g.start("join")
+	g.grown(victim, 4)
+}
