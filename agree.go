@@ -102,9 +102,15 @@ func (c *Comm) collectVotes(ctx context.Context, prefix string, mine uint64) (ui
 		c.agreeFailed = make([]bool, c.size)
 	}
 	dead := c.agreeFailed // known failed: earlier decisions, losses seen
+	for q, root := range c.rootRanks {
+		if c.book.has(root) {
+			dead[q] = true
+		}
+	}
 	if c.group != nil {
 		if r := transport.LostRank(c.group.LostErr()); r >= 0 && r < c.size {
 			dead[r] = true
+			c.book.add(c.rootRanks[r]) // the store's news of it is old news
 		}
 	}
 	and := mine
@@ -130,8 +136,11 @@ func (c *Comm) collectVotes(ctx context.Context, prefix string, mine uint64) (ui
 					return 0, nil, fmt.Errorf("rank %d's vote %q: %w", q, v, perr)
 				}
 				and &= f
-			case errors.As(err, &lost) && lost.Rank >= 0 && lost.Rank < c.size:
-				dead[lost.Rank] = true
+			case errors.As(err, &lost):
+				c.book.add(lost.Rank)
+				if d := slices.Index(c.rootRanks, lost.Rank); d >= 0 {
+					dead[d] = true
+				}
 				continue
 			case ctx.Err() == nil && wctx.Err() != nil:
 				dead[q] = true // silent until the deadline
@@ -180,17 +189,4 @@ func decodeDecision(v []byte, size int) (uint64, []int, error) {
 		}
 	}
 	return and, failed, nil
-}
-
-// failedRanks is the ranks Agree knows failed (nil: none), as a list.
-func (c *Comm) failedRanks() []int {
-	c.agreeMu.Lock()
-	defer c.agreeMu.Unlock()
-	known := []int{}
-	for r, f := range c.agreeFailed {
-		if f {
-			known = append(known, r)
-		}
-	}
-	return known
 }

@@ -64,6 +64,8 @@ type Comm struct {
 	shrinks     atomic.Int64     // Shrink attempts so far
 	grows       atomic.Int64     // Grow calls so far
 	root        rendezvous.Store // the store of the job's first Init, where joiners meet (grow.go)
+	rootRanks   []int            // each rank's rank in the root communicator, -1 for a joiner (losses.go)
+	book        *lossBook        // the root ranks this process learnt are dead (losses.go)
 	agreeMu     sync.Mutex
 	agreeFailed []bool                    // ranks an agreement counted failed, or seen dead during one (agree.go)
 	splitOpts   []Option                  // options a Split's communicator inherits

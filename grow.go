@@ -61,7 +61,9 @@ func (c *Comm) Grow(ctx context.Context, n int) (*Comm, error) {
 	}
 	dl, _ := ctx.Deadline()
 	ictx, cancel := context.WithDeadline(ctx, time.Now().Add(time.Until(dl)*3/4))
-	nc, ierr := initMember(ictx, c.root, c.failedRanks(), base, jobID, c.rank, size, c.splitOpts)
+	roots := append(slices.Clone(c.rootRanks), slices.Repeat([]int{-1}, n)...)
+	nc, ierr := Init(ictx, append(slices.Clone(c.splitOpts), WithRank(c.rank), WithWorldSize(size),
+		WithStore(c.derivedStore(base+"init/", roots)), derived(c.root, c.book, roots, jobID))...)
 	cancel()
 	ok := uint64(1)
 	if ierr != nil {
@@ -87,8 +89,12 @@ func (c *Comm) Grow(ctx context.Context, n int) (*Comm, error) {
 	return nc, nil
 }
 
-// admit gives the next n joiners' tickets their place in grow base.
+// admit gives the next n joiners' tickets their place in grow base, and
+// tells them the members' root ranks.
 func (c *Comm) admit(ctx context.Context, base, jobID string, n int) error {
+	if err := c.root.Set(ctx, base+"roots", []byte(joinInts(c.rootRanks))); err != nil {
+		return c.storeErr("admitting the joiners", err)
+	}
 	last, err := c.root.Add(ctx, joinAdmitted, int64(n))
 	if err != nil {
 		return c.storeErr("admitting the joiners", err)
@@ -140,7 +146,8 @@ func Join(ctx context.Context, opts ...Option) (*Comm, error) {
 	}
 	// The losses of the communicator's ranks before this joiner came are
 	// not its concern: it waits on past them.
-	v, err := knownLosses{store, nil}.Get(ctx, joinTicket+strconv.FormatInt(t, 10))
+	book := &lossBook{}
+	v, err := memberLosses{store, book, nil}.Get(ctx, joinTicket+strconv.FormatInt(t, 10))
 	if err != nil {
 		release()
 		return fail(fmt.Errorf("ticket %d: waiting for a communicator to grow (Comm.Grow): %w", t, err))
@@ -150,9 +157,14 @@ func Join(ctx context.Context, opts ...Option) (*Comm, error) {
 		release()
 		return fail(fmt.Errorf("ticket %d: %w", t, err))
 	}
-	nc, err := initMember(ctx, store, nil, base, jobID, rank, size, opts)
+	var nc *Comm
+	roots, err := joinRoots(ctx, store, base, size)
+	if err == nil {
+		nc, err = Init(ctx, append(slices.Clone(opts), WithRank(rank), WithWorldSize(size),
+			WithStore(memberLosses{rendezvous.PrefixStore(store, base+"init/"), book, roots}), derived(store, book, roots, jobID))...)
+	}
 	// The growing ranks' verdict, whether this rank's Init worked or not.
-	if out, oerr := (knownLosses{store, nil}).Get(ctx, base+"outcome"); oerr != nil && err == nil {
+	if out, oerr := (memberLosses{store, book, nil}).Get(ctx, base+"outcome"); oerr != nil && err == nil {
 		err = oerr
 	} else if oerr == nil && string(out) != "ok" {
 		err = fmt.Errorf("the communicator's ranks gave up: %s (this rank: %v)", out, err)
@@ -188,14 +200,22 @@ func joinStore(ctx context.Context, cfg *options) (rendezvous.Store, func(), err
 	return s, func() { s.Close() }, nil
 }
 
-// initMember is Init of rank of a grown communicator of size, through
-// root's keys under base (known: the ranks whose loss the store may still
-// report and the caller has dealt with), with job id jobID, after opts.
-func initMember(ctx context.Context, root rendezvous.Store, known []int, base, jobID string, rank, size int, opts []Option) (*Comm, error) {
-	all := append(slices.Clone(opts), WithRank(rank), WithWorldSize(size),
-		WithStore(knownLosses{rendezvous.PrefixStore(root, base+"init/"), known}),
-		func(cfg *options) { cfg.jobID, cfg.split, cfg.root = jobID, true, root })
-	return Init(ctx, all...)
+// joinRoots reads the root ranks of a grown communicator's size ranks
+// (admit wrote those of the old ranks; the joiners' are -1).
+func joinRoots(ctx context.Context, store rendezvous.Store, base string, size int) ([]int, error) {
+	v, err := store.Get(ctx, base+"roots")
+	if err != nil {
+		return nil, err
+	}
+	roots := slices.Repeat([]int{-1}, size)
+	for i, f := range strings.Split(string(v), ",") {
+		r, err := strconv.Atoi(f)
+		if err != nil || i >= size {
+			return nil, fmt.Errorf("malformed root ranks %q in the store", v)
+		}
+		roots[i] = r
+	}
+	return roots, nil
 }
 
 // parseTicket reads what admit wrote.

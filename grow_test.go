@@ -112,7 +112,7 @@ func joinWorker(ctx context.Context) int {
 // outputs once all have exited (the victim, if any, killed once the ranks
 // are ready).
 type growRun struct {
-	t       *testing.T
+	t       testing.TB
 	addr    string
 	cmds    []*exec.Cmd
 	outs    []*strings.Builder
@@ -187,7 +187,7 @@ func (g *growRun) grown(skip, want int) {
 	}
 }
 
-func newGrowRun(t *testing.T) *growRun {
+func newGrowRun(t testing.TB) *growRun {
 	srv, err := rendezvous.NewTCPServer("127.0.0.1:0", rendezvous.WithToken([]byte("grow test")))
 	if err != nil {
 		t.Fatal(err)

@@ -123,13 +123,14 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		return fail(err)
 	}
 	c.release, c.rdv, c.jobID, c.localRank, c.caps = res.Release, res.Store, res.JobID, res.LocalRank, res.Caps
-	c.root = cfg.root
+	c.root, c.rootRanks, c.book = cfg.root, cfg.rootRanks, cfg.book
 	if c.root == nil {
-		c.root = c.rdv
+		c.root, c.rootRanks, c.book = c.rdv, make([]int, c.size), &lossBook{}
+		for r := range c.rootRanks {
+			c.rootRanks[r] = r
+		}
 	}
-	root := c.root
-	c.splitOpts = []Option{WithTimeout(c.timeout), WithJobToken(p.Token), WithTLS(res.TLSServer, res.TLSClient),
-		func(cfg *options) { cfg.root = root }}
+	c.splitOpts = []Option{WithTimeout(c.timeout), WithJobToken(p.Token), WithTLS(res.TLSServer, res.TLSClient)}
 	if p.Checksum {
 		c.splitOpts = append(c.splitOpts, WithChecksum())
 	}

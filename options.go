@@ -23,7 +23,9 @@ type options struct {
 	checksum              bool
 	jobID                 string           // set by Split: the new communicator's job id
 	split                 bool             // set by Split: no GOCCL_TOPO_DUMP_FILE (the parent's Init wrote the job's)
-	root                  rendezvous.Store // set by Split, Shrink, Grow, Join: the job's first store (Comm.root)
+	root                  rendezvous.Store // set by Split, Shrink, Grow, Join (derived): the job's first store (Comm.root)
+	rootRanks             []int            // set by derived: the ranks' root ranks (Comm.rootRanks)
+	book                  *lossBook        // set by derived: the process's book of lost root ranks
 	tlsServer, tlsClient  *tls.Config
 	metrics               prometheus.Registerer // WithMetrics (nil: GOCCL_METRICS_ADDR's, or none)
 	logger                *slog.Logger

@@ -63,7 +63,7 @@ func TestRankKilled(t *testing.T) {
 // startWatched starts cmd and feeds its output (stdout and stderr) line by
 // line to onLine, from one goroutine that readers tracks. The returned
 // channel is closed once the process has exited (after onExit, if any, ran).
-func startWatched(t *testing.T, cmd *exec.Cmd, readers *sync.WaitGroup, onLine func(line string), onExit func()) chan struct{} {
+func startWatched(t testing.TB, cmd *exec.Cmd, readers *sync.WaitGroup, onLine func(line string), onExit func()) chan struct{} {
 	t.Helper()
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw

@@ -4,12 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
-
-	"github.com/goccl/goccl/rendezvous"
 )
 
 // Shrink makes a communicator of c's surviving ranks (ncclCommShrink,
@@ -64,7 +61,7 @@ func (c *Comm) shrinkOnce(ctx context.Context) (nc *Comm, again bool, err error)
 	// that stops during it leaves time to agree on starting over.
 	dl, _ := ctx.Deadline()
 	ictx, cancel := context.WithDeadline(ctx, time.Now().Add(time.Until(dl)/2))
-	nc, ierr := c.shrinkInit(ictx, n, slices.Index(survivors, c.rank), len(survivors), failed)
+	nc, ierr := c.shrinkInit(ictx, n, survivors, slices.Index(survivors, c.rank))
 	cancel()
 	ok := uint64(1)
 	if ierr != nil {
@@ -86,56 +83,16 @@ func (c *Comm) shrinkOnce(ctx context.Context) (nc *Comm, again bool, err error)
 	return nil, true, nil
 }
 
-// shrinkInit makes attempt n's communicator: rank of size, through c's
-// store under a prefix of its own, with a job id of its own. The store's
-// news of the failed ranks' loss (which it tells each rank once, maybe
-// now) does not concern the new communicator.
-func (c *Comm) shrinkInit(ctx context.Context, n int64, rank, size int, failed []int) (*Comm, error) {
-	prefix := fmt.Sprintf("goccl/shrink/%d/", n)
+// shrinkInit makes attempt n's communicator of survivors (c's ranks), as
+// rank of them, through c's root store under a prefix of its own, with a
+// job id of its own.
+func (c *Comm) shrinkInit(ctx context.Context, n int64, survivors []int, rank int) (*Comm, error) {
 	jobID := shortJobID(fmt.Sprintf("%s-k%d", c.jobID, n))
-	opts := append([]Option{WithRank(rank), WithWorldSize(size), WithStore(knownLosses{rendezvous.PrefixStore(c.rdv, prefix), append([]int{}, failed...)}),
-		func(cfg *options) { cfg.jobID, cfg.split = jobID, true }}, c.splitOpts...)
+	roots := c.rootsOf(survivors)
+	opts := append([]Option{WithRank(rank), WithWorldSize(len(survivors)),
+		WithStore(c.derivedStore(fmt.Sprintf("goccl/shrink/%s/%d/", c.jobID, n), roots)),
+		derived(c.root, c.book, roots, jobID)}, c.splitOpts...)
 	return Init(ctx, opts...)
-}
-
-// knownLosses is a store whose Get and Wait wait on past the loss of the
-// ranks in known (rendezvous.RankLostError), which the caller has dealt with.
-type knownLosses struct {
-	rendezvous.Store
-	known []int
-}
-
-func (k knownLosses) Get(ctx context.Context, key string) ([]byte, error) {
-	for {
-		v, err := k.Store.Get(ctx, key)
-		if !k.isKnown(err) {
-			return v, err
-		}
-	}
-}
-
-func (k knownLosses) Wait(ctx context.Context, keys ...string) error {
-	for {
-		if err := k.Store.Wait(ctx, keys...); !k.isKnown(err) {
-			return err
-		}
-	}
-}
-
-// Create implements rendezvous.Creator when the store does.
-func (k knownLosses) Create(ctx context.Context, key string, value []byte) ([]byte, error) {
-	cr, ok := k.Store.(rendezvous.Creator)
-	if !ok {
-		return nil, fmt.Errorf("rendezvous: the store (%T) cannot create keys atomically", k.Store)
-	}
-	return cr.Create(ctx, key, value)
-}
-
-// isKnown reports whether err is the loss of a rank in known (any rank
-// when known is nil: a joiner's, none of whose business they are).
-func (k knownLosses) isKnown(err error) bool {
-	var lost *rendezvous.RankLostError
-	return errors.As(err, &lost) && (k.known == nil || slices.Contains(k.known, lost.Rank))
 }
 
 // shortJobID is id, or a hash of it when it is too long for a job id

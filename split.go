@@ -2,8 +2,6 @@ package goccl
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"sort"
 	"strconv"
@@ -94,13 +92,13 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 	store := rendezvous.PrefixStore(c.rdv, prefix+"color/"+strconv.Itoa(color)+"/")
 	// A job id of its own keeps the new communicator's shared-memory files
 	// and TCP handshakes apart from c's and from the other colors'.
-	jobID := fmt.Sprintf("%s-s%dc%d", c.jobID, gen, color)
-	if len(jobID) > 100 {
-		sum := sha256.Sum256([]byte(jobID))
-		jobID = hex.EncodeToString(sum[:16])
+	jobID := shortJobID(fmt.Sprintf("%s-s%dc%d", c.jobID, gen, color))
+	ranks := make([]int, len(group))
+	for i, m := range group {
+		ranks[i] = m.rank
 	}
 	opts := append([]Option{WithRank(newRank), WithWorldSize(len(group)), WithStore(store),
-		func(cfg *options) { cfg.jobID, cfg.split = jobID, true }}, c.splitOpts...)
+		derived(c.root, c.book, c.rootsOf(ranks), jobID)}, c.splitOpts...)
 	nc, err := Init(ctx, opts...)
 	if err != nil {
 		return fail(err)
