@@ -404,3 +404,55 @@ func TestFlightRecorderCountMismatch(t *testing.T) {
 		t.Errorf("first finding %+v", rep.Findings[0])
 	}
 }
+
+// TestFlightRecorderAllocations: with the flight recorder on (and a dump
+// file set), blocking and non-blocking collectives and point to point
+// still allocate nothing per operation.
+func TestFlightRecorderAllocations(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocation counts are checked by the full suite (the race detector allocates)")
+	}
+	t.Setenv("GOCCL_FLIGHT_RECORDER", "64")
+	t.Setenv("GOCCL_FLIGHT_RECORDER_DUMP", filepath.Join(t.TempDir(), "fr-%r.json"))
+	var allocs float64
+	errs := goroutineRanks(t, 2, time.Minute, func(c *goccl.Comm) error {
+		ctx := context.Background()
+		buf, out := make([]float32, 256), make([]float32, 512)
+		peer := 1 - c.Rank()
+		round := func() {
+			must := func(err error) {
+				if err != nil {
+					panic(err)
+				}
+			}
+			must(goccl.AllReduce(ctx, c, buf, buf, len(buf), goccl.Sum))
+			must(goccl.AllGather(ctx, c, buf, out, len(buf)))
+			r1, err := goccl.IAllReduce(ctx, c, buf, buf, len(buf), goccl.Sum)
+			must(err)
+			r2, err := goccl.IBroadcast(ctx, c, buf, buf, len(buf), 0)
+			must(err)
+			must(r1.Wait(ctx))
+			must(r2.Wait(ctx))
+			must(goccl.SendRecv(ctx, c, buf, peer, out, peer, len(buf)))
+		}
+		for range 5 {
+			round()
+		}
+		if c.Rank() == 0 {
+			allocs = testing.AllocsPerRun(20, round)
+		} else {
+			for range 21 {
+				round()
+			}
+		}
+		return nil
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	if allocs != 0 {
+		t.Errorf("%.1f allocations per round with the flight recorder on, want 0", allocs)
+	}
+}

@@ -14,11 +14,11 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/goccl/goccl/doctor"
+	"github.com/goccl/goccl/doctor/flightrec"
 	"github.com/goccl/goccl/doctor/host"
 	"github.com/goccl/goccl/doctor/ibv"
 	"github.com/goccl/goccl/doctor/nccllog"
 	"github.com/goccl/goccl/doctor/nccltests"
-	"github.com/goccl/goccl/doctor/flightrec"
 	topodoc "github.com/goccl/goccl/doctor/topo"
 	"github.com/goccl/goccl/internal/config"
 )
