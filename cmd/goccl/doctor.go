@@ -42,7 +42,7 @@ topo        reads the matrix of nvidia-smi topo -m
 ibv         reads ibv_devinfo, ibstat, ibstatus or show_gids output
 flight-recorder
             reads every rank's flight-recorder dump (goccl's JSON from
-            GOCCL_FLIGHT_RECORDER_DUMP, PyTorch's pickle or JSON; a folder
+            ` + config.FlightRecorderDump.Name + `, PyTorch's pickle or JSON; a folder
             is read whole), matches the operations across ranks by process
             group and sequence number, and names the culprit rank of a hang
             or mismatch (missing rank, type, size, dtype, state)

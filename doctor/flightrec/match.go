@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/goccl/goccl/doctor"
+	"github.com/goccl/goccl/internal/config"
 )
 
 // analyzeGroup compares group g's collectives across the ranks that dumped
@@ -29,7 +30,7 @@ func analyzeGroup(g Group, dumps []*Dump) (GroupResult, []doctor.Finding) {
 	if miss := without(g.Ranks, res.Dumped); len(miss) > 0 {
 		fs = append(fs, doctor.Finding{Severity: doctor.SevWarn, Code: "fr-no-dump",
 			Message: fmt.Sprintf("process group %s: no dump from rank(s) %s of ranks %s; they are compared nowhere", groupName(g.Name, g.Desc), ranksText(miss), ranksText(g.Ranks)),
-			Fix:     "Pass every rank's dump (a folder of them is read whole); with goccl set GOCCL_FLIGHT_RECORDER_DUMP on every rank, with PyTorch TORCH_FR_DUMP_TEMP_FILE."})
+			Fix:     "Pass every rank's dump (a folder of them is read whole); with goccl set " + config.FlightRecorderDump.Name + " on every rank, with PyTorch TORCH_FR_DUMP_TEMP_FILE."})
 	}
 	res.FirstSeq, res.LastSeq = window(colls)
 	for seq := res.FirstSeq; seq <= res.LastSeq && res.FirstSeq > 0; seq++ {
@@ -304,7 +305,7 @@ func mismatchFinding(g Group, m *Mismatch) doctor.Finding {
 		f.Fix = fmt.Sprintf("Find why rank(s) %s did not call %s #%d: a branch or an early exit taken on some ranks only, an exception, or a rank stuck in its own code (take its stacks: kill -QUIT for Go, py-spy dump for Python). Every rank must issue the same collectives in the same order.", ranksText(m.Culprits), m.Op, m.Seq)
 	case "COLLECTIVE_TYPE_MISMATCH":
 		f.Code = "fr-type-mismatch"
-		f.Fix = "The ranks issued their collectives in different orders (or one skipped one): make every rank issue the same collectives in the same order; GOCCL_DEBUG_CHECK=1 names the first divergence as it happens."
+		f.Fix = "The ranks issued their collectives in different orders (or one skipped one): make every rank issue the same collectives in the same order; " + config.DebugCheck.Name + "=1 names the first divergence as it happens."
 	case "SIZE_OR_SYNTAX_MISMATCH":
 		f.Code = "fr-size-mismatch"
 		f.Fix = "Make every rank pass the same count (AllGather: its own share; ReduceScatter: the whole); a rank with a different batch or shard size is the usual cause."
