@@ -25,8 +25,8 @@ type Op struct {
 	// "send", "coalesced" (a group of point-to-point operations), ...
 	Name string
 	// Kind is the caller's kind of operation: a scheduled operation is
-	// taken over by the operation that starts with the same Kind, In, Out
-	// and DType (Start).
+	// taken over by the operation that starts with the same Kind and DType
+	// (Start).
 	Kind uint8
 	Seq  uint64 // collective_seq_id (0 for point to point)
 	P2P  bool
@@ -127,8 +127,9 @@ func (f *Flight) Schedule(op Op) {
 }
 
 // Start records that op starts and returns its id for End. It takes over
-// the oldest scheduled operation when that one is op (same Kind, In, Out
-// and DType: issued by a non-blocking call), else records op anew.
+// the oldest scheduled operation when that one is op (same Kind and DType:
+// queued operations start in issue order; the sizes may be known only
+// later, see Amend), else records op anew.
 func (f *Flight) Start(op Op) uint64 {
 	if f == nil {
 		return 0
@@ -141,7 +142,7 @@ func (f *Flight) Start(op Op) uint64 {
 		f.lastEnq = max(f.lastEnq, op.Seq)
 	}
 	if len(f.sch) > 0 {
-		if s := f.at(f.sch[0]); s != nil && s.Kind == op.Kind && s.In == op.In && s.Out == op.Out && s.DType == op.DType {
+		if s := f.at(f.sch[0]); s != nil && s.Kind == op.Kind && s.DType == op.DType {
 			f.sch = append(f.sch[:0], f.sch[1:]...)
 			op.id, op.created, op.started = s.id, s.created, now
 			*s = op

@@ -23,7 +23,8 @@ func TestFlightRing(t *testing.T) {
 	}
 	f.Schedule(ar(0, 16)) // #4
 	f.Schedule(ar(0, 32)) // #5
-	id := f.Start(ar(4, 16))
+	id := f.Start(ar(4, 0)) // sizes known later (an AllToAllv's): Amend
+	f.Amend(id, ar(4, 16))
 	f.End(id, "rank 2 never came")
 	f.RetireScheduled("communicator closed")
 	var b bytes.Buffer
