@@ -21,8 +21,8 @@ func TestFlightRing(t *testing.T) {
 	for s := uint64(1); s <= 3; s++ {
 		f.End(f.Start(ar(s, 8)), "")
 	}
-	f.Schedule(ar(0, 16)) // #4
-	f.Schedule(ar(0, 32)) // #5
+	f.Schedule(ar(0, 16))   // #4
+	f.Schedule(ar(0, 32))   // #5
 	id := f.Start(ar(4, 0)) // sizes known later (an AllToAllv's): Amend
 	f.Amend(id, ar(4, 16))
 	f.End(id, "rank 2 never came")
