@@ -42,6 +42,14 @@ type Comm struct {
 	recAlgo  string
 	recName  string   // the event's name when not the operation kind's ("Group")
 	met      *metrics // Prometheus series (WithMetrics, GOCCL_METRICS_ADDR; nil: off)
+
+	// The flight recorder in PyTorch's schema (flightrec.go; nil: off), the
+	// running operation's id in it, the dump file written on the first
+	// failure (GOCCL_FLIGHT_RECORDER_DUMP; "": none) and whether it was.
+	fr       *trace.Flight
+	frID     uint64
+	frDump   string
+	frDumped bool
 	log      *logger
 
 	mu          sync.Mutex

@@ -48,7 +48,7 @@ func (c *Comm) fromEnv(cfg *options, p *bootstrap.Params) (err error) {
 	if err := apply(&c.progressNice, config.ProgressNice.Int); err != nil {
 		return err
 	}
-	if err := c.traceFromEnv(); err != nil {
+	if err := c.traceFromEnv(cfg); err != nil {
 		return err
 	}
 	if !cfg.split {
@@ -123,20 +123,22 @@ func tlsFromEnv(cfg *options, p *bootstrap.Params) error {
 	return nil
 }
 
-// traceFromEnv sets up the operation recorder from GOCCL_TRACE_FILE and
-// GOCCL_FLIGHT_RECORDER (none when both are unset: then nothing is timed).
-func (c *Comm) traceFromEnv() error {
+// traceFromEnv sets up the operation recorder and the flight recorder from
+// GOCCL_TRACE_FILE, GOCCL_FLIGHT_RECORDER and GOCCL_FLIGHT_RECORDER_DUMP
+// (none when all are unset: then nothing is timed).
+func (c *Comm) traceFromEnv(cfg *options) error {
 	keep := 0
 	if err := apply(&keep, config.FlightRecorder.Int); err != nil {
 		return err
 	}
 	path := config.TraceFile.Get()
-	if path == "" && keep == 0 {
+	if path == "" && keep == 0 && config.FlightRecorderDump.Get() == "" {
 		return nil
 	}
 	if keep == 0 {
 		keep = defaultFlightRecorder
 	}
+	c.flightFromEnv(keep, cfg.split, cfg.jobID)
 	if path != "" {
 		path = trace.ExpandPath(path, c.rank)
 	}

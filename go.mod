@@ -24,6 +24,8 @@ require (
 	google.golang.org/grpc v1.83.2
 )
 
+require github.com/nlpodyssey/gopickle v0.2.0
+
 require (
 	codeberg.org/go-fonts/liberation v0.5.0 // indirect
 	codeberg.org/go-latex/latex v0.2.0 // indirect

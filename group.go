@@ -221,6 +221,9 @@ func (c *Comm) runP2P(ctx context.Context, calls []call) error {
 	if err != nil {
 		return err
 	}
+	if c.fr != nil {
+		c.flightAmend(&call{kind: opGroup})
+	}
 	sends := make([]algo.Msg, 0, len(calls))
 	recvs := make([]algo.Msg, 0, len(calls))
 	for i := range calls {

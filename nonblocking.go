@@ -162,6 +162,9 @@ func (c *Comm) issue(ctx context.Context, a *call) (Request, error) {
 	q.next++
 	s := &q.slots[t%QueueDepth]
 	s.a, s.ctx, s.ticket, s.done, s.err = *a, ctx, t, false, nil
+	if c.fr != nil && a.kind != opGroup { // a group is recorded as its parts start
+		c.fr.Schedule(c.flightCall(a))
+	}
 	q.outstanding.Add(1)
 	q.work.Signal()
 	q.mu.Unlock()
@@ -353,6 +356,7 @@ func (q *opQueue) stop(c *Comm, why error) {
 		s := &q.slots[q.head%QueueDepth]
 		q.complete(s, c.errorf(s.a.errKind(), 0, "%w", why))
 	}
+	c.fr.RetireScheduled(why.Error())
 	q.work.Broadcast()
 }
 

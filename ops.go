@@ -92,6 +92,9 @@ func (c *Comm) begin(ctx context.Context, kind opKind, dt DataType, op RedOp, ro
 	if c.rec != nil || c.met != nil {
 		c.recStart, c.recBytes, c.recAlgo, c.recName = time.Now(), int64(count)*int64(dt.Size()), "", ""
 	}
+	if c.fr != nil {
+		c.flightStart(kind, dt, root, count)
+	}
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -141,6 +144,9 @@ func (c *Comm) end(kind opKind, err error) error {
 			c.group.AbortLost(transport.LostRank(err))
 		}
 	}
+	if c.fr != nil {
+		c.flightEnd(err)
+	}
 	if c.rec != nil {
 		c.record(kind, err)
 	}
@@ -164,13 +170,14 @@ func (c *Comm) record(kind opKind, err error) {
 	}
 	c.rec.Record(&e)
 	if err != nil {
-		c.log.Warnf(subColl, "the last operations of this rank, oldest first (flight recorder):%s", c.rec.Dump(flightDump))
+		c.log.Warnf(subColl, "the last operations of this rank, oldest first (flight recorder):%s", c.fr.Text(flightDump))
 		c.rec.Flush()
 	}
 }
 
 // defaultFlightRecorder is how many operations the recorder keeps when
-// GOCCL_TRACE_FILE is set without GOCCL_FLIGHT_RECORDER; flightDump is how
+// GOCCL_TRACE_FILE or GOCCL_FLIGHT_RECORDER_DUMP is set without
+// GOCCL_FLIGHT_RECORDER; flightDump is how
 // many of them a failure prints at most.
 const (
 	defaultFlightRecorder = 64
@@ -289,6 +296,9 @@ func (c *Comm) start(ctx context.Context, a *call) (context.Context, error) {
 		return nil, a.named(err)
 	}
 	c.octx.name = a.name
+	if c.fr != nil && k == opSendRecv {
+		c.flightAmend(a)
+	}
 	if c.group == nil {
 		if a.sendN != unused && a.recvN != unused {
 			copyIfDifferent(a.recv, a.send)

@@ -104,6 +104,9 @@ func (c *Comm) runAllToAllv(ctx context.Context, a *call) error {
 	if err != nil {
 		return err
 	}
+	if c.fr != nil {
+		c.flightAmend(a)
+	}
 	es, send, recv := a.dt.Size(), a.send, a.recv
 	if overlaps(send, recv) {
 		if cap(c.scratch) < len(send) {

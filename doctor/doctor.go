@@ -11,6 +11,7 @@
 //	topo       nvidia-smi topo -m matrices
 //	ibv        ibv_devinfo, ibstat, ibstatus and show_gids outputs
 //	host       the live host: sysfs, /dev, the environment, the tools above
+//	flightrec  flight-recorder dumps of every rank, goccl's and PyTorch's
 //
 // Every reader takes the text as posted (launcher prefixes, ANSI remnants,
 // interleaved lines) and never panics; each returns a report whose
@@ -19,7 +20,7 @@
 // it imports none of them, so the shared types live here rather than in a
 // separate report package: there is no import cycle to break.
 //
-// The CLI is `goccl doctor nccl-log|nccl-tests|topo|ibv|host`, each with
+// The CLI is `goccl doctor nccl-log|nccl-tests|topo|ibv|host|flight-recorder`, each with
 // --json printing the report as JSON.
 package doctor
 

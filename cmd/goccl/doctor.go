@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/goccl/goccl/doctor"
+	"github.com/goccl/goccl/doctor/flightrec"
 	"github.com/goccl/goccl/doctor/host"
 	"github.com/goccl/goccl/doctor/ibv"
 	"github.com/goccl/goccl/doctor/nccllog"
@@ -27,6 +28,7 @@ var doctorUsage = `usage: goccl doctor host [--json]
        goccl doctor nccl-tests FILE|- [--expect-busbw GBPS] [--json]
        goccl doctor topo FILE|- [--json]
        goccl doctor ibv FILE|- [--json]
+       goccl doctor flight-recorder DUMP|DIR... [--json]
 
 host        checks this machine: RDMA devices and /dev/infiniband (containers),
             port states, RoCE GIDs and the NCCL_IB_GID_INDEX to use, interface
@@ -38,6 +40,12 @@ nccl-tests  reads an nccl-tests or goccl perf table; --expect-busbw flags
             sizes whose bus bandwidth (GB/s) falls short
 topo        reads the matrix of nvidia-smi topo -m
 ibv         reads ibv_devinfo, ibstat, ibstatus or show_gids output
+flight-recorder
+            reads every rank's flight-recorder dump (goccl's JSON from
+            ` + config.FlightRecorderDump.Name + `, PyTorch's pickle or JSON; a folder
+            is read whole), matches the operations across ranks by process
+            group and sequence number, and names the culprit rank of a hang
+            or mismatch (missing rank, type, size, dtype, state)
 
 FILE is read as posted (launcher prefixes and colour codes are fine); - is
 standard input. Flags may come before or after FILE, with two dashes or
@@ -51,8 +59,8 @@ errors and unreadable input.
 func init() {
 	register(&command{
 		name:    "doctor",
-		summary: "diagnose a setup: this host, NCCL logs, nccl-tests tables, nvidia-smi topo -m, ibv_devinfo",
-		usage:   "goccl doctor host|nccl-log|nccl-tests|topo|ibv [FILE|-] [--json]",
+		summary: "diagnose a setup: this host, NCCL logs, nccl-tests tables, nvidia-smi topo -m, ibv_devinfo, flight-recorder dumps",
+		usage:   "goccl doctor host|nccl-log|nccl-tests|topo|ibv|flight-recorder [FILE|-] [--json]",
 		run:     runDoctor,
 	})
 }
@@ -77,7 +85,13 @@ type doctorSub struct {
 	// setup registers the subcommand's own flags (besides --json) on fs and
 	// returns the function that runs it with their parsed values.
 	setup func(fs *pflag.FlagSet) doctorRunFunc
+	// files, instead of setup, makes a subcommand that takes one or more
+	// FILE arguments (files or folders) and reads them itself.
+	files func(fs *pflag.FlagSet) doctorFilesFunc
 }
+
+// doctorFilesFunc runs a subcommand of doctorSub.files on its paths.
+type doctorFilesFunc func(ctx context.Context, paths []string) (doctorResult, error)
 
 // doctorSubs lists the doctor subcommands; a new reader is one more row.
 var doctorSubs = []doctorSub{
@@ -127,6 +141,16 @@ var doctorSubs = []doctorSub{
 			if err != nil {
 				return doctorResult{}, err
 			}
+			return doctorResult{report: rep, text: rep.WriteText, findings: rep.Findings}, nil
+		}
+	}},
+	{name: "flight-recorder", files: func(fs *pflag.FlagSet) doctorFilesFunc {
+		return func(_ context.Context, paths []string) (doctorResult, error) {
+			dumps, err := flightrec.ReadPaths(paths)
+			if err != nil {
+				return doctorResult{}, doctorUsageError{err}
+			}
+			rep := flightrec.Analyze(dumps)
 			return doctorResult{report: rep, text: rep.WriteText, findings: rep.Findings}, nil
 		}
 	}},
@@ -204,6 +228,19 @@ func runDoctor(args []string, stdout, stderr io.Writer) int {
 		fs.PrintDefaults()
 	})
 	asJSON := fs.Bool("json", false, "print the report as JSON")
+	if sub.files != nil {
+		runFiles := sub.files(fs.FlagSet)
+		if status, exit := fs.parseOrExit(args[1:]); exit {
+			return status
+		}
+		if len(fs.Args()) == 0 {
+			fmt.Fprintf(stderr, "%s: need one or more FILE (or folder) arguments\n", name)
+			fs.Usage()
+			return 2
+		}
+		res, err := runFiles(context.Background(), fs.Args())
+		return doctorOutput(name, res, err, *asJSON, stdout, stderr)
+	}
 	run := sub.setup(fs.FlagSet)
 	if status, exit := fs.parseOrExit(args[1:]); exit {
 		return status
@@ -237,20 +274,25 @@ func runDoctor(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	res, err := run(ctx, in)
+	if err != nil && input != nil && input.err != nil {
+		fmt.Fprintf(stderr, "%s: reading %s: %v\n", name, pos[0], input.err)
+		return 2
+	}
+	return doctorOutput(name, res, err, *asJSON, stdout, stderr)
+}
+
+// doctorOutput prints a subcommand's report (or its error) and returns the
+// exit status.
+func doctorOutput(name string, res doctorResult, err error, asJSON bool, stdout, stderr io.Writer) int {
 	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		var ue doctorUsageError
-		switch {
-		case input != nil && input.err != nil:
-			fmt.Fprintf(stderr, "%s: reading %s: %v\n", name, pos[0], input.err)
-			return 2
-		case errors.As(err, &ue):
-			fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		if errors.As(err, &ue) {
 			return 2
 		}
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 1
 	}
-	if *asJSON {
+	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		err = enc.Encode(res.report)

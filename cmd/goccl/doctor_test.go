@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -72,7 +73,7 @@ func TestDoctorUsage(t *testing.T) {
 	if code := cli([]string{"doctor", "-h"}, &o, &e); code != 0 {
 		t.Errorf("-h: exit %d", code)
 	}
-	for _, sub := range []string{"host", "nccl-log FILE|-", "nccl-tests FILE|- [--expect-busbw GBPS]", "topo FILE|-", "ibv FILE|-"} {
+	for _, sub := range []string{"host", "nccl-log FILE|-", "nccl-tests FILE|- [--expect-busbw GBPS]", "topo FILE|-", "ibv FILE|-", "flight-recorder DUMP|DIR..."} {
 		if !strings.Contains(o.String(), "goccl doctor "+sub) {
 			t.Errorf("usage lacks %q:\n%s", sub, o.String())
 		}
@@ -239,5 +240,47 @@ func TestDoctorNCCLLog(t *testing.T) {
 	}
 	if rep["net"] != "Socket" || !strings.Contains(out.String(), "socket-on-loopback") {
 		t.Errorf("net %v, findings %v", rep["net"], rep["findings"])
+	}
+}
+
+// TestDoctorFlightRecorder runs `goccl doctor flight-recorder` on the
+// PyTorch pickle dumps of doctor/flightrec's testdata (a folder, then its
+// files with --json): rank 2 is named as missing from all_reduce #3 (exit
+// 1); no argument or an unreadable dump is a usage error (exit 2).
+func TestDoctorFlightRecorder(t *testing.T) {
+	dir := filepath.Join("..", "..", "doctor", "flightrec", "testdata", "torch", "dumps")
+	var o, e bytes.Buffer
+	if code := cli([]string{"doctor", "flight-recorder", dir}, &o, &e); code != 1 {
+		t.Fatalf("exit %d, want 1: %s", code, e.String())
+	}
+	if !strings.Contains(o.String(), "ERROR fr-missing-rank: process group 0 (default_pg), collective #3 all_reduce: culprit rank(s) 2") {
+		t.Errorf("text report:\n%s", o.String())
+	}
+	o.Reset()
+	files := []string{"doctor", "flight-recorder", "--json"}
+	for r := range 3 {
+		files = append(files, filepath.Join(dir, fmt.Sprintf("nccl_trace_rank_%d", r)))
+	}
+	if code := cli(files, &o, &e); code != 1 {
+		t.Fatalf("--json: exit %d: %s", code, e.String())
+	}
+	var rep struct {
+		Groups []struct {
+			Mismatch struct {
+				Kind     string `json:"kind"`
+				Culprits []int  `json:"culprits"`
+			} `json:"mismatch"`
+		} `json:"groups"`
+	}
+	if err := json.Unmarshal(o.Bytes(), &rep); err != nil || len(rep.Groups) != 1 || rep.Groups[0].Mismatch.Kind != "MISSING_RANKS" ||
+		fmt.Sprint(rep.Groups[0].Mismatch.Culprits) != "[2]" {
+		t.Errorf("json %v: %s", err, o.String())
+	}
+	bad := filepath.Join(t.TempDir(), "x-0.json")
+	os.WriteFile(bad, []byte("not a dump"), 0o644)
+	for _, args := range [][]string{{"doctor", "flight-recorder"}, {"doctor", "flight-recorder", bad}} {
+		if code := cli(args, &o, &e); code != 2 {
+			t.Errorf("%q: exit %d, want 2", args, code)
+		}
 	}
 }

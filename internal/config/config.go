@@ -139,7 +139,9 @@ var (
 	TraceFile = define(Var{Name: "GOCCL_TRACE_FILE", Kind: String,
 		Doc: "write every operation as Chrome trace-event JSON (Perfetto) to this file; %r: rank, %p: pid, %h: host (trace-%r.json)"})
 	FlightRecorder = define(Var{Name: "GOCCL_FLIGHT_RECORDER", Kind: Int, Default: "0", Min: 0, Max: 1 << 20,
-		Doc: "keep the last N operations and print them when an operation fails (0: off; 64 when GOCCL_TRACE_FILE is set)"})
+		Doc: "keep the last N operations and print them when an operation fails (0: off; 64 when GOCCL_TRACE_FILE or GOCCL_FLIGHT_RECORDER_DUMP is set)"})
+	FlightRecorderDump = define(Var{Name: "GOCCL_FLIGHT_RECORDER_DUMP", Kind: String,
+		Doc: "when an operation fails, write the flight recorder's operations to this file in PyTorch's flight-recorder JSON schema, for `goccl doctor flight-recorder` or PyTorch's fr_trace; %r: rank, %p: pid, %h: host (fr-%r.json); keeps 64 operations unless GOCCL_FLIGHT_RECORDER says otherwise"})
 	MetricsAddr = define(Var{Name: "GOCCL_METRICS_ADDR", Kind: String,
 		Doc: "serve the communicators' Prometheus metrics at http://ADDR/metrics, the port moved up by the local rank (:9400: local rank 1 on 9401)"})
 	TopoDumpFile = define(Var{Name: "GOCCL_TOPO_DUMP_FILE", Kind: String,
