@@ -120,6 +120,9 @@ func resBenchOnce(b *testing.B, np int) (agree, shrink, grow []float64) {
 			}
 			b.Fatalf("rank %d gave no times", i)
 		}
+		if i == 0 && testing.Verbose() {
+			b.Logf("rank 0:\n%s", out)
+		}
 		var a, s, gr float64
 		fmt.Sscanf(out[j:], "TIMES %g %g %g", &a, &s, &gr)
 		agree, shrink, grow = append(agree, a/1e3), append(shrink, s/1e3), append(grow, gr/1e3)
