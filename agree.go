@@ -48,7 +48,7 @@ func (c *Comm) Agree(ctx context.Context, flags uint64) (uint64, []int, error) {
 	}
 	n := c.agrees.Add(1)
 	fail := func(err error) (uint64, []int, error) {
-		return 0, nil, &Error{Rank: c.rank, Op: "Agree", Seq: uint64(n), Err: err}
+		return 0, nil, &Error{Rank: c.rank, Op: "Agree", Err: fmt.Errorf("agreement #%d: %w", n, err)}
 	}
 	if c.size == 1 {
 		return flags, nil, nil

@@ -89,6 +89,28 @@ func (c *Comm) Grow(ctx context.Context, n int) (*Comm, error) {
 	return nc, nil
 }
 
+// JoinersWaiting is how many processes have called Join against c's job
+// store and not yet been admitted by a Grow: a training loop's cue to grow
+// (ddp's ShouldCommit asks it on rank 0). It reads two counters of the
+// store.
+func (c *Comm) JoinersWaiting(ctx context.Context) (int, error) {
+	if c == nil {
+		return 0, nilComm("JoinersWaiting")
+	}
+	if c.root == nil {
+		return 0, nil
+	}
+	tickets, err := c.root.Add(ctx, joinTickets, 0)
+	if err != nil {
+		return 0, &Error{Rank: c.rank, Op: "JoinersWaiting", Err: c.storeErr("reading the joiners' tickets", err)}
+	}
+	admitted, err := c.root.Add(ctx, joinAdmitted, 0)
+	if err != nil {
+		return 0, &Error{Rank: c.rank, Op: "JoinersWaiting", Err: c.storeErr("reading the joiners admitted", err)}
+	}
+	return int(max(tickets-admitted, 0)), nil
+}
+
 // admit gives the next n joiners' tickets their place in grow base, and
 // tells them the members' root ranks.
 func (c *Comm) admit(ctx context.Context, base, jobID string, n int) error {

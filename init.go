@@ -52,7 +52,9 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		o(&cfg)
 	}
 	env, haveEnv, err := rendezvous.FromEnv()
-	if err != nil {
+	if err != nil && !(cfg.store != nil && cfg.rank >= 0 && cfg.size > 0) {
+		// (With its store, rank and size given, as Join and Split give
+		// them, Init needs nothing of the launcher's environment.)
 		return nil, &Error{Rank: cfg.rank, Op: "Init", Err: err}
 	}
 	if cfg.rank < 0 {

@@ -143,6 +143,11 @@ type DDP struct {
 	lastMark  time.Time
 	stepBytes int64 // payload issued this step
 	stats     Stats
+
+	// Elastic steps (elastic.go): steps committed, and when rank 0 last
+	// asked the store for joiners.
+	commits   int
+	joinCheck time.Time
 }
 
 type bucket struct {

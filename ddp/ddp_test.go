@@ -2,6 +2,7 @@ package ddp_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -565,4 +566,35 @@ func TestIdenticalAndShard(t *testing.T) {
 			t.Fatalf("Shard(%d, 3, ·) covers [0, %d)", n, next)
 		}
 	}
+}
+
+// TestShouldCommit: 3 ranks whose steps succeed commit together (one
+// AllReduce); when one rank's step fails without breaking the
+// communicator, no rank commits and all are told to shrink; after a
+// communicator is broken (Abort on every rank) the fallback through
+// Comm.Agree tells all of them the same.
+func TestShouldCommit(t *testing.T) {
+	runRanks(t, 3, func(ctx context.Context, c *goccl.Comm) error {
+		d, err := ddp.New(ctx, c, [][]float32{make([]float32, 4)}, ddp.Options{})
+		if err != nil {
+			return err
+		}
+		v, err := d.ShouldCommit(ctx, nil)
+		if err != nil || !v.Commit || v.Shrink || v.Joiners != 0 {
+			return fmt.Errorf("all steps ok: %+v %v", v, err)
+		}
+		var stepErr error
+		if c.Rank() == 1 {
+			stepErr = errors.New("a NaN in the loss")
+		}
+		if v, err = d.ShouldCommit(ctx, stepErr); err != nil || v.Commit || !v.Shrink {
+			return fmt.Errorf("rank 1's step failed: %+v %v", v, err)
+		}
+		c.Abort()
+		v, err = d.ShouldCommit(ctx, errors.New("communicator aborted"))
+		if err != nil || v.Commit || !v.Shrink || len(v.Failed) != 0 {
+			return fmt.Errorf("after Abort: %+v %v", v, err)
+		}
+		return nil
+	})
 }

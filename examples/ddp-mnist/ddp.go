@@ -29,9 +29,13 @@ type Trainer struct {
 	bID        []int
 	gradLayers []gradLayer
 	chunkRows  int
-	overlap    bool      // mark each part ready as the backward finishes it (else all at the end)
-	x          []float32 // this rank's shard of the batch, as model input
-	scale      float32   // the current step's gradient scale (see Step)
+	dpOpts     ddp.Options // how dp was made, for bind
+	// elastic: Step stops before the update, which finishStep applies
+	// when the ranks agree to commit (elastic.go).
+	elastic bool
+	overlap bool      // mark each part ready as the backward finishes it (else all at the end)
+	x       []float32 // this rank's shard of the batch, as model input
+	scale   float32   // the current step's gradient scale (see Step)
 	// backwardStart is when the current step's backward pass started.
 	backwardStart time.Time
 }
@@ -48,10 +52,7 @@ type trainerOptions struct {
 // broadcasts rank 0's parameters so all replicas start bit-identical.
 func newTrainer(ctx context.Context, c *goccl.Comm, sizes []int, seed uint64, lr float64, o trainerOptions) (*Trainer, error) {
 	m := newMLP(sizes, seed)
-	t := &Trainer{comm: c, size: 1, model: m, opt: newAdam(len(m.Params), lr), overlap: !o.noOverlap, chunkRows: o.chunkRows}
-	if c != nil {
-		t.rank, t.size = c.Rank(), c.Size()
-	}
+	t := &Trainer{model: m, opt: newAdam(len(m.Params), lr), overlap: !o.noOverlap, chunkRows: o.chunkRows}
 	for _, ly := range m.layers {
 		blocks := rowBlocks(ly.Out, t.chunkRows)
 		ids := make([]int, len(blocks))
@@ -64,32 +65,46 @@ func newTrainer(ctx context.Context, c *goccl.Comm, sizes []int, seed uint64, lr
 		t.bID = append(t.bID, len(t.params))
 		t.params = append(t.params, ly.B)
 	}
-	opts := ddp.Options{BucketCapMB: o.bucketMB}
+	t.dpOpts = ddp.Options{BucketCapMB: o.bucketMB}
 	switch o.compress {
 	case "", "none":
 	case "fp16":
-		opts.Hook = ddp.FP16Compress()
+		t.dpOpts.Hook = ddp.FP16Compress()
 	case "bf16":
-		opts.Hook = ddp.BF16Compress()
+		t.dpOpts.Hook = ddp.BF16Compress()
 	default:
 		return nil, fmt.Errorf("gradient compression %q: want none, fp16 or bf16", o.compress)
 	}
-	dp, err := ddp.New(ctx, c, t.params, opts)
-	if err != nil {
-		return nil, fmt.Errorf("data-parallel setup: %w", err)
+	if err := t.bind(ctx, c); err != nil {
+		return nil, err
 	}
-	t.dp = dp
+	return t, nil
+}
+
+// bind makes the Trainer's DDP on communicator c (nil: one process), which
+// broadcasts rank 0's parameters, and points the backward pass at its
+// gradient buckets.
+func (t *Trainer) bind(ctx context.Context, c *goccl.Comm) error {
+	t.comm, t.rank, t.size = c, 0, 1
+	if c != nil {
+		t.rank, t.size = c.Rank(), c.Size()
+	}
+	dp, err := ddp.New(ctx, c, t.params, t.dpOpts)
+	if err != nil {
+		return fmt.Errorf("data-parallel setup: %w", err)
+	}
+	t.dp, t.grads, t.gradLayers = dp, t.grads[:0], t.gradLayers[:0]
 	for i := range t.params {
 		t.grads = append(t.grads, dp.Grad(i))
 	}
-	for l, ly := range m.layers {
+	for l, ly := range t.model.layers {
 		gl := gradLayer{Out: ly.Out, B: t.grads[t.bID[l]]}
 		for _, id := range t.wID[l] {
 			gl.W = append(gl.W, t.grads[id])
 		}
 		t.gradLayers = append(t.gradLayers, gl)
 	}
-	return t, nil
+	return nil
 }
 
 // flatGrad returns a copy of the gradient in Params' layout.
@@ -159,10 +174,17 @@ func (t *Trainer) step(ctx context.Context, d *Dataset, idx []int, sink gradSink
 	if err := t.dp.Wait(ctx); err != nil {
 		return 0, 0, fmt.Errorf("gradient allreduce: %w", err)
 	}
-	start = time.Now()
+	if !t.elastic {
+		t.update()
+	}
+	return lossSum, n, nil
+}
+
+// update applies the optimizer step to the reduced gradients.
+func (t *Trainer) update() {
+	start := time.Now()
 	t.opt.stepTensors(t.params, t.grads)
 	t.comm.TraceSpan("optimizer", start, time.Now())
-	return lossSum, n, nil
 }
 
 // startOnly passes on the start of the backward pass only: the sink of a

@@ -44,6 +44,7 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -75,6 +76,11 @@ type config struct {
 	seed    uint64
 	tr      trainerOptions
 	overlap overlapMode
+	// elastic: survive rank failures and take joiners in (elastic.go);
+	// join: this process joins a running job (goccl.Join) instead of
+	// starting one; killRank, killAtEpoch: the chaos test.
+	elastic, join         bool
+	killRank, killAtEpoch int
 }
 
 // overlapMode is the -overlap flag: on, off, or ab (the odd steps with
@@ -129,10 +135,15 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.tr.chunkRows, "chunk-rows", defaultChunkRows, "compute and register weight gradients in blocks of this many rows, so a large layer's gradient spans several buckets (0: whole matrices)")
 	fs.IntVar(&cfg.steps, "steps", 0, "stop after this many steps in total, the last epoch partial (0: -epochs full epochs)")
 	fs.StringVar(&cfg.tr.compress, "compress", "none", "gradient compression hook: none, fp16 (ddp.FP16Compress) or bf16 (ddp.BF16Compress)")
+	fs.BoolVar(&cfg.elastic, "elastic", false, "survive rank failures: agree on every step's commit, shrink after a failure, grow when processes join")
+	fs.BoolVar(&cfg.join, "join", false, "join a running elastic job (goccl.Join) instead of starting one (implies -elastic)")
+	fs.IntVar(&cfg.killRank, "kill-rank", -1, "chaos test: the process that starts as this rank kills itself (SIGKILL) before the first step of -kill-at-epoch (implies -elastic)")
+	fs.IntVar(&cfg.killAtEpoch, "kill-at-epoch", 2, "chaos test: the epoch of -kill-rank's death")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
 	cfg.tr.noOverlap = cfg.overlap == overlapOff
+	cfg.elastic = cfg.elastic || cfg.join || cfg.killRank >= 0
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
@@ -179,13 +190,30 @@ func warmupSteps(total int) int { return min(10, total/2) }
 // collectives). Only the writer out sees output; pass io.Discard on ranks
 // other than 0.
 func train(ctx context.Context, c *goccl.Comm, cfg config, trainSet, testSet *Dataset, out io.Writer) (result, error) {
+	return trainElastic(ctx, c, cfg, trainSet, testSet, out, nil)
+}
+
+// trainElastic is train, elastic when el is not nil: then every rank
+// passes the same out, which whoever is rank 0 at the moment writes to.
+func trainElastic(ctx context.Context, c *goccl.Comm, cfg config, trainSet, testSet *Dataset, out io.Writer, el *elastic) (result, error) {
 	t, err := newTrainer(ctx, c, cfg.sizes(), cfg.seed, cfg.lr, cfg.tr)
 	if err != nil {
 		return result{}, err
 	}
+	w := func() io.Writer { return out }
+	pos := position{epoch: 1}
+	if el != nil {
+		t.elastic, w = true, func() io.Writer { return el.out(t) }
+		if el.joined {
+			if pos, err = t.syncState(ctx, pos); err != nil {
+				return result{}, err
+			}
+			fmt.Fprintf(os.Stderr, "ddp-mnist: joined as rank %d of %d at epoch %d step %d\n", t.rank, t.size, pos.epoch, pos.step)
+		}
+	}
 	n := trainSet.Len()
 	stepsPerEpoch := (n + cfg.batch - 1) / cfg.batch
-	totalSteps, step := cfg.epochs*stepsPerEpoch, 0
+	totalSteps, step := cfg.epochs*stepsPerEpoch, pos.step
 	epochs := cfg.epochs
 	if cfg.steps > 0 {
 		totalSteps, epochs = cfg.steps, (cfg.steps+stepsPerEpoch-1)/stepsPerEpoch
@@ -195,19 +223,26 @@ func train(ctx context.Context, c *goccl.Comm, cfg config, trainSet, testSet *Da
 	var bytesPerStep int64
 	var modes [2]modeStats // [0]: steps without overlap, [1]: with, after the warm-up
 	res := result{worldSize: t.size, numParams: len(t.model.Params)}
-	fmt.Fprintf(out, "MLP %v: %d parameters; %d ranks, global batch %d, %d train / %d test images; %d gradient buckets, overlap %v\n",
+	fmt.Fprintf(w(), "MLP %v: %d parameters; %d ranks, global batch %d, %d train / %d test images; %d gradient buckets, overlap %v\n",
 		cfg.sizes(), res.numParams, t.size, cfg.batch, n, testSet.Len(), len(t.dp.Buckets()), cfg.overlap.String())
 	// The epoch's steps on rank 0's terminal, erased if an error ends the run.
 	var bar *progress.Bar
 	defer func() { bar.Abort() }()
-	for epoch := 1; epoch <= epochs; epoch++ {
+	for epoch := pos.epoch; epoch <= epochs; epoch++ {
 		// Every rank draws the same permutation: same seed, same epoch.
 		perm := rand.New(rand.NewPCG(cfg.seed, uint64(epoch))).Perm(n)
 		loss := []float64{0, 0} // summed loss, samples
 		var epochModes [2]modeStats
 		start, epochSteps := time.Now(), 0
 		bar = exmain.EpochBar(t.rank, epoch, epochs, min(stepsPerEpoch, totalSteps-step))
-		for s := 0; s < n && step < totalSteps; s += cfg.batch {
+		first := 0
+		if epoch == pos.epoch {
+			first = pos.offset
+		}
+		for s := first; s < n && step < totalSteps; s += cfg.batch {
+			if el != nil {
+				el.chaos(epoch)
+			}
 			// Cosine decay of the learning rate from lr towards 0.
 			t.opt.lr = cfg.lr * 0.5 * (1 + math.Cos(math.Pi*float64(step)/float64(totalSteps)))
 			step++
@@ -216,7 +251,7 @@ func train(ctx context.Context, c *goccl.Comm, cfg config, trainSet, testSet *Da
 				t.overlap = step%2 == 1
 			}
 			t0 := time.Now()
-			l, k, err := t.Step(ctx, trainSet, perm[s:min(s+cfg.batch, n)])
+			l, k, err := t.elasticStep(ctx, el, trainSet, perm[s:min(s+cfg.batch, n)], position{epoch, s + cfg.batch, step})
 			if err != nil {
 				return res, fmt.Errorf("epoch %d: %w", epoch, err)
 			}
@@ -248,22 +283,25 @@ func train(ctx context.Context, c *goccl.Comm, cfg config, trainSet, testSet *Da
 		res.lastLoss, res.testAccuracy = loss[0]/loss[1], acc
 		// Exposed communication: the time Wait was blocked, i.e. the gradient
 		// AllReduce not hidden behind the backward pass.
-		fmt.Fprintf(out, "epoch %d loss %.4f test-accuracy %.4f step %.1f ms allreduce exposed %s\n", epoch, res.lastLoss, acc,
+		fmt.Fprintf(w(), "epoch %d loss %.4f test-accuracy %.4f step %.1f ms allreduce exposed %s\n", epoch, res.lastLoss, acc,
 			float64(elapsed.Microseconds())/1e3/float64(epochSteps), exposedText(epochModes))
 	}
-	res.steps = step
+	res.steps, res.worldSize = step, t.size
 	if res.identical, err = t.ParamsIdentical(ctx); err != nil {
 		return res, err
 	}
 	yesNo := map[bool]string{true: "yes", false: "no"}
-	fmt.Fprintf(out, "final test accuracy: %.4f\n", res.testAccuracy)
-	fmt.Fprintf(out, "parameters identical on all %d ranks: %s\n", t.size, yesNo[res.identical])
+	fmt.Fprintf(w(), "final test accuracy: %.4f\n", res.testAccuracy)
+	fmt.Fprintf(w(), "parameters identical on all %d ranks: %s\n", t.size, yesNo[res.identical])
+	if el != nil {
+		el.summary(w())
+	}
 	if modes[0].steps > 0 && modes[1].steps > 0 {
-		fmt.Fprintf(out, "exposed communication per step: with overlap %.2f ms (%.1f%% of %.1f ms), without %.2f ms (%.1f%% of %.1f ms)\n",
+		fmt.Fprintf(w(), "exposed communication per step: with overlap %.2f ms (%.1f%% of %.1f ms), without %.2f ms (%.1f%% of %.1f ms)\n",
 			modes[1].exposedMS(), modes[1].exposedPct(), modes[1].stepMS(), modes[0].exposedMS(), modes[0].exposedPct(), modes[0].stepMS())
 	}
 	ms := func(d time.Duration) float64 { return d.Seconds() * 1e3 / float64(max(step-warmup, 1)) }
-	fmt.Fprintf(out, "summary: ranks=%d batch=%d steps=%d warmup=%d step_ms=%.3f compute_ms=%.3f wait_ms=%.3f bytes_per_step=%d accuracy=%.4f loss=%.4f overlap=%v bucket_mb=%g compress=%s wait_ms_overlap=%.3f wait_ms_nooverlap=%.3f chunk_rows=%d\n",
+	fmt.Fprintf(w(), "summary: ranks=%d batch=%d steps=%d warmup=%d step_ms=%.3f compute_ms=%.3f wait_ms=%.3f bytes_per_step=%d accuracy=%.4f loss=%.4f overlap=%v bucket_mb=%g compress=%s wait_ms_overlap=%.3f wait_ms_nooverlap=%.3f chunk_rows=%d\n",
 		t.size, cfg.batch, step, warmup, ms(timed), ms(timed-waited), ms(waited), bytesPerStep, res.testAccuracy, res.lastLoss, cfg.overlap.String(), cfg.tr.bucketMB, cmp.Or(cfg.tr.compress, "none"),
 		modes[1].exposedMS(), modes[0].exposedMS(), cfg.tr.chunkRows)
 	return res, nil
@@ -311,6 +349,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) (rank int, err er
 	trainSet, testSet, err := loadMNIST()
 	if err != nil {
 		return rank, err
+	}
+	if cfg.elastic {
+		return runElastic(ctx, cfg, trainSet, testSet, stdout)
 	}
 	return exmain.WithComm(ctx, stdout, func(c *goccl.Comm, out io.Writer) error {
 		res, err := train(ctx, c, cfg, trainSet, testSet, out)
