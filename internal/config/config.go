@@ -140,6 +140,8 @@ var (
 		Doc: "write every operation as Chrome trace-event JSON (Perfetto) to this file; %r: rank, %p: pid, %h: host (trace-%r.json)"})
 	FlightRecorder = define(Var{Name: "GOCCL_FLIGHT_RECORDER", Kind: Int, Default: "0", Min: 0, Max: 1 << 20,
 		Doc: "keep the last N operations and print them when an operation fails (0: off; 64 when GOCCL_TRACE_FILE is set)"})
+	ArrivalSkew = define(Var{Name: "GOCCL_ARRIVAL_SKEW", Kind: Bool, Default: "1",
+		Doc: "record which rank entered each collective last and how late (Comm.Stragglers, the goccl_rank_arrival_lag_seconds series, the trace's last_rank and lag_us) at the cost of a clock reading per operation; 0: off (every rank should agree)"})
 	MetricsAddr = define(Var{Name: "GOCCL_METRICS_ADDR", Kind: String,
 		Doc: "serve the communicators' Prometheus metrics at http://ADDR/metrics, the port moved up by the local rank (:9400: local rank 1 on 9401)"})
 	TopoDumpFile = define(Var{Name: "GOCCL_TOPO_DUMP_FILE", Kind: String,
