@@ -55,6 +55,25 @@ func BenchmarkIAllReduce(b *testing.B) {
 	}
 }
 
+// BenchmarkArrivalSkew times BenchmarkAllReduce's operation with the
+// arrival-skew record on (the default) and off (GOCCL_ARRIVAL_SKEW=0), at
+// 8 B and 1 MiB, over shared memory and TCP, in one run:
+//
+//	go test -run XXX -bench 'ArrivalSkew' -count 10 .
+func BenchmarkArrivalSkew(b *testing.B) {
+	for _, tr := range []struct{ name, shmOff string }{{"shm", "0"}, {"tcp", "1"}} {
+		for _, size := range []int{8, 1 << 20} {
+			for _, skew := range []string{"1", "0"} {
+				b.Run(fmt.Sprintf("%s/%dB/skew=%s", tr.name, size, skew), func(b *testing.B) {
+					b.Setenv("GOCCL_SHM_DISABLE", tr.shmOff)
+					b.Setenv("GOCCL_ARRIVAL_SKEW", skew)
+					benchAllReduce(b, size/4, false)
+				})
+			}
+		}
+	}
+}
+
 func benchAllReduce(b *testing.B, count int, nonBlocking bool) {
 	ctx := context.Background()
 	comms := initComms(b, 2, rendezvous.NewMemStore(), time.Minute)

@@ -167,6 +167,9 @@ func (c *Comm) run(ctx context.Context, a *call) error {
 	if s.PerRank {
 		n = a.count * a.dt.Size()
 	}
+	// Arrivals travel with the messages; these schedules send none across
+	// the hosts (skew.go).
+	c.skewSkip = s.Algo == algo.CollNet || s.Algo == algo.Hier && a.count == 0
 	c.logAlgo(a.kind, s.Bit(), s.Algo, n)
 	return c.finish(a, s.Run(ctx, c.group, &c.op, algo.Args{Send: a.send, Recv: a.recv, Count: a.count, Root: a.root}))
 }

@@ -40,8 +40,10 @@ type Comm struct {
 	recStart time.Time
 	recBytes int64
 	recAlgo  string
-	recName  string   // the event's name when not the operation kind's ("Group")
-	met      *metrics // Prometheus series (WithMetrics, GOCCL_METRICS_ADDR; nil: off)
+	recName  string     // the event's name when not the operation kind's ("Group")
+	met      *metrics   // Prometheus series (WithMetrics, GOCCL_METRICS_ADDR; nil: off)
+	skew     *skewStats // arrival skew of the last operations (GOCCL_ARRIVAL_SKEW; nil: off; skew.go)
+	skewSkip bool       // the running operation sends no arrival across the hosts (CollNet, an empty hierarchical AllReduce)
 
 	// The flight recorder in PyTorch's schema (flightrec.go; nil: off), the
 	// running operation's id in it, the dump file written on the first

@@ -160,6 +160,10 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		return fail(err)
 	}
 	c.writeTopology(ctx, res.Store, nil) // rank 0, GOCCL_TOPO_DUMP_FILE only
+	// From here on, the operations' arrivals are recorded (not Init's own).
+	if c.skew, err = newSkewStats(c.size); err != nil {
+		return fail(fmt.Errorf("%w: %v", ErrInvalidArgument, err))
+	}
 	c.log.Infof(subInit, "init: %d ranks, store %v, address exchange %v, links %v, barrier %v, total %v",
 		c.size, res.StoreReady.Sub(start).Round(time.Microsecond), res.CardsRead.Sub(res.StoreReady).Round(time.Microsecond),
 		tLinks.Sub(res.CardsRead).Round(time.Microsecond), time.Since(tLinks).Round(time.Microsecond), time.Since(start).Round(time.Microsecond))
@@ -186,7 +190,7 @@ func (c *Comm) setupMetrics(cfg *options) error {
 		reg = r
 	}
 	links := c.links()
-	m, err := newMetrics(reg, c.rank, cmp.Or(c.jobID, "local"), links)
+	m, err := newMetrics(reg, c.rank, cmp.Or(c.jobID, "local"), links, c)
 	if err != nil {
 		return err
 	}

@@ -25,6 +25,8 @@ import (
 //	goccl_link_info{peer,transport}             1 for each peer, naming its link's transport (shm, tcp, ...)
 //	goccl_peer_bytes_sent_total{peer,transport}      payload bytes sent to each peer (its link's counters)
 //	goccl_peer_bytes_received_total{peer,transport}  payload bytes received from each peer
+//	goccl_rank_arrival_lag_seconds{last_rank,quantile}  how long after the first rank last_rank entered the operations it entered last, among the last 1000 (quantile 0.5 and 0.95; Comm.Stragglers)
+//	goccl_rank_arrived_last_ratio{last_rank}   share of the last 1000 operations that last_rank entered last
 //
 // op is the operation's name (AllReduce, ..., Group). Counting allocates
 // nothing; with metrics off (the default) an operation pays one nil check.
@@ -32,6 +34,10 @@ import (
 // scraped (transport.Counters, one atomic add per message whether metrics
 // are on or not): they count what crossed each link, algorithm traffic
 // included, where goccl_operation_bytes_total counts what callers asked for.
+// The arrival series are gauges computed from Comm.Stragglers' record when
+// scraped too; last_rank names the rank that entered last (rank is the one
+// that reports), and a rank that entered none of the last 1000 operations
+// last has none.
 
 // WithMetrics registers the communicator's series (see above) with reg, for
 // programs that serve their own /metrics. Close unregisters them.
@@ -50,7 +56,7 @@ type metrics struct {
 }
 
 // newMetrics makes the series and registers them with reg.
-func newMetrics(reg prometheus.Registerer, rank int, comm string, links []transport.Link) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, rank int, comm string, links []transport.Link, c *Comm) (*metrics, error) {
 	cl := prometheus.Labels{"rank": strconv.Itoa(rank), "comm": comm}
 	ops := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "goccl_operations_total", ConstLabels: cl,
 		Help: "Operations completed on the communicator (failed ones included)."}, []string{"op"})
@@ -66,6 +72,9 @@ func newMetrics(reg prometheus.Registerer, rank int, comm string, links []transp
 			Help: "1 for each peer, labelled with the transport of its link."}, []string{"peer", "transport"}),
 	}
 	m.all = []prometheus.Collector{ops, bytes, secs, m.failures, m.links, newPeerBytes(cl, links)}
+	if c.skew != nil {
+		m.all = append(m.all, newSkewCollector(cl, c))
+	}
 	for k := opKind(1); k < numOpKinds; k++ {
 		m.ops[k] = ops.WithLabelValues(k.String())
 		m.bytes[k] = bytes.WithLabelValues(k.String())

@@ -82,25 +82,33 @@ func (c *Comm) begin(ctx context.Context, kind opKind, dt DataType, op RedOp, ro
 	if kind != opSendRecv {
 		c.seq++
 	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	_, hasDL := ctx.Deadline()
+	var now time.Time // one reading for the trace, the metrics, the deadline and the arrival
+	if c.rec != nil || c.met != nil || !hasDL && c.timeout > 0 {
+		now = time.Now()
+	}
 	h := transport.Header{Seq: c.seq, Op: uint8(kind), DType: uint8(dt), RedOp: uint8(reduce.Op(op)), Root: int32(root), Count: uint64(count)}
-	c.op.Header = h
+	if c.skew != nil && kind != opSendRecv {
+		h.Arrival = c.skew.entry(c.rank, now) // skew.go
+	}
+	c.op.Header, c.skewSkip = h, false
 	if kind != opSendRecv {
 		c.past[h.Seq%pastOps] = h
 	}
 	c.op.ElemSize = dt.Size()
 	c.op.Reduce, c.op.Reduce3 = nil, nil
 	if c.rec != nil || c.met != nil {
-		c.recStart, c.recBytes, c.recAlgo, c.recName = time.Now(), int64(count)*int64(dt.Size()), "", ""
+		c.recStart, c.recBytes, c.recAlgo, c.recName = now, int64(count)*int64(dt.Size()), "", ""
 	}
 	if c.fr != nil {
 		c.flightStart(kind, dt, root, count)
 	}
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	if _, ok := ctx.Deadline(); !ok && c.timeout > 0 {
+	if !hasDL && c.timeout > 0 {
 		c.octx.parent = ctx
-		c.octx.deadline = time.Now().Add(c.timeout)
+		c.octx.deadline = now.Add(c.timeout)
 		ctx = &c.octx
 	}
 	if c.debugCheck && c.group != nil && kind != opSendRecv {
@@ -147,8 +155,13 @@ func (c *Comm) end(kind opKind, err error) error {
 	if c.fr != nil {
 		c.flightEnd(err)
 	}
+	var last transport.Arrival
+	known := false
+	if err == nil {
+		last, known = c.noteArrival(kind)
+	}
 	if c.rec != nil {
-		c.record(kind, err)
+		c.record(kind, err, last, known)
 	}
 	if c.met != nil {
 		c.met.observe(kind, c.recBytes, time.Since(c.recStart), err)
@@ -158,10 +171,12 @@ func (c *Comm) end(kind opKind, err error) error {
 	return err
 }
 
-// record adds the operation that ends to the recorder; on failure it prints
+// record adds the operation that ends to the recorder, with the last
+// arrival when this rank knows it; on failure it prints
 // the flight recorder's last operations and flushes the trace file.
-func (c *Comm) record(kind opKind, err error) {
-	e := trace.Event{Name: cmp.Or(c.recName, kind.String()), Seq: c.op.Header.Seq, Bytes: c.recBytes, Algo: c.recAlgo, Start: c.recStart, End: time.Now()}
+func (c *Comm) record(kind opKind, err error, last transport.Arrival, known bool) {
+	e := trace.Event{Name: cmp.Or(c.recName, kind.String()), Seq: c.op.Header.Seq, Bytes: c.recBytes, Algo: c.recAlgo, Start: c.recStart, End: time.Now(),
+		KnowsLast: known, LastRank: int(last.Rank), Lag: time.Duration(last.Spread) * time.Microsecond}
 	if kind == opSendRecv {
 		e.Seq = 0 // point to point is numbered per pair, not in the collective sequence
 	}

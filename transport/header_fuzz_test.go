@@ -15,9 +15,9 @@ import (
 func FuzzHeaderDecode(f *testing.F) {
 	for _, s := range headerSeeds() {
 		h := s.h
-		f.Add(s.b, h.Seq, h.Op, h.DType, h.RedOp, h.Root, h.Count, h.Bytes)
+		f.Add(s.b, h.Seq, h.Op, h.DType, h.RedOp, h.Root, h.Count, h.Bytes, h.Arrival.Rank, h.Arrival.Spread, h.Arrival.At)
 	}
-	f.Fuzz(func(t *testing.T, b []byte, seq uint64, op, dtype, redop uint8, root int32, count, nbytes uint64) {
+	f.Fuzz(func(t *testing.T, b []byte, seq uint64, op, dtype, redop uint8, root int32, count, nbytes uint64, last int32, spread uint32, at int64) {
 		// Decode of arbitrary bytes.
 		var h Header
 		err := h.Decode(b)
@@ -27,7 +27,7 @@ func FuzzHeaderDecode(f *testing.F) {
 			}
 		} else {
 			le := binary.LittleEndian
-			intact := le.Uint64(b[32:]) == headerMagic^le.Uint64(b[0:])^le.Uint64(b[16:])^le.Uint64(b[24:])
+			intact := le.Uint64(b[32:]) == headerMagic^le.Uint64(b[0:])^le.Uint64(b[16:])^le.Uint64(b[24:])^le.Uint64(b[40:])^le.Uint64(b[48:])
 			if intact != (err == nil) {
 				t.Fatalf("Decode(%x) = %v, integrity word intact: %v", b[:HeaderSize], err, intact)
 			}
@@ -48,7 +48,8 @@ func FuzzHeaderDecode(f *testing.F) {
 		}
 
 		// Encode then Decode of a header built from the inputs.
-		in := Header{Seq: seq, Op: op, DType: dtype, RedOp: redop, Root: root, Count: count, Bytes: nbytes}
+		in := Header{Seq: seq, Op: op, DType: dtype, RedOp: redop, Root: root, Count: count, Bytes: nbytes,
+			Arrival: Arrival{Rank: last, Spread: spread, At: at}}
 		buf := make([]byte, HeaderSize+8)
 		for i := range buf { // Encode must overwrite whatever was there
 			buf[i] = 0xa5
@@ -87,18 +88,25 @@ type headerSeed struct {
 }
 
 func headerSeeds() []headerSeed {
-	valid := Header{Seq: 1, Op: 2, DType: 3, RedOp: 4, Root: -1, Count: 1 << 20, Bytes: 4 << 20}
+	valid := Header{Seq: 1, Op: 2, DType: 3, RedOp: 4, Root: -1, Count: 1 << 20, Bytes: 4 << 20,
+		Arrival: Arrival{Rank: 5, Spread: 3200, At: 1_767_225_600_123_456_789}}
 	var enc [HeaderSize]byte
 	valid.Encode(enc[:])
 	reserved := enc
 	reserved[11] = 0xff // Decode ignores the reserved byte
 	torn := enc
 	torn[20] ^= 1 // a count bit flipped in transit
+	late := enc
+	late[50] ^= 1  // an arrival time bit flipped in transit
+	v1 := enc[:40] // a 40-byte header of version 1
 	long := append(enc[:], "trailing payload"...)
 	return []headerSeed{
 		{"valid", enc[:], valid},
 		{"valid-reserved-set", reserved[:], Header{}},
-		{"torn-count", torn[:], Header{Seq: 1 << 63, Op: 255, DType: 255, RedOp: 255, Root: -1 << 31, Count: 1<<64 - 1, Bytes: 1<<64 - 1}},
+		{"torn-count", torn[:], Header{Seq: 1 << 63, Op: 255, DType: 255, RedOp: 255, Root: -1 << 31, Count: 1<<64 - 1, Bytes: 1<<64 - 1,
+			Arrival: Arrival{Rank: -1 << 31, Spread: 1<<32 - 1, At: -1 << 63}}},
+		{"torn-arrival", late[:], Header{Arrival: Arrival{Rank: 1<<31 - 1, At: 1<<63 - 1}}},
+		{"version-1", v1, Header{Seq: 3, Arrival: Arrival{Rank: -1, Spread: 1, At: -1}}},
 		{"valid-trailing", long, Header{Seq: 7, Op: 1, Root: 3, Count: 5, Bytes: 20}},
 		{"short", enc[:HeaderSize-1], Header{Seq: 42, Op: 9, DType: 8, RedOp: 7, Root: 1<<31 - 1, Bytes: 1}},
 		{"empty", []byte{}, Header{Root: -1}},

@@ -12,6 +12,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync/atomic"
 
@@ -20,19 +21,60 @@ import (
 
 // Header describes the operation a message belongs to. The sender puts its own
 // view of the operation in the header; the receiver compares it with its own
-// view and fails with a *MismatchError on any difference.
+// view and fails with a *MismatchError on any difference. Arrival is not
+// compared: it is what the sender knows of who entered the operation last,
+// which the receiver learns (see Link.Recv).
 type Header struct {
-	Seq   uint64 // operation sequence number on the communicator (starts at 1)
-	Op    uint8  // collective kind (goccl's opcode; opaque here)
-	DType uint8  // element type (goccl's DataType; opaque here)
-	RedOp uint8  // reduction operator (goccl's RedOp; opaque here)
-	Root  int32  // root rank, or -1 when the operation has none
-	Count uint64 // element count of the operation as the caller gave it
-	Bytes uint64 // bytes in this message
+	Seq     uint64  // operation sequence number on the communicator (starts at 1)
+	Op      uint8   // collective kind (goccl's opcode; opaque here)
+	DType   uint8   // element type (goccl's DataType; opaque here)
+	RedOp   uint8   // reduction operator (goccl's RedOp; opaque here)
+	Root    int32   // root rank, or -1 when the operation has none
+	Count   uint64  // element count of the operation as the caller gave it
+	Bytes   uint64  // bytes in this message
+	Arrival Arrival // the latest entry into the operation the sender knew of
+}
+
+// Arrival is the latest entry into an operation that a rank knows of: the
+// rank that entered last and when, and how long after the earliest entry it
+// knows of. Every rank starts an operation with its own entry, sends what it
+// knows in each message's header and merges what each message brings, so
+// that the knowledge travels with the data: a rank whose result depends on
+// every rank's data (AllReduce, AllGather, ...) ends the operation knowing
+// the last of all. The zero value (At == 0) knows nothing.
+type Arrival struct {
+	Rank   int32  // the rank that entered last
+	Spread uint32 // microseconds from the earliest entry known to At (saturates at about 71 minutes)
+	At     int64  // when Rank entered, wall clock, Unix nanoseconds (0: nothing known)
+}
+
+// Merge folds o into a: the later entry (the higher rank on a tie) and the
+// earlier first entry of the two.
+func (a *Arrival) Merge(o Arrival) {
+	if o.At == 0 {
+		return
+	}
+	if a.At == 0 {
+		*a = o
+		return
+	}
+	first := min(a.first(), o.first())
+	if o.At > a.At || o.At == a.At && o.Rank > a.Rank {
+		a.Rank, a.At = o.Rank, o.At
+	}
+	a.Spread = spreadMicros(a.At - first)
+}
+
+// first is the earliest entry a knows of.
+func (a *Arrival) first() int64 { return a.At - int64(a.Spread)*1000 }
+
+// spreadMicros is ns in whole microseconds, within uint32.
+func spreadMicros(ns int64) uint32 {
+	return uint32(min(max(ns/1000, 0), math.MaxUint32))
 }
 
 // HeaderSize is the size of a Header on the wire.
-const HeaderSize = 40
+const HeaderSize = 56
 
 // Encode writes h into b (len(b) >= HeaderSize), little-endian.
 func (h *Header) Encode(b []byte) {
@@ -45,8 +87,14 @@ func (h *Header) Encode(b []byte) {
 	binary.LittleEndian.PutUint32(b[12:], uint32(h.Root))
 	binary.LittleEndian.PutUint64(b[16:], h.Count)
 	binary.LittleEndian.PutUint64(b[24:], h.Bytes)
-	binary.LittleEndian.PutUint64(b[32:], headerMagic^h.Seq^h.Count^h.Bytes) // integrity word
+	arr := h.Arrival.word()
+	binary.LittleEndian.PutUint64(b[32:], headerMagic^h.Seq^h.Count^h.Bytes^arr^uint64(h.Arrival.At)) // integrity word
+	binary.LittleEndian.PutUint64(b[40:], arr)
+	binary.LittleEndian.PutUint64(b[48:], uint64(h.Arrival.At))
 }
+
+// word packs a's rank and spread into the header's bytes 40 to 47.
+func (a *Arrival) word() uint64 { return uint64(uint32(a.Rank)) | uint64(a.Spread)<<32 }
 
 // Decode reads a Header from b (len(b) >= HeaderSize). It returns an error when
 // the integrity word does not match (a torn or foreign frame).
@@ -61,13 +109,17 @@ func (h *Header) Decode(b []byte) error {
 	h.Root = int32(binary.LittleEndian.Uint32(b[12:]))
 	h.Count = binary.LittleEndian.Uint64(b[16:])
 	h.Bytes = binary.LittleEndian.Uint64(b[24:])
-	if binary.LittleEndian.Uint64(b[32:]) != headerMagic^h.Seq^h.Count^h.Bytes {
+	arr, at := binary.LittleEndian.Uint64(b[40:]), binary.LittleEndian.Uint64(b[48:])
+	h.Arrival = Arrival{Rank: int32(uint32(arr)), Spread: uint32(arr >> 32), At: int64(at)}
+	if binary.LittleEndian.Uint64(b[32:]) != headerMagic^h.Seq^h.Count^h.Bytes^arr^at {
 		return errors.New("transport: corrupt message header (bad integrity word)")
 	}
 	return nil
 }
 
-const headerMagic = 0x6c63636f67_0001 // "goccl" v1
+// headerMagic seeds the integrity word; its low bytes are the header's
+// version, so that a peer speaking another one fails every message.
+const headerMagic = 0x6c63636f67_0002 // "goccl" v2: v1 was 40 bytes, without Arrival
 
 // Check compares the header a peer sent (got) with the one this rank expects
 // (want) and returns a *MismatchError naming the first field that differs.
@@ -225,6 +277,8 @@ type Link interface {
 	// Recv receives the next message, checks its header against want
 	// (transport.Check) and stores its payload into buf (len(buf) == want.Bytes):
 	// copied when reduce is nil, else folded in with reduce(buf[i:j], payload[i:j]).
+	// It sets want.Arrival to the Arrival the sender's header carried
+	// (after a failure want.Arrival may hold anything).
 	// A header that differs fails Recv with a *MismatchError and closes
 	// the link, so that the peer fails too instead of waiting for a reply.
 	Recv(ctx context.Context, want *Header, buf []byte, reduce ReduceFunc) error

@@ -19,7 +19,11 @@ import (
 
 // Op describes one collective call as every rank must agree on it.
 type Op struct {
-	Header   transport.Header     // Seq, Op, DType, RedOp, Root, Count; Bytes is set per message
+	// Seq, Op, DType, RedOp, Root, Count; Bytes is set per message.
+	// Arrival starts as this rank's entry (or zero: none recorded) and
+	// gathers the latest entry each message received reports, so that
+	// every message sent carries the latest this rank knows of.
+	Header   transport.Header
 	ElemSize int                  // bytes per element
 	Reduce   transport.ReduceFunc // nil for data-movement collectives
 	// Reduce3 computes dst = a op b; when set, receives that fold incoming
@@ -279,13 +283,17 @@ func (g *Group) recv(ctx context.Context, op *Op, peer int, buf []byte, reduce b
 	}
 	err := g.links[peer].Recv(ctx, &g.recvHdr, buf, f)
 	if err == nil {
-		g.noteHeard(peer, op.Header.Seq)
+		g.noteHeard(peer, op)
 	}
 	return err
 }
 
-// noteHeard records that a message of operation seq came from peer.
-func (g *Group) noteHeard(peer int, seq uint64) {
+// noteHeard records that a message of op (just received into g.recvHdr)
+// came from peer, and merges the arrival it reported into op's: what op
+// sends next tells the latest entry this rank knows of (transport.Arrival).
+func (g *Group) noteHeard(peer int, op *Op) {
+	op.Header.Arrival.Merge(g.recvHdr.Arrival)
+	seq := op.Header.Seq
 	if g.parent != nil {
 		g.parent.heard[g.ranks[peer]] = seq
 		return
@@ -321,7 +329,7 @@ func (g *Group) recvFold(ctx context.Context, op *Op, peer int, dst, a []byte) e
 	err := g.links[peer].Recv(ctx, &g.recvHdr, dst, g.f3fn)
 	g.f3.a = nil
 	if err == nil {
-		g.noteHeard(peer, op.Header.Seq)
+		g.noteHeard(peer, op)
 	}
 	return err
 }

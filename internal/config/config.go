@@ -142,6 +142,8 @@ var (
 		Doc: "keep the last N operations and print them when an operation fails (0: off; 64 when GOCCL_TRACE_FILE or GOCCL_FLIGHT_RECORDER_DUMP is set)"})
 	FlightRecorderDump = define(Var{Name: "GOCCL_FLIGHT_RECORDER_DUMP", Kind: String,
 		Doc: "when an operation fails, write the flight recorder's operations to this file in PyTorch's flight-recorder JSON schema, for `goccl doctor flight-recorder` or PyTorch's fr_trace; %r: rank, %p: pid, %h: host (fr-%r.json); keeps 64 operations unless GOCCL_FLIGHT_RECORDER says otherwise"})
+	ArrivalSkew = define(Var{Name: "GOCCL_ARRIVAL_SKEW", Kind: Bool, Default: "1",
+		Doc: "record which rank entered each collective last and how late (Comm.Stragglers, the goccl_rank_arrival_lag_seconds series, the trace's last_rank and lag_us) at the cost of a clock reading per operation; 0: off (every rank should agree)"})
 	MetricsAddr = define(Var{Name: "GOCCL_METRICS_ADDR", Kind: String,
 		Doc: "serve the communicators' Prometheus metrics at http://ADDR/metrics, the port moved up by the local rank (:9400: local rank 1 on 9401)"})
 	TopoDumpFile = define(Var{Name: "GOCCL_TOPO_DUMP_FILE", Kind: String,

@@ -184,6 +184,7 @@ func (l *Link) recv(ctx context.Context, want *transport.Header, buf []byte, red
 		l.Close()
 		return err
 	}
+	want.Arrival = m.h.Arrival
 	if len(m.data) != len(buf) {
 		return fmt.Errorf("memlink: got %d bytes, want %d", len(m.data), len(buf))
 	}

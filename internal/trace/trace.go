@@ -10,7 +10,9 @@
 // duration ("dur") in microseconds since the Unix epoch, the rank as the
 // process ("pid") and a track ("tid": 0 for the operations, 1 for what the
 // program adds with Span), and "args" with the sequence number, bytes,
-// algorithm and outcome. Timestamps are wall-clock, so the files of ranks on
+// algorithm, outcome and, when the rank knows it, the rank that entered the
+// operation last ("last_rank") and how many microseconds after the first
+// ("lag_us"). Timestamps are wall-clock, so the files of ranks on
 // one host line up, and `goccl trace merge` joins them onto one timeline.
 // Recording allocates nothing: events are encoded into a reused buffer.
 package trace
@@ -37,6 +39,12 @@ type Event struct {
 	Start time.Time
 	End   time.Time
 	Err   string // "" on success
+	// KnowsLast says that this rank knows which rank entered the
+	// operation last (LastRank) and how long after the first (Lag): the
+	// args last_rank and lag_us.
+	KnowsLast bool
+	LastRank  int
+	Lag       time.Duration
 }
 
 // Recorder keeps the last events in a ring and, when it has a file, writes
@@ -131,6 +139,12 @@ func (r *Recorder) Record(e *Event) {
 		b = append(b, `,"algorithm":`...)
 		b = strconv.AppendQuote(b, e.Algo)
 	}
+	if e.KnowsLast {
+		b = append(b, `,"last_rank":`...)
+		b = strconv.AppendInt(b, int64(e.LastRank), 10)
+		b = append(b, `,"lag_us":`...)
+		b = appendMicros(b, e.Lag.Nanoseconds())
+	}
 	if e.Err != "" {
 		b = append(b, `,"error":`...)
 		b = strconv.AppendQuote(b, e.Err)
@@ -175,6 +189,9 @@ func (r *Recorder) Dump(n int) string {
 			fmt.Fprintf(&sb, " (%s)", e.Algo)
 		}
 		fmt.Fprintf(&sb, " at %s, %v", e.Start.Format("15:04:05.000000"), e.End.Sub(e.Start).Round(time.Microsecond))
+		if e.KnowsLast {
+			fmt.Fprintf(&sb, ", rank %d entered last (+%v)", e.LastRank, e.Lag.Round(time.Microsecond))
+		}
 		if e.Err != "" {
 			fmt.Fprintf(&sb, ": %s", e.Err)
 		}

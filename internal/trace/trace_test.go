@@ -18,7 +18,8 @@ func TestFileFormat(t *testing.T) {
 		t.Fatal(err)
 	}
 	t0 := time.Unix(1700000000, 123456789)
-	r.Record(&Event{Name: "AllReduce", Seq: 1, Bytes: 4096, Algo: "ring", Start: t0, End: t0.Add(1500 * time.Nanosecond)})
+	r.Record(&Event{Name: "AllReduce", Seq: 1, Bytes: 4096, Algo: "ring", Start: t0, End: t0.Add(1500 * time.Nanosecond),
+		KnowsLast: true, LastRank: 5, Lag: 3200 * time.Microsecond})
 	r.Record(&Event{Name: `odd "name"`, Track: 1, Start: t0, End: t0.Add(time.Millisecond)})
 	r.Record(&Event{Name: "Broadcast", Seq: 2, Start: t0, End: t0, Err: "peer 1 lost"})
 	if err := r.Close(); err != nil {
@@ -37,8 +38,11 @@ func TestFileFormat(t *testing.T) {
 		t.Errorf("first event: %v", e)
 	}
 	args := e["args"].(map[string]any)
-	if args["seq"] != 1.0 || args["bytes"] != 4096.0 || args["algorithm"] != "ring" {
+	if args["seq"] != 1.0 || args["bytes"] != 4096.0 || args["algorithm"] != "ring" || args["last_rank"] != 5.0 || args["lag_us"] != 3200.0 {
 		t.Errorf("first event's args: %v", args)
+	}
+	if _, ok := ev[2]["args"].(map[string]any)["last_rank"]; ok {
+		t.Errorf("an event whose last arrival is not known has a last_rank: %v", ev[2])
 	}
 	if ev[1]["name"] != `odd "name"` || ev[1]["tid"] != 1.0 {
 		t.Errorf("span: %v", ev[1])
@@ -57,14 +61,15 @@ func TestRing(t *testing.T) {
 	}
 	t0 := time.Now()
 	for i := 1; i <= 5; i++ {
-		r.Record(&Event{Name: "AllReduce", Seq: uint64(i), Start: t0, End: t0})
+		r.Record(&Event{Name: "AllReduce", Seq: uint64(i), Start: t0, End: t0, KnowsLast: i == 5, LastRank: 2, Lag: 2 * time.Millisecond})
 		r.Record(&Event{Name: "span", Track: 1, Start: t0, End: t0})
 	}
 	last := r.Last(10)
 	if len(last) != 3 || last[0].Seq != 3 || last[2].Seq != 5 {
 		t.Fatalf("Last: %+v", last)
 	}
-	if d := r.Dump(2); !strings.Contains(d, "AllReduce #4") || !strings.Contains(d, "AllReduce #5") || strings.Contains(d, "#3") {
+	if d := r.Dump(2); !strings.Contains(d, "AllReduce #4") || !strings.Contains(d, "AllReduce #5") || strings.Contains(d, "#3") ||
+		strings.Count(d, "rank 2 entered last (+2ms)") != 1 {
 		t.Errorf("Dump(2): %q", d)
 	}
 	var nilRec *Recorder
@@ -82,7 +87,7 @@ func TestRecordAllocs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e := &Event{Name: "AllReduce", Seq: 1, Bytes: 8, Algo: "ring", Start: time.Now(), End: time.Now()}
+		e := &Event{Name: "AllReduce", Seq: 1, Bytes: 8, Algo: "ring", Start: time.Now(), End: time.Now(), KnowsLast: true, LastRank: 3, Lag: time.Millisecond}
 		if n := testing.AllocsPerRun(1000, func() { r.Record(e) }); n != 0 {
 			t.Errorf("file %q: %v allocations per Record", path, n)
 		}

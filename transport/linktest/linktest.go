@@ -125,14 +125,24 @@ func (s *suite) pair(t *testing.T) (a, b transport.Link) {
 // that a link that loses or reorders any of them is caught.
 func hdr(seq uint64, n int) transport.Header {
 	return transport.Header{
-		Seq:   seq,
-		Op:    uint8(seq*7 + 1),
-		DType: uint8(seq*13 + 2),
-		RedOp: uint8(seq*5 + 3),
-		Root:  int32(seq%5) - 1,
-		Count: uint64(n)/4 + seq<<32,
-		Bytes: uint64(n),
+		Seq:     seq,
+		Op:      uint8(seq*7 + 1),
+		DType:   uint8(seq*13 + 2),
+		RedOp:   uint8(seq*5 + 3),
+		Root:    int32(seq%5) - 1,
+		Count:   uint64(n)/4 + seq<<32,
+		Bytes:   uint64(n),
+		Arrival: transport.Arrival{Rank: int32(seq%7) - 1, Spread: uint32(seq * 977), At: int64(seq)*1_000_003 + 1},
 	}
+}
+
+// checkArrival fails when a Recv with want did not report the Arrival of
+// the header sent.
+func checkArrival(want *transport.Header, sent transport.Arrival) error {
+	if want.Arrival != sent {
+		return fmt.Errorf("message seq %d: Recv reported arrival %+v, the header carried %+v", want.Seq, want.Arrival, sent)
+	}
+	return nil
 }
 
 func testCtx(t *testing.T) context.Context {
@@ -245,8 +255,13 @@ func transfer(t *testing.T, ctx context.Context, from, to transport.Link, h tran
 	t.Helper()
 	sent := async(func() error { h := h; return from.Send(ctx, &h, payload) })
 	got := make([]byte, len(payload))
-	if err := to.Recv(ctx, &h, got, nil); err != nil {
+	want := h
+	want.Arrival = transport.Arrival{} // Check ignores it; Recv reports the sender's
+	if err := to.Recv(ctx, &want, got, nil); err != nil {
 		t.Fatalf("Recv of %d bytes (seq %d): %v", len(payload), h.Seq, err)
+	}
+	if err := checkArrival(&want, h.Arrival); err != nil {
+		t.Fatal(err)
 	}
 	if err := returns(t, sent, "Send"); err != nil {
 		t.Fatalf("Send of %d bytes (seq %d): %v", len(payload), h.Seq, err)
@@ -346,11 +361,16 @@ func exchange(t *testing.T, links [2]transport.Link, seq uint64, n int, fold boo
 		}()
 		go func() {
 			h := hdr(seq, n)
+			h.Arrival = transport.Arrival{Rank: -7, At: -1}
 			var f transport.ReduceFunc
 			if fold {
 				f = folders[i].fold
 			}
-			errs <- links[i].Recv(ctx, &h, dst[i], f)
+			err := links[i].Recv(ctx, &h, dst[i], f)
+			if err == nil {
+				err = checkArrival(&h, hdr(seq, n).Arrival)
+			}
+			errs <- err
 		}()
 	}
 	for range 4 {
@@ -441,8 +461,9 @@ func (s *suite) headers(t *testing.T) {
 	a, b := s.pair(t)
 	ctx := testCtx(t)
 	for i, h := range []transport.Header{
-		{Seq: math.MaxUint64, Op: 255, DType: 255, RedOp: 255, Root: math.MaxInt32, Count: math.MaxUint64},
-		{Seq: 0, Root: math.MinInt32, Bytes: 5},
+		{Seq: math.MaxUint64, Op: 255, DType: 255, RedOp: 255, Root: math.MaxInt32, Count: math.MaxUint64,
+			Arrival: transport.Arrival{Rank: math.MaxInt32, Spread: math.MaxUint32, At: math.MaxInt64}},
+		{Seq: 0, Root: math.MinInt32, Bytes: 5, Arrival: transport.Arrival{Rank: math.MinInt32, At: math.MinInt64}},
 		{Seq: 1 << 32, Op: 128, DType: 1, RedOp: 2, Root: -1, Count: 1 << 40, Bytes: 64},
 	} {
 		transfer(t, ctx, a, b, h, filled(int(h.Bytes), uint64(i)))

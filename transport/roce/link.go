@@ -1002,6 +1002,8 @@ func (l *Link) recv(ctx context.Context, want *transport.Header, buf, spare []by
 				} else if err := transport.Check(l.peer, want, &got); err != nil {
 					l.Close()
 					return nil, err
+				} else {
+					want.Arrival = got.Arrival
 				}
 				data = data[hdrRoom:]
 			}

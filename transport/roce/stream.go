@@ -330,6 +330,7 @@ func (c *connLink) Recv(ctx context.Context, want *transport.Header, buf []byte,
 		c.conn.Close()
 		return err
 	}
+	want.Arrival = got.Arrival
 	if _, err := io.ReadFull(c.conn, buf); err != nil {
 		return fail(err)
 	}

@@ -271,12 +271,12 @@ func (l *link) sendCMA(ctx context.Context, h *transport.Header, buf []byte) err
 		}
 	}
 	le := binary.LittleEndian
-	meta, _ := r.slot(l.sTail)
+	meta, desc := r.slot(l.sTail)
 	le.PutUint32(meta[0:], 0)
 	le.PutUint32(meta[4:], flagFirst|flagCMA)
 	h.Encode(meta[8:])
-	le.PutUint64(meta[48:], uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))))
-	le.PutUint64(meta[56:], uint64(len(buf)))
+	le.PutUint64(desc[0:], uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))))
+	le.PutUint64(desc[8:], uint64(len(buf)))
 	// Held by the link until the receiver is done: keeps buf alive and makes
 	// it escape, so a caller's buffer is never on a (movable) goroutine stack.
 	l.pinned = buf
@@ -325,13 +325,14 @@ func (l *link) waitReaderIdle() {
 	}
 }
 
-// recvCMA receives the CMA message described by meta (whose header Recv has
-// checked) into buf. retry reports that it refused the message and released
-// its slot: the sender now sends it again through the slots.
-func (l *link) recvCMA(ctx context.Context, meta, buf []byte, reduce transport.ReduceFunc) (retry bool, err error) {
+// recvCMA receives the CMA message whose slot has metadata meta (its header
+// checked by Recv) and descriptor desc (the slot's payload area) into buf.
+// retry reports that it refused the message and released its slot: the
+// sender now sends it again through the slots.
+func (l *link) recvCMA(ctx context.Context, meta, desc, buf []byte, reduce transport.ReduceFunc) (retry bool, err error) {
 	r := l.in
 	le := binary.LittleEndian
-	addr, length := le.Uint64(meta[48:]), le.Uint64(meta[56:])
+	addr, length := le.Uint64(desc[0:]), le.Uint64(desc[8:])
 	n := len(buf)
 	if length != uint64(n) {
 		l.shutdown(-1)

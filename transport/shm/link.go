@@ -418,7 +418,7 @@ func (l *link) recv(ctx context.Context, want *transport.Header, buf []byte, red
 		if !l.cmaProbed {
 			l.probeCMA() // the sender's offer precedes its first message
 		}
-		meta, _ := r.slot(l.rHead)
+		meta, desc := r.slot(l.rHead)
 		flags := binary.LittleEndian.Uint32(meta[4:])
 		if flags&flagFirst == 0 {
 			l.shutdown(-1)
@@ -433,10 +433,11 @@ func (l *link) recv(ctx context.Context, want *transport.Header, buf []byte, red
 			l.shutdown(-1)
 			return &transport.PeerError{Peer: l.peer, Op: "recv", Err: err}
 		}
+		want.Arrival = got.Arrival
 		if flags&flagCMA == 0 {
 			return l.recvCopy(ctx, buf, reduce)
 		}
-		if retry, err := l.recvCMA(ctx, meta, buf, reduce); !retry {
+		if retry, err := l.recvCMA(ctx, meta, desc, buf, reduce); !retry {
 			return err
 		}
 		// Refused: the sender now sends the same message through the slots.

@@ -54,10 +54,10 @@
 //	  4   flags (uint32): bit 0 = first slot of a message, bit 1 = CMA
 //	      descriptor (no payload in the ring), bit 2 = CMA refused by the
 //	      consumer (set by the consumer: the producer resends by copy)
-//	  8   encoded transport.Header (40 bytes, first slot of a message only)
-//	  48  CMA descriptor (CMA slots only): address (uint64) and length
-//	      (uint64) of the producer's buffer in the producer's process
-//	  64  payload (SlotSize bytes, 64-byte aligned)
+//	  8   encoded transport.Header (56 bytes, first slot of a message only)
+//	  64  payload (SlotSize bytes, 64-byte aligned); in a CMA slot, the
+//	      CMA descriptor instead: address (uint64) and length (uint64) of
+//	      the producer's buffer in the producer's process
 //
 // A copied message occupies max(1, ceil(Bytes/SlotSize)) consecutive slots;
 // its header travels in the first one. A CMA message occupies one slot (see
@@ -103,7 +103,7 @@ type Config struct {
 
 const (
 	ringMagic   = 0x4d48534c43434f47 // "GOCCLSHM" little-endian
-	ringVersion = 2                  // 2: CMA fields and slot descriptors
+	ringVersion = 3                  // 2: CMA fields and slot descriptors; 3: 56-byte message headers, CMA descriptors in the payload area
 
 	headerPage = 4096
 	slotMeta   = 64

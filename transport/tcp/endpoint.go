@@ -11,7 +11,7 @@
 //
 //	hello (176 bytes, little-endian)
 //	  0  [8]   magic "GOCCLTCP"
-//	  8  u16   protocol version (3)
+//	  8  u16   protocol version (4)
 //	 10  u16   connections in this link (2*nsocks: even, 2..128)
 //	 12  u16   index of this connection in the link (0..connections-1)
 //	 14  u16   length of the job id (0..128)
@@ -81,7 +81,7 @@ import (
 const (
 	helloMagic   = "GOCCLTCP"
 	ackMagic     = "GCAK"
-	helloVersion = 3 // 1: connections used both ways; 2: no job token
+	helloVersion = 4 // 1: connections used both ways; 2: no job token; 3: 40-byte message headers
 	helloSize    = 176
 	ackSize      = 64
 	proofSize    = auth.MACSize

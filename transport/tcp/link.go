@@ -527,6 +527,7 @@ func (l *link) recvFrame(ctx context.Context, want *transport.Header, buf []byte
 		l.Close()
 		return err
 	}
+	want.Arrival = l.got.Arrival
 	switch {
 	case l.crc && !l.striped(len(buf)):
 		err = l.readChunks(s0, buf, reduce, 0, 1)
