@@ -66,17 +66,31 @@ func (c *Comm) Agree(ctx context.Context, flags uint64) (uint64, []int, error) {
 	if err := c.rdv.Set(ctx, prefix+"v/"+strconv.Itoa(c.rank), []byte(strconv.FormatUint(flags, 16))); err != nil {
 		return fail(c.storeErr("publishing this rank's vote", err))
 	}
-	and, failed, err := c.collectVotes(ctx, prefix, flags)
+	and, failed, decided, err := c.collectVotes(ctx, prefix, flags)
 	if err != nil {
 		return fail(err)
 	}
-	v, err := cr.Create(ctx, prefix+"decision", encodeDecision(and, failed))
+	var v []byte
+	if decided {
+		v, err = c.rdv.Get(ctx, prefix+"decision")
+	} else {
+		v, err = cr.Create(ctx, prefix+"decision", encodeDecision(and, failed))
+	}
 	if err != nil {
 		return fail(c.storeErr("deciding", err))
 	}
 	and, failed, err = decodeDecision(v, c.size)
 	if err != nil {
 		return fail(err)
+	}
+	// Release the ranks still waiting for the votes of the ranks counted
+	// failed: they find this mark instead and read the decision. Every
+	// survivor writes the marks (Create keeps a vote already there), so
+	// they appear even if the decider dies.
+	for _, r := range failed {
+		if _, err := cr.Create(ctx, prefix+"v/"+strconv.Itoa(r), []byte(failedMark)); err != nil {
+			return fail(c.storeErr("marking the failed ranks", err))
+		}
 	}
 	c.agreeMu.Lock()
 	for _, r := range failed {
@@ -89,10 +103,15 @@ func (c *Comm) Agree(ctx context.Context, flags uint64) (uint64, []int, error) {
 	return and, failed, nil
 }
 
+// failedMark stands in the store for the vote of a rank that an
+// agreement's decision counted failed.
+const failedMark = "failed"
+
 // collectVotes reads every other rank's vote of one agreement (under
 // prefix) until the vote deadline: the AND of the votes read (and mine) and
-// the ranks that gave none, dead or silent.
-func (c *Comm) collectVotes(ctx context.Context, prefix string, mine uint64) (uint64, []int, error) {
+// the ranks that gave none, dead or silent; or decided, when it found that
+// the agreement was decided already (a failed rank's mark).
+func (c *Comm) collectVotes(ctx context.Context, prefix string, mine uint64) (and uint64, failed []int, decided bool, err error) {
 	dl, _ := ctx.Deadline()
 	voteCtx, cancel := context.WithDeadline(ctx, dl.Add(-min(time.Until(dl)/10, time.Second)))
 	defer cancel()
@@ -113,8 +132,7 @@ func (c *Comm) collectVotes(ctx context.Context, prefix string, mine uint64) (ui
 			c.book.add(c.rootRanks[r]) // the store's news of it is old news
 		}
 	}
-	and := mine
-	var failed []int
+	and = mine
 	for q := range c.size {
 		if q == c.rank {
 			continue
@@ -130,10 +148,12 @@ func (c *Comm) collectVotes(ctx context.Context, prefix string, mine uint64) (ui
 			v, err := c.rdv.Get(wctx, prefix+"v/"+strconv.Itoa(q))
 			var lost *rendezvous.RankLostError
 			switch {
+			case err == nil && string(v) == failedMark:
+				return 0, nil, true, nil
 			case err == nil:
 				f, perr := strconv.ParseUint(string(v), 16, 64)
 				if perr != nil {
-					return 0, nil, fmt.Errorf("rank %d's vote %q: %w", q, v, perr)
+					return 0, nil, false, fmt.Errorf("rank %d's vote %q: %w", q, v, perr)
 				}
 				and &= f
 			case errors.As(err, &lost):
@@ -146,7 +166,7 @@ func (c *Comm) collectVotes(ctx context.Context, prefix string, mine uint64) (ui
 				dead[q] = true // silent until the deadline
 				continue
 			default:
-				return 0, nil, c.storeErr(fmt.Sprintf("waiting for rank %d's vote", q), err)
+				return 0, nil, false, c.storeErr(fmt.Sprintf("waiting for rank %d's vote", q), err)
 			}
 			break
 		}
@@ -154,7 +174,7 @@ func (c *Comm) collectVotes(ctx context.Context, prefix string, mine uint64) (ui
 			failed = append(failed, q)
 		}
 	}
-	return and, failed, nil
+	return and, failed, false, nil
 }
 
 // storeErr is err, from the store while doing what; a store that broke

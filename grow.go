@@ -169,7 +169,7 @@ func Join(ctx context.Context, opts ...Option) (*Comm, error) {
 	// The losses of the communicator's ranks before this joiner came are
 	// not its concern: it waits on past them.
 	book := &lossBook{}
-	v, err := memberLosses{store, book, nil}.Get(ctx, joinTicket+strconv.FormatInt(t, 10))
+	v, err := memberLosses{store, book, nil, false}.Get(ctx, joinTicket+strconv.FormatInt(t, 10))
 	if err != nil {
 		release()
 		return fail(fmt.Errorf("ticket %d: waiting for a communicator to grow (Comm.Grow): %w", t, err))
@@ -183,10 +183,10 @@ func Join(ctx context.Context, opts ...Option) (*Comm, error) {
 	roots, err := joinRoots(ctx, store, base, size)
 	if err == nil {
 		nc, err = Init(ctx, append(slices.Clone(opts), WithRank(rank), WithWorldSize(size),
-			WithStore(memberLosses{rendezvous.PrefixStore(store, base+"init/"), book, roots}), derived(store, book, roots, jobID))...)
+			WithStore(memberLosses{rendezvous.PrefixStore(store, base+"init/"), book, roots, true}), derived(store, book, roots, jobID))...)
 	}
 	// The growing ranks' verdict, whether this rank's Init worked or not.
-	if out, oerr := (memberLosses{store, book, nil}).Get(ctx, base+"outcome"); oerr != nil && err == nil {
+	if out, oerr := (memberLosses{store, book, nil, false}).Get(ctx, base+"outcome"); oerr != nil && err == nil {
 		err = oerr
 	} else if oerr == nil && string(out) != "ok" {
 		err = fmt.Errorf("the communicator's ranks gave up: %s (this rank: %v)", out, err)

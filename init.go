@@ -125,6 +125,10 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		return fail(err)
 	}
 	c.release, c.rdv, c.jobID, c.localRank, c.caps = res.Release, res.Store, res.JobID, res.LocalRank, res.Caps
+	if m, ok := c.rdv.(memberLosses); ok {
+		m.initing = false // see memberLosses
+		c.rdv = m
+	}
 	c.root, c.rootRanks, c.book = cfg.root, cfg.rootRanks, cfg.book
 	if c.root == nil {
 		c.root, c.rootRanks, c.book = c.rdv, make([]int, c.size), &lossBook{}

@@ -43,16 +43,25 @@ func (b *lossBook) has(root int) bool {
 
 // memberLosses is a communicator's view of the store: a Get or Wait that
 // the store fails with the loss of a rank notes it in the book, and fails
-// only when that rank is one of members (root ranks) and was not known
-// dead before; otherwise it waits on.
+// only when that rank is one of members (root ranks); otherwise it waits
+// on.
 type memberLosses struct {
 	rendezvous.Store
 	book    *lossBook
 	members []int
+	// initing: the view of an Init, which fails at once while the book
+	// holds a member (the store told this process of it once, maybe on
+	// another view's wait, and will not again); the communicator keeps a
+	// copy without it (Comm.rdv, after Init), whose readers (Agree, the
+	// health reports) deal with known losses themselves.
+	initing bool
 }
 
 func (m memberLosses) Get(ctx context.Context, key string) ([]byte, error) {
 	for {
+		if err := m.deadMember(); err != nil {
+			return nil, err
+		}
 		v, err := m.Store.Get(ctx, key)
 		if !m.ignore(err) {
 			return v, err
@@ -62,10 +71,26 @@ func (m memberLosses) Get(ctx context.Context, key string) ([]byte, error) {
 
 func (m memberLosses) Wait(ctx context.Context, keys ...string) error {
 	for {
+		if err := m.deadMember(); err != nil {
+			return err
+		}
 		if err := m.Store.Wait(ctx, keys...); !m.ignore(err) {
 			return err
 		}
 	}
+}
+
+// deadMember is, while initing, the loss of a member that the book knows of.
+func (m memberLosses) deadMember() error {
+	if !m.initing {
+		return nil
+	}
+	for _, r := range m.members {
+		if m.book.has(r) {
+			return &rendezvous.RankLostError{Rank: r, Reason: "known lost earlier"}
+		}
+	}
+	return nil
 }
 
 // Create implements rendezvous.Creator when the store does.
@@ -84,15 +109,14 @@ func (m memberLosses) ignore(err error) bool {
 	if !errors.As(err, &lost) {
 		return false
 	}
-	known := m.book.has(lost.Rank)
 	m.book.add(lost.Rank)
-	return known || !slices.Contains(m.members, lost.Rank)
+	return !slices.Contains(m.members, lost.Rank)
 }
 
 // derivedStore is the store of a communicator derived from c under prefix,
 // whose members have root ranks roots.
 func (c *Comm) derivedStore(prefix string, roots []int) rendezvous.Store {
-	return memberLosses{rendezvous.PrefixStore(c.root, prefix), c.book, roots}
+	return memberLosses{rendezvous.PrefixStore(c.root, prefix), c.book, roots, true}
 }
 
 // rootsOf is the root ranks of c's ranks in ranks.
