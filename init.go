@@ -71,7 +71,7 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		cfg.localRank = env.LocalRank
 	}
 	if cfg.storeAddr != "" {
-		env.StoreAddr = cfg.storeAddr
+		env.StoreAddr, env.StoreAddrFrom = cfg.storeAddr, "WithStoreAddr"
 	}
 	c := &Comm{rank: cfg.rank, size: cfg.size, localRank: cfg.localRank, log: newLogger(cfg.rank, cfg.logger)}
 	fail := func(err error) (*Comm, error) {

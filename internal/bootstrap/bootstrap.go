@@ -111,7 +111,9 @@ func Connect(ctx context.Context, p Params) (res *Result, err error) {
 		p.Log = func(slog.Level, string, []slog.Attr, string, ...any) {}
 	}
 	b := &boot{p: p, links: make([]transport.Link, p.Size)}
+	n := startNotice(ctx, &p)
 	defer func() {
+		n.done()
 		if err != nil {
 			err = b.fail(err)
 		}
@@ -134,6 +136,7 @@ func Connect(ctx context.Context, p Params) (res *Result, err error) {
 		env := p.Env
 		env.Rank, env.WorldSize, env.Token = p.Rank, p.Size, p.Token
 		gen := nextGeneration(env)
+		n.phase("%s", storeWhere(env, p.Rank))
 		if b.made, err = rendezvous.Connect(ctx, env, iface.IP.String(), rendezvous.WithLog(p.warnf("BOOTSTRAP")), rendezvous.WithGeneration(gen)); err != nil {
 			return nil, fmt.Errorf("connecting to the rendezvous store: %w", err)
 		}
@@ -163,7 +166,9 @@ func Connect(ctx context.Context, p Params) (res *Result, err error) {
 		return nil, err
 	}
 	cards := make([]card, p.Size)
+	n.phase("the address cards of the %d ranks in the store", p.Size)
 	for r := range cards {
+		n.set("the address card of rank %d in the store (%d of %d read; the ranks missing are named at the deadline)", r, r, p.Size)
 		v, err := store.Get(ctx, cardKey(r))
 		if err != nil {
 			return nil, b.missingRanks(ctx, store, err)
@@ -188,6 +193,7 @@ func Connect(ctx context.Context, p Params) (res *Result, err error) {
 
 	// The links.
 	b.cards = cards
+	n.phase("links to the %d other ranks", p.Size-1)
 	if err := tr.link(ctx, b, me); err != nil {
 		return nil, err
 	}
