@@ -157,6 +157,7 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	if err := c.setupMetrics(&cfg); err != nil {
 		return fail(err)
 	}
+	c.health = startHealth(c, res.HostKeys, res.Pids, c.rank == 0 && cfg.store == nil)
 	return c, nil
 }
 

@@ -179,6 +179,9 @@ func fromLookup(lookup func(string) (string, bool)) (env Env, ok bool, err error
 		if err := parseStoreURL(strings.TrimSpace(v), &env); err != nil {
 			return fail("%s=%q: %v", config.Store.Name, v, err)
 		}
+		if env.StoreAddr == "" {
+			env.StoreAddrFrom = ""
+		}
 	}
 	for _, name := range []string{config.JobID.Name, "TORCHELASTIC_RUN_ID", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "OMPI_MCA_orte_ess_jobid"} {
 		if v, ok := get(name); ok {

@@ -82,6 +82,8 @@ type Result struct {
 	LocalRank int
 	// HostKeys holds each rank's host identity: equal for ranks on one host.
 	HostKeys []string
+	// Pids holds each rank's process id (in its host's view).
+	Pids []int
 	JobID    string
 	// Store is the store the ranks met through (Params.Store or the one
 	// Connect made), for later exchanges (Split).
@@ -186,9 +188,9 @@ func Connect(ctx context.Context, p Params) (res *Result, err error) {
 		}
 	}
 	res.CardsRead = time.Now()
-	res.HostKeys = make([]string, p.Size)
+	res.HostKeys, res.Pids = make([]string, p.Size), make([]int, p.Size)
 	for r := range cards {
-		res.HostKeys[r] = cards[r].Host
+		res.HostKeys[r], res.Pids[r] = cards[r].Host, cards[r].Pid
 	}
 
 	// The links.
