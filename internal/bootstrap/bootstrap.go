@@ -83,8 +83,8 @@ type Result struct {
 	// HostKeys holds each rank's host identity: equal for ranks on one host.
 	HostKeys []string
 	// Pids holds each rank's process id (in its host's view).
-	Pids []int
-	JobID    string
+	Pids  []int
+	JobID string
 	// Store is the store the ranks met through (Params.Store or the one
 	// Connect made), for later exchanges (Split).
 	Store rendezvous.Store
