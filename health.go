@@ -64,8 +64,8 @@ func (r *report) age(now time.Time) time.Duration {
 // under a second, so that every rank fails within the timeout + 1 s.
 const (
 	healthPublish = 150 * time.Millisecond // one report written
-	healthCollect = 500 * time.Millisecond // the others' reports read
-	healthPoll    = 20 * time.Millisecond  // between two reads of the reports missing
+	healthCollect = 700 * time.Millisecond // this rank's report written, the others' read
+	healthPoll    = 50 * time.Millisecond  // between two reads of the reports missing
 	healthLinger  = time.Second            // the store kept up after a failure (close)
 )
 
@@ -234,17 +234,26 @@ func (h *health) read(ctx context.Context, rank int, seen *int64) (*report, erro
 	return r, nil
 }
 
-// collect reads the reports of ranks for at most healthCollect, until
-// enough says that those read suffice, and returns what it got (by rank,
-// nil where none). A call still in flight at the bound is abandoned.
-func (h *health) collect(ranks []int, enough func(got []*report) bool) []*report {
+// collect publishes first (when not nil), then reads the reports of ranks
+// until enough says that those read suffice, all within healthCollect (a
+// loaded store may be slow; one the publication finds out of reach ends
+// it), and returns what it got (by rank, nil where none) and whether the
+// store answered. A call still in flight at the bound is abandoned.
+func (h *health) collect(first *report, ranks []int, enough func(got []*report) bool) ([]*report, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), healthCollect)
 	var mu sync.Mutex
 	got := make([]*report, h.size)
+	var reached atomic.Bool
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		defer cancel()
+		if first != nil {
+			if h.publish(ctx, *first) != nil {
+				return
+			}
+		}
+		reached.Store(true)
 		seen := make([]int64, h.size)
 		for {
 			for _, p := range ranks {
@@ -272,7 +281,7 @@ func (h *health) collect(ranks []int, enough func(got []*report) bool) []*report
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	return slices.Clone(got)
+	return slices.Clone(got), reached.Load()
 }
 
 // sleepCtx sleeps for d or until ctx ends (then its error).

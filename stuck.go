@@ -56,7 +56,7 @@ func (c *Comm) relayCause(kind opKind, seq uint64, err error) error {
 			ranks = append(ranks, p)
 		}
 	}
-	got := h.collect(ranks, func(got []*report) bool {
+	got, _ := h.collect(nil, ranks, func(got []*report) bool {
 		return slices.ContainsFunc(got, func(r *report) bool { return r != nil && r.final() })
 	})
 	for _, p := range ranks {
@@ -78,8 +78,9 @@ func (c *Comm) relayCause(kind opKind, seq uint64, err error) error {
 
 // diagnoseTimeout completes err, operation kind #seq timed out on this
 // rank, with the ranks that kept it waiting and what each was doing: it
-// publishes this rank's wait, reads the others' reports for at most
-// healthCollect, and judges each rank from them and its own observations.
+// publishes this rank's wait and reads the others' reports (at most
+// healthCollect in all), and judges each rank from them and its own
+// observations.
 func (c *Comm) diagnoseTimeout(kind opKind, seq uint64, err error) error {
 	h := c.health
 	notHeard := c.group.NotHeard(seq)
@@ -102,18 +103,14 @@ func (c *Comm) diagnoseTimeout(kind opKind, seq uint64, err error) error {
 			others = append(others, p)
 		}
 	}
-	got := make([]*report, c.size)
-	reached := h.publishWait(me)
-	if reached { // else the store is out of reach: judge alone, at once
-		got = h.collect(others, func(got []*report) bool {
-			for _, p := range others {
-				if !settled(got[p], seq, heard[p]) {
-					return false
-				}
+	got, reached := h.collect(&me, others, func(got []*report) bool {
+		for _, p := range others {
+			if !settled(got[p], seq, heard[p]) {
+				return false
 			}
-			return true
-		})
-	}
+		}
+		return true
+	})
 	var sure, suspects []string
 	for _, p := range others {
 		s, certain := c.blame(p, seq, got, &me, heard[p])
