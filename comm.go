@@ -2,6 +2,7 @@ package goccl
 
 import (
 	"context"
+	"fmt"
 	"github.com/goccl/goccl/internal/collnet"
 	"sync"
 	"sync/atomic"
@@ -86,7 +87,11 @@ type Comm struct {
 	topoDump   string // GOCCL_TOPO_DUMP_FILE ("": no topology exchanged at Init; topodump.go)
 	checkBuf   []byte // fingerprintSize * size bytes
 
-	aborted  atomic.Bool
+	aborted atomic.Bool
+	// opState is the running or last collective's sequence number << 1,
+	// | 1 once it has ended; the health watcher reads it (health.go).
+	opState  atomic.Uint64
+	health   *health // nil: a single rank, no store or no timeout
 	asyncMu  sync.Mutex
 	asyncErr error // the first failure, for Err (any goroutine)
 
@@ -168,6 +173,11 @@ func (c *Comm) Close() error {
 		return nil
 	}
 	c.closed = true
+	if c.health != nil && c.poison == nil && !c.aborted.Load() {
+		// Peers still waiting on this rank learn that it closed.
+		c.health.publishWait(report{State: stClosed, Seq: c.seq, Origin: c.rank})
+	}
+	c.health.close()
 	var err error
 	if c.collnet != nil {
 		c.collnet.Close()
@@ -196,6 +206,11 @@ func (c *Comm) Abort() {
 		return
 	}
 	c.setAsyncErr(&Error{Rank: c.rank, Op: "Abort", Err: ErrAborted})
+	if h := c.health; h != nil {
+		// Never blocks: the peers wait a little for this report.
+		go h.publishWait(report{State: stFailed, Seq: c.opState.Load() >> 1, Origin: c.rank,
+			Cause: fmt.Sprintf("rank %d aborted its communicator (Comm.Abort)", c.rank)})
+	}
 	if c.group != nil {
 		c.group.Abort()
 	}

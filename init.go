@@ -73,7 +73,7 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		cfg.localRank = env.LocalRank
 	}
 	if cfg.storeAddr != "" {
-		env.StoreAddr = cfg.storeAddr
+		env.StoreAddr, env.StoreAddrFrom = cfg.storeAddr, "WithStoreAddr"
 	}
 	c := &Comm{rank: cfg.rank, size: cfg.size, localRank: cfg.localRank, log: newLogger(cfg.rank, cfg.logger)}
 	fail := func(err error) (*Comm, error) {
@@ -174,6 +174,7 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	if err := c.setupMetrics(&cfg); err != nil {
 		return fail(err)
 	}
+	c.health = startHealth(c, res.HostKeys, res.Pids, c.rank == 0 && cfg.store == nil)
 	return c, nil
 }
 

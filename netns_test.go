@@ -226,6 +226,12 @@ func TestNetnsLinkCut(t *testing.T) {
 			!strings.Contains(out, fmt.Sprintf("LOST %d ", peer)) {
 			t.Errorf("rank %d: the error does not name rank %d: %s", r, peer, errLine)
 		}
+		// And say that the peer was not progressing (its link moved
+		// nothing), not only that this rank waited on it.
+		if want := fmt.Sprintf("kept waiting by rank %d: ", peer); !strings.Contains(errLine, want) || !strings.Contains(errLine, "not progressing") ||
+			!strings.Contains(errLine, "its link to this rank moved no bytes for") {
+			t.Errorf("rank %d: the error does not say that rank %d was not progressing: %s", r, peer, errLine)
+		}
 		if strings.Contains(out, "Err() is nil") {
 			t.Errorf("rank %d: Comm.Err() is nil after the failure", r)
 		}

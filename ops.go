@@ -97,6 +97,7 @@ func (c *Comm) begin(ctx context.Context, kind opKind, dt DataType, op RedOp, ro
 	c.op.Header, c.skewSkip = h, false
 	if kind != opSendRecv {
 		c.past[h.Seq%pastOps] = h
+		c.opState.Store(h.Seq << 1)
 	}
 	c.op.ElemSize = dt.Size()
 	c.op.Reduce, c.op.Reduce3 = nil, nil
@@ -139,18 +140,25 @@ func (c *Comm) end(kind opKind, err error) error {
 				}
 			}
 			c.explainMismatch(err)
+			if transport.LostRank(err) < 0 {
+				err = c.diagnose(kind, c.op.Header.Seq, err)
+			}
 			err = c.wrap(c.nameOf(kind), c.op.Header.Seq, err)
 			if c.octx.parent != nil {
 				err = c.explainTimeout(err)
 			}
 		}
 		c.poison = err
+		c.health.failed(err)
 		c.setAsyncErr(err)
 		if c.group != nil {
 			// Peers blocked on this rank fail now, told which rank was
 			// lost if that is the cause.
 			c.group.AbortLost(transport.LostRank(err))
 		}
+	}
+	if kind != opSendRecv {
+		c.opState.Store(c.op.Header.Seq<<1 | 1)
 	}
 	if c.fr != nil {
 		c.flightEnd(err)

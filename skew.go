@@ -97,7 +97,7 @@ func (c *Comm) Stragglers() Stragglers {
 	if c.skew == nil {
 		return Stragglers{Ranks: make([]RankLateness, c.size)}
 	}
-	return report(c.skewWindow(), c.size)
+	return skewReport(c.skewWindow(), c.size)
 }
 
 // skewWindow copies the window's entries (in no particular order): all of
@@ -218,8 +218,8 @@ func quantile(sorted []uint32, q float64) uint32 {
 	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
-// report builds Stragglers from a window.
-func report(w []skewEntry, size int) Stragglers {
+// skewReport builds Stragglers from a window.
+func skewReport(w []skewEntry, size int) Stragglers {
 	lags := lagsByRank(w, size)
 	out := Stragglers{Ops: len(w), Ranks: make([]RankLateness, size)}
 	for r, l := range lags {

@@ -15,6 +15,7 @@ import (
 type Env struct {
 	Rank, WorldSize, LocalRank int
 	StoreAddr                  string // host:port of the TCP store, "" if the environment gives none
+	StoreAddrFrom              string // the setting StoreAddr came from, for messages: "GOCCL_STORE_ADDR", "MASTER_ADDR, MASTER_PORT"
 	StoreDir                   string // shared directory for a file store / address file, "" if none
 	JobID                      string // identifier common to all ranks of this job, "" if unknown
 	Source                     string // "goccl", "torchrun", "openmpi", "slurm"
@@ -160,13 +161,13 @@ func fromLookup(lookup func(string) (string, bool)) (env Env, ok bool, err error
 		if err := checkHostPort(v); err != nil {
 			return fail("%s=%q: %v", config.StoreAddr.Name, v, err)
 		}
-		env.StoreAddr = v
+		env.StoreAddr, env.StoreAddrFrom = v, config.StoreAddr.Name
 	} else if host, ok := get("MASTER_ADDR"); ok {
 		if port, ok := get("MASTER_PORT"); ok {
 			if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
 				return fail("MASTER_PORT=%q is not a port number in [1, 65535]", port)
 			}
-			env.StoreAddr = net.JoinHostPort(host, port)
+			env.StoreAddr, env.StoreAddrFrom = net.JoinHostPort(host, port), "MASTER_ADDR, MASTER_PORT"
 			if v, _ := get("TORCHELASTIC_USE_AGENT_STORE"); strings.EqualFold(v, "true") || v == "1" {
 				env.AgentStore = env.StoreAddr
 			}
@@ -177,6 +178,9 @@ func fromLookup(lookup func(string) (string, bool)) (env Env, ok bool, err error
 	if v, ok := get(config.Store.Name); ok {
 		if err := parseStoreURL(strings.TrimSpace(v), &env); err != nil {
 			return fail("%s=%q: %v", config.Store.Name, v, err)
+		}
+		if env.StoreAddr == "" {
+			env.StoreAddrFrom = ""
 		}
 	}
 	for _, name := range []string{config.JobID.Name, "TORCHELASTIC_RUN_ID", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "OMPI_MCA_orte_ess_jobid"} {

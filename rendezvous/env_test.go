@@ -204,6 +204,15 @@ func TestFromEnv(t *testing.T) {
 			if err != nil {
 				t.Fatalf("unexpected error %v", err)
 			}
+			// StoreAddrFrom names the variable StoreAddr came from.
+			wantFrom := map[bool]string{true: "GOCCL_STORE_ADDR", false: "MASTER_ADDR, MASTER_PORT"}[tt.env["GOCCL_STORE_ADDR"] != ""]
+			if got.StoreAddr == "" {
+				wantFrom = ""
+			}
+			if got.StoreAddrFrom != wantFrom {
+				t.Errorf("StoreAddrFrom = %q, want %q", got.StoreAddrFrom, wantFrom)
+			}
+			got.StoreAddrFrom = ""
 			if got != tt.want {
 				t.Fatalf("got  %+v\nwant %+v", got, tt.want)
 			}

@@ -314,6 +314,10 @@ func (g *Group) NotHeard(seq uint64) []int {
 	return ranks
 }
 
+// Heard is the sequence number of the last operation a message from peer
+// came from (0: none yet).
+func (g *Group) Heard(peer int) uint64 { return g.heard[peer] }
+
 // recvFold receives from peer and stores a op incoming into dst (a and dst
 // have the same length; a may be dst itself, which is a plain receive-reduce).
 func (g *Group) recvFold(ctx context.Context, op *Op, peer int, dst, a []byte) error {

@@ -82,7 +82,9 @@ type Result struct {
 	LocalRank int
 	// HostKeys holds each rank's host identity: equal for ranks on one host.
 	HostKeys []string
-	JobID    string
+	// Pids holds each rank's process id (in its host's view).
+	Pids  []int
+	JobID string
 	// Store is the store the ranks met through (Params.Store or the one
 	// Connect made), for later exchanges (Split).
 	Store rendezvous.Store
@@ -111,7 +113,9 @@ func Connect(ctx context.Context, p Params) (res *Result, err error) {
 		p.Log = func(slog.Level, string, []slog.Attr, string, ...any) {}
 	}
 	b := &boot{p: p, links: make([]transport.Link, p.Size)}
+	n := startNotice(ctx, &p)
 	defer func() {
+		n.done()
 		if err != nil {
 			err = b.fail(err)
 		}
@@ -134,6 +138,7 @@ func Connect(ctx context.Context, p Params) (res *Result, err error) {
 		env := p.Env
 		env.Rank, env.WorldSize, env.Token = p.Rank, p.Size, p.Token
 		gen := nextGeneration(env)
+		n.phase("%s", storeWhere(env, p.Rank))
 		if b.made, err = rendezvous.Connect(ctx, env, iface.IP.String(), rendezvous.WithLog(p.warnf("BOOTSTRAP")), rendezvous.WithGeneration(gen)); err != nil {
 			return nil, fmt.Errorf("connecting to the rendezvous store: %w", err)
 		}
@@ -163,7 +168,9 @@ func Connect(ctx context.Context, p Params) (res *Result, err error) {
 		return nil, err
 	}
 	cards := make([]card, p.Size)
+	n.phase("the address cards of the %d ranks in the store", p.Size)
 	for r := range cards {
+		n.set("the address card of rank %d in the store (%d of %d read; the ranks missing are named at the deadline)", r, r, p.Size)
 		v, err := store.Get(ctx, cardKey(r))
 		if err != nil {
 			return nil, b.missingRanks(ctx, store, err)
@@ -181,13 +188,14 @@ func Connect(ctx context.Context, p Params) (res *Result, err error) {
 		}
 	}
 	res.CardsRead = time.Now()
-	res.HostKeys = make([]string, p.Size)
+	res.HostKeys, res.Pids = make([]string, p.Size), make([]int, p.Size)
 	for r := range cards {
-		res.HostKeys[r] = cards[r].Host
+		res.HostKeys[r], res.Pids[r] = cards[r].Host, cards[r].Pid
 	}
 
 	// The links.
 	b.cards = cards
+	n.phase("links to the %d other ranks", p.Size-1)
 	if err := tr.link(ctx, b, me); err != nil {
 		return nil, err
 	}
