@@ -128,12 +128,13 @@ func TestTimeoutNamesSetting(t *testing.T) {
 // (see Comm.Rank); a method missing here and from the error-returning
 // ones fails TestNilComm until its nil behaviour is decided.
 var nilGetters = map[string][]any{
-	"Rank":      {-1},
-	"LocalRank": {-1},
-	"Size":      {0},
-	"PeerBytes": {uint64(0), uint64(0)},
-	"Abort":     {},
-	"TraceSpan": {},
+	"Rank":       {-1},
+	"LocalRank":  {-1},
+	"Size":       {0},
+	"PeerBytes":  {uint64(0), uint64(0)},
+	"Abort":      {},
+	"TraceSpan":  {},
+	"Stragglers": {goccl.Stragglers{}},
 }
 
 // TestNilComm: every exported method of *Comm called on a nil one returns
