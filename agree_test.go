@@ -235,6 +235,15 @@ func runAgreeKill(t *testing.T, addr string, n, victim int, stop bool, delay tim
 		select {
 		case <-exited[r]:
 		case <-deadline:
+			for _, c := range cmds {
+				c.Process.Signal(syscall.SIGQUIT) // their goroutines, into the output
+			}
+			time.Sleep(time.Second)
+			outMu.Lock()
+			for q := range n {
+				t.Logf("rank %d:\n%s", q, outs[q].String())
+			}
+			outMu.Unlock()
 			t.Fatalf("rank %d still running 60 s after rank %d was signalled (%v): hung", r, victim, sig)
 		}
 	}

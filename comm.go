@@ -87,7 +87,8 @@ type Comm struct {
 	topoDump   string // GOCCL_TOPO_DUMP_FILE ("": no topology exchanged at Init; topodump.go)
 	checkBuf   []byte // fingerprintSize * size bytes
 
-	aborted atomic.Bool
+	aborted   atomic.Bool
+	revokedBy atomic.Int64 // the rank that revoked the communicator + 1 (0: not revoked; revoke.go)
 	// opState is the running or last collective's sequence number << 1,
 	// | 1 once it has ended; the health watcher reads it (health.go).
 	opState  atomic.Uint64

@@ -32,6 +32,7 @@ const (
 	stTimeout = "timeout" // op Seq timed out on this rank (Waiting, Cause)
 	stFailed  = "failed"  // op Seq failed on this rank (Cause, Origin)
 	stClosed  = "closed"  // the communicator was closed after op Seq
+	stRevoked = "revoked" // this rank revoked the communicator (Comm.Revoke)
 )
 
 // report is one rank's published state.
@@ -48,7 +49,7 @@ type report struct {
 
 // final reports whether r says the rank's communicator failed or closed.
 func (r *report) final() bool {
-	return r.State == stTimeout || r.State == stFailed || r.State == stClosed
+	return r.State == stTimeout || r.State == stFailed || r.State == stClosed || r.State == stRevoked
 }
 
 // age is how long the rank had been in r's state at now.
@@ -85,6 +86,8 @@ type health struct {
 	// lost rank (op goroutine, then Close).
 	servesStore bool
 	failedAt    time.Time
+	// onTick runs at every tick of the watcher (Comm.checkRevoked).
+	onTick func(context.Context)
 
 	mu       sync.Mutex
 	since    time.Time   // when *op took its current value (as the watcher saw)
@@ -105,6 +108,7 @@ func startHealth(c *Comm, hosts []string, pids []int, servesStore bool) *health 
 	for p := range h.lastMove {
 		h.lastMove[p] = now
 	}
+	h.onTick = c.checkRevoked
 	tick := min(max(c.timeout/8, 50*time.Millisecond), time.Second)
 	go h.watch(tick, c.timeout/2)
 	return h
@@ -124,6 +128,7 @@ func (h *health) watch(tick, publishAfter time.Duration) {
 			return
 		case now = <-t.C:
 		}
+		h.onTick(h.ctx)
 		st := h.op.Load()
 		h.mu.Lock()
 		if st != state {

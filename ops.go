@@ -75,6 +75,10 @@ func (c *Comm) begin(ctx context.Context, kind opKind, dt DataType, op RedOp, ro
 		c.mu.Unlock()
 		return nil, c.errorf(kind, 0, "%w", ErrAborted)
 	}
+	if by := c.revoked(); by != -1 {
+		c.mu.Unlock()
+		return nil, c.revokedErr(kind, 0, by)
+	}
 	if c.poison != nil {
 		c.mu.Unlock()
 		return nil, c.errorf(kind, 0, "communicator unusable after an earlier error: %w", c.poison)
@@ -124,7 +128,9 @@ func (c *Comm) begin(ctx context.Context, kind opKind, dt DataType, op RedOp, ro
 // closes its links so that peers waiting on this rank fail fast.
 func (c *Comm) end(kind opKind, err error) error {
 	if err != nil {
-		if c.aborted.Load() {
+		if by := c.revoked(); by != -1 {
+			err = c.revokedErr(kind, c.op.Header.Seq, by)
+		} else if c.aborted.Load() {
 			err = c.errorf(kind, c.op.Header.Seq, "%w", ErrAborted)
 		} else {
 			if c.group != nil && kind != opSendRecv && errors.Is(err, context.DeadlineExceeded) {
@@ -142,6 +148,9 @@ func (c *Comm) end(kind opKind, err error) error {
 			c.explainMismatch(err)
 			if transport.LostRank(err) < 0 {
 				err = c.diagnose(kind, c.op.Header.Seq, err)
+			}
+			if by := c.revoked(); by != -1 { // the cause diagnose found
+				err = c.revokedErr(kind, c.op.Header.Seq, by)
 			}
 			err = c.wrap(c.nameOf(kind), c.op.Header.Seq, err)
 			if c.octx.parent != nil {

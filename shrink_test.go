@@ -170,6 +170,15 @@ func runShrinkKill(t *testing.T, addr string, n, v1, v2 int, stop bool, delay ti
 		select {
 		case <-exited[r]:
 		case <-deadline:
+			for _, c := range cmds {
+				c.Process.Signal(syscall.SIGQUIT) // their goroutines, into the output
+			}
+			time.Sleep(time.Second)
+			outMu.Lock()
+			for q := range n {
+				t.Logf("rank %d:\n%s", q, outs[q].String())
+			}
+			outMu.Unlock()
 			t.Fatalf("rank %d still running 90 s after the kill: hung", r)
 		}
 	}

@@ -65,6 +65,9 @@ func (c *Comm) relayCause(kind opKind, seq uint64, err error) error {
 			continue
 		}
 		cause := r.Cause
+		if r.State == stRevoked {
+			c.revokeLocal(r.Origin) // end names it
+		}
 		if r.State == stClosed {
 			cause = fmt.Sprintf("rank %d closed its communicator before op #%d (its last was op #%d)", p, seq, r.Seq)
 		}
