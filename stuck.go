@@ -64,14 +64,15 @@ func (c *Comm) relayCause(kind opKind, seq uint64, err error) error {
 		if r == nil || !r.final() {
 			continue
 		}
-		cause := r.Cause
+		cause, state := r.Cause, stFailed
 		if r.State == stRevoked {
 			c.revokeLocal(r.Origin) // end names it
+			state = stRevoked       // and the ranks that read this rank's report learn it too
 		}
 		if r.State == stClosed {
 			cause = fmt.Sprintf("rank %d closed its communicator before op #%d (its last was op #%d)", p, seq, r.Seq)
 		}
-		h.publishWait(report{State: stFailed, Seq: seq, Origin: r.Origin, Cause: cause})
+		h.publishWait(report{State: state, Seq: seq, Origin: r.Origin, Cause: cause})
 		return fmt.Errorf("%w; %s", err, cause)
 	}
 	h.publishWait(report{State: stFailed, Seq: seq, Origin: c.rank,
