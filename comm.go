@@ -43,6 +43,11 @@ type Comm struct {
 	recName  string   // the event's name when not the operation kind's ("Group")
 	met      *metrics // Prometheus series (WithMetrics, GOCCL_METRICS_ADDR; nil: off)
 
+	// The health query's view (GOCCL_RAS_ADDR; nil: off; health.go) and
+	// the hosts the ranks run on (the Inspector series' n_nodes).
+	ras   *rasState
+	hosts int
+
 	// The flight recorder in PyTorch's schema (flightrec.go; nil: off), the
 	// running operation's id in it, the dump file written on the first
 	// failure (GOCCL_FLIGHT_RECORDER_DUMP; "": none) and whether it was.
@@ -159,6 +164,7 @@ func (c *Comm) Close() error {
 	if c == nil {
 		return nilComm("Close")
 	}
+	c.closeRAS()
 	c.stopQueue(ErrClosed)
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -94,6 +94,7 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		return fail(err)
 	}
 	c.sendSeq = make([]uint64, c.size)
+	c.hosts = 1
 	c.recvSeq = make([]uint64, c.size)
 	if c.size == 1 {
 		if c.localRank < 0 {
@@ -139,6 +140,8 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	}
 	tLinks := time.Now()
 	c.publishTopology(ctx, res.Store) // GOCCL_TOPO_DUMP_FILE only
+	c.hosts = countHosts(res.HostKeys)
+	c.setupRAS(ctx, res.Store, res.HostKeys[c.rank], p.Token) // GOCCL_RAS_ADDR only
 
 	// Phase 4: everyone is connected.
 	if err := c.Barrier(ctx); err != nil {
@@ -184,7 +187,7 @@ func (c *Comm) setupMetrics(cfg *options) error {
 		reg = r
 	}
 	links := c.links()
-	m, err := newMetrics(reg, c.rank, cmp.Or(c.jobID, "local"), links)
+	m, err := newMetrics(reg, c.rank, c.size, c.hosts, c.localRank, cmp.Or(c.jobID, "local"), links)
 	if err != nil {
 		return err
 	}
@@ -195,4 +198,13 @@ func (c *Comm) setupMetrics(cfg *options) error {
 	}
 	c.met = m
 	return nil
+}
+
+// countHosts is how many distinct hosts keys names.
+func countHosts(keys []string) int {
+	seen := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		seen[k] = true
+	}
+	return max(len(seen), 1)
 }

@@ -26,7 +26,9 @@ import (
 //	goccl_peer_bytes_sent_total{peer,transport}      payload bytes sent to each peer (its link's counters)
 //	goccl_peer_bytes_received_total{peer,transport}  payload bytes received from each peer
 //
-// op is the operation's name (AllReduce, ..., Group). Counting allocates
+// op is the operation's name (AllReduce, ..., Group). Beside them, the
+// per-operation series of NCCL Inspector (nccl_bus_bandwidth_gbs, ...;
+// metrics_inspector.go). Counting allocates
 // nothing; with metrics off (the default) an operation pays one nil check.
 // The per-peer byte series are read from the links' own counters when
 // scraped (transport.Counters, one atomic add per message whether metrics
@@ -46,11 +48,13 @@ type metrics struct {
 	seconds  [numOpKinds]prometheus.Observer
 	failures *prometheus.CounterVec
 	links    *prometheus.GaugeVec
+	insp     *inspector // NCCL Inspector's series
 	all      []prometheus.Collector
 }
 
-// newMetrics makes the series and registers them with reg.
-func newMetrics(reg prometheus.Registerer, rank int, comm string, links []transport.Link) (*metrics, error) {
+// newMetrics makes the series of rank of a communicator of size ranks on
+// hosts hosts and registers them with reg.
+func newMetrics(reg prometheus.Registerer, rank, size, hosts, localRank int, comm string, links []transport.Link) (*metrics, error) {
 	cl := prometheus.Labels{"rank": strconv.Itoa(rank), "comm": comm}
 	ops := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "goccl_operations_total", ConstLabels: cl,
 		Help: "Operations completed on the communicator (failed ones included)."}, []string{"op"})
@@ -65,7 +69,8 @@ func newMetrics(reg prometheus.Registerer, rank int, comm string, links []transp
 		links: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "goccl_link_info", ConstLabels: cl,
 			Help: "1 for each peer, labelled with the transport of its link."}, []string{"peer", "transport"}),
 	}
-	m.all = []prometheus.Collector{ops, bytes, secs, m.failures, m.links, newPeerBytes(cl, links)}
+	m.insp = newInspector(size, hosts, localRank, comm)
+	m.all = []prometheus.Collector{ops, bytes, secs, m.failures, m.links, newPeerBytes(cl, links), m.insp}
 	for k := opKind(1); k < numOpKinds; k++ {
 		m.ops[k] = ops.WithLabelValues(k.String())
 		m.bytes[k] = bytes.WithLabelValues(k.String())
@@ -112,14 +117,17 @@ func (p *peerBytes) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// observe counts one finished operation.
-func (m *metrics) observe(kind opKind, bytes int64, d time.Duration, err error) {
+// observe counts one finished operation of kind (named name: a Send or
+// Recv runs as a SendRecv), of bytes, run with schedule algo.
+func (m *metrics) observe(kind, name opKind, bytes int64, algo string, d time.Duration, err error) {
 	m.ops[kind].Inc()
 	m.bytes[kind].Add(float64(bytes))
 	m.seconds[kind].Observe(d.Seconds())
 	if err != nil {
 		m.failures.WithLabelValues(kind.String(), failureReason(err)).Inc()
+		return
 	}
+	m.insp.observe(name, bytes, algo, d)
 }
 
 // failureReason is the reason label of a failed operation.

@@ -95,6 +95,9 @@ func (c *Comm) begin(ctx context.Context, kind opKind, dt DataType, op RedOp, ro
 	if c.fr != nil {
 		c.flightStart(kind, dt, root, count)
 	}
+	if c.ras != nil {
+		c.ras.begin(kind, h.Seq, int64(count), int64(count)*int64(dt.Size()))
+	}
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -151,7 +154,10 @@ func (c *Comm) end(kind opKind, err error) error {
 		c.record(kind, err)
 	}
 	if c.met != nil {
-		c.met.observe(kind, c.recBytes, time.Since(c.recStart), err)
+		c.met.observe(kind, c.nameOf(kind), c.recBytes, c.recAlgo, time.Since(c.recStart), err)
+	}
+	if c.ras != nil {
+		c.ras.end()
 	}
 	c.octx.parent, c.octx.name = nil, 0
 	c.mu.Unlock()
