@@ -151,7 +151,7 @@ func (j *Job) rankDetails(b *strings.Builder, v *commView) {
 func secs(s float64) string { return fmt.Sprintf("%.3fs", s) }
 
 func secRange(lo, hi float64) string {
-	if hi-lo < 0.0005 {
+	if secs(lo) == secs(hi) {
 		return secs(lo)
 	}
 	return fmt.Sprintf("%.3f-%.3fs", lo, hi)
