@@ -46,6 +46,11 @@ type Comm struct {
 	skew     *skewStats // arrival skew of the last operations (GOCCL_ARRIVAL_SKEW; nil: off; skew.go)
 	skewSkip bool       // the running operation sends no arrival across the hosts (CollNet, an empty hierarchical AllReduce)
 
+	// The health query's view (GOCCL_RAS_ADDR; nil: off; health.go) and
+	// the hosts the ranks run on (the Inspector series' n_nodes).
+	ras   *rasState
+	hosts int
+
 	// The flight recorder in PyTorch's schema (flightrec.go; nil: off), the
 	// running operation's id in it, the dump file written on the first
 	// failure (GOCCL_FLIGHT_RECORDER_DUMP; "": none) and whether it was.
@@ -167,6 +172,7 @@ func (c *Comm) Close() error {
 	if c == nil {
 		return nilComm("Close")
 	}
+	c.closeRAS()
 	c.stopQueue(ErrClosed)
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -96,6 +96,7 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		return fail(err)
 	}
 	c.sendSeq = make([]uint64, c.size)
+	c.hosts = 1
 	c.recvSeq = make([]uint64, c.size)
 	if c.size == 1 {
 		if c.localRank < 0 {
@@ -145,6 +146,8 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	}
 	tLinks := time.Now()
 	c.publishTopology(ctx, res.Store) // GOCCL_TOPO_DUMP_FILE only
+	c.hosts = countHosts(res.HostKeys)
+	c.setupRAS(ctx, res.Store, res.HostKeys[c.rank], p.Token) // GOCCL_RAS_ADDR only
 
 	// Phase 4: everyone is connected.
 	if err := c.Barrier(ctx); err != nil {
@@ -195,7 +198,7 @@ func (c *Comm) setupMetrics(cfg *options) error {
 		reg = r
 	}
 	links := c.links()
-	m, err := newMetrics(reg, c.rank, cmp.Or(c.jobID, "local"), links, c)
+	m, err := newMetrics(reg, c.rank, c.size, c.hosts, c.localRank, cmp.Or(c.jobID, "local"), links, c)
 	if err != nil {
 		return err
 	}
@@ -206,4 +209,13 @@ func (c *Comm) setupMetrics(cfg *options) error {
 	}
 	c.met = m
 	return nil
+}
+
+// countHosts is how many distinct hosts keys names.
+func countHosts(keys []string) int {
+	seen := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		seen[k] = true
+	}
+	return max(len(seen), 1)
 }

@@ -28,7 +28,9 @@ import (
 //	goccl_rank_arrival_lag_seconds{last_rank,quantile}  how long after the first rank last_rank entered the operations it entered last, among the last 1000 (quantile 0.5 and 0.95; Comm.Stragglers)
 //	goccl_rank_arrived_last_ratio{last_rank}   share of the last 1000 operations that last_rank entered last
 //
-// op is the operation's name (AllReduce, ..., Group). Counting allocates
+// op is the operation's name (AllReduce, ..., Group). Beside them, the
+// per-operation series of NCCL Inspector (nccl_bus_bandwidth_gbs, ...;
+// metrics_inspector.go). Counting allocates
 // nothing; with metrics off (the default) an operation pays one nil check.
 // The per-peer byte series are read from the links' own counters when
 // scraped (transport.Counters, one atomic add per message whether metrics
@@ -52,11 +54,13 @@ type metrics struct {
 	seconds  [numOpKinds]prometheus.Observer
 	failures *prometheus.CounterVec
 	links    *prometheus.GaugeVec
+	insp     *inspector // NCCL Inspector's series
 	all      []prometheus.Collector
 }
 
-// newMetrics makes the series and registers them with reg.
-func newMetrics(reg prometheus.Registerer, rank int, comm string, links []transport.Link, c *Comm) (*metrics, error) {
+// newMetrics makes the series of rank of a communicator c of size ranks
+// on hosts hosts and registers them with reg.
+func newMetrics(reg prometheus.Registerer, rank, size, hosts, localRank int, comm string, links []transport.Link, c *Comm) (*metrics, error) {
 	cl := prometheus.Labels{"rank": strconv.Itoa(rank), "comm": comm}
 	ops := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "goccl_operations_total", ConstLabels: cl,
 		Help: "Operations completed on the communicator (failed ones included)."}, []string{"op"})
@@ -71,7 +75,8 @@ func newMetrics(reg prometheus.Registerer, rank int, comm string, links []transp
 		links: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "goccl_link_info", ConstLabels: cl,
 			Help: "1 for each peer, labelled with the transport of its link."}, []string{"peer", "transport"}),
 	}
-	m.all = []prometheus.Collector{ops, bytes, secs, m.failures, m.links, newPeerBytes(cl, links)}
+	m.insp = newInspector(size, hosts, localRank, comm)
+	m.all = []prometheus.Collector{ops, bytes, secs, m.failures, m.links, newPeerBytes(cl, links), m.insp}
 	if c.skew != nil {
 		m.all = append(m.all, newSkewCollector(cl, c))
 	}
@@ -121,14 +126,17 @@ func (p *peerBytes) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// observe counts one finished operation.
-func (m *metrics) observe(kind opKind, bytes int64, d time.Duration, err error) {
+// observe counts one finished operation of kind (named name: a Send or
+// Recv runs as a SendRecv), of bytes, run with schedule algo.
+func (m *metrics) observe(kind, name opKind, bytes int64, algo string, d time.Duration, err error) {
 	m.ops[kind].Inc()
 	m.bytes[kind].Add(float64(bytes))
 	m.seconds[kind].Observe(d.Seconds())
 	if err != nil {
 		m.failures.WithLabelValues(kind.String(), failureReason(err)).Inc()
+		return
 	}
+	m.insp.observe(name, bytes, algo, d)
 }
 
 // failureReason is the reason label of a failed operation.

@@ -111,6 +111,9 @@ func (c *Comm) begin(ctx context.Context, kind opKind, dt DataType, op RedOp, ro
 	if c.fr != nil {
 		c.flightStart(kind, dt, root, count)
 	}
+	if c.ras != nil {
+		c.ras.begin(kind, h.Seq, int64(count), int64(count)*int64(dt.Size()))
+	}
 	if !hasDL && c.timeout > 0 {
 		c.octx.parent = ctx
 		c.octx.deadline = now.Add(c.timeout)
@@ -181,7 +184,10 @@ func (c *Comm) end(kind opKind, err error) error {
 		c.record(kind, err, last, known)
 	}
 	if c.met != nil {
-		c.met.observe(kind, c.recBytes, time.Since(c.recStart), err)
+		c.met.observe(kind, c.nameOf(kind), c.recBytes, c.recAlgo, time.Since(c.recStart), err)
+	}
+	if c.ras != nil {
+		c.ras.end()
 	}
 	c.octx.parent, c.octx.name = nil, 0
 	c.mu.Unlock()

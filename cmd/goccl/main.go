@@ -5,6 +5,7 @@
 //	goccl roce check-pcap FILE                     decode RoCE frames, verify ICRCs
 //	goccl doctor host [--json]                     check this host (RDMA, MTUs, /dev/shm, env)
 //	goccl topo [--json | --xml]                    this host's topology (XML as NCCL_TOPO_DUMP_FILE)
+//	goccl status [--addr HOST:PORT] [--json] [-m]  a running job's health (NCCL RAS's protocol)
 //	goccl cluster up --hosts N [--bw R] [--delay D] hosts as network namespaces, shaped links
 //	goccl version (or goccl --version)             print the version
 //

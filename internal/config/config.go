@@ -146,6 +146,8 @@ var (
 		Doc: "record which rank entered each collective last and how late (Comm.Stragglers, the goccl_rank_arrival_lag_seconds series, the trace's last_rank and lag_us) at the cost of a clock reading per operation; 0: off (every rank should agree)"})
 	MetricsAddr = define(Var{Name: "GOCCL_METRICS_ADDR", Kind: String,
 		Doc: "serve the communicators' Prometheus metrics at http://ADDR/metrics, the port moved up by the local rank (:9400: local rank 1 on 9401)"})
+	RASAddr = define(Var{Name: "GOCCL_RAS_ADDR", Kind: String,
+		Doc: "host:port where rank 0 serves the job-wide health query in NCCL RAS's client protocol (goccl status; NCCL's own is NCCL_RAS_ADDR, default localhost:28028); every rank then answers status probes on a port of its own; unset: off"})
 	TopoDumpFile = define(Var{Name: "GOCCL_TOPO_DUMP_FILE", Kind: String,
 		Doc: "at Init, rank 0 writes the job's topology (every host with its ranks, CPUs, NUMA nodes, interfaces, RDMA devices, GPUs) to this file, as NCCL_TOPO_DUMP_FILE does: XML of NCCL's shape, one <system> per host, or JSON when the name ends in .json; %h is replaced by the host name, %p by the process id"})
 	ProgressNice = define(Var{Name: "GOCCL_PROGRESS_NICE", Kind: Int, Default: "-10", Min: -20, Max: 19,
