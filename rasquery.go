@@ -207,13 +207,18 @@ func rasReport() *ras.Report {
 	return r
 }
 
-// rasSkew, when set, gives a communicator's arrival skew for its status.
-//
-// TODO(stragglers): once (*Comm).Stragglers() (per-rank arrival lag, issue
-// 30 item 1, another branch) is merged, set rasSkew in an init function to
-// convert its result into ras.Skew values (rank, fraction of operations it
-// arrived last at, median lag, operations counted).
-var rasSkew func(c *Comm) []ras.Skew
+// rasSkew is a communicator's arrival skew for its status
+// (Comm.Stragglers): the ranks that entered last at least once.
+func rasSkew(c *Comm) []ras.Skew {
+	st := c.Stragglers()
+	var out []ras.Skew
+	for _, r := range st.Ranks {
+		if r.Last > 0 {
+			out = append(out, ras.Skew{Rank: r.Rank, LastFraction: r.Fraction, MedianLagSec: r.Median.Seconds(), Ops: st.Ops})
+		}
+	}
+	return out
+}
 
 // rasComm is this rank's report of c, read without c.mu.
 func (c *Comm) rasComm() ras.CommReport {
@@ -260,9 +265,7 @@ func (c *Comm) rasComm() ras.CommReport {
 			r.Links = append(r.Links, ras.Link{Peer: p, Transport: l.Name(), Sent: k.Sent(), Received: k.Received(), Closed: closed})
 		}
 	}
-	if rasSkew != nil {
-		r.Skew = rasSkew(c)
-	}
+	r.Skew = rasSkew(c)
 	return r
 }
 
