@@ -66,6 +66,10 @@ func (c *Comm) Agree(ctx context.Context, flags uint64) (uint64, []int, error) {
 	if err := c.rdv.Set(ctx, prefix+"v/"+strconv.Itoa(c.rank), []byte(strconv.FormatUint(flags, 16))); err != nil {
 		return fail(c.storeErr("publishing this rank's vote", err))
 	}
+	// The vote is there: a counter says so without a wait (collectVotes).
+	if _, err := c.rdv.Add(ctx, prefix+"in/"+strconv.Itoa(c.rank), 1); err != nil {
+		return fail(c.storeErr("publishing this rank's vote", err))
+	}
 	and, failed, decided, err := c.collectVotes(ctx, prefix, flags)
 	if err != nil {
 		return fail(err)
@@ -140,10 +144,16 @@ func (c *Comm) collectVotes(ctx context.Context, prefix string, mine uint64) (an
 		for !dead[q] {
 			wctx := voteCtx
 			if voteCtx.Err() != nil {
-				// Past the deadline: only the votes already there count.
-				var cancel context.CancelFunc
-				wctx, cancel = context.WithTimeout(ctx, 20*time.Millisecond)
-				defer cancel()
+				// Past the deadline: only the votes already there count,
+				// which the voters' counters tell without waiting.
+				if n, err := c.rdv.Add(ctx, prefix+"in/"+strconv.Itoa(q), 0); err != nil || n == 0 {
+					if err != nil && ctx.Err() == nil {
+						return 0, nil, false, c.storeErr(fmt.Sprintf("reading rank %d's vote", q), err)
+					}
+					dead[q] = true // silent until the deadline
+					continue
+				}
+				wctx = ctx
 			}
 			v, err := c.rdv.Get(wctx, prefix+"v/"+strconv.Itoa(q))
 			var lost *rendezvous.RankLostError

@@ -258,16 +258,34 @@ func runAgreeKill(t *testing.T, addr string, n, victim int, stop bool, delay tim
 func checkAgreements(t *testing.T, outs []strings.Builder, victim, rounds int) {
 	t.Helper()
 	decided := make([]map[int]string, len(outs))
+	excluded := make([]int, len(outs)) // the agreement that counted a survivor failed (-1: none)
 	for r := range outs {
-		decided[r] = map[int]string{}
+		decided[r], excluded[r] = map[int]string{}, -1
 		for _, line := range strings.Split(outs[r].String(), "\n") {
 			var i int
 			if _, err := fmt.Sscanf(line, "AGREE %d", &i); err == nil {
 				decided[r][i] = line
 			}
+			if _, err := fmt.Sscanf(line, "ERR %d:", &i); err == nil && strings.Contains(line, "agreed that this rank had failed") {
+				excluded[r] = i
+			}
 		}
-		if r != victim && len(decided[r]) != rounds {
+		if r != victim && len(decided[r]) != rounds && excluded[r] != len(decided[r]) {
 			t.Errorf("rank %d decided %d of %d agreements:\n%s", r, len(decided[r]), rounds, outs[r].String())
+		}
+	}
+	// A survivor too slow to vote before the others' deadline is counted
+	// failed (a false suspicion, as with ULFM's failure detector): it must
+	// get ErrExcluded, and the others' decision must name it.
+	for r, i := range excluded {
+		if i < 0 || r == victim {
+			continue
+		}
+		t.Logf("rank %d was counted failed in agreement %d (too slow on a loaded machine) and got ErrExcluded", r, i)
+		for q := range outs {
+			if line, ok := decided[q][i]; ok && !strings.Contains(line[strings.Index(line, "["):], strconv.Itoa(r)) {
+				t.Errorf("rank %d got ErrExcluded in agreement %d, but rank %d decided %q", r, i, q, line)
+			}
 		}
 	}
 	for i := range rounds {

@@ -188,7 +188,10 @@ func runShrinkKill(t *testing.T, addr string, n, v1, v2 int, stop bool, delay ti
 	readers.Wait()
 	outMu.Lock()
 	defer outMu.Unlock()
-	want := ""
+	// Every survivor shrank to the same communicator, or was counted
+	// failed (too slow to vote before the others' deadline on a loaded
+	// machine, a false suspicion: ErrExcluded) and is not in it.
+	want, members, excluded := "", 0, []int{}
 	for r := range n {
 		out := outs[r].String()
 		if r == v1 || r == v2 {
@@ -196,9 +199,15 @@ func runShrinkKill(t *testing.T, addr string, n, v1, v2 int, stop bool, delay ti
 		}
 		i := strings.Index(out, "SHRUNK ")
 		if i < 0 {
+			if strings.Contains(out, "agreed that this rank had failed") {
+				excluded = append(excluded, r)
+				t.Logf("rank %d was counted failed (too slow on a loaded machine) and got ErrExcluded", r)
+				continue
+			}
 			t.Errorf("rank %d did not shrink:\n%s", r, out)
 			continue
 		}
+		members += r + 1
 		got := strings.TrimSpace(strings.SplitN(out[i:], "\n", 2)[0])
 		if want == "" {
 			want = got
@@ -206,19 +215,15 @@ func runShrinkKill(t *testing.T, addr string, n, v1, v2 int, stop bool, delay ti
 			t.Errorf("rank %d: %q, another survivor %q", r, got, want)
 		}
 	}
-	// The survivors: all but v1, and v2 unless it was shrunk out.
-	full, without := 0, 0
-	for r := range n {
-		if r != v1 {
-			full += r + 1
-			if r != v2 {
-				without += r + 1
-			}
-		}
-	}
-	okWant := []string{fmt.Sprintf("SHRUNK %d %d", n-1, full)}
+	// The survivors: those that reported, and v2 if it shrank with them
+	// before it died.
+	count := n - 1 - len(excluded)
 	if v2 >= 0 {
-		okWant = append(okWant, fmt.Sprintf("SHRUNK %d %d", n-2, without))
+		count--
+	}
+	okWant := []string{fmt.Sprintf("SHRUNK %d %d", count, members)}
+	if v2 >= 0 {
+		okWant = append(okWant, fmt.Sprintf("SHRUNK %d %d", count+1, members+v2+1))
 	}
 	if want != "" && !slicesContains(okWant, want) {
 		t.Errorf("survivors agree on %q, want one of %q", want, okWant)
