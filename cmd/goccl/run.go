@@ -68,7 +68,7 @@ is rank 0, the trainers ranks 1 and 2) and the world size is their total
 (3); local ranks and the local world size count across contexts as well
 (every rank is on this host). Each context gives its own number of ranks
 (-n, -np or --nproc-per-node) and may give --env settings, which apply to
-its own ranks only. --grace, --settle and --metrics-addr are the whole job's: they
+its own ranks only. --grace, --settle, --max-restarts and --metrics-addr are the whole job's: they
 go in the first context, before the first PROG. Errors count the contexts
 from 1. A Go package named by several contexts is built once. Every
 standalone ":" separates contexts, even among a program's arguments (pass
@@ -148,6 +148,17 @@ signal (SIGPIPE aside) is named before ranks that exited with a status: they
 usually exited because they saw it die. SIGINT and SIGTERM sent to goccl run
 are passed on to the ranks. The exit status is 0 only when every rank exits
 with 0.
+
+With --max-restarts N (torchrun's elastic agent), up to N failed ranks in
+all are replaced instead: goccl run serves the job's goccl store itself
+(with -H, the agent of rank 0's host; with --nnodes, node 0's goccl run),
+so that it outlives rank 0, and tells the ranks so with
+` + config.StoreServed.Name + `=launcher (every rank, rank 0 included, is a client).
+A rank that fails while restarts remain is named in a line on stderr and
+started again, same program, arguments and environment, with
+` + config.Join.Name + `=1: the program checks goccl.Joining() and calls goccl.Join
+instead of goccl.Init, while the live ranks Shrink and Grow it back in.
+Once the restarts are spent, a failure ends the job as above.
 
 Flags:
 `

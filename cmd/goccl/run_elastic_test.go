@@ -21,6 +21,13 @@ var elasticBuild struct {
 	out  []byte
 }
 
+// removeElasticExe removes what elasticExe built (TestMain calls it).
+func removeElasticExe() {
+	if elasticBuild.exe != "" {
+		os.RemoveAll(filepath.Dir(elasticBuild.exe))
+	}
+}
+
 // elasticExe builds internal/launch/testdata/elastic once per test binary.
 func elasticExe(t *testing.T) string {
 	t.Helper()

@@ -2,7 +2,8 @@
 // program, or of several programs (Config.Apps, as mpirun -n 1 a : -n 2
 // b), each told its place in the world through GOCCL_* environment
 // variables (and torchrun's and OpenMPI's, see CompatVars), with their output prefixed line by line and their lifetimes tied
-// together (when one rank fails the others are stopped).
+// together (when one rank fails the others are stopped, unless
+// Config.MaxRestarts lets a replacement join the running job).
 //
 // It is the engine behind `goccl run -np N PROG` (and `goccl run -n N1
 // PROG1 : -n N2 PROG2`) and `goccl perf -np N`.
@@ -471,7 +472,8 @@ func jobApps(cfg Config) ([]App, error) {
 // failure ended the job (after stopping the others: SIGTERM cfg.Settle after
 // the first failure, then SIGKILL after cfg.Grace), a *SignalError when ForwardSignals is set and a signal arrived,
 // or another error (bad config, build or start failure, ctx ended: the ranks
-// are then stopped the same way).
+// are then stopped the same way). With cfg.MaxRestarts, a failure while
+// restarts remain starts a replacement instead (see Config.MaxRestarts).
 func Run(ctx context.Context, cfg Config) error {
 	if len(cfg.Hosts) > 0 {
 		return runHosts(ctx, cfg)
