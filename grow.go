@@ -131,6 +131,25 @@ func (c *Comm) admit(ctx context.Context, base, jobID string, n int) error {
 	return nil
 }
 
+// Joining reports whether this process was started to join a running job
+// rather than to start one: goccl run --max-restarts starts a replacement
+// for a failed rank with GOCCL_JOIN=1. Such a process calls Join, not Init,
+// and the job's live ranks, having shrunk past the failure (Comm.Shrink),
+// call Grow to take it in:
+//
+//	var c *goccl.Comm
+//	if goccl.Joining() {
+//		c, err = goccl.Join(ctx) // then receive the state from a live rank
+//	} else {
+//		c, err = goccl.Init(ctx)
+//	}
+//
+// Init fails in such a process (unless given a store: WithStore).
+func Joining() bool {
+	b, err := config.Join.Bool()
+	return err == nil && b
+}
+
 // Join makes this process a new rank of a communicator that grows (the
 // ranks of a live communicator call Grow). It takes a ticket in the job's
 // store, waits until a Grow admits it, and returns the grown communicator,

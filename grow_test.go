@@ -2,6 +2,7 @@ package goccl_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -240,4 +241,21 @@ func TestShrinkThenGrow(t *testing.T) {
 	g.cmds[victim].Process.Kill()
 	g.start("join")
 	g.grown(victim, 4)
+}
+
+// TestJoiningInit: GOCCL_JOIN=1 (goccl run --max-restarts's replacement
+// of a failed rank) makes Joining true and Init fail, naming Join.
+func TestJoiningInit(t *testing.T) {
+	t.Setenv("GOCCL_JOIN", "0")
+	if goccl.Joining() {
+		t.Error("Joining with GOCCL_JOIN=0")
+	}
+	t.Setenv("GOCCL_JOIN", "1")
+	if !goccl.Joining() {
+		t.Error("not Joining with GOCCL_JOIN=1")
+	}
+	_, err := goccl.Init(context.Background(), goccl.WithWorldSize(1))
+	if !errors.Is(err, goccl.ErrInvalidArgument) || !strings.Contains(err.Error(), "call goccl.Join, not Init") {
+		t.Errorf("Init with GOCCL_JOIN=1: %v, want ErrInvalidArgument naming goccl.Join", err)
+	}
 }

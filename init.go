@@ -51,6 +51,10 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
+	if cfg.store == nil && Joining() {
+		return nil, &Error{Rank: cfg.rank, Op: "Init", Err: fmt.Errorf("%w: this process replaces a failed rank of a running job (%s=1, set by goccl run --max-restarts): call goccl.Join, not Init (goccl.Joining reports it)",
+			ErrInvalidArgument, config.Join.Name)}
+	}
 	env, haveEnv, err := rendezvous.FromEnv()
 	if err != nil && !(cfg.store != nil && cfg.rank >= 0 && cfg.size > 0) {
 		// (With its store, rank and size given, as Join and Split give

@@ -71,6 +71,14 @@ func AddrFilePath(env Env) string {
 // names the import otherwise; see etcd.JobPrefix for the key prefix); no
 // job token or rank loss detection is involved then.
 //
+// With env.Served (GOCCL_STORE_SERVED=launcher, which goccl run
+// --max-restarts sets) nobody serves either: the launcher serves goccl's
+// TCP store at env.StoreAddr, with the job token, for as long as the job
+// runs, and every rank, rank 0 included, dials it with its rank, so that
+// the server reports any rank's loss, rank 0's too, and recovery (goccl's
+// Shrink, Grow and Join) outlives rank 0; see connectServed for the keys
+// of later Inits.
+//
 // Rank 0's Close stops the server under every other rank, so close rank 0's
 // store last (for example after a Barrier that all ranks pass when done).
 //
@@ -97,6 +105,9 @@ func Connect(ctx context.Context, env Env, hostIP string, opts ...Option) (Store
 	opts = append([]Option{WithRank(env.Rank)}, opts...)
 	if env.Token != "" {
 		opts = append(opts, WithToken([]byte(env.Token)))
+	}
+	if env.StoreAddr != "" && env.Served {
+		return connectServed(ctx, env, opts)
 	}
 	if env.StoreAddr != "" {
 		return connectAddr(ctx, env, hostIP, opts)
@@ -136,6 +147,34 @@ func connectAgentStore(ctx context.Context, env Env, opts []Option) (Store, erro
 	}
 	return s, nil
 }
+
+// servedPrefix begins the keys of a launcher-served store's later
+// generations: goccl/generation/<generation>/.
+const servedPrefix = "goccl/generation/"
+
+// connectServed connects this rank, rank 0 included, to the store the
+// launcher serves at env.StoreAddr (env.Served: goccl run --max-restarts),
+// with its rank and the job token, so that the server reports this rank's
+// loss to the others, even rank 0's. That store outlives every Init, so a
+// later one (WithGeneration above 1) keeps its keys apart under
+// goccl/generation/<generation>/; the first uses the store as it is, where
+// goccl.Join meets the job's first communicator.
+func connectServed(ctx context.Context, env Env, opts []Option) (Store, error) {
+	cl, err := DialTCP(ctx, env.StoreAddr, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("rendezvous: connect: rank %d: the store goccl run serves (%s=launcher) at %s: %w",
+			env.Rank, config.StoreServed.Name, env.StoreAddr, err)
+	}
+	if g := cl.opts.generation; g > 1 {
+		return &ownedPrefix{prefixStore: &prefixStore{s: cl, prefix: fmt.Sprintf("%s%d/", servedPrefix, g)}}, nil
+	}
+	return cl, nil
+}
+
+// ownedPrefix is a prefixStore whose Close closes the store under it.
+type ownedPrefix struct{ *prefixStore }
+
+func (p *ownedPrefix) Close() error { return p.s.Close() }
 
 // connectScheme connects through the store kind that another package
 // registered for url's scheme (RegisterScheme).

@@ -34,6 +34,11 @@ type Env struct {
 	// (etcd://host:port[,host:port...]/prefix, see ParseEtcdURL), "" if
 	// not: Connect then makes every rank a client of that cluster.
 	Etcd string
+	// Served is true when the launcher serves goccl's TCP store at
+	// StoreAddr (GOCCL_STORE_SERVED=launcher: goccl run --max-restarts), so
+	// that it outlives every rank: Connect makes every rank, rank 0
+	// included, a client of it.
+	Served bool
 }
 
 // envSource is one launcher's rank variables.
@@ -71,6 +76,8 @@ var envSources = []envSource{
 //     is "True" (any case, or "1") and GOCCL_STORE_ADDR is not set; Attempt is
 //     TORCHELASTIC_RESTART_COUNT.
 //   - StoreDir is GOCCL_STORE_DIR.
+//   - Served is GOCCL_STORE_SERVED=launcher (rank0, the default, or
+//     launcher; any case).
 //   - GOCCL_STORE, a URL, overrides the store variables above:
 //     etcd://host:port[,host:port...]/prefix sets Etcd (and clears
 //     StoreAddr and AgentStore), tcp://host:port sets StoreAddr (and clears
@@ -175,6 +182,12 @@ func fromLookup(lookup func(string) (string, bool)) (env Env, ok bool, err error
 	}
 	env.Attempt, _ = get("TORCHELASTIC_RESTART_COUNT")
 	env.StoreDir, _ = get(config.StoreDir.Name)
+	if v, ok := get(config.StoreServed.Name); ok {
+		if err := config.StoreServed.Check(v); err != nil {
+			return Env{}, true, fmt.Errorf("rendezvous: %w", err)
+		}
+		env.Served = strings.EqualFold(strings.TrimSpace(v), "launcher")
+	}
 	if v, ok := get(config.Store.Name); ok {
 		if err := parseStoreURL(strings.TrimSpace(v), &env); err != nil {
 			return fail("%s=%q: %v", config.Store.Name, v, err)

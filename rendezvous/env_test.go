@@ -186,6 +186,19 @@ func TestFromEnv(t *testing.T) {
 		{name: "GOCCL_STORE etcd without port", env: vars{"GOCCL_RANK": "0", "GOCCL_WORLD_SIZE": "1", "GOCCL_STORE": "etcd://h/p"}, ok: true, err: `GOCCL_STORE="etcd://h/p": etcd endpoint "h"`},
 		{name: "GOCCL_STORE tcp bad port", env: vars{"GOCCL_RANK": "0", "GOCCL_WORLD_SIZE": "1", "GOCCL_STORE": "tcp://h:0"}, ok: true, err: `GOCCL_STORE="tcp://h:0"`},
 		{name: "GOCCL_STORE relative file", env: vars{"GOCCL_RANK": "0", "GOCCL_WORLD_SIZE": "1", "GOCCL_STORE": "file://dir"}, ok: true, err: `GOCCL_STORE="file://dir": file:///dir`},
+		{
+			name: "store served by the launcher",
+			env:  vars{"GOCCL_RANK": "0", "GOCCL_WORLD_SIZE": "2", "GOCCL_STORE_ADDR": "node1:7000", "GOCCL_STORE_SERVED": "Launcher"},
+			want: Env{Rank: 0, WorldSize: 2, StoreAddr: "node1:7000", Source: "goccl", Served: true},
+			ok:   true,
+		},
+		{
+			name: "store served by rank 0",
+			env:  vars{"GOCCL_RANK": "0", "GOCCL_WORLD_SIZE": "2", "GOCCL_STORE_ADDR": "node1:7000", "GOCCL_STORE_SERVED": "rank0"},
+			want: Env{Rank: 0, WorldSize: 2, StoreAddr: "node1:7000", Source: "goccl"},
+			ok:   true,
+		},
+		{name: "bad store server", env: vars{"GOCCL_RANK": "0", "GOCCL_WORLD_SIZE": "1", "GOCCL_STORE_SERVED": "agent"}, ok: true, err: `GOCCL_STORE_SERVED="agent": want rank0 or launcher`},
 		{name: "bad master port", env: vars{"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "m", "MASTER_PORT": "70000"}, ok: true, err: `MASTER_PORT="70000"`},
 	}
 	for _, tt := range tests {

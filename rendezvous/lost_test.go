@@ -184,3 +184,58 @@ func TestForgedRankClose(t *testing.T) {
 		})
 	}
 }
+
+// TestConnectServed: with a store the launcher serves (Env.Served), every
+// rank, rank 0 included, is a client: rank 0's death is reported to the
+// others as a RankLostError and the store stays up for them; a later
+// generation (a re-Init) keeps its keys apart from the first's.
+func TestConnectServed(t *testing.T) {
+	ctx := testCtx(t)
+	srv, err := NewTCPServer("127.0.0.1:0", WithToken([]byte("served")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	stores := make([]Store, 3)
+	for r := range stores {
+		env := Env{Rank: r, WorldSize: 3, StoreAddr: srv.Addr(), Token: "served", Served: true}
+		if stores[r], err = Connect(ctx, env, "", WithGeneration(1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for r := 1; r < 3; r++ {
+		defer stores[r].Close()
+	}
+	if err := stores[0].Set(ctx, "card/0", []byte("zero")); err != nil {
+		t.Fatal(err)
+	}
+	held := async(func() error { _, err := stores[1].Get(ctx, "never"); return err })
+	mustBlock(t, held, "rank 1's Get")
+	killClient(stores[0].(*TCPStore))
+	wantLost(t, "rank 1's held Get", mustReturn(t, held, "rank 1's Get"), 0)
+	_, err = stores[2].Get(ctx, "never")
+	wantLost(t, "rank 2's Get", err, 0)
+	if v, err := stores[2].Get(ctx, "card/0"); err != nil || string(v) != "zero" {
+		t.Fatalf("rank 2 reads card/0 after rank 0's death: %q, %v", v, err)
+	}
+
+	// A second generation sees none of the first one's keys.
+	env := Env{Rank: 1, WorldSize: 3, StoreAddr: srv.Addr(), Token: "served", Served: true}
+	s2, err := Connect(ctx, env, "", WithGeneration(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if err := s2.Set(ctx, "card/1", []byte("gen2")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s2.Add(ctx, "card/0", 0); err != nil { // an absent key: Add creates it
+		t.Fatal(err)
+	}
+	if v, err := stores[2].Get(ctx, "goccl/generation/2/card/1"); err != nil || string(v) != "gen2" {
+		t.Fatalf("generation 2's key: %q, %v", v, err)
+	}
+	if _, ok := s2.(Creator); !ok {
+		t.Errorf("a later generation's store (%T) cannot Create", s2)
+	}
+}

@@ -405,5 +405,13 @@ func (s *TCPServer) logLimited(format string, args ...any) {
 	s.opts.logf(format, args...)
 }
 
+// Clients reports how many client connections are open (those in their
+// handshake included).
+func (s *TCPServer) Clients() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
 // Rejected reports how many connections the handshake refused.
 func (s *TCPServer) Rejected() int64 { return s.rejected.Load() }

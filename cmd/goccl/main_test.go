@@ -32,7 +32,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("GOCCL_CLI_TEST_MAIN") == "1" {
 		os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	removeElasticExe()
+	os.Exit(code)
 }
 
 // goccl runs the command as a separate process.

@@ -68,7 +68,7 @@ is rank 0, the trainers ranks 1 and 2) and the world size is their total
 (3); local ranks and the local world size count across contexts as well
 (every rank is on this host). Each context gives its own number of ranks
 (-n, -np or --nproc-per-node) and may give --env settings, which apply to
-its own ranks only. --grace, --settle and --metrics-addr are the whole job's: they
+its own ranks only. --grace, --settle, --max-restarts and --metrics-addr are the whole job's: they
 go in the first context, before the first PROG. Errors count the contexts
 from 1. A Go package named by several contexts is built once. Every
 standalone ":" separates contexts, even among a program's arguments (pass
@@ -149,6 +149,17 @@ usually exited because they saw it die. SIGINT and SIGTERM sent to goccl run
 are passed on to the ranks. The exit status is 0 only when every rank exits
 with 0.
 
+With --max-restarts N (torchrun's elastic agent), up to N failed ranks in
+all are replaced instead: goccl run serves the job's goccl store itself
+(with -H, the agent of rank 0's host; with --nnodes, node 0's goccl run),
+so that it outlives rank 0, and tells the ranks so with
+` + config.StoreServed.Name + `=launcher (every rank, rank 0 included, is a client).
+A rank that fails while restarts remain is named in a line on stderr and
+started again, same program, arguments and environment, with
+` + config.Join.Name + `=1: the program checks goccl.Joining() and calls goccl.Join
+instead of goccl.Init, while the live ranks Shrink and Grow it back in.
+Once the restarts are spent, a failure ends the job as above.
+
 Flags:
 `
 
@@ -226,9 +237,11 @@ type runArgs struct {
 	env    envList // --metrics-addr's variable first, then the --env settings
 	grace  time.Duration
 	settle time.Duration
-	prog   string
-	args   []string
-	more   []runApp // the contexts after the first (-n N1 PROG1 : -n N2 PROG2), nil for one program
+	// maxRestarts is --max-restarts: failed ranks replaced in all
+	maxRestarts int
+	prog        string
+	args        []string
+	more        []runApp // the contexts after the first (-n N1 PROG1 : -n N2 PROG2), nil for one program
 	hosts
 }
 
@@ -259,7 +272,7 @@ const contextSep = ":"
 
 // jobFlags are the flags of goccl run that are the launcher's, not a
 // context's: only the first context takes them.
-var jobFlags = []string{"grace", "settle", "metrics-addr", "host", "hostfile", "rsh", "launch-agent", "x", "nnodes", "node-rank", "master-addr", "master-port"}
+var jobFlags = []string{"grace", "settle", "max-restarts", "metrics-addr", "host", "hostfile", "rsh", "launch-agent", "x", "nnodes", "node-rank", "master-addr", "master-port"}
 
 // runFlags are the flags of one context of goccl run.
 type runFlags struct {
@@ -267,6 +280,7 @@ type runFlags struct {
 	env         envList
 	grace       *time.Duration
 	settle      *time.Duration
+	maxRestarts *int
 	metricsAddr *string
 	hosts       *[]string
 	hostfile    *string
@@ -297,6 +311,7 @@ func newRunFlags(stderr io.Writer) (*cliFlags, *runFlags) {
 	fs.Var(&f.env, "env", "set `KEY=VALUE` in the environment of PROG's ranks (repeatable)")
 	f.grace = fs.Duration("grace", launch.DefaultGrace, "time between SIGTERM and SIGKILL when stopping ranks (first context only)")
 	f.settle = fs.Duration("settle", launch.DefaultSettle, "after the first rank fails, how long to wait for other failures before stopping the rest (first context only)")
+	f.maxRestarts = fs.Int("max-restarts", 0, "replace up to `N` failed ranks in all with processes that join the running job ("+config.Join.Name+"=1: goccl.Join); goccl run then serves the job's store (first context only)")
 	f.metricsAddr = fs.String("metrics-addr", "", "serve each rank's Prometheus metrics at `ADDR` (:9400: local rank r on port 9400+r); sets "+config.MetricsAddr.Name+" (first context only)")
 	f.hosts = fs.StringArrayP("host", "H", nil, "run the ranks on `HOSTS` (h1:4,h2:4: NAME[:SLOTS],...; repeatable), filling each host's slots in order (first context only)")
 	f.hostfile = fs.String("hostfile", "", "run the ranks on the hosts of `FILE` (OpenMPI's syntax: NAME [slots=N] per line; first context only)")
@@ -453,7 +468,11 @@ func parseRunArgs(args []string, stderr io.Writer) (*runArgs, int) {
 			if *f.metricsAddr != "" {
 				metricsEnv = envList{config.MetricsAddr.Name + "=" + *f.metricsAddr} // --env may still override it
 			}
-			ra = &runArgs{np: f.np.n, npSet: f.np.set != "", env: append(metricsEnv, f.env...), grace: *f.grace, settle: *f.settle, prog: prog, args: fs.Args()[1:]}
+			if *f.maxRestarts < 0 {
+				return fail("--max-restarts %d: want 0 (no restarts) or more", *f.maxRestarts)
+			}
+			ra = &runArgs{np: f.np.n, npSet: f.np.set != "", env: append(metricsEnv, f.env...), grace: *f.grace, settle: *f.settle,
+				maxRestarts: *f.maxRestarts, prog: prog, args: fs.Args()[1:]}
 			var err error
 			if ra.hosts, err = f.hostList(fs); err != nil {
 				return fail("%v", err)
@@ -491,6 +510,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		Stderr:         stderr,
 		Grace:          ra.grace,
 		Settle:         ra.settle,
+		MaxRestarts:    ra.maxRestarts,
 		ForwardSignals: true,
 	}
 	switch {
@@ -560,13 +580,55 @@ func nodeConfig(cfg *launch.Config, ra *runArgs, stderr io.Writer) (closeTorch f
 		srv := rendezvous.ServeC10d(ln)
 		closeTorch = func() { srv.Close() }
 	}
+	serving := "rank 0's store"
+	if ra.maxRestarts > 0 {
+		// Elastic: node 0's goccl run serves goccl's store, which then
+		// outlives rank 0.
+		serving, cfg.Place.Served = "the store node 0's goccl run serves", true
+		if node.NodeRank == 0 {
+			var opts []rendezvous.Option
+			if tok := os.Getenv(config.JobToken.Name); tok != "" {
+				opts = append(opts, rendezvous.WithToken([]byte(tok)))
+			}
+			srv, err := rendezvous.NewTCPServer(":"+strconv.Itoa(node.MasterPort), opts...)
+			if err != nil {
+				closeTorch()
+				return nil, fmt.Errorf("node 0 cannot serve the job's store at port %d (--max-restarts): %v", node.MasterPort, err)
+			}
+			torch := closeTorch
+			closeTorch = func() {
+				lingerStore(srv, stderr)
+				srv.Close()
+				torch()
+			}
+		}
+	}
 	token := ""
 	if os.Getenv(config.JobToken.Name) == "" {
 		token = "; no " + config.JobToken.Name + ": connections are not authenticated (set the same secret on every node)"
 	}
-	fmt.Fprintf(stderr, "goccl run: node %d of %d (%s): ranks %d-%d of %d, rank 0's store at %s%s\n",
-		node.NodeRank, node.NNodes, node.Source, cfg.Place.FirstRank, cfg.Place.FirstRank+np-1, cfg.Place.WorldSize, master, token)
+	fmt.Fprintf(stderr, "goccl run: node %d of %d (%s): ranks %d-%d of %d, %s at %s%s\n",
+		node.NodeRank, node.NNodes, node.Source, cfg.Place.FirstRank, cfg.Place.FirstRank+np-1, cfg.Place.WorldSize, serving, master, token)
 	return closeTorch, nil
+}
+
+// storeLinger bounds how long node 0's goccl run keeps serving the store
+// (--max-restarts) once its own ranks have exited.
+const storeLinger = 2 * time.Minute
+
+// lingerStore waits, for at most storeLinger, until no rank is connected
+// to srv: the ranks of the other nodes may still use the store after node
+// 0's have exited. It says so when that takes more than a moment.
+func lingerStore(srv *rendezvous.TCPServer, stderr io.Writer) {
+	start := time.Now()
+	said := false
+	for srv.Clients() > 0 && time.Since(start) < storeLinger {
+		if !said && time.Since(start) > 2*time.Second {
+			said = true
+			fmt.Fprintf(stderr, "goccl run: node 0's ranks have exited; serving the job's store until the other nodes' ranks leave it (at most %v)\n", storeLinger)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // reportLaunch prints a launch error and returns the exit status for it.

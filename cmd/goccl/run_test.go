@@ -93,6 +93,8 @@ func TestRunNprocErrors(t *testing.T) {
 		{[]string{"-nproc-per-node=gpu"}, `invalid value "gpu" for flag -nproc-per-node: not an integer`},
 		{[]string{"-n0"}, `invalid value "0" for flag -n: must be at least 1`},
 		{[]string{"-nosuch"}, `invalid value "osuch" for flag -n in "-nosuch": not an integer`},
+		{[]string{"-n", "2", "--max-restarts", "-1"}, "goccl run: --max-restarts -1: want 0 (no restarts) or more"},
+		{[]string{"-n", "1", "true", ":", "-n", "1", "--max-restarts", "1"}, "goccl run: context 2: --max-restarts is the whole job's"},
 	} {
 		var o, e bytes.Buffer
 		args := append(append([]string{"run"}, tt.args...), "true")

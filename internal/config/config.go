@@ -175,6 +175,10 @@ var (
 		Doc: "host:port of the rendezvous store (rank 0 serves it)"})
 	Store = define(Var{Name: "GOCCL_STORE", Kind: String, Group: "launcher",
 		Doc: "the rendezvous store as a URL, overriding the others: etcd://host:2379[,host:2379...]/prefix (every rank a client of etcd, keys under prefix/<job id>/; the program imports github.com/goccl/goccl/rendezvous/etcd, as the goccl command does), tcp://host:port (as GOCCL_STORE_ADDR) or file:///dir (as GOCCL_STORE_DIR)"})
+	StoreServed = define(Var{Name: "GOCCL_STORE_SERVED", Kind: Enum, Default: "rank0", Words: []string{"rank0", "launcher"}, Group: "launcher",
+		Doc: "who serves the store at GOCCL_STORE_ADDR: rank0 (rank 0's process) or launcher (goccl run --max-restarts serves it, so that it outlives any rank: every rank, rank 0 included, is a client)"})
+	Join = define(Var{Name: "GOCCL_JOIN", Kind: Bool, Default: "0", Group: "launcher",
+		Doc: "set to 1 by goccl run --max-restarts in a process that replaces a failed rank: the program calls goccl.Join, not goccl.Init (goccl.Joining reports it), and the running ranks Grow"})
 	StoreDir = define(Var{Name: "GOCCL_STORE_DIR", Kind: String, Group: "launcher",
 		Doc: "shared directory for a file store (multi-host jobs without a store address)"})
 	JobID = define(Var{Name: "GOCCL_JOB_ID", Kind: String, Group: "launcher",

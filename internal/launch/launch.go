@@ -2,7 +2,8 @@
 // program, or of several programs (Config.Apps, as mpirun -n 1 a : -n 2
 // b), each told its place in the world through GOCCL_* environment
 // variables (and torchrun's and OpenMPI's, see CompatVars), with their output prefixed line by line and their lifetimes tied
-// together (when one rank fails the others are stopped).
+// together (when one rank fails the others are stopped, unless
+// Config.MaxRestarts lets a replacement join the running job).
 //
 // It is the engine behind `goccl run -np N PROG` (and `goccl run -n N1
 // PROG1 : -n N2 PROG2`) and `goccl perf -np N`.
@@ -28,6 +29,7 @@ import (
 
 	"github.com/goccl/goccl/internal/config"
 	"github.com/goccl/goccl/internal/progress"
+	"github.com/goccl/goccl/rendezvous"
 )
 
 // DefaultGrace is how long ranks get between SIGTERM and SIGKILL.
@@ -123,6 +125,31 @@ type Config struct {
 	// Export names variables of this process's environment that the ranks
 	// on other hosts also get (mpirun -x); GOCCL_* variables always go.
 	Export []string
+
+	// MaxRestarts, when above 0, makes the job elastic (torchrun's
+	// elastic agent, goccl run --max-restarts): the launcher serves the
+	// job's goccl store itself (a job of this host alone: on a free port of
+	// 127.0.0.1; with Hosts: the agent of rank 0's host, at the address it
+	// chooses), so that it outlives every rank, rank 0 included, and tells
+	// the ranks so (GOCCL_STORE_SERVED=launcher: every rank is a client).
+	// A rank that fails (a non-zero status or a signal) while restarts
+	// remain does not end the job: Run prints a line naming it and starts a
+	// replacement, the same program with the same arguments and
+	// environment plus GOCCL_JOIN=1 (its GOCCL_RANK is the failed rank's,
+	// for its logs only), which is to call goccl.Join while the live ranks
+	// shrink past the failure and grow it back in. The count is the job's,
+	// across its ranks and hosts (per node with Place: each node's goccl
+	// run keeps its own). A failure once it is spent ends the job as
+	// without MaxRestarts; a rank that exits with status 0 is done.
+	MaxRestarts int
+
+	// askRestart, when not nil, decides instead of MaxRestarts's count
+	// whether the failed rank f is replaced, and returns the job's count
+	// of restarts with this one: the agent of a multi-host job asks the
+	// launcher.
+	askRestart func(f *ExitError) (n int, ok bool)
+	// hostName names this host in the lines about restarts (an agent's).
+	hostName string
 }
 
 // Place is one host's share of a multi-host job (Config.Place).
@@ -132,6 +159,9 @@ type Place struct {
 	Node      int    // the host's index among the job's hosts (torchrun's GROUP_RANK)
 	StoreAddr string // host:port of rank 0's store, reachable from every host
 	JobID     string // the job's id, the same on every host
+	// Served: the launcher serves the store at StoreAddr (MaxRestarts),
+	// not rank 0; the ranks get GOCCL_STORE_SERVED=launcher.
+	Served bool
 }
 
 // App is one program of a job of several (Config.Apps).
@@ -240,10 +270,24 @@ type ExitError struct {
 	// Host is the host the rank ran on, in a job of several hosts (as
 	// Config.Hosts names it); "" otherwise.
 	Host string
-	apps int // the job's number of programs: Error names Prog when more than 1
+	// Restarts and MaxRestarts, when MaxRestarts is above 0, say that
+	// the job's restarts were spent when the rank failed (Config.MaxRestarts):
+	// Restarts of MaxRestarts.
+	Restarts, MaxRestarts int
+	apps                  int // the job's number of programs: Error names Prog when more than 1
 }
 
 func (e *ExitError) Error() string {
+	spent := ""
+	if e.MaxRestarts > 0 {
+		spent = fmt.Sprintf(" with no restart left (%d of %d used)", e.Restarts, e.MaxRestarts)
+	}
+	return e.what() + spent + "; " + stoppedPhrase(e.Stopped, true)
+}
+
+// what is the failure without the consequences: "rank 1 (pid 4242)
+// exited with status 3".
+func (e *ExitError) what() string {
 	var what string
 	if e.Signal != 0 {
 		what = "killed by signal: " + e.Signal.String()
@@ -257,7 +301,7 @@ func (e *ExitError) Error() string {
 	if e.apps > 1 {
 		where += ", " + commandLine(e.Prog, e.Args)
 	}
-	return fmt.Sprintf("rank %d (pid %d%s) %s; %s", e.Rank, e.Pid, where, what, stoppedPhrase(e.Stopped, true))
+	return fmt.Sprintf("rank %d (pid %d%s) %s", e.Rank, e.Pid, where, what)
 }
 
 // commandLine is prog and args as a shell would take them (arguments with
@@ -428,7 +472,8 @@ func jobApps(cfg Config) ([]App, error) {
 // failure ended the job (after stopping the others: SIGTERM cfg.Settle after
 // the first failure, then SIGKILL after cfg.Grace), a *SignalError when ForwardSignals is set and a signal arrived,
 // or another error (bad config, build or start failure, ctx ended: the ranks
-// are then stopped the same way).
+// are then stopped the same way). With cfg.MaxRestarts, a failure while
+// restarts remain starts a replacement instead (see Config.MaxRestarts).
 func Run(ctx context.Context, cfg Config) error {
 	if len(cfg.Hosts) > 0 {
 		return runHosts(ctx, cfg)
@@ -466,7 +511,15 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	j := &localJob{cfg: &cfg, apps: apps, app: app, paths: paths, place: place, exits: make(chan exit, len(app))}
+	j := &localJob{cfg: &cfg, apps: apps, app: app, paths: paths, place: place, exits: make(chan exit, len(app)),
+		env: jobEnv(cfg), outMu: new(sync.Mutex)}
+	if cfg.MaxRestarts > 0 && cfg.Place == nil {
+		srv, err := j.serveStore()
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+	}
 	startErr := j.start()
 	w := j.wait(ctx, sigs, startErr)
 	j.drain()
@@ -500,22 +553,60 @@ type localJob struct {
 	app   []int    // app[rank]: the rank's index in apps
 	paths []string // the executables of apps
 	place Place
-	ranks []*rank // the started ones, by rank
+	ranks []*rank // the started ones, by rank (the latest of each)
 	exits chan exit
+	env   []string    // the parent environment of every rank (jobEnv)
+	outMu *sync.Mutex // one line at a time, across both streams
+	// Restarts (Config.MaxRestarts): the ranks replaced, for drain, and
+	// their count.
+	replaced []*rank
+	restarts int
+}
+
+// jobEnv is the environment every rank of cfg starts from: this
+// process's, with a fresh job token unless it holds one.
+func jobEnv(cfg Config) []string {
+	env := os.Environ()
+	if os.Getenv(EnvJobToken) == "" && cfg.Place == nil {
+		// A share of a bigger job has the job's token in cfg.Env, or none
+		// (every host must hold the same one: it cannot be made here).
+		env = append(env, EnvJobToken+"="+NewJobToken())
+	}
+	return env
+}
+
+// lastValue is the value of the last entry of key in env ("" if none): the
+// one a process started with env sees.
+func lastValue(env []string, key string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(env[i], key+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// serveStore serves the job's goccl store on a free port of 127.0.0.1,
+// with the ranks' job token, for the ranks to reach as clients
+// (Config.MaxRestarts).
+func (j *localJob) serveStore() (*rendezvous.TCPServer, error) {
+	var opts []rendezvous.Option
+	if tok := lastValue(append(j.env[:len(j.env):len(j.env)], j.cfg.Env...), EnvJobToken); tok != "" {
+		opts = append(opts, rendezvous.WithToken([]byte(tok)))
+	}
+	srv, err := rendezvous.NewTCPServer("127.0.0.1:0", opts...)
+	if err != nil {
+		return nil, fmt.Errorf("launch: serving the job's store: %w", err)
+	}
+	j.place.StoreAddr, j.place.Served = srv.Addr(), true
+	return srv, nil
 }
 
 // start starts the ranks in order and returns the error of the first that
 // cannot start (the ranks before it run; the caller stops them).
 func (j *localJob) start() error {
-	parentEnv := os.Environ()
-	if os.Getenv(EnvJobToken) == "" && j.cfg.Place == nil {
-		// A share of a bigger job has the job's token in cfg.Env, or none
-		// (every host must hold the same one: it cannot be made here).
-		parentEnv = append(parentEnv, EnvJobToken+"="+NewJobToken())
-	}
-	outMu := new(sync.Mutex) // one line at a time, across both streams
 	for i := range j.app {
-		r, err := j.startRank(i, parentEnv, outMu)
+		r, err := j.startRank(i, false)
 		if err != nil {
 			return err
 		}
@@ -524,16 +615,17 @@ func (j *localJob) start() error {
 	return nil
 }
 
-// startRank starts rank i of this host, its output copied line by line
-// under its label, and a goroutine that reports its exit on j.exits.
-func (j *localJob) startRank(i int, parentEnv []string, outMu *sync.Mutex) (*rank, error) {
+// startRank starts rank i of this host (a replacement that joins the
+// running job with join), its output copied line by line under its label,
+// and a goroutine that reports its exit on j.exits.
+func (j *localJob) startRank(i int, join bool) (*rank, error) {
 	r := &rank{id: i}
 	a, path := j.apps[j.app[i]], j.paths[j.app[i]]
 	cmd := exec.Command(path, a.Args...)
 	cmd.Dir = j.cfg.Dir
-	cmd.Env, cmd.ExtraFiles = j.rankEnv(i, a, parentEnv)
+	cmd.Env, cmd.ExtraFiles = j.rankEnv(i, a, join)
 	cmd.SysProcAttr = sysProcAttr()
-	ws, err := j.pipeOutput(r, cmd, outMu)
+	ws, err := j.pipeOutput(r, cmd, j.outMu)
 	if err == nil {
 		err = cmd.Start()
 	}
@@ -555,15 +647,21 @@ func (j *localJob) startRank(i int, parentEnv []string, outMu *sync.Mutex) (*ran
 }
 
 // rankEnv returns the environment of rank i of this host (a program of
-// app a) and the files it inherits beyond stdio (the progress pipe, to
-// rank 0).
-func (j *localJob) rankEnv(i int, a App, parentEnv []string) (env []string, extra []*os.File) {
+// app a; with join, a replacement that joins the running job) and the
+// files it inherits beyond stdio (the progress pipe, to rank 0).
+func (j *localJob) rankEnv(i int, a App, join bool) (env []string, extra []*os.File) {
 	cfg, place := j.cfg, j.place
-	env = make([]string, 0, len(parentEnv)+8+len(CompatVars)+len(cfg.Env)+len(a.Env))
-	env = append(env, parentEnv...)
+	env = make([]string, 0, len(j.env)+10+len(CompatVars)+len(cfg.Env)+len(a.Env))
+	env = append(env, j.env...)
 	at := slot{rank: place.FirstRank + i, world: place.WorldSize, local: i, localWorld: len(j.app), node: place.Node}
 	env = append(env, at.CompatEnv()...)
 	env = append(env, at.RankEnv(place.StoreAddr, place.JobID)...)
+	if place.Served {
+		env = append(env, config.StoreServed.Name+"=launcher")
+	}
+	if join {
+		env = append(env, config.Join.Name+"=1")
+	}
 	if i == 0 && cfg.Progress != nil {
 		extra = []*os.File{cfg.Progress}
 		env = append(env, EnvProgressFD+"="+strconv.Itoa(progressFD))
@@ -694,6 +792,9 @@ func (j *localJob) exited(w *jobWait, e exit) {
 	a := j.apps[j.app[e.rank]]
 	ee.Rank += j.place.FirstRank
 	ee.App, ee.Prog, ee.Args, ee.apps = j.app[e.rank], a.Prog, a.Args, len(j.apps)
+	if j.replace(w, ee) {
+		return
+	}
 	if j.cfg.OnExit != nil {
 		j.cfg.OnExit(ee.Rank, ee)
 	}
@@ -705,13 +806,62 @@ func (j *localJob) exited(w *jobWait, e exit) {
 	}
 }
 
+// replace starts a replacement for the failed rank ee when restarts
+// remain (Config.MaxRestarts) and reports whether it did; otherwise it
+// notes in ee that the restarts are spent.
+func (j *localJob) replace(w *jobWait, ee *ExitError) bool {
+	max := j.cfg.MaxRestarts
+	if max <= 0 || w.stopping {
+		return false
+	}
+	var n int
+	var ok bool
+	if j.cfg.askRestart != nil {
+		n, ok = j.cfg.askRestart(ee)
+	} else if ok = j.restarts < max; ok {
+		j.restarts++
+		n = j.restarts
+	}
+	if !ok {
+		if j.cfg.askRestart == nil {
+			ee.Restarts, ee.MaxRestarts = j.restarts, max
+		}
+		return false
+	}
+	i := ee.Rank - j.place.FirstRank
+	what := *ee
+	what.Host = j.cfg.hostName
+	j.say("goccl run: %s; starting a replacement that joins the job (restart %d of %d)", what.what(), n, max)
+	r, err := j.startRank(i, true)
+	if err != nil {
+		j.say("goccl run: %v", err)
+		return false
+	}
+	j.replaced = append(j.replaced, j.ranks[i])
+	j.ranks[i] = r
+	w.running++
+	return true
+}
+
+// say writes a line of the launcher's own to Stderr, between the ranks'.
+func (j *localJob) say(format string, args ...any) {
+	line := fmt.Sprintf(format+"\n", args...)
+	if j.cfg.Progress != nil && progress.IsTerminal(j.cfg.Stderr) {
+		line = progress.ClearLine + line
+	}
+	j.outMu.Lock()
+	io.WriteString(j.cfg.Stderr, line)
+	j.outMu.Unlock()
+}
+
 // drain waits for the exited ranks' output to be copied and closes their
 // pipes. Their output pipes normally reach EOF at once; a grandchild
 // holding a pipe open must not hang the launcher.
 func (j *localJob) drain() {
+	all := append(j.replaced, j.ranks...)
 	drained := make(chan struct{})
 	go func() {
-		for _, r := range j.ranks {
+		for _, r := range all {
 			r.readers.Wait()
 		}
 		close(drained)
@@ -720,7 +870,7 @@ func (j *localJob) drain() {
 	case <-drained:
 	case <-time.After(2 * time.Second):
 		// Leftover processes of the ranks hold the pipes: end them.
-		for _, r := range j.ranks {
+		for _, r := range all {
 			signalGroup(r.cmd.Process, syscall.SIGKILL)
 			for _, p := range r.pipes {
 				p.Close()
@@ -728,7 +878,7 @@ func (j *localJob) drain() {
 		}
 		<-drained
 	}
-	for _, r := range j.ranks {
+	for _, r := range all {
 		for _, p := range r.pipes {
 			p.Close()
 		}

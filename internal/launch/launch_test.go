@@ -159,6 +159,10 @@ func helper(mode string) int {
 		return 0
 	case "ok":
 		return 0
+	case "restart":
+		return restartHelper(rank)
+	case "store":
+		return storeHelper(rank)
 	case "progress":
 		// Rank 0 draws a bar (as goccl perf and the examples do); every
 		// rank then prints a line and the descriptor it was named.

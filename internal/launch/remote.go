@@ -11,14 +11,20 @@ package launch
 //
 //   - launcher to agent: one line of JSON, the nodeSpec; then "term" (stop
 //     the ranks: SIGTERM, SIGKILL after the grace period). End of input
-//     means the same: a launcher that dies takes the ranks with it.
+//     means the same: a launcher that dies takes the ranks with it. With
+//     MaxRestarts, the answers to "restart?": "restart RANK N" (replace
+//     it; N is the job's count of restarts with this one) or "norestart
+//     RANK".
 //   - agent to launcher, on its standard output, between the ranks' lines
 //     (which begin with "[rank] "): lines beginning with ctlPrefix:
 //     "store ADDR TORCH" (the agent of rank 0's host chose where rank 0
 //     serves goccl's store and where the agent serves PyTorch's c10d store),
-//     "exit {json}" (a rank failed: exitRecord), "ok RANK" (a rank exited
+//     "exit {json}" (a rank failed: exitRecord), "restart? {json}" (a rank
+//     failed, may it be replaced? MaxRestarts), "ok RANK" (a rank exited
 //     with status 0), "error MESSAGE" (the agent cannot run its share),
-//     "done" (every rank of the host has exited).
+//     "done" (every rank of the host has exited; the agent that serves
+//     goccl's store, with MaxRestarts, then serves it until its input
+//     ends, which the launcher closes once every agent is done).
 //
 // The ranks' standard error goes to the agent's, already prefixed.
 
@@ -68,6 +74,8 @@ type nodeSpec struct {
 	TorchAddr string        // PyTorch's c10d store, "" on rank 0's host
 	Grace     time.Duration // Config.Grace
 	Settle    time.Duration // Config.Settle
+	// MaxRestarts is Config.MaxRestarts: the launcher keeps the count.
+	MaxRestarts int `json:",omitempty"`
 }
 
 // exitRecord is a rank's failure as an agent reports it.
@@ -231,7 +239,7 @@ type agent struct {
 // agentEvent is what an agent's streams and process tell the launcher.
 type agentEvent struct {
 	agent   *agent
-	kind    string // "store", "exit", "ok", "error", "done", "gone"
+	kind    string // "store", "exit", "restart?", "ok", "error", "done", "gone"
 	rank    int
 	failure *ExitError
 	store   [2]string // goccl's and PyTorch's store addresses
@@ -294,7 +302,7 @@ func runHosts(ctx context.Context, cfg Config) error {
 	l := &hostLauncher{cfg: cfg, apps: apps, np: np, running: np, events: make(chan agentEvent, 4*len(shares)+np),
 		agentArgv: rsh, agentPath: agentPath}
 	spec := nodeSpec{Dir: dir, Env: forwardedEnv(cfg.Export, cfg.Env), Grace: cfg.Grace, Settle: cfg.Settle,
-		Place: Place{WorldSize: np, JobID: NewJobID()}}
+		Place: Place{WorldSize: np, JobID: NewJobID(), Served: cfg.MaxRestarts > 0}, MaxRestarts: cfg.MaxRestarts}
 	return l.run(ctx, shares, spec, sigs)
 }
 
@@ -338,6 +346,7 @@ type hostLauncher struct {
 	agents    []*agent
 	outMu     sync.Mutex
 	readers   sync.WaitGroup
+	restarts  int // replacements granted (Config.MaxRestarts)
 }
 
 // start starts the agent of share with spec (its Place and Apps filled in
@@ -466,7 +475,7 @@ func parseControl(a *agent, line string) agentEvent {
 			return bad()
 		}
 		ev.store = [2]string{f[0], f[1]}
-	case "exit":
+	case "exit", "restart?":
 		var rec exitRecord
 		if err := json.Unmarshal([]byte(rest), &rec); err != nil {
 			return bad()
@@ -500,8 +509,9 @@ func (l *hostLauncher) run(ctx context.Context, shares []hostShare, spec nodeSpe
 		stopping bool
 		kill     <-chan time.Time
 		done     = ctx.Done()
-		live     = 0 // agents whose process has not ended
-		stopped  = 0 // ranks running when the launcher stopped them
+		live     = 0  // agents whose process has not ended
+		released bool // every agent is done: their input was closed
+		stopped  = 0  // ranks running when the launcher stopped them
 	)
 	fail := func(err error) {
 		if first == nil {
@@ -554,6 +564,10 @@ func (l *hostLauncher) run(ctx context.Context, shares []hostShare, spec nodeSpe
 	for live > 0 {
 		select {
 		case ev := <-l.events:
+			if ev.kind == "restart?" {
+				l.answerRestart(ev, stopping)
+				break
+			}
 			l.handle(ev, fail, &live, startRest)
 			if ev.kind == "store" || ev.kind == "gone" || ev.kind == "error" {
 				waitStore = nil
@@ -587,6 +601,13 @@ func (l *hostLauncher) run(ctx context.Context, shares []hostShare, spec nodeSpe
 		if first != nil && l.failedHard(first) {
 			stop()
 		}
+		if spec.Place.Served && !released && l.allDone(len(shares)) {
+			// The agent that serves the store waits for this.
+			released = true
+			for _, a := range l.agents {
+				a.stdin.Close()
+			}
+		}
 	}
 	l.readers.Wait()
 	switch e := first.(type) {
@@ -604,6 +625,34 @@ func (l *hostLauncher) run(ctx context.Context, shares []hostShare, spec nodeSpe
 		return fmt.Errorf("launch: %w; %s", ctxErr, stoppedPhrase(stopped, false))
 	}
 	return nil
+}
+
+// allDone reports whether all n agents have started and every one has
+// said done or is gone.
+func (l *hostLauncher) allDone(n int) bool {
+	if len(l.agents) < n {
+		return false
+	}
+	for _, a := range l.agents {
+		if !a.done && !a.gone {
+			return false
+		}
+	}
+	return true
+}
+
+// answerRestart answers an agent that asks whether its failed rank may be
+// replaced: yes while the job's restarts (Config.MaxRestarts) remain and
+// it is not stopping.
+func (l *hostLauncher) answerRestart(ev agentEvent, stopping bool) {
+	a := ev.agent
+	a.heard = true
+	if stopping || l.restarts >= l.cfg.MaxRestarts {
+		fmt.Fprintf(a.stdin, "norestart %d\n", ev.rank)
+		return
+	}
+	l.restarts++
+	fmt.Fprintf(a.stdin, "restart %d %d\n", ev.rank, l.restarts)
 }
 
 // liveRanks is how many ranks of the agents still running are not known to
@@ -647,6 +696,9 @@ func (l *hostLauncher) handle(ev agentEvent, fail func(error), live *int, startR
 		ee := ev.failure
 		ee.Host = host
 		ee.apps = len(l.apps)
+		if max := l.cfg.MaxRestarts; max > 0 && l.restarts >= max {
+			ee.Restarts, ee.MaxRestarts = l.restarts, max
+		}
 		if i := ev.rank - a.share.firstRank; i >= 0 {
 			for j, sa := range a.share.apps {
 				if i < sa.NP {
@@ -708,25 +760,19 @@ func ServeNode(in io.Reader, out, errOut io.Writer) int {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() {
-		// "term", or the end of input: the launcher is gone.
-		for {
-			l, err := br.ReadString('\n')
-			if strings.TrimSpace(l) == "term" || err != nil {
-				cancel()
-				return
-			}
-		}
-	}()
+	answers := make(chan restartAnswer, 16)
+	go readLauncher(br, cancel, answers)
 
 	env := spec.Env
+	serving := false // goccl's store, for the whole job (MaxRestarts)
 	if spec.Place.StoreAddr == "" {
-		store, torch, closeTorch, err := serveStores(spec.Env)
+		serving = spec.Place.Served
+		store, torch, closeStores, err := serveStores(spec.Env, spec.Place.Served)
 		if err != nil {
 			report("error %v", err)
 			return 1
 		}
-		defer closeTorch()
+		defer closeStores()
 		spec.Place.StoreAddr, spec.TorchAddr = store, torch
 		report("store %s %s", store, torch)
 	}
@@ -747,6 +793,14 @@ func ServeNode(in io.Reader, out, errOut io.Writer) int {
 		Grace:  spec.Grace,
 		Settle: spec.Settle,
 		Place:  &spec.Place,
+		// The launcher keeps the job's count of restarts: ask it.
+		MaxRestarts: spec.MaxRestarts,
+		askRestart: func(f *ExitError) (int, bool) {
+			rec, _ := json.Marshal(exitRecord{Rank: f.Rank, Pid: f.Pid, Status: f.Status, Signal: int(f.Signal)})
+			report("restart? %s", rec)
+			return awaitRestart(ctx, answers, f.Rank)
+		},
+		hostName: spec.Host,
 		OnExit: func(rank int, f *ExitError) {
 			if f == nil {
 				report("ok %d", rank)
@@ -766,10 +820,64 @@ func ServeNode(in io.Reader, out, errOut io.Writer) int {
 		report("error %v", err)
 	}
 	report("done")
+	if serving {
+		// The ranks of other hosts may still use the store: serve it
+		// until the launcher, once every host is done, ends the input.
+		<-ctx.Done()
+	}
 	if err != nil {
 		return 1
 	}
 	return 0
+}
+
+// restartAnswer is the launcher's answer to an agent's "restart?".
+type restartAnswer struct {
+	rank, n int
+	ok      bool
+}
+
+// readLauncher reads the launcher's lines after the job: "term", or the
+// end of input (the launcher is gone), calls cancel; the answers to
+// "restart?" go to answers.
+func readLauncher(br *bufio.Reader, cancel func(), answers chan<- restartAnswer) {
+	for {
+		l, err := br.ReadString('\n')
+		f := strings.Fields(l)
+		switch {
+		case err != nil || len(f) == 1 && f[0] == "term":
+			cancel()
+			return
+		case len(f) == 3 && f[0] == "restart", len(f) == 2 && f[0] == "norestart":
+			var a restartAnswer
+			a.rank, err = strconv.Atoi(f[1])
+			if a.ok = f[0] == "restart"; a.ok && err == nil {
+				a.n, err = strconv.Atoi(f[2])
+			}
+			if err == nil {
+				answers <- a
+			}
+		}
+	}
+}
+
+// awaitRestart waits for the launcher's answer about rank: no when ctx
+// ends (the job stops) or none comes in agentStartTimeout.
+func awaitRestart(ctx context.Context, answers <-chan restartAnswer, rank int) (int, bool) {
+	t := time.NewTimer(agentStartTimeout)
+	defer t.Stop()
+	for {
+		select {
+		case a := <-answers:
+			if a.rank == rank {
+				return a.n, a.ok
+			}
+		case <-ctx.Done():
+			return 0, false
+		case <-t.C:
+			return 0, false
+		}
+	}
 }
 
 func mustGetwd() string {
@@ -783,8 +891,10 @@ func mustGetwd() string {
 // serveStores chooses, on rank 0's host, the address where rank 0 serves
 // goccl's store (the address of the interface GOCCL_SOCKET_IFNAME picks, as
 // the ranks' TCP links do, and a free port) and serves PyTorch's c10d store
-// beside it. env is the job's environment (it may give GOCCL_SOCKET_IFNAME).
-func serveStores(env []string) (store, torch string, closeTorch func(), err error) {
+// beside it. env is the job's environment (it may give GOCCL_SOCKET_IFNAME
+// and holds the job token). With served (Config.MaxRestarts), this agent
+// serves goccl's store there too, with the job token, instead of rank 0.
+func serveStores(env []string, served bool) (store, torch string, closeStores func(), err error) {
 	spec := config.SocketIfname.Get()
 	for _, kv := range env {
 		if v, ok := strings.CutPrefix(kv, config.SocketIfname.Name+"="); ok {
@@ -796,17 +906,31 @@ func serveStores(env []string) (store, torch string, closeTorch func(), err erro
 		return "", "", nil, err
 	}
 	ip := ifc.IP.String()
-	port, err := FreePort(ip)
-	if err != nil {
-		return "", "", nil, fmt.Errorf("the store's port on %s: %w", ifc.Name, err)
+	closeGoccl := func() {}
+	if served {
+		var opts []rendezvous.Option
+		if tok := lastValue(env, EnvJobToken); tok != "" {
+			opts = append(opts, rendezvous.WithToken([]byte(tok)))
+		}
+		srv, err := rendezvous.NewTCPServer(net.JoinHostPort(ip, "0"), opts...)
+		if err != nil {
+			return "", "", nil, fmt.Errorf("serving the job's store on %s: %w", ip, err)
+		}
+		store, closeGoccl = srv.Addr(), func() { srv.Close() }
+	} else {
+		port, err := FreePort(ip)
+		if err != nil {
+			return "", "", nil, fmt.Errorf("the store's port on %s: %w", ifc.Name, err)
+		}
+		store = net.JoinHostPort(ip, strconv.Itoa(port))
 	}
-	store = net.JoinHostPort(ip, strconv.Itoa(port))
 	tln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {
+		closeGoccl()
 		return "", "", nil, fmt.Errorf("serving a c10d store for PyTorch on %s: %w", ip, err)
 	}
 	srv := rendezvous.ServeC10d(tln)
-	return store, srv.Addr(), func() { srv.Close() }, nil
+	return store, srv.Addr(), func() { srv.Close(); closeGoccl() }, nil
 }
 
 // TorchEnv is what PyTorch's ranks need to find the c10d store that a
