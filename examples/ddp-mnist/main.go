@@ -136,13 +136,15 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.steps, "steps", 0, "stop after this many steps in total, the last epoch partial (0: -epochs full epochs)")
 	fs.StringVar(&cfg.tr.compress, "compress", "none", "gradient compression hook: none, fp16 (ddp.FP16Compress) or bf16 (ddp.BF16Compress)")
 	fs.BoolVar(&cfg.elastic, "elastic", false, "survive rank failures: agree on every step's commit, shrink after a failure, grow when processes join")
-	fs.BoolVar(&cfg.join, "join", false, "join a running elastic job (goccl.Join) instead of starting one (implies -elastic)")
+	fs.BoolVar(&cfg.join, "join", false, "join a running elastic job (goccl.Join) instead of starting one (implies -elastic; set by goccl run --max-restarts for a replacement)")
 	fs.IntVar(&cfg.killRank, "kill-rank", -1, "chaos test: the process that starts as this rank kills itself (SIGKILL) before the first step of -kill-at-epoch (implies -elastic)")
 	fs.IntVar(&cfg.killAtEpoch, "kill-at-epoch", 2, "chaos test: the epoch of -kill-rank's death")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
 	cfg.tr.noOverlap = cfg.overlap == overlapOff
+	// A replacement that goccl run --max-restarts started joins the job.
+	cfg.join = cfg.join || goccl.Joining()
 	cfg.elastic = cfg.elastic || cfg.join || cfg.killRank >= 0
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
