@@ -173,7 +173,7 @@ func runShrinkKill(t *testing.T, addr string, n, v1, v2 int, stop bool, delay ti
 			for _, c := range cmds {
 				c.Process.Signal(syscall.SIGQUIT) // their goroutines, into the output
 			}
-			time.Sleep(time.Second)
+			time.Sleep(3 * time.Second)
 			outMu.Lock()
 			for q := range n {
 				t.Logf("rank %d:\n%s", q, outs[q].String())
