@@ -74,6 +74,11 @@ func stragglerWorker(ctx context.Context, c *goccl.Comm) int {
 // goccl_rank_arrival_lag_seconds{last_rank="2"} with that median and
 // goccl_rank_arrived_last_ratio; the trace's AllReduce events name it.
 func TestStragglersMultiProcess(t *testing.T) {
+	if testing.Short() {
+		// Under the race detector (the short suite's run) 4 processes on
+		// 2 cores jitter by more than the slow rank's 2 ms.
+		t.Skip("multi-process timing test; skipped with -short")
+	}
 	const n, slow = 4, 2
 	for _, tr := range []struct{ name, shmOff string }{{"shm", "0"}, {"tcp", "1"}} {
 		t.Run(tr.name, func(t *testing.T) {

@@ -225,7 +225,8 @@ func exchange(ctx context.Context, ctrl transport.Link, mine *setup) (setup, err
 	sent := make(chan error, 1)
 	go func() { h := setupHdr; sent <- ctrl.Send(ctx, &h, out[:]) }()
 	var peer setup
-	err := ctrl.Recv(ctx, &setupHdr, in[:], nil)
+	rh := setupHdr // Recv writes the arrival it got into its header (a copy: Send reads setupHdr meanwhile)
+	err := ctrl.Recv(ctx, &rh, in[:], nil)
 	if serr := <-sent; err == nil {
 		err = serr
 	}
@@ -1003,7 +1004,9 @@ func (l *Link) recv(ctx context.Context, want *transport.Header, buf, spare []by
 					l.Close()
 					return nil, err
 				} else {
-					want.Arrival = got.Arrival
+					if want.Arrival != got.Arrival { // no write when equal: callers may share want with a Send
+						want.Arrival = got.Arrival
+					}
 				}
 				data = data[hdrRoom:]
 			}

@@ -330,7 +330,9 @@ func (c *connLink) Recv(ctx context.Context, want *transport.Header, buf []byte,
 		c.conn.Close()
 		return err
 	}
-	want.Arrival = got.Arrival
+	if want.Arrival != got.Arrival { // no write when equal: callers may share want with a Send
+		want.Arrival = got.Arrival
+	}
 	if _, err := io.ReadFull(c.conn, buf); err != nil {
 		return fail(err)
 	}

@@ -433,7 +433,9 @@ func (l *link) recv(ctx context.Context, want *transport.Header, buf []byte, red
 			l.shutdown(-1)
 			return &transport.PeerError{Peer: l.peer, Op: "recv", Err: err}
 		}
-		want.Arrival = got.Arrival
+		if want.Arrival != got.Arrival { // no write when equal: callers may share want with a Send
+			want.Arrival = got.Arrival
+		}
 		if flags&flagCMA == 0 {
 			return l.recvCopy(ctx, buf, reduce)
 		}

@@ -288,7 +288,8 @@ func TestChecksumDetectsCorruption(t *testing.T) {
 			if tc.reduce {
 				reduce = func(d, s []byte) { copy(d, s) }
 			}
-			err := lb.Recv(ctx, &h, dst, reduce)
+			rh := h // Recv writes the arrival into its header; Send reads h meanwhile
+			err := lb.Recv(ctx, &rh, dst, reduce)
 			<-sendErr
 			if !tc.checksum {
 				if err != nil {
