@@ -86,7 +86,8 @@ type health struct {
 	// lost rank (op goroutine, then Close).
 	servesStore bool
 	failedAt    time.Time
-	// onTick runs at every tick of the watcher (Comm.checkRevoked).
+	// onTick runs at a tick of the watcher that finds the operation state
+	// unchanged since the last one (Comm.checkRevoked).
 	onTick func(context.Context)
 
 	mu       sync.Mutex
@@ -128,8 +129,13 @@ func (h *health) watch(tick, publishAfter time.Duration) {
 			return
 		case now = <-t.C:
 		}
-		h.onTick(h.ctx)
 		st := h.op.Load()
+		if st == state {
+			// The rank has been in one state for a tick (idle, or inside a
+			// slow operation): only then does the watcher ask the store,
+			// so that a rank busy with operations allocates nothing here.
+			h.onTick(h.ctx)
+		}
 		h.mu.Lock()
 		if st != state {
 			state, h.since = st, now

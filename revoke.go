@@ -15,9 +15,10 @@ var ErrRevoked = errors.New("communicator revoked")
 // ncclCommRevoke): not collective, any rank may call it, from any
 // goroutine. This rank's pending and later operations fail at once with an
 // error wrapping ErrRevoked; so do the other ranks' (their pending
-// operations when they find their links to this rank closed, or within a
-// tick of their watcher, which reads the revocation in the rendezvous
-// store: at most an eighth of the operation timeout, and 1 s). The
+// operations when they find their links to this rank closed, or within two
+// ticks of their watcher, which reads the revocation in the rendezvous
+// store when the rank has been idle or in one operation for a tick: a tick
+// is an eighth of the operation timeout, at most 1 s). The
 // revocation is in the store before Revoke returns, so it reaches the
 // other ranks even if this one dies right after. Agree, Shrink and Split
 // still work on a revoked communicator (they use the store): revoke, then
