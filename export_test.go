@@ -82,3 +82,14 @@ func ServeMetrics(addr string, localRank int) (string, error) {
 	_, err := serveMetrics(addr, localRank)
 	return metricsServer.addr, err
 }
+
+// LinkNames returns the name of c's link to each peer ("" for this rank).
+func LinkNames(c *Comm) []string {
+	names := make([]string, c.size)
+	for p, l := range c.links() {
+		if l != nil {
+			names[p] = l.Name()
+		}
+	}
+	return names
+}

@@ -95,7 +95,7 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		return fail(fmt.Errorf("%w: rank %d is outside [0, %d)", ErrInvalidArgument, cfg.rank, cfg.size))
 	}
 	p := bootstrap.Params{Rank: c.rank, Size: c.size, LocalRank: c.localRank, Store: cfg.store, Env: env,
-		JobID: cmp.Or(cfg.jobID, env.JobID), Log: c.log.bootstrapLog}
+		JobID: cmp.Or(cfg.jobID, env.JobID), Reuse: cfg.reuse, Log: c.log.bootstrapLog}
 	if err := c.fromEnv(&cfg, &p); err != nil {
 		return fail(err)
 	}

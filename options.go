@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/goccl/goccl/rendezvous"
+	"github.com/goccl/goccl/transport"
 )
 
 // Option configures Init.
@@ -26,6 +27,7 @@ type options struct {
 	root                  rendezvous.Store // set by Split, Shrink, Grow, Join (derived): the job's first store (Comm.root)
 	rootRanks             []int            // set by derived: the ranks' root ranks (Comm.rootRanks)
 	book                  *lossBook        // set by derived: the process's book of lost root ranks
+	reuse                 []transport.Link // set by Shrink: the survivors' links to take back (bootstrap.Params.Reuse)
 	tlsServer, tlsClient  *tls.Config
 	metrics               prometheus.Registerer // WithMetrics (nil: GOCCL_METRICS_ADDR's, or none)
 	logger                *slog.Logger

@@ -59,12 +59,28 @@ func shrinkWorker(ctx context.Context) int {
 		}
 		defer nc.Close()
 		fmt.Printf("shrink took %v\n", time.Since(start))
-		x := []float32{float32(rank + 1)}
-		if err := goccl.AllReduce(ctx, nc, x, x, 1, goccl.Sum); err != nil {
+		// 4 MiB through the links (over reset rings, where Shrink kept
+		// them), every element the sum of the survivors' original ranks + 1.
+		x := make([]float32, 1<<20)
+		for i := range x {
+			x[i] = float32(rank + 1)
+		}
+		if err := goccl.AllReduce(ctx, nc, x, x, len(x), goccl.Sum); err != nil {
 			fmt.Println("FAILED after shrink:", err)
 			cur = nc
 			continue
 		}
+		for i, v := range x {
+			if v != x[0] {
+				fmt.Printf("ERR element %d is %g, element 0 %g\n", i, v, x[0])
+				return 1
+			}
+		}
+		if err := goccl.AllReduce(ctx, c, x, x, 1, goccl.Sum); err == nil {
+			fmt.Println("ERR the old communicator still works after a shrink that retired it")
+			return 1
+		}
+		fmt.Printf("LINKS %s\n", strings.Join(goccl.LinkNames(nc), ","))
 		fmt.Printf("SHRUNK %d %g\n", nc.Size(), x[0])
 		return 0
 	}
@@ -100,18 +116,22 @@ func TestShrinkFaultInjection(t *testing.T) {
 		}
 		stop := rng.IntN(3) == 0
 		delay := time.Duration(rng.IntN(60)) * time.Millisecond
-		t.Run(fmt.Sprintf("%d/np%d/kill%d/then%d/stop=%v/after%v", it, n, v1, v2, stop, delay), func(t *testing.T) {
+		net := []string{"shm", "tcp"}[it%2]
+		t.Run(fmt.Sprintf("%d/%s/np%d/kill%d/then%d/stop=%v/after%v", it, net, n, v1, v2, stop, delay), func(t *testing.T) {
 			srv, err := rendezvous.NewTCPServer("127.0.0.1:0", rendezvous.WithToken([]byte("shrink test")))
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer srv.Close()
-			runShrinkKill(t, srv.Addr(), n, v1, v2, stop, delay)
+			runShrinkKill(t, srv.Addr(), net, n, v1, v2, stop, delay)
 		})
 	}
 }
 
-func runShrinkKill(t *testing.T, addr string, n, v1, v2 int, stop bool, delay time.Duration) {
+// runShrinkKill runs one case of TestShrinkFaultInjection with net's links
+// (shm: shared memory, which the shrunk communicator must keep using; tcp:
+// GOCCL_SHM_DISABLE=1).
+func runShrinkKill(t *testing.T, addr, net string, n, v1, v2 int, stop bool, delay time.Duration) {
 	cmds := make([]*exec.Cmd, n)
 	outs := make([]strings.Builder, n)
 	var outMu sync.Mutex
@@ -122,6 +142,7 @@ func runShrinkKill(t *testing.T, addr string, n, v1, v2 int, stop bool, delay ti
 	for r := range n {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), "GOCCL_TEST_WORKER=shrink", "GOCCL_TEST_STORE="+addr, "GOCCL_TEST_TOKEN=shrink test",
+			"GOCCL_SHM_DISABLE="+map[string]string{"shm": "0", "tcp": "1"}[net],
 			"GOCCL_RANK="+strconv.Itoa(r), "GOCCL_WORLD_SIZE="+strconv.Itoa(n), "GOCCL_LOCAL_RANK="+strconv.Itoa(r))
 		cmds[r] = cmd
 		exited[r] = startWatched(t, cmd, &readers, func(line string) {
@@ -132,7 +153,13 @@ func runShrinkKill(t *testing.T, addr string, n, v1, v2 int, stop bool, delay ti
 			case line == "ready":
 				ready <- r
 			case strings.HasPrefix(line, "FAILED "):
-				failed <- r
+				// Not blocking: a rank prints FAILED again when an AllReduce
+				// on a shrunk communicator fails, and a reader blocked here
+				// would block the rank's next write (the hang once seen).
+				select {
+				case failed <- r:
+				default:
+				}
 			}
 		}, nil)
 	}
@@ -208,6 +235,15 @@ func runShrinkKill(t *testing.T, addr string, n, v1, v2 int, stop bool, delay ti
 			continue
 		}
 		members += r + 1
+		if j := strings.Index(out, "LINKS "); j >= 0 {
+			links := strings.TrimSpace(strings.SplitN(out[j+len("LINKS "):], "\n", 2)[0])
+			for _, name := range strings.Split(links, ",") {
+				if name != "" && !strings.HasPrefix(name, net) {
+					t.Errorf("rank %d: the shrunk communicator's links are %s, want all %s", r, links, net)
+					break
+				}
+			}
+		}
 		got := strings.TrimSpace(strings.SplitN(out[i:], "\n", 2)[0])
 		if want == "" {
 			want = got

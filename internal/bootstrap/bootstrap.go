@@ -69,6 +69,13 @@ type Params struct {
 	MakeTLS                   bool
 	CertFile, KeyFile, CAFile string
 
+	// Reuse holds, by this job's rank, links of an earlier communicator
+	// between this process and that rank's (nil where none): a transport
+	// that can take its link back makes the new link over its resources
+	// instead of new ones (shared memory: the rings, see connectShm), and
+	// the earlier link is closed. Comm.Shrink passes the survivors' links.
+	Reuse []transport.Link
+
 	// Log makes a log record (nil: discard) at level (slog.LevelWarn,
 	// LevelInfo, or LevelDebug for TRACE) of subsystem sub ("BOOTSTRAP":
 	// the store; "NET": TCP links; "SHM": shared memory) with attributes

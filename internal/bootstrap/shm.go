@@ -39,6 +39,14 @@ func (s shmNet) connect(ctx context.Context, b *boot, peers []bool) error {
 // src's messages to rank dst is the file goccl-<job id>-<src>-<dst> of the
 // shared-memory directory; dst creates it, src opens it.
 //
+// With a link to reuse (Params.Reuse) the pair keeps its two rings instead:
+// each side takes them back from the old link (shm.Reclaim, which waits for
+// the old link's calls to end) and publishes 'R' for the peer; once it reads
+// the peer's 'R' it resets its inbound ring (shm.ResetInbound), and both
+// make the new link after the barrier, when both resets are done. A pair
+// whose sides disagree (one reclaimed, the other made a new ring) uses the
+// table's next transport, as below.
+//
 // A ring that cannot be created (typically /dev/shm too small: Docker gives
 // containers 64 MiB) is not fatal: the rank logs what is missing and how to
 // fix it, and publishes which inbound rings it has; a pair of ranks uses
@@ -55,13 +63,22 @@ func (b *boot) connectShm(ctx context.Context, dir string, useShm []bool) error 
 		return filepath.Join(dir, fmt.Sprintf("goccl-%s-%d-%d", jobID, src, dst))
 	}
 	in := make([]*shm.Ring, size)
-	have := make([]byte, size) // have[p] == '1': the ring from p to this rank exists
+	kept := make([]*shm.Ring, size) // kept[p]: the reclaimed ring from this rank to p
+	// have[p] == '1': the ring from p to this rank exists; 'R': this rank
+	// reclaimed both rings it had with p.
+	have := make([]byte, size)
 	var failed []int
 	var firstFail error
 	for p, ok := range useShm {
 		have[p] = '0'
 		if !ok {
 			continue
+		}
+		if p < len(b.p.Reuse) && b.p.Reuse[p] != nil {
+			if out, rin, err := shm.Reclaim(ctx, b.p.Reuse[p]); err == nil {
+				in[p], kept[p], have[p] = rin, out, 'R'
+				continue
+			}
 		}
 		r, err := shm.CreateRing(path(p, rank), cfg)
 		if err != nil {
@@ -86,6 +103,9 @@ func (b *boot) connectShm(ctx context.Context, dir string, useShm []bool) error 
 					r.Close()
 				}
 			}
+			if kept[p] != nil && links[p] == nil {
+				kept[p].Close()
+			}
 		}
 		return err
 	}
@@ -108,8 +128,9 @@ func (b *boot) connectShm(ctx context.Context, dir string, useShm []bool) error 
 		case len(v) != size:
 			return abort(fmt.Errorf("rank %d published a bad shared-memory record %q", p, v))
 		}
-		if in[p] == nil || v[rank] != '1' {
-			// One of the two rings is missing: TCP for this pair.
+		if in[p] == nil || v[rank] != have[p] {
+			// One of the two rings is missing, or one side reclaimed them
+			// and the other did not: TCP for this pair.
 			useShm[p] = false
 			if in[p] != nil {
 				in[p].Unlink()
@@ -117,7 +138,18 @@ func (b *boot) connectShm(ctx context.Context, dir string, useShm []bool) error 
 				in[p] = nil
 				peerFailed = append(peerFailed, p)
 			}
+			if kept[p] != nil {
+				kept[p].Close()
+				kept[p] = nil
+			}
 			continue
+		}
+		if have[p] == 'R' {
+			// The peer has reclaimed its side: no call touches the rings.
+			if err := in[p].ResetInbound(); err != nil {
+				return abort(fmt.Errorf("shared memory with rank %d: %w", p, err))
+			}
+			continue // linked after the barrier, when the peer's reset is done
 		}
 		out, err := shm.OpenRing(path(rank, p))
 		if err != nil {
@@ -134,7 +166,10 @@ func (b *boot) connectShm(ctx context.Context, dir string, useShm []bool) error 
 	if err := rendezvous.Barrier(ctx, store, "goccl/shm-mapped", size); err != nil {
 		return abort(err)
 	}
-	for _, r := range in {
+	for p, r := range in {
+		if kept[p] != nil {
+			links[p] = shm.NewLink(rank, p, kept[p], r, shm.WithPeerPID(cards[p].Pid))
+		}
 		if r != nil {
 			r.Unlink()
 		}

@@ -61,12 +61,16 @@ type link struct {
 	self, peer int
 	out, in    *Ring
 
-	// closedBit | unmappedBit | calls currently using the mappings. The
-	// mappings are unmapped by whoever brings it to exactly closedBit and
-	// then wins the swap to closedBit|unmappedBit (a call registering in
-	// between keeps them mapped and unmaps them when it leaves).
-	state atomic.Uint64
-	_     [56]byte
+	// closedBit | unmappedBit | calls currently using the mappings, plus
+	// one that NewLink registers and Close (or Reclaim) drops, so that an
+	// Abort leaves the rings mapped for Reclaim. The mappings are unmapped
+	// by whoever brings it to exactly closedBit and then wins the swap to
+	// closedBit|unmappedBit (a call registering in between keeps them mapped
+	// and unmaps them when it leaves).
+	state         atomic.Uint64
+	released      atomic.Bool // Close or Reclaim dropped NewLink's registration
+	readerSettled atomic.Bool // an Abort saw the peer's reader idle (or gave up waiting) after the close
+	_             [48]byte
 
 	// Sender-owned (one Send/TrySend at a time).
 	sTail  uint64 // slots published (only the sender writes out.tail)
@@ -121,6 +125,7 @@ func NewLink(self, peer int, out, in *Ring, opts ...LinkOption) transport.Link {
 		panic("shm: ring " + in.path + " already belongs to a Link")
 	}
 	l := &link{self: self, peer: peer, out: out, in: in}
+	l.state.Store(1) // NewLink's registration: see state
 	l.sTail, l.sHead = out.tail.Load(), out.head.Load()
 	l.rHead, l.rTail = in.head.Load(), in.tail.Load()
 	l.initCMA()
@@ -185,10 +190,17 @@ func (l *link) MarkLost(lost int) {
 // process, and unmaps the rings once no call of this process uses them. Pending
 // and later calls on both sides fail with transport.ErrClosed (a Recv still
 // returns messages that were completely sent before the peer closed).
-func (l *link) Close() error { return l.Abort(transport.NoLostRank) }
+func (l *link) Close() error {
+	err := l.Abort(transport.NoLostRank)
+	if l.released.CompareAndSwap(false, true) {
+		l.leave() // NewLink's registration: the last one out unmaps
+	}
+	return err
+}
 
 // Abort is Close, telling the peer that this side lost rank lost (see
-// transport.Link).
+// transport.Link), except that the rings stay mapped until Close, so that
+// Reclaim can take them back for a new link between the same processes.
 func (l *link) Abort(lost int) error {
 	// Registering keeps the mappings alive while we write the flags, unless
 	// they are gone already (unmappedBit). A count of calls in flight does
@@ -200,8 +212,14 @@ func (l *link) Abort(lost int) error {
 		// ReadPeer of an exposed buffer), also if an error closed the
 		// link earlier: the closed flag stops it before its next piece;
 		// wait for the current one so that the caller may reuse its
-		// buffers once Abort returns.
-		l.waitReaderIdle()
+		// buffers once Abort returns. Once: a reader stopped by the
+		// closed flag starts no other piece, and one that never clears
+		// its flag (a dead peer) must not cost every later Abort or
+		// Close the whole wait.
+		if !l.readerSettled.Load() {
+			l.waitReaderIdle()
+			l.readerSettled.Store(true)
+		}
 	}
 	l.leave()
 	// The name of a ring this side opened is needed by nobody now: its creator

@@ -463,3 +463,89 @@ func TestCloseAfterUnmap(t *testing.T) {
 		wg.Wait()
 	}
 }
+
+// reclaimedPair is newPair after a failure: a message left in a ring, the
+// link aborted by one side, then both sides reclaim the rings, reset their
+// inbound ones and link again; the old links' Close must not disturb the new.
+func reclaimedPair(t *testing.T, cfg Config) (a, b transport.Link) {
+	a0, b0 := newPair(t, cfg)
+	ctx := ctxT(t)
+	h := hdr(1, 100)
+	if ok, err := a0.TrySend(&h, make([]byte, 100)); err != nil {
+		t.Fatalf("TrySend: ok %v, %v", ok, err)
+	}
+	b0.Abort(0)
+	aOut, aIn, err := Reclaim(ctx, a0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bOut, bIn, err := Reclaim(ctx, b0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []*Ring{aIn, bIn} {
+		if err := r.ResetInbound(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b = NewLink(0, 1, aOut, aIn), NewLink(1, 0, bOut, bIn)
+	if la := a.(*link); !la.cmaProbed {
+		la.probeCMA()
+	}
+	a0.Close()
+	b0.Close()
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
+}
+
+// TestReclaim: links made again over reclaimed rings pass the Link suite,
+// copied and by CMA; a link is reclaimed once, not after Close, and not
+// while a call of this process still uses it.
+func TestReclaim(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"copy", Config{SlotSize: 4096, Slots: 4, CMAThreshold: CMADisabled}},
+		{"mixed", Config{SlotSize: 4096, Slots: 4, CMAThreshold: 2 * 4096}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			recvs := cmaRecvs.Load()
+			linktest.RunConfig(t, linktest.Config{
+				NewPair: func(t *testing.T) (a, b transport.Link) { return reclaimedPair(t, tc.cfg) },
+				Sizes:   []int{1, 4095, 4096, 4097, 3 * 4096, 5*4096 + 1},
+			})
+			if n := cmaRecvs.Load() - recvs; tc.cfg.CMAThreshold > 0 && n == 0 {
+				t.Error("no message went by CMA after the reset")
+			}
+		})
+	}
+	ctx := ctxT(t)
+	a, b := newPair(t, Config{SlotSize: 64, Slots: 2})
+	if _, _, err := Reclaim(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := Reclaim(ctx, a); err == nil {
+		t.Error("a link reclaimed twice")
+	}
+	b.Close()
+	if _, _, err := Reclaim(ctx, b); err == nil {
+		t.Error("a closed link reclaimed")
+	}
+	// A call in flight: Reclaim waits for it until its context ends.
+	c, _ := newPair(t, Config{SlotSize: 64, Slots: 2})
+	lc := c.(*link)
+	if !lc.enter() {
+		t.Fatal("enter failed on a new link")
+	}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, _, err := Reclaim(short, c); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Reclaim with a call in flight: %v, want a deadline", err)
+	}
+	lc.leave()
+	c.Close() // the failed Reclaim left the rings to Close
+	if s := lc.state.Load(); s != closedBit|unmappedBit {
+		t.Errorf("after Close: state %#x, want closed and unmapped", s)
+	}
+}
