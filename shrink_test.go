@@ -65,8 +65,23 @@ func shrinkWorker(ctx context.Context) int {
 		for i := range x {
 			x[i] = float32(rank + 1)
 		}
+		ok := uint64(1)
 		if err := goccl.AllReduce(ctx, nc, x, x, len(x), goccl.Sum); err != nil {
 			fmt.Println("FAILED after shrink:", err)
+			ok = 0
+		}
+		// A survivor that finished the AllReduce may be alone in that: a
+		// rank stopped after sending its part leaves the others waiting.
+		// Agree tells every survivor whether all of them got here (ULFM's
+		// pattern: every survivor makes the same calls): if not, all shrink
+		// again.
+		all, failed, err := nc.Agree(ctx, ok)
+		if err != nil {
+			fmt.Println("ERR agree after shrink:", err)
+			return 1
+		}
+		if all == 0 || len(failed) > 0 {
+			fmt.Println("FAILED after shrink: ranks", failed, "failed")
 			cur = nc
 			continue
 		}
