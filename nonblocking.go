@@ -151,7 +151,11 @@ func (c *Comm) issue(ctx context.Context, a *call) (Request, error) {
 		if s.ticket == 0 || s.done {
 			break
 		}
-		t := s.ticket
+		// Full: wait until half the queue is free, not one slot, so that
+		// an issuer that keeps the queue full wakes once per
+		// QueueDepth/2 operations instead of once per operation (a
+		// goroutine hand-off costs more than a small operation).
+		t := s.ticket + QueueDepth/2 - 1
 		q.mu.Unlock()
 		if err := q.wait(ctx, t); err != nil && ctx.Err() != nil {
 			return Request{}, c.errorf(a.errKind(), 0, "waiting for room in the queue of non-blocking operations (%d): %w", QueueDepth, ctx.Err())
