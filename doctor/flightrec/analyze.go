@@ -14,7 +14,11 @@
 // stops at the first collective that does not match, naming it and the
 // culprit ranks in fr_trace's categories. Where fr_trace blames the rank
 // compared with the first, Analyze blames the ranks that differ from the
-// most ranks. The ring of each rank may have dropped old operations: the
+// most ranks; where the ranks' later collectives line up one sequence
+// number apart to the end of the dumps (some ranks issued one collective
+// more, or skipped one: Mismatch.Shift), it blames the fewer side. Past
+// the first mismatch it names, as fr_trace does, the first collective some
+// ranks never entered (GroupResult.Hang): where the job then waits. The ring of each rank may have dropped old operations: the
 // comparison starts at the first collective every rank still holds.
 //
 // Finding codes (severity):
@@ -59,6 +63,10 @@ type GroupResult struct {
 	LastSeq  int64     `json:"last_seq"`
 	Matched  int       `json:"matched"` // compared collectives that match and completed everywhere
 	Mismatch *Mismatch `json:"mismatch,omitempty"`
+	// Hang is the first collective after Mismatch that some dumped ranks
+	// never entered: where the job then waits (fr_trace, which goes on
+	// past a mismatch, reports it as "not all ranks joining").
+	Hang *Mismatch `json:"hang,omitempty"`
 }
 
 // Mismatch is the first collective of a group that does not match.
@@ -68,6 +76,9 @@ type Mismatch struct {
 	Kind     string `json:"kind"` // fr_trace's category: MISSING_RANKS, COLLECTIVE_TYPE_MISMATCH, ...
 	Culprits []int  `json:"culprits"`
 	Detail   string `json:"detail"`
+	// Shift is set when the ranks' later collectives line up one sequence
+	// number apart: Culprits issued one collective more, or skipped one.
+	Shift bool `json:"shift,omitempty"`
 }
 
 // RankLast is a rank's last collective in a group, and its error if goccl

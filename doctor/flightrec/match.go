@@ -46,7 +46,14 @@ func analyzeGroup(g Group, dumps []*Dump) (GroupResult, []doctor.Finding) {
 		if m := compare(g, seq, ents, res.Dumped, colls); m != nil {
 			res.Mismatch = m
 			res.LastSeq = seq
-			fs = append(fs, mismatchFinding(g, m))
+			switch m.Kind {
+			case "COLLECTIVE_TYPE_MISMATCH", "SIZE_OR_SYNTAX_MISMATCH", "COLLECTIVE_DTYPE_MISMATCH":
+				findShift(m, colls, len(g.Ranks))
+			}
+			if m.Kind != "MISSING_RANKS" && m.Kind != "NOT_COMPLETED" {
+				res.Hang = hangAfter(seq, colls, res.Dumped)
+			}
+			fs = append(fs, mismatchFinding(g, m, res.Hang))
 			break
 		}
 		res.Matched++
@@ -104,9 +111,8 @@ func window(colls map[int]map[int64]*Entry) (lo, hi int64) {
 func compare(g Group, seq int64, ents map[int]*Entry, dumped []int, colls map[int]map[int64]*Entry) *Mismatch {
 	present := sortedKeys(ents)
 	op := majorityOp(ents)
-	if miss := without(dumped, present); len(miss) > 0 {
-		return &Mismatch{Seq: seq, Op: op, Kind: "MISSING_RANKS", Culprits: miss,
-			Detail: fmt.Sprintf("ranks %s entered it (%s); %s", ranksText(present), statesText(ents), lastOfMissing(miss, colls))}
+	if m := missingRanks(seq, ents, dumped, colls); m != nil {
+		return m
 	}
 	checks := []struct {
 		kind, what string
@@ -128,6 +134,20 @@ func compare(g Group, seq int64, ents map[int]*Entry, dumped []int, colls map[in
 			Detail: fmt.Sprintf("every rank (%s) entered it, agrees on it and is in state %s%s", ranksText(present), st, errorsText(ents))}
 	}
 	return nil
+}
+
+// missingRanks is collective seq's MISSING_RANKS mismatch if some dumped
+// ranks do not hold it; nil if all do.
+func missingRanks(seq int64, ents map[int]*Entry, dumped []int, colls map[int]map[int64]*Entry) *Mismatch {
+	present := sortedKeys(ents)
+	miss := without(dumped, present)
+	if len(miss) == 0 {
+		return nil
+	}
+	first := ents[present[0]]
+	return &Mismatch{Seq: seq, Op: majorityOp(ents), Kind: "MISSING_RANKS", Culprits: miss,
+		Detail: fmt.Sprintf("ranks %s entered it (%s; input sizes %v, output sizes %v on rank %d); %s",
+			ranksText(present), statesText(ents), first.InputSizes, first.OutputSizes, present[0], lastOfMissing(miss, colls))}
 }
 
 // lastOfMissing says where each missing rank stopped.
@@ -292,13 +312,16 @@ func sortedKeys(m map[int]*Entry) []int {
 }
 
 // mismatchFinding is the finding of a group's first mismatch.
-func mismatchFinding(g Group, m *Mismatch) doctor.Finding {
+func mismatchFinding(g Group, m *Mismatch, hang *Mismatch) doctor.Finding {
 	where := fmt.Sprintf("process group %s, collective #%d %s", groupName(g.Name, g.Desc), m.Seq, m.Op)
 	culprit := ""
 	if len(m.Culprits) > 0 {
 		culprit = fmt.Sprintf("culprit rank(s) %s: ", ranksText(m.Culprits))
 	}
 	f := doctor.Finding{Severity: doctor.SevError, Message: fmt.Sprintf("%s: %s%s [%s]", where, culprit, m.Detail, m.Kind)}
+	if hang != nil {
+		f.Message += fmt.Sprintf("; then collective #%d %s: rank(s) %s never entered it, %s [MISSING_RANKS]", hang.Seq, hang.Op, ranksText(hang.Culprits), hang.Detail)
+	}
 	switch m.Kind {
 	case "MISSING_RANKS":
 		f.Code = "fr-missing-rank"
@@ -318,6 +341,9 @@ func mismatchFinding(g Group, m *Mismatch) doctor.Finding {
 	default:
 		f.Code = "fr-not-completed"
 		f.Fix = "No rank is missing and the ranks agree on the collective: look at the errors recorded (a lost peer, a link that stopped, a timeout too short for the size) and at the hosts' network."
+	}
+	if m.Shift {
+		f.Fix = fmt.Sprintf("Rank(s) %s issued one collective more or fewer than the others (a branch taken on some ranks only): every rank must issue the same collectives in the same order; %s=1 names the first divergence as it happens.", ranksText(m.Culprits), config.DebugCheck.Name)
 	}
 	return f
 }

@@ -33,6 +33,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		if m := g.Mismatch; m != nil {
 			fmt.Fprintf(w, "; first mismatch #%d %s: %s, culprit rank(s) %s", m.Seq, m.Op, m.Kind, or(ranksText(m.Culprits), "none named"))
 		}
+		if h := g.Hang; h != nil {
+			fmt.Fprintf(w, "; then waiting in #%d %s, which rank(s) %s never entered", h.Seq, h.Op, ranksText(h.Culprits))
+		}
 		fmt.Fprintln(w)
 	}
 	return doctor.WriteFindings(w, r.Findings)
