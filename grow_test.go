@@ -5,11 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -47,21 +46,12 @@ func reportGrown(ctx context.Context, c *goccl.Comm) int {
 // it runs AllReduces until one fails (the test kills a rank) and shrinks
 // first; then it grows by GOCCL_TEST_GROW ranks and reports.
 func growWorker(ctx context.Context) int {
-	rank, _ := strconv.Atoi(os.Getenv("GOCCL_RANK"))
-	size, _ := strconv.Atoi(os.Getenv("GOCCL_WORLD_SIZE"))
 	k, _ := strconv.Atoi(os.Getenv("GOCCL_TEST_GROW"))
-	store, err := testStore(ctx, rank)
+	c, done, err := testInit(ctx, 30*time.Second)
 	if err != nil {
-		fmt.Println("ERR dial:", err)
 		return 2
 	}
-	defer store.Close()
-	c, err := goccl.Init(ctx, goccl.WithRank(rank), goccl.WithWorldSize(size), goccl.WithStore(store), goccl.WithTimeout(30*time.Second))
-	if err != nil {
-		fmt.Println("ERR init:", err)
-		return 2
-	}
-	defer c.Close()
+	defer done()
 	if os.Getenv("GOCCL_TEST_KILL") != "" {
 		buf := make([]float32, 1<<14)
 		for i := 0; ; i++ {
@@ -109,66 +99,30 @@ func joinWorker(ctx context.Context) int {
 	return reportGrown(ctx, c)
 }
 
-// growRun starts the ranks and joiners of one test and returns their
-// outputs once all have exited (the victim, if any, killed once the ranks
-// are ready).
-type growRun struct {
-	t       testing.TB
-	addr    string
-	cmds    []*exec.Cmd
-	outs    []*strings.Builder
-	mu      sync.Mutex
-	readers sync.WaitGroup
-	exited  []chan struct{}
-	ready   chan int
-}
-
-func (g *growRun) start(mode string, env ...string) int {
-	i := len(g.cmds)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(append(os.Environ(), "GOCCL_TEST_WORKER="+mode, "GOCCL_TEST_STORE="+g.addr, "GOCCL_TEST_TOKEN=grow test"), env...)
-	out := &strings.Builder{}
-	g.cmds, g.outs = append(g.cmds, cmd), append(g.outs, out)
-	g.exited = append(g.exited, startWatched(g.t, cmd, &g.readers, func(line string) {
-		g.mu.Lock()
-		out.WriteString(line + "\n")
-		g.mu.Unlock()
-		if line == "ready" {
-			g.ready <- i
-		}
-	}, nil))
-	return i
-}
-
-// grown checks that the processes (all but skip) reported one grown
-// communicator of size want: every rank once, the sum of rank+1.
-func (g *growRun) grown(skip, want int) {
-	t := g.t
-	deadline := time.After(90 * time.Second)
-	for i := range g.cmds {
-		if i == skip {
-			continue
-		}
-		select {
-		case <-g.exited[i]:
-		case <-deadline:
-			t.Fatalf("process %d still running after 90 s: hung", i)
-		}
+// checkGrown waits for the processes (all but skip) and checks that they
+// reported one grown communicator of size want: every rank once, the sum
+// of rank+1.
+func checkGrown(t *testing.T, p *procs, skip, want int) {
+	t.Helper()
+	if skip >= 0 {
+		p.wait(90*time.Second, skip)
+	} else {
+		p.wait(90 * time.Second)
 	}
-	g.readers.Wait()
 	var ranks []int
-	for i, out := range g.outs {
+	for i := range p.ps {
 		if i == skip {
 			continue
 		}
 		var size, rank int
 		var sum float64
-		j := strings.Index(out.String(), "GROWN ")
+		out := p.out(i)
+		j := strings.Index(out, "GROWN ")
 		if j < 0 {
-			t.Errorf("process %d did not grow:\n%s", i, out.String())
+			t.Errorf("process %d did not grow:\n%s", i, out)
 			continue
 		}
-		fmt.Sscanf(out.String()[j:], "GROWN %d %d %g", &size, &rank, &sum)
+		fmt.Sscanf(out[j:], "GROWN %d %d %g", &size, &rank, &sum)
 		if size != want || sum != float64(want*(want+1)/2) {
 			t.Errorf("process %d: size %d sum %g, want %d and %d", i, size, sum, want, want*(want+1)/2)
 		}
@@ -182,25 +136,8 @@ func (g *growRun) grown(skip, want int) {
 		}
 	}
 	if t.Failed() || testing.Verbose() {
-		for i, out := range g.outs {
-			t.Logf("process %d:\n%s", i, out.String())
-		}
+		p.logAll()
 	}
-}
-
-func newGrowRun(t testing.TB) *growRun {
-	srv, err := rendezvous.NewTCPServer("127.0.0.1:0", rendezvous.WithToken([]byte("grow test")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	g := &growRun{t: t, addr: srv.Addr(), ready: make(chan int, 64)}
-	t.Cleanup(func() {
-		for _, c := range g.cmds {
-			c.Process.Kill()
-		}
-	})
-	return g
 }
 
 // TestGrow: 3 ranks grow by 2 joiners, started before and after the ranks
@@ -209,14 +146,14 @@ func TestGrow(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test; skipped with -short")
 	}
-	g := newGrowRun(t)
-	g.start("join")
+	p := newProcs(t, "grow test")
+	p.start("join")
 	for r := range 3 {
-		g.start("grow", "GOCCL_RANK="+strconv.Itoa(r), "GOCCL_WORLD_SIZE=3", "GOCCL_TEST_GROW=2")
+		p.start("grow", "GOCCL_RANK="+strconv.Itoa(r), "GOCCL_WORLD_SIZE=3", "GOCCL_TEST_GROW=2")
 	}
 	time.Sleep(200 * time.Millisecond)
-	g.start("join")
-	g.grown(-1, 5)
+	p.start("join")
+	checkGrown(t, p, -1, 5)
 }
 
 // TestShrinkThenGrow is elastic recovery: 4 ranks, one killed (SIGKILL)
@@ -226,21 +163,15 @@ func TestShrinkThenGrow(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test; skipped with -short")
 	}
-	g := newGrowRun(t)
+	p := newProcs(t, "grow test")
 	for r := range 4 {
-		g.start("grow", "GOCCL_RANK="+strconv.Itoa(r), "GOCCL_WORLD_SIZE=4", "GOCCL_LOCAL_RANK="+strconv.Itoa(r), "GOCCL_TEST_GROW=1", "GOCCL_TEST_KILL=1")
+		p.start("grow", append(rankEnv(r, 4, "shm"), "GOCCL_TEST_GROW=1", "GOCCL_TEST_KILL=1")...)
 	}
-	for range 4 {
-		select {
-		case <-g.ready:
-		case <-time.After(60 * time.Second):
-			t.Fatal("ranks not ready after 60 s")
-		}
-	}
+	p.waitAll(nil, "ready", 60*time.Second)
 	const victim = 2
-	g.cmds[victim].Process.Kill()
-	g.start("join")
-	g.grown(victim, 4)
+	p.signal(victim, syscall.SIGKILL)
+	p.start("join")
+	checkGrown(t, p, victim, 4)
 }
 
 // TestJoiningInit: GOCCL_JOIN=1 (goccl run --max-restarts's replacement

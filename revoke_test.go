@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -117,43 +115,18 @@ func TestRevoke(t *testing.T) {
 }
 
 // spawnAll is spawn for jobs in which a rank may die: it returns every
-// rank's output, whatever their exit statuses.
+// rank's output, whatever their exit statuses (rank 0 serves the store).
 func spawnAll(t *testing.T, n int, mode string, extraEnv ...string) []string {
 	t.Helper()
+	p := newProcs(t, "")
 	addr := freeAddr(t)
-	outs := make([]strings.Builder, n)
-	cmds := make([]*exec.Cmd, n)
 	for r := range n {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "GOCCL_TEST_WORKER="+mode,
-			"GOCCL_RANK="+strconv.Itoa(r), "GOCCL_WORLD_SIZE="+strconv.Itoa(n),
-			"GOCCL_LOCAL_RANK="+strconv.Itoa(r), "GOCCL_STORE_ADDR="+addr, "GOCCL_TIMEOUT=120s")
-		cmd.Env = append(cmd.Env, extraEnv...)
-		cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds[r] = cmd
+		p.start(mode, append(append(rankEnv(r, n, "shm"), "GOCCL_STORE_ADDR="+addr, "GOCCL_TIMEOUT=120s"), extraEnv...)...)
 	}
-	done := make(chan struct{})
-	go func() {
-		for _, c := range cmds {
-			c.Wait()
-		}
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(90 * time.Second):
-		for _, c := range cmds {
-			c.Process.Kill()
-		}
-		<-done
-		t.Errorf("ranks still running after 90 s: hung")
-	}
+	p.wait(90 * time.Second)
 	res := make([]string, n)
-	for r := range outs {
-		res[r] = outs[r].String()
+	for r := range res {
+		res[r] = p.out(r)
 	}
 	return res
 }

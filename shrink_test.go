@@ -5,16 +5,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/goccl/goccl"
-	"github.com/goccl/goccl/rendezvous"
 )
 
 func init() { extraMains["shrink"] = shrinkWorker }
@@ -24,21 +21,12 @@ func init() { extraMains["shrink"] = shrinkWorker }
 // if that fails too (another rank died); it prints "SHRUNK size sum" with
 // the sum of the survivors' original ranks + 1, or "ERR ...".
 func shrinkWorker(ctx context.Context) int {
-	rank, _ := strconv.Atoi(os.Getenv("GOCCL_RANK"))
-	size, _ := strconv.Atoi(os.Getenv("GOCCL_WORLD_SIZE"))
-	tok := rendezvous.WithToken([]byte(os.Getenv("GOCCL_TEST_TOKEN")))
-	store, err := rendezvous.DialTCP(ctx, os.Getenv("GOCCL_TEST_STORE"), tok, rendezvous.WithRank(rank))
+	c, done, err := testInit(ctx, 20*time.Second)
 	if err != nil {
-		fmt.Println("ERR dial:", err)
 		return 2
 	}
-	defer store.Close()
-	c, err := goccl.Init(ctx, goccl.WithRank(rank), goccl.WithWorldSize(size), goccl.WithStore(store), goccl.WithTimeout(20*time.Second))
-	if err != nil {
-		fmt.Println("ERR init:", err)
-		return 2
-	}
-	defer c.Close()
+	defer done()
+	rank := c.Rank()
 	buf := make([]float32, 1<<16)
 	for i := 0; ; i++ {
 		if err := goccl.AllReduce(ctx, c, buf, buf, len(buf), goccl.Sum); err != nil {
@@ -95,13 +83,7 @@ func shrinkWorker(ctx context.Context) int {
 // (size and members) and run an AllReduce on it. GOCCL_TEST_SHRINK_ITERS
 // sets the runs (default 4), GOCCL_TEST_SHRINK_NP a fixed world size.
 func TestShrinkFaultInjection(t *testing.T) {
-	if testing.Short() {
-		t.Skip("multi-process test; skipped with -short")
-	}
-	iters := 4
-	if s := os.Getenv("GOCCL_TEST_SHRINK_ITERS"); s != "" {
-		iters, _ = strconv.Atoi(s)
-	}
+	iters := faultIters(t, "GOCCL_TEST_SHRINK_ITERS", 4)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
 	np, _ := strconv.Atoi(os.Getenv("GOCCL_TEST_SHRINK_NP")) // a fixed world size (0: 3 to 8)
 	for it := range iters {
@@ -118,12 +100,7 @@ func TestShrinkFaultInjection(t *testing.T) {
 		delay := time.Duration(rng.IntN(60)) * time.Millisecond
 		net := []string{"shm", "tcp"}[it%2]
 		t.Run(fmt.Sprintf("%d/%s/np%d/kill%d/then%d/stop=%v/after%v", it, net, n, v1, v2, stop, delay), func(t *testing.T) {
-			srv, err := rendezvous.NewTCPServer("127.0.0.1:0", rendezvous.WithToken([]byte("shrink test")))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer srv.Close()
-			runShrinkKill(t, srv.Addr(), net, n, v1, v2, stop, delay)
+			runShrinkKill(t, newProcs(t, "shrink test"), net, n, v1, v2, stop, delay)
 		})
 	}
 }
@@ -131,96 +108,30 @@ func TestShrinkFaultInjection(t *testing.T) {
 // runShrinkKill runs one case of TestShrinkFaultInjection with net's links
 // (shm: shared memory, which the shrunk communicator must keep using; tcp:
 // GOCCL_SHM_DISABLE=1).
-func runShrinkKill(t *testing.T, addr, net string, n, v1, v2 int, stop bool, delay time.Duration) {
-	cmds := make([]*exec.Cmd, n)
-	outs := make([]strings.Builder, n)
-	var outMu sync.Mutex
-	var readers sync.WaitGroup
-	exited := make([]chan struct{}, n)
-	ready := make(chan int, n)
-	failed := make(chan int, n)
+func runShrinkKill(t *testing.T, p *procs, net string, n, v1, v2 int, stop bool, delay time.Duration) {
 	for r := range n {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "GOCCL_TEST_WORKER=shrink", "GOCCL_TEST_STORE="+addr, "GOCCL_TEST_TOKEN=shrink test",
-			"GOCCL_SHM_DISABLE="+map[string]string{"shm": "0", "tcp": "1"}[net],
-			"GOCCL_RANK="+strconv.Itoa(r), "GOCCL_WORLD_SIZE="+strconv.Itoa(n), "GOCCL_LOCAL_RANK="+strconv.Itoa(r))
-		cmds[r] = cmd
-		exited[r] = startWatched(t, cmd, &readers, func(line string) {
-			outMu.Lock()
-			outs[r].WriteString(line + "\n")
-			outMu.Unlock()
-			switch {
-			case line == "ready":
-				ready <- r
-			case strings.HasPrefix(line, "FAILED "):
-				// Not blocking: a rank prints FAILED again when an AllReduce
-				// on a shrunk communicator fails, and a reader blocked here
-				// would block the rank's next write (the hang once seen).
-				select {
-				case failed <- r:
-				default:
-				}
-			}
-		}, nil)
+		p.start("shrink", rankEnv(r, n, net)...)
 	}
-	defer func() {
-		for _, c := range cmds {
-			c.Process.Kill()
-		}
-	}()
-	for range n {
-		select {
-		case <-ready:
-		case <-time.After(60 * time.Second):
-			t.Fatal("ranks not ready after 60 s")
-		}
-	}
-	cmds[v1].Process.Kill()
+	p.waitAll(nil, "ready", 60*time.Second)
+	p.signal(v1, syscall.SIGKILL)
+	skip := []int{v1}
 	if v2 >= 0 {
-		select {
-		case <-failed:
-		case <-time.After(30 * time.Second):
-			t.Fatal("no rank saw the first kill after 30 s")
-		}
+		p.waitLine(nil, "FAILED ", 30*time.Second)
 		time.Sleep(delay)
 		sig := syscall.SIGKILL
 		if stop {
 			sig = syscall.SIGSTOP
 		}
-		cmds[v2].Process.Signal(sig)
+		p.signal(v2, sig)
+		skip = append(skip, v2)
 	}
-	deadline := time.After(90 * time.Second)
-	for r := range n {
-		if r == v1 || r == v2 {
-			continue
-		}
-		select {
-		case <-exited[r]:
-		case <-deadline:
-			for _, c := range cmds {
-				c.Process.Signal(syscall.SIGQUIT) // their goroutines, into the output
-			}
-			time.Sleep(3 * time.Second)
-			outMu.Lock()
-			for q := range n {
-				t.Logf("rank %d:\n%s", q, outs[q].String())
-			}
-			outMu.Unlock()
-			t.Fatalf("rank %d still running 90 s after the kill: hung", r)
-		}
-	}
-	if v2 >= 0 {
-		cmds[v2].Process.Kill()
-	}
-	readers.Wait()
-	outMu.Lock()
-	defer outMu.Unlock()
+	p.wait(90*time.Second, skip...)
 	// Every survivor shrank to the same communicator, or was counted
 	// failed (too slow to vote before the others' deadline on a loaded
 	// machine, a false suspicion: ErrExcluded) and is not in it.
 	want, members, excluded := "", 0, []int{}
 	for r := range n {
-		out := outs[r].String()
+		out := p.out(r)
 		if r == v1 || r == v2 {
 			continue
 		}
@@ -266,7 +177,7 @@ func runShrinkKill(t *testing.T, addr, net string, n, v1, v2 int, stop bool, del
 	}
 	for r := range n {
 		if t.Failed() || testing.Verbose() {
-			t.Logf("rank %d:\n%s", r, outs[r].String())
+			t.Logf("rank %d:\n%s", r, p.out(r))
 		}
 	}
 }
