@@ -26,7 +26,6 @@ func shrinkWorker(ctx context.Context) int {
 		return 2
 	}
 	defer done()
-	rank := c.Rank()
 	buf := make([]float32, 1<<16)
 	for i := 0; ; i++ {
 		if err := goccl.AllReduce(ctx, c, buf, buf, len(buf), goccl.Sum); err != nil {
@@ -37,6 +36,15 @@ func shrinkWorker(ctx context.Context) int {
 			fmt.Println("ready")
 		}
 	}
+	return shrinkAndCheck(ctx, c, c.Rank()+1)
+}
+
+// shrinkAndCheck shrinks c and checks an AllReduce of id (a number of
+// this process's, unique in the job) on the new communicator, shrinking
+// again if that fails too (another rank died); it prints "SHRUNK size sum"
+// with the sum of the members' ids, or "ERR ...", and returns the exit
+// status.
+func shrinkAndCheck(ctx context.Context, c *goccl.Comm, id int) int {
 	cur := c
 	for attempt := 0; attempt < 4; attempt++ {
 		start := time.Now()
@@ -48,10 +56,10 @@ func shrinkWorker(ctx context.Context) int {
 		defer nc.Close()
 		fmt.Printf("shrink took %v\n", time.Since(start))
 		// 4 MiB through the links (over reset rings, where Shrink kept
-		// them), every element the sum of the survivors' original ranks + 1.
+		// them), every element the sum of the survivors' ids.
 		x := make([]float32, 1<<20)
 		for i := range x {
-			x[i] = float32(rank + 1)
+			x[i] = float32(id)
 		}
 		if err := goccl.AllReduce(ctx, nc, x, x, len(x), goccl.Sum); err != nil {
 			fmt.Println("FAILED after shrink:", err)
@@ -126,31 +134,43 @@ func runShrinkKill(t *testing.T, p *procs, net string, n, v1, v2 int, stop bool,
 		skip = append(skip, v2)
 	}
 	p.wait(90*time.Second, skip...)
-	// Every survivor shrank to the same communicator, or was counted
-	// failed (too slow to vote before the others' deadline on a loaded
-	// machine, a false suspicion: ErrExcluded) and is not in it.
-	want, members, excluded := "", 0, []int{}
+	var survivors []int
 	for r := range n {
-		out := p.out(r)
-		if r == v1 || r == v2 {
-			continue
+		if r != v1 && r != v2 {
+			survivors = append(survivors, r)
 		}
+	}
+	checkShrunk(t, p, survivors, v2, net)
+}
+
+// checkShrunk checks that every process of survivors shrank to the same
+// communicator ("SHRUNK size sum", the sum of its members' ids, a
+// process's id being its index + 1) or was counted failed (too slow to vote
+// before the others' deadline on a loaded machine, a false suspicion:
+// ErrExcluded) and is not in it; maybe (-1: none) is a process that may
+// have shrunk with them before it died. With net, every link of the shrunk
+// communicator must be of that kind (shm, tcp).
+func checkShrunk(t *testing.T, p *procs, survivors []int, maybe int, net string) {
+	t.Helper()
+	want, members, excluded := "", 0, []int{}
+	for _, r := range survivors {
+		out := p.out(r)
 		i := strings.Index(out, "SHRUNK ")
 		if i < 0 {
 			if strings.Contains(out, "agreed that this rank had failed") {
 				excluded = append(excluded, r)
-				t.Logf("rank %d was counted failed (too slow on a loaded machine) and got ErrExcluded", r)
+				t.Logf("process %d was counted failed (too slow on a loaded machine) and got ErrExcluded", r)
 				continue
 			}
-			t.Errorf("rank %d did not shrink:\n%s", r, out)
+			t.Errorf("process %d did not shrink:\n%s", r, out)
 			continue
 		}
 		members += r + 1
-		if j := strings.Index(out, "LINKS "); j >= 0 {
+		if j := strings.Index(out, "LINKS "); j >= 0 && net != "" {
 			links := strings.TrimSpace(strings.SplitN(out[j+len("LINKS "):], "\n", 2)[0])
 			for _, name := range strings.Split(links, ",") {
 				if name != "" && !strings.HasPrefix(name, net) {
-					t.Errorf("rank %d: the shrunk communicator's links are %s, want all %s", r, links, net)
+					t.Errorf("process %d: the shrunk communicator's links are %s, want all %s", r, links, net)
 					break
 				}
 			}
@@ -159,26 +179,19 @@ func runShrinkKill(t *testing.T, p *procs, net string, n, v1, v2 int, stop bool,
 		if want == "" {
 			want = got
 		} else if got != want {
-			t.Errorf("rank %d: %q, another survivor %q", r, got, want)
+			t.Errorf("process %d: %q, another survivor %q", r, got, want)
 		}
 	}
-	// The survivors: those that reported, and v2 if it shrank with them
-	// before it died.
-	count := n - 1 - len(excluded)
-	if v2 >= 0 {
-		count--
-	}
+	count := len(survivors) - len(excluded)
 	okWant := []string{fmt.Sprintf("SHRUNK %d %d", count, members)}
-	if v2 >= 0 {
-		okWant = append(okWant, fmt.Sprintf("SHRUNK %d %d", count+1, members+v2+1))
+	if maybe >= 0 {
+		okWant = append(okWant, fmt.Sprintf("SHRUNK %d %d", count+1, members+maybe+1))
 	}
 	if want != "" && !slicesContains(okWant, want) {
 		t.Errorf("survivors agree on %q, want one of %q", want, okWant)
 	}
-	for r := range n {
-		if t.Failed() || testing.Verbose() {
-			t.Logf("rank %d:\n%s", r, p.out(r))
-		}
+	if t.Failed() || testing.Verbose() {
+		p.logAll()
 	}
 }
 
