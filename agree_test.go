@@ -170,8 +170,12 @@ func TestAgreeFaultInjection(t *testing.T) {
 // rankEnv is the environment of rank r of n ranks on net's links (shm or
 // tcp).
 func rankEnv(r, n int, net string) []string {
-	return []string{"GOCCL_RANK=" + strconv.Itoa(r), "GOCCL_WORLD_SIZE=" + strconv.Itoa(n), "GOCCL_LOCAL_RANK=" + strconv.Itoa(r),
-		"GOCCL_SHM_DISABLE=" + map[string]string{"shm": "0", "tcp": "1"}[net]}
+	return []string{"GOCCL_RANK=" + strconv.Itoa(r), "GOCCL_WORLD_SIZE=" + strconv.Itoa(n), "GOCCL_LOCAL_RANK=" + strconv.Itoa(r), netEnv(net)}
+}
+
+// netEnv is the environment setting of net's links (shm or tcp).
+func netEnv(net string) string {
+	return "GOCCL_SHM_DISABLE=" + map[string]string{"shm": "0", "tcp": "1"}[net]
 }
 
 func runAgreeKill(t *testing.T, p *procs, net string, n, victim int, stop bool, delay time.Duration) {

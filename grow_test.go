@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
+	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
@@ -188,5 +190,262 @@ func TestJoiningInit(t *testing.T) {
 	_, err := goccl.Init(context.Background(), goccl.WithWorldSize(1))
 	if !errors.Is(err, goccl.ErrInvalidArgument) || !strings.Contains(err.Error(), "call goccl.Join, not Init") {
 		t.Errorf("Init with GOCCL_JOIN=1: %v, want ErrInvalidArgument naming goccl.Join", err)
+	}
+}
+
+func init() {
+	extraMains["growfi"] = growFIWorker
+	extraMains["joinfi"] = joinFIWorker
+}
+
+// growFIWorker: a rank of GOCCL_WORLD_SIZE ranks runs 3 AllReduces, prints
+// "ready" and waits for SIGUSR1; then the ranks agree on who is alive
+// (shrinking past the dead), grow by GOCCL_TEST_GROW ranks and print "GROW
+// ok", or "GROW failed: ..." and shrink (shrinkCheck: "SHRUNK size sum");
+// on the grown communicator checkGrownComm runs. GOCCL_TEST_ID is the
+// process's id in the sums.
+func growFIWorker(ctx context.Context) int {
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	c, done, err := testInit(ctx, 8*time.Second)
+	if err != nil {
+		return 2
+	}
+	defer done()
+	id, _ := strconv.Atoi(os.Getenv("GOCCL_TEST_ID"))
+	k, _ := strconv.Atoi(os.Getenv("GOCCL_TEST_GROW"))
+	buf := make([]float32, 1<<14)
+	for range 3 {
+		if err := goccl.AllReduce(ctx, c, buf, buf, len(buf), goccl.Sum); err != nil {
+			fmt.Println("ERR warm-up:", err)
+			return 1
+		}
+	}
+	fmt.Println("ready")
+	<-usr1
+	// Grow needs every live rank of c: the ranks agree on who is.
+	if _, failed, err := c.Agree(ctx, 1); err != nil {
+		fmt.Println("ERR agree:", err)
+		return 1
+	} else if len(failed) > 0 {
+		nc, err := c.Shrink(ctx)
+		if err != nil {
+			fmt.Println("ERR shrink:", err)
+			return 1
+		}
+		defer nc.Close()
+		c = nc
+		fmt.Println("shrunk first")
+	}
+	fmt.Println("calling Grow")
+	start := time.Now()
+	gc, err := c.Grow(ctx, k)
+	if err != nil {
+		fmt.Printf("GROW failed after %v: %v\n", time.Since(start), err)
+		return shrinkCheck(ctx, c, id, false)
+	}
+	defer gc.Close()
+	fmt.Printf("GROW ok after %v\n", time.Since(start))
+	return checkGrownComm(ctx, gc, id)
+}
+
+// joinFIWorker joins (within 60 s), prints "JOIN ok" or "JOIN failed: ...",
+// and runs checkGrownComm.
+func joinFIWorker(ctx context.Context) int {
+	store, err := testStore(ctx, -1)
+	if err != nil {
+		fmt.Println("ERR dial:", err)
+		return 2
+	}
+	defer store.Close()
+	id, _ := strconv.Atoi(os.Getenv("GOCCL_TEST_ID"))
+	jctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	start := time.Now()
+	c, err := goccl.Join(jctx, goccl.WithStore(store), goccl.WithTimeout(8*time.Second))
+	if err != nil {
+		fmt.Printf("JOIN failed after %v: %v\n", time.Since(start), err)
+		return 1
+	}
+	defer c.Close()
+	fmt.Printf("JOIN ok after %v\n", time.Since(start))
+	return checkGrownComm(ctx, c, id)
+}
+
+// checkGrownComm runs an AllReduce of id on the grown communicator and
+// has the ranks agree that it worked everywhere: then it prints "FINAL
+// size sum"; else (a rank died after Grow) they shrink (shrinkCheck).
+func checkGrownComm(ctx context.Context, gc *goccl.Comm, id int) int {
+	x := []float32{float32(id)}
+	err := goccl.AllReduce(ctx, gc, x, x, 1, goccl.Sum)
+	ok := uint64(1)
+	if err != nil {
+		fmt.Println("FAILED on the grown communicator:", err)
+		ok = 0
+	}
+	all, failed, err := gc.Agree(ctx, ok)
+	if err != nil {
+		fmt.Println("ERR agree on the grown communicator:", err)
+		return 1
+	}
+	if all == 1 && len(failed) == 0 {
+		fmt.Printf("FINAL %d %g\n", gc.Size(), x[0])
+		return 0
+	}
+	return shrinkCheck(ctx, gc, id, true)
+}
+
+// TestGrowFaultInjection: 3 to 8 ranks grow by 1 or 2 joiners; a random
+// process (an old rank or a joiner) is SIGKILLed, or SIGSTOPped then
+// SIGKILLed up to a second later, before Grow is called (a joiner after it
+// took its ticket), inside Grow, or after it returned. Grow's guarantee,
+// asserted: every surviving old rank gets the same result, the grown
+// communicator or an error (but one counted failed, ErrExcluded); after a
+// failed Grow the old ranks shrink and go on, and every surviving joiner
+// gets an error within 5 s of the last old rank's; after a successful one
+// every survivor ends in the same communicator (checked by an AllReduce,
+// shrinking again if a member died after Grow). No process hangs. Runs
+// alternate between shared memory and TCP. GOCCL_TEST_GROW_ITERS sets the
+// runs (default 4).
+func TestGrowFaultInjection(t *testing.T) {
+	iters := faultIters(t, "GOCCL_TEST_GROW_ITERS", 4)
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 4))
+	for it := range iters {
+		n, k := 3+rng.IntN(6), 1+rng.IntN(2)
+		fc := faultCase{revoker: -1, victim: rng.IntN(n + k), stop: rng.IntN(3) == 0,
+			when:  []string{"before", "inside", "after"}[rng.IntN(3)],
+			delay: time.Duration(rng.IntN(30)) * time.Millisecond, stopFor: time.Duration(100+rng.IntN(900)) * time.Millisecond}
+		net := []string{"shm", "tcp"}[it%2]
+		t.Run(fmt.Sprintf("%d/%s/np%d+%d/%v", it, net, n, k, fc), func(t *testing.T) {
+			runGrowKill(t, newProcs(t, "grow test"), net, n, k, fc)
+		})
+	}
+}
+
+// joinersWaiting waits until k joiners have taken a ticket in the store
+// the test serves (the counter grow.go keeps: goccl/join/tickets).
+func joinersWaiting(t *testing.T, p *procs, k int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := rendezvous.DialTCP(ctx, p.addr, rendezvous.WithToken([]byte(p.token)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for {
+		n, err := s.Add(ctx, "goccl/join/tickets", 0)
+		if err != nil {
+			p.hung(fmt.Sprintf("%d joiners took no ticket: %v", k, err))
+		}
+		if int(n) >= k {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func runGrowKill(t *testing.T, p *procs, net string, n, k int, fc faultCase) {
+	for r := range n {
+		p.start("growfi", append(rankEnv(r, n, net), "GOCCL_TEST_ID="+strconv.Itoa(r+1), "GOCCL_TEST_GROW="+strconv.Itoa(k))...)
+	}
+	for j := range k {
+		p.start("joinfi", netEnv(net), "GOCCL_TEST_ID="+strconv.Itoa(n+j+1))
+	}
+	olds := make([]int, n)
+	for r := range olds {
+		olds[r] = r
+	}
+	p.waitAll(olds, "ready", 60*time.Second)
+	joinersWaiting(t, p, k)
+	sig := syscall.SIGKILL
+	if fc.stop {
+		sig = syscall.SIGSTOP
+	}
+	grow := func() {
+		for r := range n {
+			p.signal(r, syscall.SIGUSR1)
+		}
+	}
+	switch fc.when {
+	case "before":
+		p.signal(fc.victim, sig)
+		time.Sleep(fc.delay)
+		grow()
+	case "inside":
+		grow()
+		p.waitLine(olds, "calling Grow", 30*time.Second)
+		time.Sleep(fc.delay)
+		p.signal(fc.victim, sig)
+	case "after":
+		grow()
+		p.waitLine([]int{fc.victim}, map[bool]string{true: "GROW ", false: "JOIN "}[fc.victim < n], 60*time.Second)
+		time.Sleep(fc.delay)
+		p.signal(fc.victim, sig)
+	}
+	if fc.stop {
+		time.Sleep(fc.stopFor)
+		p.signal(fc.victim, syscall.SIGKILL)
+	}
+	p.wait(90*time.Second, fc.victim)
+	checkGrowOutcome(t, p, n, k, fc)
+}
+
+// checkGrowOutcome checks one run of TestGrowFaultInjection (see there).
+func checkGrowOutcome(t *testing.T, p *procs, n, k int, fc faultCase) {
+	var olds, survivors []int
+	grown, failed := 0, 0
+	var lastFail time.Time
+	for r := range n {
+		if r == fc.victim {
+			continue
+		}
+		line, at, ok := p.lineAt(r, "GROW ")
+		switch {
+		case !ok:
+			t.Errorf("old rank %d: Grow gave no result", r)
+		case strings.HasPrefix(line, "GROW ok"):
+			grown++
+		case strings.Contains(line, "agreed that this rank had failed"):
+			t.Logf("old rank %d was counted failed (too slow on a loaded machine) and got ErrExcluded", r)
+		default:
+			failed++
+			if at.After(lastFail) {
+				lastFail = at
+			}
+		}
+		olds = append(olds, r)
+	}
+	survivors = append(survivors, olds...)
+	if grown > 0 && failed > 0 {
+		t.Errorf("Grow worked on %d old ranks and failed on %d", grown, failed)
+	}
+	for i := n; i < n+k; i++ {
+		if i == fc.victim {
+			continue
+		}
+		line, at, ok := p.lineAt(i, "JOIN ")
+		switch {
+		case !ok:
+			t.Errorf("joiner %d: Join gave no result", i)
+		case failed > 0 && !strings.HasPrefix(line, "JOIN failed"):
+			t.Errorf("joiner %d: %q, but Grow failed on the old ranks", i, line)
+		case failed > 0 && at.Sub(lastFail) > 5*time.Second:
+			t.Errorf("joiner %d learnt that Grow failed %v after the last old rank, want within 5 s", i, at.Sub(lastFail).Round(time.Millisecond))
+		case grown > 0 && !strings.HasPrefix(line, "JOIN ok"):
+			t.Errorf("joiner %d: %q, but Grow worked on the old ranks", i, line)
+		}
+		if grown > 0 {
+			survivors = append(survivors, i)
+		}
+	}
+	// The victim may have ended in the communicator before it died.
+	maybe := fc.victim
+	if fc.when == "before" || (failed > 0 && fc.victim >= n) {
+		maybe = -1
+	}
+	if failed > 0 {
+		checkShrunk(t, p, olds, maybe, "")
+	} else {
+		checkShrunk(t, p, survivors, maybe, "")
 	}
 }

@@ -211,8 +211,8 @@ func TestRevokeFaultInjection(t *testing.T) {
 }
 
 // faultCase is one run's fault: the victim is killed (or stopped, then
-// killed after stopFor) delay before, during or after (when) the revoker's
-// call.
+// killed after stopFor) delay before, during or after (when) the call
+// (the revoker's Revoke, -1 for none: Grow).
 type faultCase struct {
 	revoker, victim int
 	stop            bool
@@ -221,7 +221,10 @@ type faultCase struct {
 }
 
 func (f faultCase) String() string {
-	s := fmt.Sprintf("revoker%d/victim%d/%s%v", f.revoker, f.victim, f.when, f.delay)
+	s := fmt.Sprintf("victim%d/%s%v", f.victim, f.when, f.delay)
+	if f.revoker >= 0 {
+		s = fmt.Sprintf("revoker%d/%s", f.revoker, s)
+	}
 	if f.stop {
 		s += fmt.Sprintf("/stop%v", f.stopFor)
 	}
