@@ -224,6 +224,7 @@ func growFIWorker(ctx context.Context) int {
 	fmt.Println("ready")
 	<-usr1
 	// Grow needs every live rank of c: the ranks agree on who is.
+	start := time.Now()
 	if _, failed, err := c.Agree(ctx, 1); err != nil {
 		fmt.Println("ERR agree:", err)
 		return 1
@@ -235,10 +236,10 @@ func growFIWorker(ctx context.Context) int {
 		}
 		defer nc.Close()
 		c = nc
-		fmt.Println("shrunk first")
+		fmt.Printf("shrunk first after %v\n", time.Since(start))
 	}
 	fmt.Println("calling Grow")
-	start := time.Now()
+	start = time.Now()
 	gc, err := c.Grow(ctx, k)
 	if err != nil {
 		fmt.Printf("GROW failed after %v: %v\n", time.Since(start), err)
@@ -414,6 +415,14 @@ func checkGrowOutcome(t *testing.T, p *procs, n, k int, fc faultCase) {
 			}
 		}
 		olds = append(olds, r)
+		if fc.when == "before" && !fc.stop && fc.victim < n {
+			// The store reports the dead rank: the agreement before Grow
+			// (its vote deadline 7.2 s) learns of it at once.
+			line, _, _ := p.lineAt(r, "shrunk first after ")
+			if d, err := time.ParseDuration(strings.TrimPrefix(line, "shrunk first after ")); err != nil || d > 4*time.Second {
+				t.Errorf("old rank %d: %q, want a shrink within 4 s of the kill", r, line)
+			}
+		}
 	}
 	survivors = append(survivors, olds...)
 	if grown > 0 && failed > 0 {
