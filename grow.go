@@ -162,7 +162,11 @@ func Joining() bool {
 // store is the one WithStore gives, else the job's at WithStoreAddr or
 // GOCCL_STORE_ADDR, proving WithJobToken's or GOCCL_JOB_TOKEN's token.
 // WithTimeout (else GOCCL_TIMEOUT, else the default) bounds the wait when
-// ctx has no deadline.
+// ctx has no deadline. Once admitted, its Init has the time the growing
+// ranks' has (3/4 of Grow's deadline), so that when their Grow fails this
+// one fails with them, with their outcome. A joiner's death is not
+// reported by the store (it has no rank there): a Grow whose joiner dies
+// before the new communicator is made fails at the end of that time.
 func Join(ctx context.Context, opts ...Option) (*Comm, error) {
 	cfg := options{rank: -1, size: -1, localRank: -1}
 	for _, o := range opts {

@@ -67,8 +67,21 @@ func shrinkCheck(ctx context.Context, c *goccl.Comm, id int, retired bool) int {
 		for i := range x {
 			x[i] = float32(id)
 		}
-		if err := goccl.AllReduce(ctx, nc, x, x, len(x), goccl.Sum); err != nil {
+		err = goccl.AllReduce(ctx, nc, x, x, len(x), goccl.Sum)
+		ok := uint64(1)
+		if err != nil {
 			fmt.Println("FAILED after shrink:", err)
+			ok = 0
+		}
+		// A rank that dies in the AllReduce may fail it on some ranks
+		// only: the ranks agree whether it worked everywhere (else they
+		// would part, some done, the others shrinking without them).
+		all, failed, err := nc.Agree(ctx, ok)
+		if err != nil {
+			fmt.Println("ERR agree after shrink:", err)
+			return 1
+		}
+		if all != 1 || len(failed) > 0 {
 			cur = nc
 			continue
 		}
