@@ -358,35 +358,21 @@ func runGrowKill(t *testing.T, p *procs, net string, n, k int, fc faultCase) {
 	}
 	p.waitAll(olds, "ready", 60*time.Second)
 	joinersWaiting(t, p, k)
-	sig := syscall.SIGKILL
-	if fc.stop {
-		sig = syscall.SIGSTOP
-	}
 	grow := func() {
 		for r := range n {
 			p.signal(r, syscall.SIGUSR1)
 		}
 	}
+	var reached func()
 	switch fc.when {
-	case "before":
-		p.signal(fc.victim, sig)
-		time.Sleep(fc.delay)
-		grow()
 	case "inside":
-		grow()
-		p.waitLine(olds, "calling Grow", 30*time.Second)
-		time.Sleep(fc.delay)
-		p.signal(fc.victim, sig)
+		reached = func() { p.waitLine(olds, "calling Grow", 30*time.Second) }
 	case "after":
-		grow()
-		p.waitLine([]int{fc.victim}, map[bool]string{true: "GROW ", false: "JOIN "}[fc.victim < n], 60*time.Second)
-		time.Sleep(fc.delay)
-		p.signal(fc.victim, sig)
+		reached = func() {
+			p.waitLine([]int{fc.victim}, map[bool]string{true: "GROW ", false: "JOIN "}[fc.victim < n], 60*time.Second)
+		}
 	}
-	if fc.stop {
-		time.Sleep(fc.stopFor)
-		p.signal(fc.victim, syscall.SIGKILL)
-	}
+	fc.inject(p, grow, reached)
 	p.wait(90*time.Second, fc.victim)
 	checkGrowOutcome(t, p, n, k, fc)
 }

@@ -220,6 +220,34 @@ type faultCase struct {
 	delay, stopFor  time.Duration
 }
 
+// inject runs call (what makes the workers act) and signals the victim
+// delay before it ("before") or after it, once reached (if not nil) has
+// returned; a stopped victim is killed stopFor later. It returns when the
+// victim was killed.
+func (f faultCase) inject(p *procs, call, reached func()) time.Time {
+	sig := syscall.SIGKILL
+	if f.stop {
+		sig = syscall.SIGSTOP
+	}
+	if f.when == "before" {
+		p.signal(f.victim, sig)
+		time.Sleep(f.delay)
+		call()
+	} else {
+		call()
+		if reached != nil {
+			reached()
+		}
+		time.Sleep(f.delay)
+		p.signal(f.victim, sig)
+	}
+	if f.stop {
+		time.Sleep(f.stopFor)
+		p.signal(f.victim, syscall.SIGKILL)
+	}
+	return time.Now()
+}
+
 func (f faultCase) String() string {
 	s := fmt.Sprintf("victim%d/%s%v", f.victim, f.when, f.delay)
 	if f.revoker >= 0 {
@@ -236,33 +264,13 @@ func runRevokeKill(t *testing.T, p *procs, net string, n int, fc faultCase) {
 		p.start("revokefi", append(rankEnv(r, n, net), "GOCCL_TEST_REVOKER="+strconv.Itoa(fc.revoker))...)
 	}
 	p.waitAll(nil, "ready", 60*time.Second)
-	sig := syscall.SIGKILL
-	if fc.stop {
-		sig = syscall.SIGSTOP
-	}
 	var revokedAt time.Time
 	revoke := func() { revokedAt = time.Now(); p.signal(fc.revoker, syscall.SIGUSR1) }
-	switch fc.when {
-	case "before":
-		p.signal(fc.victim, sig)
-		time.Sleep(fc.delay)
-		revoke()
-	case "during":
-		revoke()
-		time.Sleep(fc.delay)
-		p.signal(fc.victim, sig)
-	case "after":
-		revoke()
-		p.waitLine([]int{fc.revoker}, "REVOKE done", 30*time.Second)
-		time.Sleep(fc.delay)
-		p.signal(fc.victim, sig)
+	var reached func()
+	if fc.when == "after" {
+		reached = func() { p.waitLine([]int{fc.revoker}, "REVOKE done", 30*time.Second) }
 	}
-	killedAt := time.Now()
-	if fc.stop {
-		time.Sleep(fc.stopFor)
-		killedAt = time.Now()
-		p.signal(fc.victim, syscall.SIGKILL)
-	}
+	killedAt := fc.inject(p, revoke, reached)
 	p.wait(90*time.Second, fc.victim)
 	var survivors []int
 	for r := range n {
