@@ -64,9 +64,8 @@ func growWorker(ctx context.Context) int {
 				fmt.Println("ready")
 			}
 		}
-		nc, err := c.Shrink(ctx)
-		if err != nil {
-			fmt.Println("ERR shrink:", err)
+		nc := shrinkOrSay(ctx, c)
+		if nc == nil {
 			return 1
 		}
 		defer nc.Close()
@@ -82,6 +81,16 @@ func growWorker(ctx context.Context) int {
 	defer nc.Close()
 	fmt.Printf("grow took %v\n", time.Since(start))
 	return reportGrown(ctx, nc)
+}
+
+// shrinkOrSay is c.Shrink's communicator, or nil once it printed the error.
+func shrinkOrSay(ctx context.Context, c *goccl.Comm) *goccl.Comm {
+	nc, err := c.Shrink(ctx)
+	if err != nil {
+		fmt.Println("ERR shrink:", err)
+		return nil
+	}
+	return nc
 }
 
 // joinWorker joins a growing communicator and reports.
@@ -229,9 +238,8 @@ func growFIWorker(ctx context.Context) int {
 		fmt.Println("ERR agree:", err)
 		return 1
 	} else if len(failed) > 0 {
-		nc, err := c.Shrink(ctx)
-		if err != nil {
-			fmt.Println("ERR shrink:", err)
+		nc := shrinkOrSay(ctx, c)
+		if nc == nil {
 			return 1
 		}
 		defer nc.Close()
