@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -119,22 +118,13 @@ func TestAgree(t *testing.T) {
 // the store at once) and prints each decision: "AGREE i and failed". It
 // stops at the first error, printing it.
 func agreeWorker(ctx context.Context) int {
-	rank, _ := strconv.Atoi(os.Getenv("GOCCL_RANK"))
-	size, _ := strconv.Atoi(os.Getenv("GOCCL_WORLD_SIZE"))
 	rounds, _ := strconv.Atoi(os.Getenv("GOCCL_TEST_ROUNDS"))
-	tok := rendezvous.WithToken([]byte(os.Getenv("GOCCL_TEST_TOKEN")))
-	store, err := rendezvous.DialTCP(ctx, os.Getenv("GOCCL_TEST_STORE"), tok, rendezvous.WithRank(rank))
+	c, done, err := testInit(ctx, 0)
 	if err != nil {
-		fmt.Println("ERR dial:", err)
 		return 2
 	}
-	defer store.Close()
-	c, err := goccl.Init(ctx, goccl.WithRank(rank), goccl.WithWorldSize(size), goccl.WithStore(store))
-	if err != nil {
-		fmt.Println("ERR init:", err)
-		return 2
-	}
-	defer c.Close()
+	defer done()
+	rank := c.Rank()
 	for i := range rounds {
 		actx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		and, failed, err := c.Agree(actx, agreeFlags(i, rank))
@@ -152,16 +142,12 @@ func agreeWorker(ctx context.Context) int {
 // kills a random rank at a random moment (SIGKILL, or SIGSTOP and SIGKILL
 // later), over and over: no survivor hangs, every survivor prints every
 // decision, and all of them, the victim's included, are the same for each
-// agreement. GOCCL_TEST_AGREE_ITERS sets the number of runs (default 6;
-// docs/reliability.md gives a long run's counts).
+// agreement. Runs alternate between shared-memory and TCP links
+// (GOCCL_SHM_DISABLE=1): agreement goes through the store, but a link's
+// loss report counts as a rank's death. GOCCL_TEST_AGREE_ITERS sets the
+// number of runs (default 6; docs/reliability.md gives a long run's counts).
 func TestAgreeFaultInjection(t *testing.T) {
-	if testing.Short() {
-		t.Skip("multi-process test; skipped with -short")
-	}
-	iters := 6
-	if s := os.Getenv("GOCCL_TEST_AGREE_ITERS"); s != "" {
-		iters, _ = strconv.Atoi(s)
-	}
+	iters := faultIters(t, "GOCCL_TEST_AGREE_ITERS", 6)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	stops := 0
 	for it := range iters {
@@ -172,96 +158,57 @@ func TestAgreeFaultInjection(t *testing.T) {
 		if stop {
 			stops++
 		}
-		t.Run(fmt.Sprintf("%d/np%d/victim%d/stop=%v/after%v", it, n, victim, stop, delay), func(t *testing.T) {
+		net := []string{"shm", "tcp"}[it%2]
+		t.Run(fmt.Sprintf("%d/%s/np%d/victim%d/stop=%v/after%v", it, net, n, victim, stop, delay), func(t *testing.T) {
 			// A store of its own per run: the store remembers every loss.
-			srv, err := rendezvous.NewTCPServer("127.0.0.1:0", rendezvous.WithToken([]byte("agree test")))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer srv.Close()
-			runAgreeKill(t, srv.Addr(), n, victim, stop, delay)
+			runAgreeKill(t, newProcs(t, "agree test"), net, n, victim, stop, delay)
 		})
 	}
 	t.Logf("%d runs, %d with SIGSTOP first", iters, stops)
 }
 
-func runAgreeKill(t *testing.T, addr string, n, victim int, stop bool, delay time.Duration) {
+// rankEnv is the environment of rank r of n ranks on net's links (shm or
+// tcp).
+func rankEnv(r, n int, net string) []string {
+	return []string{"GOCCL_RANK=" + strconv.Itoa(r), "GOCCL_WORLD_SIZE=" + strconv.Itoa(n), "GOCCL_LOCAL_RANK=" + strconv.Itoa(r), netEnv(net)}
+}
+
+// netEnv is the environment setting of net's links (shm or tcp).
+func netEnv(net string) string {
+	return "GOCCL_SHM_DISABLE=" + map[string]string{"shm": "0", "tcp": "1"}[net]
+}
+
+func runAgreeKill(t *testing.T, p *procs, net string, n, victim int, stop bool, delay time.Duration) {
 	const rounds = 60
-	cmds := make([]*exec.Cmd, n)
-	outs := make([]strings.Builder, n)
-	var outMu sync.Mutex
-	var readers sync.WaitGroup
-	exited := make([]chan struct{}, n)
-	started := make(chan struct{}, n)
 	for r := range n {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "GOCCL_TEST_WORKER=agree", "GOCCL_TEST_STORE="+addr, "GOCCL_TEST_TOKEN=agree test",
-			"GOCCL_RANK="+strconv.Itoa(r), "GOCCL_WORLD_SIZE="+strconv.Itoa(n), "GOCCL_TEST_ROUNDS="+strconv.Itoa(rounds))
-		cmds[r] = cmd
-		first := true
-		exited[r] = startWatched(t, cmd, &readers, func(line string) {
-			outMu.Lock()
-			outs[r].WriteString(line + "\n")
-			outMu.Unlock()
-			if first && strings.HasPrefix(line, "AGREE ") {
-				first = false
-				started <- struct{}{}
-			}
-		}, nil)
+		p.start("agree", append(rankEnv(r, n, net), "GOCCL_TEST_ROUNDS="+strconv.Itoa(rounds))...)
 	}
-	defer func() {
-		for _, c := range cmds {
-			c.Process.Kill()
-		}
-	}()
 	// The victim dies before, during or after the agreements: the delay
 	// runs from the moment the first rank has decided its first one.
-	select {
-	case <-started:
-	case <-time.After(30 * time.Second):
-		t.Fatal("no agreement after 30 s")
-	}
+	p.waitLine(nil, "AGREE ", 30*time.Second)
 	time.Sleep(delay)
 	sig := syscall.SIGKILL
 	if stop {
 		sig = syscall.SIGSTOP
 	}
-	cmds[victim].Process.Signal(sig)
-	deadline := time.After(60 * time.Second)
+	p.signal(victim, sig)
+	p.wait(60*time.Second, victim)
+	outs := make([]string, n)
 	for r := range n {
-		if r == victim {
-			continue
-		}
-		select {
-		case <-exited[r]:
-		case <-deadline:
-			for _, c := range cmds {
-				c.Process.Signal(syscall.SIGQUIT) // their goroutines, into the output
-			}
-			time.Sleep(time.Second)
-			outMu.Lock()
-			for q := range n {
-				t.Logf("rank %d:\n%s", q, outs[q].String())
-			}
-			outMu.Unlock()
-			t.Fatalf("rank %d still running 60 s after rank %d was signalled (%v): hung", r, victim, sig)
-		}
+		outs[r] = p.out(r)
 	}
-	cmds[victim].Process.Kill()
-	<-exited[victim]
-	readers.Wait()
 	checkAgreements(t, outs, victim, rounds)
 }
 
 // checkAgreements: every survivor decided every agreement, and every rank
 // that decided agreement i (the victim too) decided the same.
-func checkAgreements(t *testing.T, outs []strings.Builder, victim, rounds int) {
+func checkAgreements(t *testing.T, outs []string, victim, rounds int) {
 	t.Helper()
 	decided := make([]map[int]string, len(outs))
 	excluded := make([]int, len(outs)) // the agreement that counted a survivor failed (-1: none)
 	for r := range outs {
 		decided[r], excluded[r] = map[int]string{}, -1
-		for _, line := range strings.Split(outs[r].String(), "\n") {
+		for _, line := range strings.Split(outs[r], "\n") {
 			var i int
 			if _, err := fmt.Sscanf(line, "AGREE %d", &i); err == nil {
 				decided[r][i] = line
@@ -271,7 +218,7 @@ func checkAgreements(t *testing.T, outs []strings.Builder, victim, rounds int) {
 			}
 		}
 		if r != victim && len(decided[r]) != rounds && excluded[r] != len(decided[r]) {
-			t.Errorf("rank %d decided %d of %d agreements:\n%s", r, len(decided[r]), rounds, outs[r].String())
+			t.Errorf("rank %d decided %d of %d agreements:\n%s", r, len(decided[r]), rounds, outs[r])
 		}
 	}
 	// A survivor too slow to vote before the others' deadline is counted
@@ -313,7 +260,7 @@ func checkAgreements(t *testing.T, outs []strings.Builder, victim, rounds int) {
 	t.Logf("the victim decided %d agreements; the first to count a rank failed: #%d", len(decided[victim]), firstFailed)
 	if t.Failed() {
 		for r := range outs {
-			t.Logf("rank %d:\n%s", r, outs[r].String())
+			t.Logf("rank %d:\n%s", r, outs[r])
 		}
 	}
 }

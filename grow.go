@@ -54,13 +54,18 @@ func (c *Comm) Grow(ctx context.Context, n int) (*Comm, error) {
 	base := fmt.Sprintf("goccl/grow/%s/%d/", c.jobID, g)
 	jobID := shortJobID(fmt.Sprintf("%s-g%d", c.jobID, g))
 	size := c.size + n
+	// The new communicator's Init gets 3/4 of the time left, the
+	// joiners' the same (admit tells them), so that a rank that died
+	// leaves time to agree.
+	dl, _ := ctx.Deadline()
+	budget := time.Until(dl) * 3 / 4
+	ictx, cancel := context.WithTimeout(ctx, budget)
 	if c.rank == 0 {
-		if err := c.admit(ctx, base, jobID, n); err != nil {
+		if err := c.admit(ctx, base, jobID, n, budget); err != nil {
+			cancel()
 			return fail(err)
 		}
 	}
-	dl, _ := ctx.Deadline()
-	ictx, cancel := context.WithDeadline(ctx, time.Now().Add(time.Until(dl)*3/4))
 	roots := append(slices.Clone(c.rootRanks), slices.Repeat([]int{-1}, n)...)
 	nc, ierr := Init(ictx, append(slices.Clone(c.splitOpts), WithRank(c.rank), WithWorldSize(size),
 		WithStore(c.derivedStore(base+"init/", roots)), derived(c.root, c.book, roots, jobID))...)
@@ -111,9 +116,9 @@ func (c *Comm) JoinersWaiting(ctx context.Context) (int, error) {
 	return int(max(tickets-admitted, 0)), nil
 }
 
-// admit gives the next n joiners' tickets their place in grow base, and
-// tells them the members' root ranks.
-func (c *Comm) admit(ctx context.Context, base, jobID string, n int) error {
+// admit gives the next n joiners' tickets their place in grow base and
+// the time their Init has (budget), and tells them the members' root ranks.
+func (c *Comm) admit(ctx context.Context, base, jobID string, n int, budget time.Duration) error {
 	if err := c.root.Set(ctx, base+"roots", []byte(joinInts(c.rootRanks))); err != nil {
 		return c.storeErr("admitting the joiners", err)
 	}
@@ -123,7 +128,7 @@ func (c *Comm) admit(ctx context.Context, base, jobID string, n int) error {
 	}
 	for i := range n {
 		t := last - int64(n) + 1 + int64(i)
-		v := fmt.Sprintf("%s;%d;%d;%s", base, c.size+i, c.size+n, jobID)
+		v := fmt.Sprintf("%s;%d;%d;%s;%d", base, c.size+i, c.size+n, jobID, budget.Milliseconds())
 		if err := c.root.Set(ctx, joinTicket+strconv.FormatInt(t, 10), []byte(v)); err != nil {
 			return c.storeErr("admitting the joiners", err)
 		}
@@ -157,7 +162,11 @@ func Joining() bool {
 // store is the one WithStore gives, else the job's at WithStoreAddr or
 // GOCCL_STORE_ADDR, proving WithJobToken's or GOCCL_JOB_TOKEN's token.
 // WithTimeout (else GOCCL_TIMEOUT, else the default) bounds the wait when
-// ctx has no deadline.
+// ctx has no deadline. Once admitted, its Init has the time the growing
+// ranks' has (3/4 of Grow's deadline), so that when their Grow fails this
+// one fails with them, with their outcome. A joiner's death is not
+// reported by the store (it has no rank there): a Grow whose joiner dies
+// before the new communicator is made fails at the end of that time.
 func Join(ctx context.Context, opts ...Option) (*Comm, error) {
 	cfg := options{rank: -1, size: -1, localRank: -1}
 	for _, o := range opts {
@@ -193,7 +202,7 @@ func Join(ctx context.Context, opts ...Option) (*Comm, error) {
 		release()
 		return fail(fmt.Errorf("ticket %d: waiting for a communicator to grow (Comm.Grow): %w", t, err))
 	}
-	base, rank, size, jobID, err := parseTicket(string(v))
+	base, rank, size, jobID, budget, err := parseTicket(string(v))
 	if err != nil {
 		release()
 		return fail(fmt.Errorf("ticket %d: %w", t, err))
@@ -201,8 +210,13 @@ func Join(ctx context.Context, opts ...Option) (*Comm, error) {
 	var nc *Comm
 	roots, err := joinRoots(ctx, store, base, size)
 	if err == nil {
-		nc, err = Init(ctx, append(slices.Clone(opts), WithRank(rank), WithWorldSize(size),
+		// The growing ranks' Init has a deadline (Grow's); this one ends
+		// about when theirs does, so that a Grow that failed (a joiner
+		// died: the store cannot report its loss) fails here too.
+		ictx, cancel := context.WithTimeout(ctx, budget)
+		nc, err = Init(ictx, append(slices.Clone(opts), WithRank(rank), WithWorldSize(size),
 			WithStore(memberLosses{rendezvous.PrefixStore(store, base+"init/"), book, roots, true}), derived(store, book, roots, jobID))...)
+		cancel()
 	}
 	// The growing ranks' verdict, whether this rank's Init worked or not.
 	if out, oerr := (memberLosses{store, book, nil, false}).Get(ctx, base+"outcome"); oerr != nil && err == nil {
@@ -259,19 +273,24 @@ func joinRoots(ctx context.Context, store rendezvous.Store, base string, size in
 	return roots, nil
 }
 
-// parseTicket reads what admit wrote.
-func parseTicket(v string) (base string, rank, size int, jobID string, err error) {
+// parseTicket reads what admit wrote: where and as what rank the joiner
+// joins, and how long its Init may take.
+func parseTicket(v string) (base string, rank, size int, jobID string, budget time.Duration, err error) {
 	f := strings.Split(v, ";")
-	if len(f) == 4 {
+	if len(f) == 5 {
 		rank, err = strconv.Atoi(f[1])
 		if err == nil {
 			size, err = strconv.Atoi(f[2])
 		}
-		if err == nil && rank >= 0 && rank < size {
-			return f[0], rank, size, f[3], nil
+		var ms int64
+		if err == nil {
+			ms, err = strconv.ParseInt(f[4], 10, 64)
+		}
+		if err == nil && rank >= 0 && rank < size && ms > 0 {
+			return f[0], rank, size, f[3], time.Duration(ms) * time.Millisecond, nil
 		}
 	}
-	return "", 0, 0, "", fmt.Errorf("malformed admission %q in the store", v)
+	return "", 0, 0, "", 0, fmt.Errorf("malformed admission %q in the store", v)
 }
 
 // chainRelease is a release function that runs a, then b (either may be nil).

@@ -80,7 +80,11 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 		env.StoreAddr, env.StoreAddrFrom = cfg.storeAddr, "WithStoreAddr"
 	}
 	c := &Comm{rank: cfg.rank, size: cfg.size, localRank: cfg.localRank, log: newLogger(cfg.rank, cfg.logger)}
+	var abandon func(error) // once linked: tell the others this Init failed
 	fail := func(err error) (*Comm, error) {
+		if abandon != nil {
+			abandon(err)
+		}
 		c.Close()
 		var e *Error
 		if errors.As(err, &e) {
@@ -123,6 +127,7 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	if err != nil {
 		return fail(err)
 	}
+	abandon = func(err error) { bootstrap.Abandon(res.Store, res.JobID, c.rank, err) }
 	c.group = algo.NewGroup(c.rank, c.size, res.Links)
 	if err := c.setupHier(res.HostKeys); err != nil {
 		c.group.Close()

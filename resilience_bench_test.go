@@ -3,14 +3,11 @@ package goccl_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
-
-	"github.com/goccl/goccl"
 )
 
 func init() { extraMains["resbench"] = resBenchWorker }
@@ -19,20 +16,11 @@ func init() { extraMains["resbench"] = resBenchWorker }
 // once this rank prints "ready") a Shrink, then a Grow by one joiner; it
 // prints "TIMES agree shrink grow" in microseconds (Agree's median).
 func resBenchWorker(ctx context.Context) int {
-	rank, _ := strconv.Atoi(os.Getenv("GOCCL_RANK"))
-	size, _ := strconv.Atoi(os.Getenv("GOCCL_WORLD_SIZE"))
-	store, err := testStore(ctx, rank)
+	c, done, err := testInit(ctx, 60*time.Second)
 	if err != nil {
-		fmt.Println("ERR dial:", err)
 		return 2
 	}
-	defer store.Close()
-	c, err := goccl.Init(ctx, goccl.WithRank(rank), goccl.WithWorldSize(size), goccl.WithStore(store), goccl.WithTimeout(60*time.Second))
-	if err != nil {
-		fmt.Println("ERR init:", err)
-		return 2
-	}
-	defer c.Close()
+	defer done()
 	var agree []time.Duration
 	for range 20 {
 		start := time.Now()
@@ -92,32 +80,19 @@ func BenchmarkResilience(b *testing.B) {
 }
 
 func resBenchOnce(b *testing.B, np int) (agree, shrink, grow []float64) {
-	g := newGrowRun(b)
+	p := newProcs(b, "grow test")
 	for r := range np {
-		g.start("resbench", "GOCCL_RANK="+strconv.Itoa(r), "GOCCL_WORLD_SIZE="+strconv.Itoa(np), "GOCCL_LOCAL_RANK="+strconv.Itoa(r))
+		p.start("resbench", rankEnv(r, np, "shm")...)
 	}
-	for range np {
-		select {
-		case <-g.ready:
-		case <-time.After(120 * time.Second):
-			b.Fatal("ranks not ready after 120 s")
-		}
-	}
-	g.cmds[np-1].Process.Kill()
-	g.start("join")
-	for i := range g.cmds {
-		if i != np-1 {
-			<-g.exited[i]
-		}
-	}
-	g.readers.Wait()
+	p.waitAll(nil, "ready", 120*time.Second)
+	p.signal(np-1, syscall.SIGKILL)
+	p.start("join")
+	p.wait(10*time.Minute, np-1)
 	for i := 0; i < np-1; i++ {
-		out := g.outs[i].String()
+		out := p.out(i)
 		j := strings.Index(out, "TIMES ")
 		if j < 0 {
-			for k, o := range g.outs {
-				b.Logf("process %d:\n%s", k, o.String())
-			}
+			p.logAll()
 			b.Fatalf("rank %d gave no times", i)
 		}
 		if i == 0 && testing.Verbose() {

@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
-	"os/exec"
+	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
@@ -117,43 +118,187 @@ func TestRevoke(t *testing.T) {
 }
 
 // spawnAll is spawn for jobs in which a rank may die: it returns every
-// rank's output, whatever their exit statuses.
+// rank's output, whatever their exit statuses (rank 0 serves the store).
 func spawnAll(t *testing.T, n int, mode string, extraEnv ...string) []string {
 	t.Helper()
+	p := newProcs(t, "")
 	addr := freeAddr(t)
-	outs := make([]strings.Builder, n)
-	cmds := make([]*exec.Cmd, n)
 	for r := range n {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "GOCCL_TEST_WORKER="+mode,
-			"GOCCL_RANK="+strconv.Itoa(r), "GOCCL_WORLD_SIZE="+strconv.Itoa(n),
-			"GOCCL_LOCAL_RANK="+strconv.Itoa(r), "GOCCL_STORE_ADDR="+addr, "GOCCL_TIMEOUT=120s")
-		cmd.Env = append(cmd.Env, extraEnv...)
-		cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds[r] = cmd
+		p.start(mode, append(append(rankEnv(r, n, "shm"), "GOCCL_STORE_ADDR="+addr, "GOCCL_TIMEOUT=120s"), extraEnv...)...)
 	}
-	done := make(chan struct{})
-	go func() {
-		for _, c := range cmds {
-			c.Wait()
-		}
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(90 * time.Second):
-		for _, c := range cmds {
-			c.Process.Kill()
-		}
-		<-done
-		t.Errorf("ranks still running after 90 s: hung")
-	}
+	p.wait(90 * time.Second)
 	res := make([]string, n)
-	for r := range outs {
-		res[r] = outs[r].String()
+	for r := range res {
+		res[r] = p.out(r)
 	}
 	return res
+}
+
+func init() { extraMains["revokefi"] = revokeFIWorker }
+
+// revokeFIWorker runs AllReduces until one fails; rank GOCCL_TEST_REVOKER
+// revokes, from another goroutine, when it gets SIGUSR1 (the test picks
+// the moment), printing "REVOKE done". On the failure it prints "FAILED
+// revoked", "FAILED lost R" or "FAILED other", then shrinks and checks
+// the new communicator (shrinkAndCheck: "SHRUNK size sum").
+func revokeFIWorker(ctx context.Context) int {
+	c, done, err := testInit(ctx, 8*time.Second)
+	if err != nil {
+		return 2
+	}
+	defer done()
+	if r, _ := strconv.Atoi(os.Getenv("GOCCL_TEST_REVOKER")); r == c.Rank() {
+		usr1 := make(chan os.Signal, 1)
+		signal.Notify(usr1, syscall.SIGUSR1)
+		go func() {
+			<-usr1
+			if err := c.Revoke(ctx); err != nil {
+				fmt.Println("ERR revoke:", err)
+				return
+			}
+			fmt.Println("REVOKE done")
+		}()
+	}
+	buf := make([]float32, 1<<14)
+	for i := 0; ; i++ {
+		err := goccl.AllReduce(ctx, c, buf, buf, len(buf), goccl.Sum)
+		var lost *goccl.PeerLostError
+		switch {
+		case err == nil:
+			if i == 2 {
+				fmt.Println("ready")
+			}
+			continue
+		case errors.Is(err, goccl.ErrRevoked):
+			fmt.Println("FAILED revoked")
+		case errors.As(err, &lost):
+			fmt.Println("FAILED lost", lost.Rank)
+		default:
+			fmt.Println("FAILED other")
+		}
+		fmt.Println("error:", err)
+		break
+	}
+	return shrinkAndCheck(ctx, c, c.Rank()+1)
+}
+
+// TestRevokeFaultInjection: 3 to 8 ranks (processes) run AllReduces; a
+// random rank revokes the communicator at a random moment, and a random
+// rank (maybe the revoker) is SIGKILLed, or SIGSTOPped and SIGKILLed up to
+// a second later, before the Revoke, while it runs, or just after. Every
+// survivor's operation must fail with ErrRevoked or the loss within 5 s of
+// the event that ends it (the revocation, else the kill), and all must
+// shrink to the same communicator of the survivors (checked by an
+// AllReduce of their original ranks + 1), without a hang. Runs alternate
+// between shared memory and TCP. GOCCL_TEST_REVOKE_ITERS sets the runs
+// (default 4).
+func TestRevokeFaultInjection(t *testing.T) {
+	iters := faultIters(t, "GOCCL_TEST_REVOKE_ITERS", 4)
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
+	for it := range iters {
+		n := 3 + rng.IntN(6)
+		fc := faultCase{revoker: rng.IntN(n), victim: rng.IntN(n), stop: rng.IntN(3) == 0,
+			when:  []string{"before", "during", "after"}[rng.IntN(3)],
+			delay: time.Duration(rng.IntN(50)) * time.Millisecond, stopFor: time.Duration(100+rng.IntN(900)) * time.Millisecond}
+		if fc.when == "during" {
+			fc.delay = time.Duration(rng.IntN(2000)) * time.Microsecond // Revoke takes about a millisecond
+		}
+		net := []string{"shm", "tcp"}[it%2]
+		t.Run(fmt.Sprintf("%d/%s/np%d/%v", it, net, n, fc), func(t *testing.T) {
+			runRevokeKill(t, newProcs(t, "revoke test"), net, n, fc)
+		})
+	}
+}
+
+// faultCase is one run's fault: the victim is killed (or stopped, then
+// killed after stopFor) delay before, during or after (when) the call
+// (the revoker's Revoke, -1 for none: Grow).
+type faultCase struct {
+	revoker, victim int
+	stop            bool
+	when            string
+	delay, stopFor  time.Duration
+}
+
+// inject runs call (what makes the workers act) and signals the victim
+// delay before it ("before") or after it, once reached (if not nil) has
+// returned; a stopped victim is killed stopFor later. It returns when the
+// victim was killed.
+func (f faultCase) inject(p *procs, call, reached func()) time.Time {
+	sig := syscall.SIGKILL
+	if f.stop {
+		sig = syscall.SIGSTOP
+	}
+	if f.when == "before" {
+		p.signal(f.victim, sig)
+		time.Sleep(f.delay)
+		call()
+	} else {
+		call()
+		if reached != nil {
+			reached()
+		}
+		time.Sleep(f.delay)
+		p.signal(f.victim, sig)
+	}
+	if f.stop {
+		time.Sleep(f.stopFor)
+		p.signal(f.victim, syscall.SIGKILL)
+	}
+	return time.Now()
+}
+
+func (f faultCase) String() string {
+	s := fmt.Sprintf("victim%d/%s%v", f.victim, f.when, f.delay)
+	if f.revoker >= 0 {
+		s = fmt.Sprintf("revoker%d/%s", f.revoker, s)
+	}
+	if f.stop {
+		s += fmt.Sprintf("/stop%v", f.stopFor)
+	}
+	return s
+}
+
+func runRevokeKill(t *testing.T, p *procs, net string, n int, fc faultCase) {
+	for r := range n {
+		p.start("revokefi", append(rankEnv(r, n, net), "GOCCL_TEST_REVOKER="+strconv.Itoa(fc.revoker))...)
+	}
+	p.waitAll(nil, "ready", 60*time.Second)
+	var revokedAt time.Time
+	revoke := func() { revokedAt = time.Now(); p.signal(fc.revoker, syscall.SIGUSR1) }
+	var reached func()
+	if fc.when == "after" {
+		reached = func() { p.waitLine([]int{fc.revoker}, "REVOKE done", 30*time.Second) }
+	}
+	killedAt := fc.inject(p, revoke, reached)
+	p.wait(90*time.Second, fc.victim)
+	var survivors []int
+	for r := range n {
+		if r == fc.victim {
+			continue
+		}
+		survivors = append(survivors, r)
+		// The revocation ends every operation if it was made (the
+		// revoker lived to store it), else the kill does.
+		by := killedAt
+		if _, _, ok := p.lineAt(fc.revoker, "REVOKE done"); ok {
+			by = revokedAt
+		}
+		line, at, ok := p.lineAt(r, "FAILED ")
+		switch {
+		case !ok:
+			t.Errorf("process %d: no operation failed", r)
+		case line == "FAILED other":
+			t.Errorf("process %d: the operation failed with neither ErrRevoked nor the loss", r)
+		case at.Sub(by) > 5*time.Second:
+			t.Errorf("process %d: the operation failed %v after the revocation or kill, want within 5 s", r, at.Sub(by).Round(time.Millisecond))
+		}
+	}
+	// A victim signalled after the revocation may have shrunk with the
+	// others first.
+	maybe := fc.victim
+	if fc.when == "before" {
+		maybe = -1
+	}
+	checkShrunk(t, p, survivors, maybe, net)
 }

@@ -5,16 +5,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/goccl/goccl"
-	"github.com/goccl/goccl/rendezvous"
 )
 
 func init() { extraMains["shrink"] = shrinkWorker }
@@ -24,21 +21,11 @@ func init() { extraMains["shrink"] = shrinkWorker }
 // if that fails too (another rank died); it prints "SHRUNK size sum" with
 // the sum of the survivors' original ranks + 1, or "ERR ...".
 func shrinkWorker(ctx context.Context) int {
-	rank, _ := strconv.Atoi(os.Getenv("GOCCL_RANK"))
-	size, _ := strconv.Atoi(os.Getenv("GOCCL_WORLD_SIZE"))
-	tok := rendezvous.WithToken([]byte(os.Getenv("GOCCL_TEST_TOKEN")))
-	store, err := rendezvous.DialTCP(ctx, os.Getenv("GOCCL_TEST_STORE"), tok, rendezvous.WithRank(rank))
+	c, done, err := testInit(ctx, 20*time.Second)
 	if err != nil {
-		fmt.Println("ERR dial:", err)
 		return 2
 	}
-	defer store.Close()
-	c, err := goccl.Init(ctx, goccl.WithRank(rank), goccl.WithWorldSize(size), goccl.WithStore(store), goccl.WithTimeout(20*time.Second))
-	if err != nil {
-		fmt.Println("ERR init:", err)
-		return 2
-	}
-	defer c.Close()
+	defer done()
 	buf := make([]float32, 1<<16)
 	for i := 0; ; i++ {
 		if err := goccl.AllReduce(ctx, c, buf, buf, len(buf), goccl.Sum); err != nil {
@@ -49,6 +36,21 @@ func shrinkWorker(ctx context.Context) int {
 			fmt.Println("ready")
 		}
 	}
+	return shrinkAndCheck(ctx, c, c.Rank()+1)
+}
+
+// shrinkAndCheck shrinks c and checks an AllReduce of id (a number of
+// this process's, unique in the job) on the new communicator, shrinking
+// again if that fails too (another rank died); it prints "SHRUNK size sum"
+// with the sum of the members' ids, or "ERR ...", and returns the exit
+// status.
+func shrinkAndCheck(ctx context.Context, c *goccl.Comm, id int) int {
+	return shrinkCheck(ctx, c, id, true)
+}
+
+// shrinkCheck is shrinkAndCheck; with retired, c must fail once shrunk
+// (Shrink retires a communicator that failed).
+func shrinkCheck(ctx context.Context, c *goccl.Comm, id int, retired bool) int {
 	cur := c
 	for attempt := 0; attempt < 4; attempt++ {
 		start := time.Now()
@@ -60,28 +62,26 @@ func shrinkWorker(ctx context.Context) int {
 		defer nc.Close()
 		fmt.Printf("shrink took %v\n", time.Since(start))
 		// 4 MiB through the links (over reset rings, where Shrink kept
-		// them), every element the sum of the survivors' original ranks + 1.
+		// them), every element the sum of the survivors' ids.
 		x := make([]float32, 1<<20)
 		for i := range x {
-			x[i] = float32(rank + 1)
+			x[i] = float32(id)
 		}
+		err = goccl.AllReduce(ctx, nc, x, x, len(x), goccl.Sum)
 		ok := uint64(1)
-		if err := goccl.AllReduce(ctx, nc, x, x, len(x), goccl.Sum); err != nil {
+		if err != nil {
 			fmt.Println("FAILED after shrink:", err)
 			ok = 0
 		}
-		// A survivor that finished the AllReduce may be alone in that: a
-		// rank stopped after sending its part leaves the others waiting.
-		// Agree tells every survivor whether all of them got here (ULFM's
-		// pattern: every survivor makes the same calls): if not, all shrink
-		// again.
+		// A rank that dies in the AllReduce may fail it on some ranks
+		// only: the ranks agree whether it worked everywhere (else they
+		// would part, some done, the others shrinking without them).
 		all, failed, err := nc.Agree(ctx, ok)
 		if err != nil {
 			fmt.Println("ERR agree after shrink:", err)
 			return 1
 		}
-		if all == 0 || len(failed) > 0 {
-			fmt.Println("FAILED after shrink: ranks", failed, "failed")
+		if all != 1 || len(failed) > 0 {
 			cur = nc
 			continue
 		}
@@ -91,7 +91,9 @@ func shrinkWorker(ctx context.Context) int {
 				return 1
 			}
 		}
-		if err := goccl.AllReduce(ctx, c, x, x, 1, goccl.Sum); err == nil {
+		if !retired {
+			// c may work: an AllReduce on it would change x.
+		} else if err := goccl.AllReduce(ctx, c, x, x, 1, goccl.Sum); err == nil {
 			fmt.Println("ERR the old communicator still works after a shrink that retired it")
 			return 1
 		}
@@ -110,13 +112,7 @@ func shrinkWorker(ctx context.Context) int {
 // (size and members) and run an AllReduce on it. GOCCL_TEST_SHRINK_ITERS
 // sets the runs (default 4), GOCCL_TEST_SHRINK_NP a fixed world size.
 func TestShrinkFaultInjection(t *testing.T) {
-	if testing.Short() {
-		t.Skip("multi-process test; skipped with -short")
-	}
-	iters := 4
-	if s := os.Getenv("GOCCL_TEST_SHRINK_ITERS"); s != "" {
-		iters, _ = strconv.Atoi(s)
-	}
+	iters := faultIters(t, "GOCCL_TEST_SHRINK_ITERS", 4)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
 	np, _ := strconv.Atoi(os.Getenv("GOCCL_TEST_SHRINK_NP")) // a fixed world size (0: 3 to 8)
 	for it := range iters {
@@ -133,12 +129,7 @@ func TestShrinkFaultInjection(t *testing.T) {
 		delay := time.Duration(rng.IntN(60)) * time.Millisecond
 		net := []string{"shm", "tcp"}[it%2]
 		t.Run(fmt.Sprintf("%d/%s/np%d/kill%d/then%d/stop=%v/after%v", it, net, n, v1, v2, stop, delay), func(t *testing.T) {
-			srv, err := rendezvous.NewTCPServer("127.0.0.1:0", rendezvous.WithToken([]byte("shrink test")))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer srv.Close()
-			runShrinkKill(t, srv.Addr(), net, n, v1, v2, stop, delay)
+			runShrinkKill(t, newProcs(t, "shrink test"), net, n, v1, v2, stop, delay)
 		})
 	}
 }
@@ -146,115 +137,65 @@ func TestShrinkFaultInjection(t *testing.T) {
 // runShrinkKill runs one case of TestShrinkFaultInjection with net's links
 // (shm: shared memory, which the shrunk communicator must keep using; tcp:
 // GOCCL_SHM_DISABLE=1).
-func runShrinkKill(t *testing.T, addr, net string, n, v1, v2 int, stop bool, delay time.Duration) {
-	cmds := make([]*exec.Cmd, n)
-	outs := make([]strings.Builder, n)
-	var outMu sync.Mutex
-	var readers sync.WaitGroup
-	exited := make([]chan struct{}, n)
-	ready := make(chan int, n)
-	failed := make(chan int, n)
+func runShrinkKill(t *testing.T, p *procs, net string, n, v1, v2 int, stop bool, delay time.Duration) {
 	for r := range n {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "GOCCL_TEST_WORKER=shrink", "GOCCL_TEST_STORE="+addr, "GOCCL_TEST_TOKEN=shrink test",
-			"GOCCL_SHM_DISABLE="+map[string]string{"shm": "0", "tcp": "1"}[net],
-			"GOCCL_RANK="+strconv.Itoa(r), "GOCCL_WORLD_SIZE="+strconv.Itoa(n), "GOCCL_LOCAL_RANK="+strconv.Itoa(r))
-		cmds[r] = cmd
-		exited[r] = startWatched(t, cmd, &readers, func(line string) {
-			outMu.Lock()
-			outs[r].WriteString(line + "\n")
-			outMu.Unlock()
-			switch {
-			case line == "ready":
-				ready <- r
-			case strings.HasPrefix(line, "FAILED "):
-				// Not blocking: a rank prints FAILED again when an AllReduce
-				// on a shrunk communicator fails, and a reader blocked here
-				// would block the rank's next write (the hang once seen).
-				select {
-				case failed <- r:
-				default:
-				}
-			}
-		}, nil)
+		p.start("shrink", rankEnv(r, n, net)...)
 	}
-	defer func() {
-		for _, c := range cmds {
-			c.Process.Kill()
-		}
-	}()
-	for range n {
-		select {
-		case <-ready:
-		case <-time.After(60 * time.Second):
-			t.Fatal("ranks not ready after 60 s")
-		}
-	}
-	cmds[v1].Process.Kill()
+	p.waitAll(nil, "ready", 60*time.Second)
+	p.signal(v1, syscall.SIGKILL)
+	skip := []int{v1}
 	if v2 >= 0 {
-		select {
-		case <-failed:
-		case <-time.After(30 * time.Second):
-			t.Fatal("no rank saw the first kill after 30 s")
-		}
+		p.waitLine(nil, "FAILED ", 30*time.Second)
 		time.Sleep(delay)
 		sig := syscall.SIGKILL
 		if stop {
 			sig = syscall.SIGSTOP
 		}
-		cmds[v2].Process.Signal(sig)
+		p.signal(v2, sig)
+		skip = append(skip, v2)
 	}
-	deadline := time.After(90 * time.Second)
+	p.wait(90*time.Second, skip...)
+	var survivors []int
 	for r := range n {
-		if r == v1 || r == v2 {
-			continue
-		}
-		select {
-		case <-exited[r]:
-		case <-deadline:
-			for _, c := range cmds {
-				c.Process.Signal(syscall.SIGQUIT) // their goroutines, into the output
-			}
-			time.Sleep(3 * time.Second)
-			outMu.Lock()
-			for q := range n {
-				t.Logf("rank %d:\n%s", q, outs[q].String())
-			}
-			outMu.Unlock()
-			t.Fatalf("rank %d still running 90 s after the kill: hung", r)
+		if r != v1 && r != v2 {
+			survivors = append(survivors, r)
 		}
 	}
-	if v2 >= 0 {
-		cmds[v2].Process.Kill()
-	}
-	readers.Wait()
-	outMu.Lock()
-	defer outMu.Unlock()
-	// Every survivor shrank to the same communicator, or was counted
-	// failed (too slow to vote before the others' deadline on a loaded
-	// machine, a false suspicion: ErrExcluded) and is not in it.
+	checkShrunk(t, p, survivors, v2, net)
+}
+
+// checkShrunk checks that every process of survivors ended in the same
+// communicator ("SHRUNK size sum", or "FINAL size sum" where no shrink was
+// needed: the sum of its members' ids, a process's id being its index + 1)
+// or was counted failed (too slow to vote
+// before the others' deadline on a loaded machine, a false suspicion:
+// ErrExcluded) and is not in it; maybe (-1: none) is a process that may
+// have shrunk with them before it died. With net, every link of the shrunk
+// communicator must be of that kind (shm, tcp).
+func checkShrunk(t *testing.T, p *procs, survivors []int, maybe int, net string) {
+	t.Helper()
 	want, members, excluded := "", 0, []int{}
-	for r := range n {
-		out := outs[r].String()
-		if r == v1 || r == v2 {
-			continue
-		}
+	for _, r := range survivors {
+		out := p.out(r)
 		i := strings.Index(out, "SHRUNK ")
+		if i < 0 {
+			i = strings.Index(out, "FINAL ")
+		}
 		if i < 0 {
 			if strings.Contains(out, "agreed that this rank had failed") {
 				excluded = append(excluded, r)
-				t.Logf("rank %d was counted failed (too slow on a loaded machine) and got ErrExcluded", r)
+				t.Logf("process %d was counted failed (too slow on a loaded machine) and got ErrExcluded", r)
 				continue
 			}
-			t.Errorf("rank %d did not shrink:\n%s", r, out)
+			t.Errorf("process %d did not shrink:\n%s", r, out)
 			continue
 		}
 		members += r + 1
-		if j := strings.Index(out, "LINKS "); j >= 0 {
+		if j := strings.Index(out, "LINKS "); j >= 0 && net != "" {
 			links := strings.TrimSpace(strings.SplitN(out[j+len("LINKS "):], "\n", 2)[0])
 			for _, name := range strings.Split(links, ",") {
 				if name != "" && !strings.HasPrefix(name, net) {
-					t.Errorf("rank %d: the shrunk communicator's links are %s, want all %s", r, links, net)
+					t.Errorf("process %d: the shrunk communicator's links are %s, want all %s", r, links, net)
 					break
 				}
 			}
@@ -263,26 +204,20 @@ func runShrinkKill(t *testing.T, addr, net string, n, v1, v2 int, stop bool, del
 		if want == "" {
 			want = got
 		} else if got != want {
-			t.Errorf("rank %d: %q, another survivor %q", r, got, want)
+			t.Errorf("process %d: %q, another survivor %q", r, got, want)
 		}
 	}
-	// The survivors: those that reported, and v2 if it shrank with them
-	// before it died.
-	count := n - 1 - len(excluded)
-	if v2 >= 0 {
-		count--
-	}
-	okWant := []string{fmt.Sprintf("SHRUNK %d %d", count, members)}
-	if v2 >= 0 {
-		okWant = append(okWant, fmt.Sprintf("SHRUNK %d %d", count+1, members+v2+1))
+	count := len(survivors) - len(excluded)
+	kind, _, _ := strings.Cut(want, " ")
+	okWant := []string{fmt.Sprintf("%s %d %d", kind, count, members)}
+	if maybe >= 0 {
+		okWant = append(okWant, fmt.Sprintf("%s %d %d", kind, count+1, members+maybe+1))
 	}
 	if want != "" && !slicesContains(okWant, want) {
 		t.Errorf("survivors agree on %q, want one of %q", want, okWant)
 	}
-	for r := range n {
-		if t.Failed() || testing.Verbose() {
-			t.Logf("rank %d:\n%s", r, outs[r].String())
-		}
+	if t.Failed() || testing.Verbose() {
+		p.logAll()
 	}
 }
 

@@ -291,6 +291,7 @@ func closeAll(closers []func() error) {
 // one: a rank the store saw die, or rank 0 (which serves the store) gone
 // from under this rank.
 func (b *boot) fail(err error) error {
+	Abandon(b.store, b.jobID, b.p.Rank, err) // the others need not wait for this rank's links
 	for _, l := range b.links {
 		if l != nil {
 			l.Close()

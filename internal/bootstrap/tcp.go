@@ -3,6 +3,7 @@ package bootstrap
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 
 	"github.com/goccl/goccl/internal/config"
@@ -43,8 +44,16 @@ func (t tcpNet) connect(ctx context.Context, b *boot, peers []bool) error {
 }
 
 // dialEach runs dial, in parallel, for every peer marked in peers and
-// keeps the links in b.links.
+// keeps the links in b.links; a peer lost or giving up meanwhile ends it
+// (watched).
 func (b *boot) dialEach(ctx context.Context, peers []bool, dial func(ctx context.Context, r int) (transport.Link, error)) error {
+	if !slices.Contains(peers, true) {
+		return nil
+	}
+	return b.watched(ctx, func(ctx context.Context) error { return b.dialAll(ctx, peers, dial) })
+}
+
+func (b *boot) dialAll(ctx context.Context, peers []bool, dial func(ctx context.Context, r int) (transport.Link, error)) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(peers))
 	for r, ok := range peers {
