@@ -3,6 +3,7 @@ package goccl_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"syscall"
@@ -81,8 +82,12 @@ func BenchmarkResilience(b *testing.B) {
 
 func resBenchOnce(b *testing.B, np int) (agree, shrink, grow []float64) {
 	p := newProcs(b, "grow test")
+	net := "shm" // GOCCL_SHM_DISABLE=1 in the benchmark's environment: tcp
+	if os.Getenv("GOCCL_SHM_DISABLE") == "1" {
+		net = "tcp"
+	}
 	for r := range np {
-		p.start("resbench", rankEnv(r, np, "shm")...)
+		p.start("resbench", rankEnv(r, np, net)...)
 	}
 	p.waitAll(nil, "ready", 120*time.Second)
 	p.signal(np-1, syscall.SIGKILL)
