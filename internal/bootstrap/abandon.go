@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/goccl/goccl/rendezvous"
+	"github.com/goccl/goccl/transport"
 )
 
 // A rank that dies or gives up while the others make their links would
@@ -38,7 +41,28 @@ func Abandon(store rendezvous.Store, jobID string, rank int, err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
-	store.Set(ctx, abandonKey(jobID), fmt.Appendf(nil, "rank %d: %v", rank, err))
+	// The note starts with the rank whose loss made this one give up (-1:
+	// none), so that a reader reports that loss as the others' own would
+	// be (whichever of the two news reaches it first).
+	lost := transport.LostRank(err)
+	if rl := (*rendezvous.RankLostError)(nil); errors.As(err, &rl) {
+		lost = rl.Rank
+	}
+	store.Set(ctx, abandonKey(jobID), fmt.Appendf(nil, "%d|rank %d: %v", lost, rank, err))
+}
+
+// abandonCause is the cause a note (see Abandon) gives a waiting rank: the
+// loss it names, else the note.
+func abandonCause(v []byte) error {
+	lostText, note, ok := strings.Cut(string(v), "|")
+	lost, err := strconv.Atoi(lostText)
+	if !ok || err != nil {
+		return &AbandonedError{Note: string(v)}
+	}
+	if lost >= 0 {
+		return &rendezvous.RankLostError{Rank: lost, Reason: "reported by " + note}
+	}
+	return &AbandonedError{Note: note}
 }
 
 // watchPeers returns a context derived from ctx that ends, with the loss
@@ -56,7 +80,7 @@ func (b *boot) watchPeers(ctx context.Context) (wctx context.Context, stop func(
 		var lost *rendezvous.RankLostError
 		switch {
 		case err == nil:
-			cancel(&AbandonedError{Note: string(v)})
+			cancel(abandonCause(v))
 		case errors.As(err, &lost):
 			cancel(lost)
 		}

@@ -163,3 +163,34 @@ func TestConnectKeepsStoreConnection(t *testing.T) {
 		t.Errorf("%d store connections open after Connect, want 2 (one per rank)", n)
 	}
 }
+
+// TestAbandonCause: a note left by a rank that gave up because a rank was
+// lost is read as that loss (so every rank reports the loss, whichever news
+// reached it first); another note as AbandonedError.
+func TestAbandonCause(t *testing.T) {
+	store := rendezvous.NewMemStore()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		err  error
+		lost int
+	}{
+		{&rendezvous.RankLostError{Rank: 2, Reason: "its connection to the store closed"}, 2},
+		{&transport.PeerError{Peer: 3, Op: "recv", Err: &transport.LostError{Rank: 3, Via: -1}}, 3},
+		{errors.New("Init: something failed"), -1},
+	} {
+		Abandon(store, "job", 1, tc.err)
+		v, err := store.Get(ctx, abandonKey("job"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cause := abandonCause(v)
+		var rl *rendezvous.RankLostError
+		var ab *AbandonedError
+		switch {
+		case tc.lost >= 0 && (!errors.As(cause, &rl) || rl.Rank != tc.lost || !strings.Contains(cause.Error(), "reported by rank 1")):
+			t.Errorf("note of %v: cause %v, want rank %d lost, reported by rank 1", tc.err, cause, tc.lost)
+		case tc.lost < 0 && (!errors.As(cause, &ab) || ab.Note != "rank 1: Init: something failed"):
+			t.Errorf("note of %v: cause %v, want the note", tc.err, cause)
+		}
+	}
+}
