@@ -2,6 +2,7 @@ package goccl_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -256,5 +257,56 @@ func TestNetnsLinkCutRanks(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestHealthQueryLinkCut: 4 ranks as in TestNetnsLinkCutRanks serve the
+// health query (GOCCL_TIMEOUT=60s: nothing fails); the link between
+// ranks 1 and 2 is cut. Every rank still answers STATUS, and the reply
+// names ranks 1 and 2, and only them, as "entered op #N AllReduce but is
+// not progressing" with the link that moved no bytes; JSON says the same
+// (not_progressing).
+func TestHealthQueryLinkCut(t *testing.T) {
+	if why := clustertest.Skip(); why != "" {
+		t.Skip(why)
+	}
+	const n = 4
+	j := startCutJob(t, n, time.Minute, "GOCCL_RAS_ADDR=10.200.0.1:29519")
+	addr := j.c.Hosts[0].Addr.String() + ":29519"
+	if !strings.HasPrefix(addr, "10.200.0.1:") {
+		t.Fatalf("host 0's address is %s, not the one GOCCL_RAS_ADDR names", addr)
+	}
+	j.cut(t, 1, 2)
+	// ras.StallAfter, plus a tick of the watchers (1 s with this timeout),
+	// which time the links' idleness, plus slack.
+	time.Sleep(ras.StallAfter + 2*time.Second)
+	text := j.query(t, addr, "GOCCL_TEST_RAS_VERBOSE=1")
+	t.Logf("VERBOSE STATUS:\n%s", text)
+	if strings.Contains(text, "not answering") || strings.Contains(text, "INCOMPLETE") {
+		t.Errorf("a rank did not answer:\n%s", text)
+	}
+	for r := range n {
+		stuck := regexp.MustCompile(fmt.Sprintf(`\n  Rank %d entered op #\d+ AllReduce but is not progressing: [^\n]*their link moved no bytes for \d`, r)).MatchString(text)
+		if want := r == 1 || r == 2; stuck != want {
+			t.Errorf("STATUS: rank %d entered but not progressing: %v, want %v", r, stuck, want)
+		}
+	}
+	js := j.query(t, addr, "GOCCL_TEST_RAS_FORMAT=json")
+	var doc struct {
+		Comms []struct {
+			Ranks []struct {
+				Rank           int    `json:"rank"`
+				NotProgressing bool   `json:"not_progressing"`
+				Progress       string `json:"progress"`
+			} `json:"ranks"`
+		} `json:"communicators"`
+	}
+	if err := json.Unmarshal([]byte(js), &doc); err != nil || len(doc.Comms) != 1 || len(doc.Comms[0].Ranks) != n {
+		t.Fatalf("JSON reply (%v):\n%s", err, js)
+	}
+	for _, r := range doc.Comms[0].Ranks {
+		if want := r.Rank == 1 || r.Rank == 2; r.NotProgressing != want {
+			t.Errorf("JSON: rank %d not_progressing %v, want %v (%s)", r.Rank, r.NotProgressing, want, r.Progress)
+		}
 	}
 }
