@@ -177,9 +177,10 @@ func (c *Comm) verdict(seq uint64, got []*report, me *report, heard []uint64) (s
 }
 
 // settled reports whether r, a rank's report, says all that rank will say
-// about op #seq: it failed or timed out, or it runs another operation
-// than seq (a report of an older one than this rank last heard of from it,
-// heard, is stale: the watcher of a stopped rank published it long ago).
+// about op #seq: it failed or timed out, or it runs a later operation, or
+// it is idle after an earlier one (a report of an older one than this rank
+// last heard of from it, heard, is stale: the watcher of a stopped rank
+// published it long ago).
 func settled(r *report, seq, heard uint64) bool {
 	switch {
 	case r == nil:
@@ -188,6 +189,11 @@ func settled(r *report, seq, heard uint64) bool {
 		return true
 	case r.Seq == seq:
 		return r.State == stIdle // done with it
+	case r.State == stIn:
+		// Stuck in an earlier operation, which it began before this rank
+		// began this one: it times out no later, and its report says on
+		// what it waits.
+		return false
 	}
 	return r.Seq >= heard
 }
@@ -199,7 +205,7 @@ func settled(r *report, seq, heard uint64) bool {
 // operation this rank heard from p in.
 func (c *Comm) blame(p int, seq uint64, got []*report, me *report, heard uint64) (string, bool) {
 	r, now := got[p], time.Now()
-	if r != nil && !settled(r, seq, heard) && !(r.Seq == seq && r.State == stIn) {
+	if r != nil && !settled(r, seq, heard) && !(r.Seq <= seq && r.Seq >= heard && r.State == stIn) {
 		r = nil // stale
 	}
 	switch {
