@@ -45,6 +45,12 @@ type report struct {
 	On      int    `json:"b"`           // timeout: the peer its timed-out call waited on (-1: not known)
 	Origin  int    `json:"o"`           // failed, timeout: the rank that found the cause
 	Cause   string `json:"c,omitempty"` // failed, timeout, closed: what happened, for the other ranks' errors
+	// timeout: by peer, the payload bytes this rank's link to it sent and
+	// received, and how long (ms) it had moved none: the ranks away from
+	// a link judge it from its two ends' counters (stalledLinks).
+	Sent []uint64 `json:"sb,omitempty"`
+	Recv []uint64 `json:"rb,omitempty"`
+	Idle []int64  `json:"i,omitempty"`
 }
 
 // final reports whether r says the rank's communicator failed or closed.
@@ -189,6 +195,19 @@ func (h *health) linkIdle(peer int) time.Duration {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return time.Since(h.lastMove[peer])
+}
+
+// linkState is, by peer, what each link sent and received and how long
+// (ms) it has moved no bytes (at a failure: it allocates).
+func (h *health) linkState() (sent, recv []uint64, idle []int64) {
+	sent, recv, idle = make([]uint64, h.size), make([]uint64, h.size), make([]int64, h.size)
+	for p, l := range h.links {
+		if l != nil {
+			sent[p], recv[p] = l.Counters().Sent(), l.Counters().Received()
+			idle[p] = h.linkIdle(p).Milliseconds()
+		}
+	}
+	return sent, recv, idle
 }
 
 func (h *health) key(rank int) string { return h.base + strconv.Itoa(rank) }

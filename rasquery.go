@@ -243,6 +243,12 @@ func (c *Comm) rasComm() ras.CommReport {
 	if k := opKind(h.opKind.Load()); k != 0 {
 		r.Op = &ras.Op{Seq: h.opSeq.Load(), Kind: k.String(), Count: h.opCount.Load(), Bytes: h.opBytes.Load(),
 			WaitSec: time.Duration(now - h.opStart.Load()).Seconds()}
+		if p := c.waitingOn(); p >= 0 {
+			r.Op.Wait = &ras.Wait{Peer: p, IdleSec: -1}
+			if c.health != nil {
+				r.Op.Wait.IdleSec = c.health.linkIdle(p).Seconds()
+			}
+		}
 	} else {
 		r.IdleSec = time.Duration(now - h.lastEnd.Load()).Seconds()
 	}
@@ -267,6 +273,18 @@ func (c *Comm) rasComm() ras.CommReport {
 	}
 	r.Skew = rasSkew(c)
 	return r
+}
+
+// waitingOn is the rank the collective in flight waits on now, -1 if none
+// (or point to point, whose sends and receives run side by side).
+func (c *Comm) waitingOn() int {
+	if c.group == nil || opKind(c.ras.opKind.Load()) == opSendRecv {
+		return -1
+	}
+	if p := c.group.WaitingOn(); p >= 0 && p < c.size && p != c.rank {
+		return p
+	}
+	return -1
 }
 
 // rasSource is the server's view of the job: the ranks of the serving

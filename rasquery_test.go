@@ -151,7 +151,10 @@ func testHealthQueryStoppedRank(t *testing.T, env string) {
 	if err := j.cmds[victim].Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond) // the others block in the next AllReduce
+	// The others block in the next AllReduce; after ras.StallAfter (and a
+	// tick of the watchers, 1 s with this timeout, which time the links'
+	// idleness) the status says what they wait on.
+	time.Sleep(ras.StallAfter + 1500*time.Millisecond)
 	text, took := j.query(t, secs, false, true)
 	t.Logf("VERBOSE STATUS (%v):\n%s", took, text)
 	if took > secs*time.Second+3*time.Second {
@@ -162,6 +165,16 @@ func testHealthQueryStoppedRank(t *testing.T, env string) {
 		if !strings.Contains(text, want) {
 			t.Errorf("STATUS lacks %q:\n%s", want, text)
 		}
+	}
+	// The answering ranks wait (on rank 2, or on the rank that waits on
+	// it); none of them is the cause.
+	for r := range victim {
+		if !regexp.MustCompile(fmt.Sprintf(`  Rank %d is waiting on rank \d in op #\d+ AllReduce`, r)).MatchString(text) {
+			t.Errorf("STATUS does not say what rank %d waits on:\n%s", r, text)
+		}
+	}
+	if !strings.Contains(text, fmt.Sprintf("is waiting on rank %d in op #", victim)) || strings.Contains(text, "but is not progressing") {
+		t.Errorf("STATUS does not say that the others wait on rank %d, or says that one of them is not progressing:\n%s", victim, text)
 	}
 	// Ranks 0 and 1 wait in op #N, or one of them already in #N+1 when it
 	// had all it needed of #N (a TCP send buffered ahead, for example).

@@ -1,6 +1,7 @@
 package goccl
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -64,6 +65,16 @@ func (c *Comm) relayCause(kind opKind, seq uint64, err error) error {
 		if r == nil || !r.final() {
 			continue
 		}
+		if r.State == stTimeout && r.Cause == "" && kind != opSendRecv {
+			// That rank timed out in this operation (or in the one
+			// before, which it never finished) and has no verdict yet: it
+			// closed its links first, as a call on them timed out. This
+			// rank, stuck with it, judges for itself.
+			return c.diagnoseTimeout(kind, seq, err)
+		}
+		if r.State == stFailed && r.Cause == "" {
+			continue // nothing to relay
+		}
 		cause, state := r.Cause, stFailed
 		if r.State == stRevoked {
 			c.revokeLocal(r.Origin) // end names it
@@ -101,6 +112,7 @@ func (c *Comm) diagnoseTimeout(kind opKind, seq uint64, err error) error {
 		on = pe.Peer
 	}
 	me := report{State: stTimeout, Seq: seq, Waiting: notHeard, On: on, Origin: c.rank}
+	me.Sent, me.Recv, me.Idle = h.linkState()
 	var others []int
 	for p := range c.size {
 		if p != c.rank {
@@ -115,35 +127,60 @@ func (c *Comm) diagnoseTimeout(kind opKind, seq uint64, err error) error {
 		}
 		return true
 	})
-	var sure, suspects []string
-	for _, p := range others {
-		s, certain := c.blame(p, seq, got, &me, heard[p])
+	sure, told := c.verdict(seq, got, &me, heard)
+	if len(sure) == 0 {
+		return err
+	}
+	verdict := "kept waiting by " + strings.Join(sure, "; ")
+	if reached {
+		me.Cause = fmt.Sprintf("rank %d timed out in %v (op #%d), kept waiting by %s", c.rank, c.nameOf(kind), seq, strings.Join(told, "; "))
+		h.publishWait(me)
+	}
+	return fmt.Errorf("%w; %s", err, verdict)
+}
+
+// verdict judges each rank from the reports got and this rank's me (heard:
+// by rank, the last op this rank heard from it in) and returns the ranks
+// that kept this rank waiting in op #seq, each with what it did: those
+// certain or, if none is, the suspects; and the same for the other ranks
+// to relay, in words that name this rank as a rank (it may be an end of
+// the link that stopped the operation).
+func (c *Comm) verdict(seq uint64, got []*report, me *report, heard []uint64) (sure, told []string) {
+	stalled := c.stalledLinks(seq, got, me, false)
+	abs := c.stalledLinks(seq, got, me, true)
+	var suspects []string
+	for p := range c.size {
+		if p == c.rank {
+			if abs[p] != "" {
+				told = append(told, fmt.Sprintf("rank %d: %s", p, abs[p]))
+			}
+			continue
+		}
+		s, certain := stalled[p], true
+		if s == "" {
+			s, certain = c.blame(p, seq, got, me, heard[p])
+		}
 		switch {
 		case s == "":
 		case certain:
 			sure = append(sure, fmt.Sprintf("rank %d: %s", p, s))
+			told = append(told, fmt.Sprintf("rank %d: %s", p, cmp.Or(abs[p], s)))
 		default:
 			suspects = append(suspects, fmt.Sprintf("rank %d: %s", p, s))
 		}
 	}
 	if len(sure) == 0 {
 		sure = suspects // the ranks that did not answer, when nothing is certain
+		told = append(told, suspects...)
 	}
-	if len(sure) == 0 {
-		return err
-	}
-	verdict := "kept waiting by " + strings.Join(sure, "; ")
-	if reached {
-		me.Cause = fmt.Sprintf("rank %d timed out in %v (op #%d), %s", c.rank, c.nameOf(kind), seq, verdict)
-		h.publishWait(me)
-	}
-	return fmt.Errorf("%w; %s", err, verdict)
+	return sure, told
 }
 
 // settled reports whether r, a rank's report, says all that rank will say
-// about op #seq: it failed or timed out, or it runs another operation
-// than seq (a report of an older one than this rank last heard of from it,
-// heard, is stale: the watcher of a stopped rank published it long ago).
+// about op #seq: it failed or timed out, or it runs a later operation, or
+// it is idle after an earlier one (a report of an older one than this rank
+// last heard of from it, heard, is stale: the watcher of a stopped rank
+// published it long ago).
 func settled(r *report, seq, heard uint64) bool {
 	switch {
 	case r == nil:
@@ -152,6 +189,11 @@ func settled(r *report, seq, heard uint64) bool {
 		return true
 	case r.Seq == seq:
 		return r.State == stIdle // done with it
+	case r.State == stIn:
+		// Stuck in an earlier operation, which it began before this rank
+		// began this one: it times out no later, and its report says on
+		// what it waits.
+		return false
 	}
 	return r.Seq >= heard
 }
@@ -163,12 +205,14 @@ func settled(r *report, seq, heard uint64) bool {
 // operation this rank heard from p in.
 func (c *Comm) blame(p int, seq uint64, got []*report, me *report, heard uint64) (string, bool) {
 	r, now := got[p], time.Now()
-	if r != nil && !settled(r, seq, heard) && !(r.Seq == seq && r.State == stIn) {
+	if r != nil && !settled(r, seq, heard) && !(r.Seq <= seq && r.Seq >= heard && r.State == stIn) {
 		r = nil // stale
 	}
 	switch {
 	case r == nil:
 		return c.blameSilent(p, seq, got, me.Waiting)
+	case r.State == stFailed && r.Origin != p && r.Origin >= 0 && r.Origin < c.size:
+		return "", false // it relays what rank Origin found: that rank is judged
 	case r.State == stFailed || r.State == stClosed:
 		return "failed: " + r.Cause, true
 	case r.Seq < seq && r.State == stIdle:
@@ -180,11 +224,103 @@ func (c *Comm) blame(p int, seq uint64, got []*report, me *report, heard uint64)
 			on = fmt.Sprintf(", waiting on rank %d", r.On)
 		}
 		return fmt.Sprintf("alive but never entered op #%d: it has been in op #%d for %v%s", seq, r.Seq, r.age(now).Round(time.Millisecond), on), false
-	case r.Seq == seq && r.State == stTimeout && r.On == c.rank && me.On == p:
-		return fmt.Sprintf("entered op #%d but not progressing: it waits on this rank and this rank on it, and their link moved no bytes for %v",
-			seq, c.health.linkIdle(p).Round(time.Millisecond)), true
 	}
 	return "", false
+}
+
+// stalledLinks finds, from the reports of the ranks that timed out in op
+// #seq or in an earlier one they never finished (me this rank's), the
+// links that stopped the operation, and describes each of their two ends
+// by rank: rank p waits on rank q, and q waits on p, or q counted more
+// bytes sent to p than p received, or q went on to a later operation (so
+// it sent p all it had to in p's): what q sent never arrived. A rank away
+// from the link has no counters of it and judges from the two ends'
+// reports.
+func (c *Comm) stalledLinks(seq uint64, got []*report, me *report, abs bool) map[int]string {
+	who := c.who
+	if abs {
+		who = func(p int) string { return fmt.Sprintf("rank %d", p) }
+	}
+	full := func(p int) *report {
+		if p == c.rank {
+			return me
+		}
+		return got[p]
+	}
+	waits := func(r *report, p int) bool { // r timed out waiting on a peer
+		return r != nil && r.State == stTimeout && r.Seq <= seq && r.On >= 0 && r.On < c.size && r.On != p
+	}
+	out := map[int]string{}
+	for p := range c.size {
+		rp := full(p)
+		if !waits(rp, p) {
+			continue
+		}
+		q := rp.On
+		rq := full(q)
+		idle := linkIdle(rp, q, rq, p)
+		if q == c.rank || p == c.rank {
+			idle = c.health.linkIdle(q + p - c.rank)
+		}
+		moved := fmt.Sprintf("their link moved no bytes for %v", idle.Round(time.Millisecond))
+		var mine, theirs string // what never arrived, as p's and q's
+		switch n := inFlight(rq, rp, q, p); {
+		case waits(rq, q) && rq.On == p:
+			out[p] = fmt.Sprintf("entered op #%d but not progressing: it waits on %s and %s on it, and %s", rp.Seq, who(q), who(q), moved)
+			continue
+		case n > 0:
+			mine = fmt.Sprintf("the last %d bytes %s sent it never arrived", n, who(q))
+			theirs = fmt.Sprintf("the last %d bytes it sent %s never arrived (%s waits on them)", n, who(p), who(p))
+		case rq != nil && rq.Seq > rp.Seq && (rq.State == stIn || rq.State == stIdle || rq.State == stTimeout):
+			mine = fmt.Sprintf("what %s sent it in op #%d never arrived (%s went on to op #%d)", who(q), rp.Seq, who(q), rq.Seq)
+			theirs = fmt.Sprintf("what it sent %s in op #%d never arrived (%s waits on it)", who(p), rp.Seq, who(p))
+		default:
+			continue
+		}
+		out[p] = fmt.Sprintf("entered op #%d but not progressing: it waits on %s, %s, and %s", rp.Seq, who(q), mine, moved)
+		if _, ok := out[q]; !ok {
+			what := fmt.Sprintf("entered op #%d but not progressing", rq.Seq)
+			if rq.State == stIdle {
+				what = fmt.Sprintf("alive, idle after op #%d", rq.Seq)
+			}
+			out[q] = fmt.Sprintf("%s: %s, and %s", what, theirs, moved)
+		}
+	}
+	if !abs {
+		delete(out, c.rank)
+	}
+	return out
+}
+
+// who is "rank p", or "this rank".
+func (c *Comm) who(p int) string {
+	if p == c.rank {
+		return "this rank"
+	}
+	return fmt.Sprintf("rank %d", p)
+}
+
+// inFlight is how many more payload bytes rank q's report rq says it sent
+// to rank p than p's, rp, says it received (0 when either is unknown).
+func inFlight(rq, rp *report, q, p int) uint64 {
+	if rq == nil || len(rq.Sent) <= p || len(rp.Recv) <= q || rq.Sent[p] <= rp.Recv[q] {
+		return 0
+	}
+	return rq.Sent[p] - rp.Recv[q]
+}
+
+// linkIdle is how long the link between ranks p and q had moved no bytes
+// by their reports rp and rq (rq may be nil): the shorter, as either end
+// saw it move.
+func linkIdle(rp *report, q int, rq *report, p int) time.Duration {
+	ms := int64(-1)
+	if len(rp.Idle) > q {
+		ms = rp.Idle[q]
+	}
+	if rq != nil && len(rq.Idle) > p && (ms < 0 || rq.Idle[p] < ms) {
+		ms = rq.Idle[p]
+	}
+	return time.Duration(max(ms, 0)) * time.Millisecond
 }
 
 // blameSilent is blame for a rank p that published nothing of use: it is

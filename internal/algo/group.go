@@ -46,6 +46,7 @@ type Group struct {
 	sendHdr transport.Header
 	aborted atomic.Bool
 	lost    atomic.Pointer[error] // the first error that named a lost rank (root group only)
+	waitOn  atomic.Int32          // root group only: 1 + the rank a receive or send waits on now, 0 none
 
 	f3   fold3                // state of the current three-operand receive
 	f3fn transport.ReduceFunc // f3.reduce, bound once
@@ -269,7 +270,32 @@ func (g *Group) wait(peer int) error {
 	if s.inline {
 		return s.inlineErr
 	}
-	return <-s.done
+	g.blockOn(peer)
+	err := <-s.done
+	g.blockOn(-1)
+	return err
+}
+
+// blockOn notes that the operation waits on peer now (-1: on none), for
+// WaitingOn: one atomic store.
+func (g *Group) blockOn(peer int) {
+	if g.parent != nil {
+		if peer >= 0 {
+			peer = g.ranks[peer]
+		}
+		g = g.parent
+	}
+	g.waitOn.Store(int32(peer + 1))
+}
+
+// WaitingOn is the rank (of the root group) whose message, or the end of
+// a send to which, the running collective waits for now; -1 when it waits
+// on none. Safe from any goroutine (the health query's).
+func (g *Group) WaitingOn() int {
+	for g.parent != nil {
+		g = g.parent
+	}
+	return int(g.waitOn.Load()) - 1
 }
 
 // recv receives the next message from peer into buf, folding it in with
@@ -281,7 +307,9 @@ func (g *Group) recv(ctx context.Context, op *Op, peer int, buf []byte, reduce b
 	if reduce {
 		f = op.Reduce
 	}
+	g.blockOn(peer)
 	err := g.links[peer].Recv(ctx, &g.recvHdr, buf, f)
+	g.blockOn(-1)
 	if err == nil {
 		g.noteHeard(peer, op)
 	}
@@ -330,7 +358,9 @@ func (g *Group) recvFold(ctx context.Context, op *Op, peer int, dst, a []byte) e
 	g.recvHdr = op.Header
 	g.recvHdr.Bytes = uint64(len(dst))
 	g.f3 = fold3{f: op.Reduce3, dst0: uintptr(unsafe.Pointer(unsafe.SliceData(dst))), a: a}
+	g.blockOn(peer)
 	err := g.links[peer].Recv(ctx, &g.recvHdr, dst, g.f3fn)
+	g.blockOn(-1)
 	g.f3.a = nil
 	if err == nil {
 		g.noteHeard(peer, op)

@@ -3,6 +3,7 @@ package ras
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 )
 
 // timeLayout is RAS's timestamp format ("%F %T").
@@ -54,6 +55,13 @@ type jsonRank struct {
 	Links   []Link            `json:"links"`
 	Lost    []int             `json:"lost_ranks,omitempty"`
 	Skew    []Skew            `json:"arrival_skew,omitempty"`
+	// Progress says what holds the rank's operation up, when it has not
+	// moved for StallAfter: "entered op #N ... but is not progressing: ..."
+	// (NotProgressing: an end of the link that stops the operation) or
+	// "is waiting on rank R ..." (WaitingOn R).
+	Progress       string `json:"progress,omitempty"`
+	NotProgressing bool   `json:"not_progressing,omitempty"`
+	WaitingOn      *int   `json:"waiting_on,omitempty"`
 }
 
 type jsonRankStatus struct {
@@ -123,6 +131,7 @@ func (j *Job) JSON() ([]byte, error) {
 func (j *Job) jsonComm(comms []*commView, v *commView) jsonComm {
 	c := jsonComm{Hash: "0x" + hash(v.id), ID: v.id, Label: label(comms, v), Size: v.size, RanksCount: len(v.ranks),
 		MissingCount: len(v.missing), Status: v.statusWord(), Errors: errorWords[v.errors], Ranks: []jsonRank{}, Missing: []jsonMissing{}}
+	st := stalls(v)
 	for _, rv := range v.ranks {
 		r := rv.rep
 		jr := jsonRank{Rank: r.Rank, Host: rv.proc.Report.Host, Pid: rv.proc.Report.Pid, CudaDev: -1, NvmlDev: -1,
@@ -141,6 +150,12 @@ func (j *Job) jsonComm(comms []*commView, v *commView) jsonComm {
 		}
 		if r.Error != "" {
 			jr.Status.AsyncError = ncclRemoteError
+		}
+		if s, ok := st[r.Rank]; ok {
+			jr.Progress, jr.NotProgressing = "Rank "+strconv.Itoa(r.Rank)+" "+s.text, s.stuck
+			if s.on >= 0 {
+				jr.WaitingOn = &s.on
+			}
 		}
 		c.Ranks = append(c.Ranks, jr)
 	}

@@ -73,11 +73,17 @@ func (j *Job) opLines(b *strings.Builder, v *commView) {
 		fmt.Fprintf(b, "  %d %s in op #%d %s%s for %s: %s %s\n", len(rs), plural(len(rs), "rank is", "ranks are"),
 			k.seq, k.kind, size, secRange(lo, hi), plural(len(rs), "rank", "ranks"), joinRanks(ranks))
 	}
+	st := stalls(v)
+	for _, r := range v.ranks {
+		if s, ok := st[r.rep.Rank]; ok {
+			fmt.Fprintf(b, "  Rank %d %s -- %s\n", r.rep.Rank, s.text, rankProcText(r.proc, r.rep.Rank))
+		}
+	}
 	fr := front(v)
 	allIdle := len(idle) == len(v.ranks)
 	for _, r := range idle {
 		switch {
-		case allIdle:
+		case allIdle, st[r.rep.Rank].stuck:
 		case r.rep.Seq < fr:
 			fmt.Fprintf(b, "  Rank %d has not entered op #%d: idle for %s after op #%d -- %s\n", r.rep.Rank, fr,
 				secs(r.rep.IdleSec), r.rep.Seq, rankProcText(r.proc, r.rep.Rank))
@@ -133,6 +139,11 @@ func (j *Job) rankDetails(b *strings.Builder, v *commView) {
 		state := "idle for " + secs(r.IdleSec) + " after op #" + fmt.Sprint(r.Seq)
 		if r.Op != nil {
 			state = fmt.Sprintf("in op #%d %s for %s", r.Op.Seq, r.Op.Kind, secs(r.Op.WaitSec))
+			if w := r.Op.Wait; w != nil && w.IdleSec >= 0 {
+				state += fmt.Sprintf(", waiting on rank %d (link idle %s)", w.Peer, secs(w.IdleSec))
+			} else if w != nil {
+				state += fmt.Sprintf(", waiting on rank %d", w.Peer)
+			}
 		}
 		fmt.Fprintf(b, "  Rank %d -- %s, %s: %s\n", r.Rank, rankProcText(rv.proc, r.Rank), r.Status, state)
 		for _, l := range r.Links {

@@ -74,6 +74,16 @@ type Op struct {
 	Count   uint64  `json:"count"`
 	Bytes   uint64  `json:"bytes"`
 	WaitSec float64 `json:"running_sec"`
+	// Wait is the peer the operation waits on now (a receive, or the end
+	// of a send), nil when none.
+	Wait *Wait `json:"waiting,omitempty"`
+}
+
+// Wait is what an operation waits on: the peer, and how long its link to
+// that peer has moved no bytes (-1: not known).
+type Wait struct {
+	Peer    int     `json:"peer"`
+	IdleSec float64 `json:"link_idle_sec"`
 }
 
 // Link is the state of a rank's link to one peer: what moved over it
