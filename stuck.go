@@ -60,6 +60,12 @@ func (c *Comm) relayCause(kind opKind, seq uint64, err error) error {
 	got, _ := h.collect(nil, ranks, func(got []*report) bool {
 		return slices.ContainsFunc(got, func(r *report) bool { return r != nil && r.final() })
 	})
+	// A rank's cause is relayed before a timed-out rank's report that has
+	// none yet: that rank publishes its verdict a moment after its first
+	// report, and the others may have relayed it already.
+	slices.SortStableFunc(ranks, func(a, b int) int {
+		return cmp.Compare(causeless(got[a]), causeless(got[b]))
+	})
 	for _, p := range ranks {
 		r := got[p]
 		if r == nil || !r.final() {
@@ -89,6 +95,14 @@ func (c *Comm) relayCause(kind opKind, seq uint64, err error) error {
 	h.publishWait(report{State: stFailed, Seq: seq, Origin: c.rank,
 		Cause: fmt.Sprintf("rank %d failed in %v (op #%d): %v", c.rank, c.nameOf(kind), seq, err)})
 	return err
+}
+
+// causeless is 1 for a report without a cause to relay, else 0.
+func causeless(r *report) int {
+	if r == nil || r.Cause == "" {
+		return 1
+	}
+	return 0
 }
 
 // diagnoseTimeout completes err, operation kind #seq timed out on this
@@ -271,7 +285,7 @@ func (c *Comm) stalledLinks(seq uint64, got []*report, me *report, abs bool) map
 		case n > 0:
 			mine = fmt.Sprintf("the last %d bytes %s sent it never arrived", n, who(q))
 			theirs = fmt.Sprintf("the last %d bytes it sent %s never arrived (%s waits on them)", n, who(p), who(p))
-		case rq != nil && rq.Seq > rp.Seq && (rq.State == stIn || rq.State == stIdle || rq.State == stTimeout):
+		case rq != nil && rq.Seq > rp.Seq: // in any state: it finished op #rp.Seq
 			mine = fmt.Sprintf("what %s sent it in op #%d never arrived (%s went on to op #%d)", who(q), rp.Seq, who(q), rq.Seq)
 			theirs = fmt.Sprintf("what it sent %s in op #%d never arrived (%s waits on it)", who(p), rp.Seq, who(p))
 		default:
