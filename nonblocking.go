@@ -11,9 +11,11 @@ import (
 )
 
 // QueueDepth is how many non-blocking operations may be outstanding (issued
-// and not done) on a communicator. An I form issued when that many are
-// outstanding waits, within its context, until the oldest one is done.
-const QueueDepth = 64
+// and not done) on a communicator: as many kernels as CUDA's launch queue
+// holds before a launch blocks. An I form issued when that many are
+// outstanding waits, within its context, until half of them are done. The
+// slots (about 370 bytes each) are made by a communicator's first I form.
+const QueueDepth = 1024
 
 // Request is a handle on a non-blocking operation, returned by the I forms
 // (IAllReduceBytes, IAllReduce, ...). It is a small value: copy it freely.

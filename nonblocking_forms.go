@@ -12,7 +12,7 @@ import "context"
 // calls. ctx is the operation's context: its cancellation and deadline bound
 // the operation itself, and without a deadline the communicator's operation
 // timeout applies, counted from when the operation starts to run. When
-// QueueDepth operations are outstanding the I form waits for the oldest to
+// QueueDepth operations are outstanding the I form waits for half of them to
 // end, within ctx; if ctx ends first the operation is not issued and the
 // error wraps ctx's (peers that issued it then fail it; Abort is the way out).
 // A failed operation poisons the communicator as a blocking one does: it and

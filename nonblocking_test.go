@@ -306,7 +306,7 @@ func waitAll(reqs []goccl.Request, d time.Duration) ([]error, error) {
 // after it, on every rank; operations before it succeed, also when their
 // slot has since been reused (their Request keeps its result).
 func TestNonBlockingMismatch(t *testing.T) {
-	const before, after = 100, 20 // before > QueueDepth: early slots are reused
+	const before, after = goccl.QueueDepth + 36, 20 // before > QueueDepth: early slots are reused
 	errs := goroutineRanks(t, 2, 30*time.Second, func(c *goccl.Comm) error {
 		ctx := context.Background()
 		buf := make([]int32, 8)
