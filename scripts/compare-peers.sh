@@ -6,7 +6,17 @@
 # is not installed, or lacks the collective (Gloo's reduce_scatter in torch
 # 1.13), is skipped with a message.
 #
+# The header names the CPU and measures this machine's two ceilings in the
+# same run: one core's memory copy (Go's copy of 64 MiB, past any cache:
+# internal/memcpy BenchmarkCopy) and TCP loopback (two iperf3 streams at
+# once, one per direction, the mean rate); the last two columns are
+# goccl's busbw as a fraction of them (a 2-rank AllReduce moves its size
+# once each way per rank, so its busbw is at most the per-direction rate).
+#
 # Usage: scripts/compare-peers.sh [COLL...]     (default: all_reduce)
+#        QUICK=1 scripts/compare-peers.sh       (about a minute: run it before
+#              stopping when a change touches a hot path; sizes 8 B-128 MiB
+#              x16, 5,000 / 10 iterations, median of 3 runs, no Gloo)
 # Environment: MINB (8), MAXB (128M), FACTOR (4), REPEAT (1: runs per
 #              configuration; the table shows medians), sizes up to SPLIT
 #              (1M) run ITERS_SMALL (500) timed iterations after WARMUP_SMALL
@@ -19,6 +29,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 colls=("$@")
 [ ${#colls[@]} -gt 0 ] || colls=(all_reduce)
+if [ "${QUICK:-0}" = 1 ]; then
+  : "${FACTOR:=16}" "${ITERS_SMALL:=5000}" "${WARMUP_SMALL:=200}" "${ITERS:=10}" "${WARMUP:=3}" "${REPEAT:=3}" "${NO_GLOO:=1}"
+fi
 MINB=${MINB:-8} MAXB=${MAXB:-128M} FACTOR=${FACTOR:-4} ITERS=${ITERS:-20} WARMUP=${WARMUP:-5} REPEAT=${REPEAT:-1}
 SPLIT=${SPLIT:-1M} ITERS_SMALL=${ITERS_SMALL:-500} WARMUP_SMALL=${WARMUP_SMALL:-50}
 PEERS=${PEERS:-scripts/peers}
@@ -34,7 +47,9 @@ else
   echo "# skipping OpenMPI: mpicc/mpirun (Debian openmpi-bin libopenmpi-dev) or $PEERS/mpi_coll_perf.c not found" >&2
 fi
 have_gloo=0
-if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import torch' >/dev/null 2>&1 && [ -f "$PEERS/gloo_coll_perf.py" ]; then
+if [ "${NO_GLOO:-0}" = 1 ]; then
+  echo "# skipping Gloo: NO_GLOO=1 (QUICK=1 sets it)" >&2
+elif [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import torch' >/dev/null 2>&1 && [ -f "$PEERS/gloo_coll_perf.py" ]; then
   have_gloo=1
 else
   echo "# skipping Gloo: /usr/bin/python3 with torch (Debian python3-torch) or $PEERS/gloo_coll_perf.py not found" >&2
@@ -56,6 +71,27 @@ mpirun_() { mpirun --allow-run-as-root --oversubscribe -np 2 "$@"; }
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'); $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'); Linux $(uname -r)"
 echo "# goccl $(git rev-parse --short HEAD 2>/dev/null || echo '?') built with $(go version | awk '{print $3}')$([ $have_mpi = 1 ] && echo ", $(mpirun --version 2>/dev/null | head -1)")$([ $have_gloo = 1 ] && echo ", torch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)' 2>/dev/null) (Gloo)")"
 echo "# sizes $MINB-$MAXB x$FACTOR; up to $SPLIT: -n $ITERS_SMALL -w $WARMUP_SMALL, above: -n $ITERS -w $WARMUP; median of $REPEAT run(s)"
+# The ceilings, GB/s (1e9 bytes/s).
+copy_gbs=$(go test -run XXX -bench 'Copy/65536KiB/builtin$' -benchtime 20x ./internal/memcpy 2>/dev/null |
+  awk '/MB\/s/ { for (i = 1; i < NF; i++) if ($(i+1) == "MB/s") printf "%.2f", $i / 1000 }')
+echo "# ceiling, memory copy on one core (copy of 64 MiB): ${copy_gbs:-?} GB/s"
+tcp_gbs=
+if command -v iperf3 >/dev/null 2>&1; then
+  # Two client/server pairs at once, one stream each: one per direction of
+  # a rank pair (one iperf3 process runs all its streams on one thread).
+  iport=$((5300 + RANDOM % 500))
+  for k in 0 1; do iperf3 -s -1 -p $((iport + k)) >/dev/null 2>&1 & done
+  sleep 0.5
+  for k in 0 1; do iperf3 -c 127.0.0.1 -p $((iport + k)) -t 3 -J > "$OUT/iperf3.$k.json" 2>/dev/null & done
+  wait
+  tcp_gbs=$(/usr/bin/python3 -c '
+import json, sys
+r = [json.load(open(f))["end"]["sum_received"]["bits_per_second"] for f in sys.argv[1:]]
+print("%.2f" % (sum(r) / len(r) / 8e9))' "$OUT/iperf3.0.json" "$OUT/iperf3.1.json" 2>/dev/null) || true
+  echo "# ceiling, TCP loopback per direction (two iperf3 streams at once, 3 s): ${tcp_gbs:-?} GB/s"
+else
+  echo "# skipping the TCP ceiling: iperf3 (Debian iperf3) not found" >&2
+fi
 
 for coll in "${colls[@]}"; do
   for rep in $(seq 1 "$REPEAT"); do
@@ -98,7 +134,7 @@ for coll in "${colls[@]}"; do
   [ "$coll" = broadcast ] && place="in place (MPI_Bcast has one buffer)"
   echo "### $coll, 2 ranks, busbw GB/s (time µs), $place, median of $REPEAT run(s)"
   echo
-  awk -v coll="$coll" -v out="$OUT" -v rep="$REPEAT" '
+  awk -v coll="$coll" -v out="$OUT" -v rep="$REPEAT" -v copyc="${copy_gbs:-}" -v tcpc="${tcp_gbs:-}" '
     function median(a, n,   i, j, t) {
       for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
       return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
@@ -119,8 +155,8 @@ for coll in "${colls[@]}"; do
         }
         close(f)
       }
-      printf "| size (B) | goccl shm | OpenMPI shm | shm ratio | goccl tcp | OpenMPI tcp | tcp ratio | Gloo | goccl tcp / Gloo |\n"
-      printf "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+      printf "| size (B) | goccl shm | OpenMPI shm | shm ratio | goccl tcp | OpenMPI tcp | tcp ratio | Gloo | goccl tcp / Gloo | shm / copy | tcp / iperf3 |\n"
+      printf "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
       ns = 0; for (s in sizes) ss[++ns] = s + 0
       for (i = 1; i <= ns; i++) for (j = i + 1; j <= ns; j++) if (ss[j] < ss[i]) { t = ss[i]; ss[i] = ss[j]; ss[j] = t }
       for (i = 1; i <= ns; i++) {
@@ -136,9 +172,14 @@ for coll in "${colls[@]}"; do
           line = line (B[c] == "" ? " | –" : sprintf(" | %.2f (%.1f)", B[c], T[c]))
           if (c == 2 || c == 4) line = line ratio(B[c-1], B[c], T[c-1], T[c])
         }
-        line = line ratio(B[3], B[5], T[3], T[5])
+        line = line ratio(B[3], B[5], T[3], T[5]) frac(B[1], copyc) frac(B[3], tcpc)
         print line " |"
       }
+    }
+    # Fraction of a ceiling, for sizes where busbw is a bandwidth (≥ 1 MiB).
+    function frac(g, c) {
+      if (g == "" || c + 0 <= 0 || s < 1048576) return " | –"
+      return sprintf(" | %.2f", g / c)
     }
     # Ratio goccl/peer: busbw ratio, or inverse time ratio when busbw rounds to 0.
     function ratio(g, p, tg, tp) {
