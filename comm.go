@@ -67,6 +67,7 @@ type Comm struct {
 	recvSeq     []uint64
 	op          algo.Op
 	octx        opContext
+	clock0      time.Time // Init's clock reading: the base of the monotonic readings of operations (begin)
 	scratch     []byte
 	poison      error
 	closed      bool

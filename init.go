@@ -79,7 +79,7 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	if cfg.storeAddr != "" {
 		env.StoreAddr, env.StoreAddrFrom = cfg.storeAddr, "WithStoreAddr"
 	}
-	c := &Comm{rank: cfg.rank, size: cfg.size, localRank: cfg.localRank, log: newLogger(cfg.rank, cfg.logger)}
+	c := &Comm{rank: cfg.rank, size: cfg.size, localRank: cfg.localRank, log: newLogger(cfg.rank, cfg.logger), clock0: time.Now()}
 	var abandon func(error) // once linked: tell the others this Init failed
 	fail := func(err error) (*Comm, error) {
 		if abandon != nil {
@@ -177,7 +177,7 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	}
 	c.writeTopology(ctx, res.Store, nil) // rank 0, GOCCL_TOPO_DUMP_FILE only
 	// From here on, the operations' arrivals are recorded (not Init's own).
-	if c.skew, err = newSkewStats(c.size); err != nil {
+	if c.skew, err = newSkewStats(c.size, c.clock0); err != nil {
 		return fail(fmt.Errorf("%w: %v", ErrInvalidArgument, err))
 	}
 	c.log.Infof(subInit, "init: %d ranks, store %v, address exchange %v, links %v, barrier %v, total %v",

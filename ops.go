@@ -90,13 +90,23 @@ func (c *Comm) begin(ctx context.Context, kind opKind, dt DataType, op RedOp, ro
 		ctx = context.Background()
 	}
 	_, hasDL := ctx.Deadline()
-	var now time.Time // one reading for the trace, the metrics, the deadline and the arrival
-	if c.rec != nil || c.met != nil || !hasDL && c.timeout > 0 {
+	var now time.Time // wall and monotonic clocks, for the trace and the metrics
+	if c.rec != nil || c.met != nil {
 		now = time.Now()
+	}
+	// One reading of the monotonic clock (half the cost of time.Now) for
+	// the deadline and the arrival.
+	var mono time.Duration // since c.clock0
+	if !hasDL && c.timeout > 0 || c.skew != nil && kind != opSendRecv {
+		if now.IsZero() {
+			mono = time.Since(c.clock0)
+		} else {
+			mono = now.Sub(c.clock0)
+		}
 	}
 	h := transport.Header{Seq: c.seq, Op: uint8(kind), DType: uint8(dt), RedOp: uint8(reduce.Op(op)), Root: int32(root), Count: uint64(count)}
 	if c.skew != nil && kind != opSendRecv {
-		h.Arrival = c.skew.entry(c.rank, now) // skew.go
+		h.Arrival = c.skew.entry(c.rank, mono) // skew.go
 	}
 	c.op.Header, c.skewSkip = h, false
 	if kind != opSendRecv {
@@ -115,8 +125,7 @@ func (c *Comm) begin(ctx context.Context, kind opKind, dt DataType, op RedOp, ro
 		c.ras.begin(kind, h.Seq, int64(count), int64(count)*int64(dt.Size()))
 	}
 	if !hasDL && c.timeout > 0 {
-		c.octx.parent = ctx
-		c.octx.deadline = now.Add(c.timeout)
+		c.octx.parent, c.octx.base, c.octx.limit = ctx, c.clock0, mono+c.timeout
 		ctx = &c.octx
 	}
 	if c.debugCheck && c.group != nil && kind != opSendRecv {
@@ -237,20 +246,24 @@ func (c *Comm) TraceSpan(name string, start, end time.Time) {
 // opContext is a reusable context that adds the communicator's operation
 // timeout to a context without one, without allocating per operation. Links
 // observe it through Deadline and Err; its Done channel is the parent's.
+// The deadline is kept as a monotonic offset from base: Err, which the
+// links call on entry to every send and receive, reads only the monotonic
+// clock (time.Since: half the cost of time.Now).
 type opContext struct {
-	parent   context.Context
-	deadline time.Time
-	name     opKind // the running operation's call.name (see nameOf); kept here, reset by end
+	parent context.Context
+	base   time.Time     // Comm.clock0
+	limit  time.Duration // the deadline, after base
+	name   opKind        // the running operation's call.name (see nameOf); kept here, reset by end
 }
 
-func (o *opContext) Deadline() (time.Time, bool) { return o.deadline, true }
+func (o *opContext) Deadline() (time.Time, bool) { return o.base.Add(o.limit), true }
 func (o *opContext) Done() <-chan struct{}       { return o.parent.Done() }
 func (o *opContext) Value(key any) any           { return o.parent.Value(key) }
 func (o *opContext) Err() error {
 	if err := o.parent.Err(); err != nil {
 		return err
 	}
-	if !time.Now().Before(o.deadline) {
+	if time.Since(o.base) >= o.limit {
 		return context.DeadlineExceeded
 	}
 	return nil

@@ -147,24 +147,20 @@ type skewEntry struct {
 
 // newSkewStats returns the record for a communicator of size ranks, or
 // nil when GOCCL_ARRIVAL_SKEW=0 or there is no other rank.
-func newSkewStats(size int) (*skewStats, error) {
+// clock0 is the communicator's clock base (Comm.clock0).
+func newSkewStats(size int, clock0 time.Time) (*skewStats, error) {
 	on, err := config.ArrivalSkew.Bool()
 	if err != nil || !on || size < 2 {
 		return nil, err
 	}
-	now := time.Now()
-	return &skewStats{wall0: now.UnixNano(), mono0: now, size: size}, nil
+	return &skewStats{wall0: clock0.UnixNano(), mono0: clock0, size: size}, nil
 }
 
-// entry is this rank's entry into an operation at now, or at the time
-// read now when now is zero: the wall clock through the monotonic clock
-// (one vDSO call instead of two; a step of the wall clock after Init is
-// not seen, NTP's slewing is).
-func (s *skewStats) entry(rank int, now time.Time) transport.Arrival {
-	if now.IsZero() {
-		return transport.Arrival{Rank: int32(rank), At: s.wall0 + int64(time.Since(s.mono0))}
-	}
-	return transport.Arrival{Rank: int32(rank), At: now.UnixNano()}
+// entry is this rank's entry into an operation at mono after mono0: the
+// wall clock through the monotonic clock (one vDSO call instead of two; a
+// step of the wall clock after Init is not seen, NTP's slewing is).
+func (s *skewStats) entry(rank int, mono time.Duration) transport.Arrival {
+	return transport.Arrival{Rank: int32(rank), At: s.wall0 + int64(mono)}
 }
 
 // add records one operation's last arrival (c.mu held).

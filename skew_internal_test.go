@@ -12,11 +12,11 @@ import (
 // (from the clock reading begin takes anyway), one merge of the peer's
 // arrival, and the record at the end.
 func BenchmarkSkewBookkeeping(b *testing.B) {
-	s := &skewStats{size: 8}
 	now := time.Now()
+	s := &skewStats{size: 8, wall0: now.UnixNano(), mono0: now}
 	peer := transport.Arrival{Rank: 3, Spread: 20, At: now.UnixNano() + 2e6}
 	for range b.N {
-		a := s.entry(1, now)
+		a := s.entry(1, 5e6)
 		a.Merge(peer)
 		s.add(a)
 	}
