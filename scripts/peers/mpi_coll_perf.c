@@ -16,9 +16,14 @@
  * After timing, one operation on known data is checked on every rank and
  * #wrong is the number of wrong elements summed over ranks.
  *
+ * With -p 1 it prints instead what examples/latency prints for goccl:
+ *   bytes iters p50 p90 p99 mean
+ * rank 0's own time of each operation, in µs (MPI_Wtime around each call),
+ * the percentiles by rank (sorted times, index iters*q/100).
+ *
  * Build: mpicc -O2 -o mpi_coll_perf scripts/peers/mpi_coll_perf.c
  * Run:   mpirun -np 2 ./mpi_coll_perf [-c all_reduce|all_gather|reduce_scatter|
- *          broadcast|alltoall] [-b 8] [-e 64M] [-f 2] [-n 20] [-w 5]
+ *          broadcast|alltoall] [-b 8] [-e 64M] [-f 2] [-n 20] [-w 5] [-p 0|1]
  * Sizes take K, M and G suffixes (powers of 1024).
  */
 #include <limits.h>
@@ -42,7 +47,7 @@ static const struct {
 
 struct opts {
   enum coll coll;
-  long minb, maxb, factor, iters, warmup;
+  long minb, maxb, factor, iters, warmup, pct;
 };
 
 /* The check data: distinct per rank and per element, small integers so that
@@ -73,7 +78,7 @@ static long parse_size(const char *s) {
 /* parse_opts fills o from argv; on bad input it writes why to err and
  * returns -1 (every rank parses the same arguments, so all of them agree). */
 static int parse_opts(int argc, char **argv, struct opts *o, char *err, size_t errlen) {
-  *o = (struct opts){ALL_REDUCE, 8, 64L << 20, 2, 20, 5};
+  *o = (struct opts){ALL_REDUCE, 8, 64L << 20, 2, 20, 5, 0};
   for (int i = 1; i < argc; i += 2) {
     const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!v) { snprintf(err, errlen, "flag %s needs a value", f); return -1; }
@@ -91,6 +96,7 @@ static int parse_opts(int argc, char **argv, struct opts *o, char *err, size_t e
     else if (!strcmp(f, "-f")) o->factor = x;
     else if (!strcmp(f, "-n")) o->iters = x;
     else if (!strcmp(f, "-w")) o->warmup = x;
+    else if (!strcmp(f, "-p")) o->pct = x;
     else { snprintf(err, errlen, "unknown flag %s", f); return -1; }
   }
   if (o->minb < 1 || o->maxb < o->minb) { snprintf(err, errlen, "-b %ld -e %ld: need 1 <= -b <= -e", o->minb, o->maxb); return -1; }
@@ -141,6 +147,32 @@ static long check(enum coll c, float *s, float *r, long count, long chunk, int r
   return wrong;
 }
 
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* run_size_pct times each of -n operations of one size and prints rank 0's
+ * percentiles (-p 1). */
+static void run_size_pct(const struct opts *o, long bytes, float *s, float *r, int rank, double *t) {
+  long count = bytes / (long)sizeof(float);
+  for (long k = 0; k < count; k++) { s[k] = value(rank, k); r[k] = 0; }
+  for (long i = 0; i < o->warmup; i++) run_op(o->coll, s, r, count, count);
+  MPI_Barrier(MPI_COMM_WORLD);
+  double total = 0;
+  for (long i = 0; i < o->iters; i++) {
+    double t0 = MPI_Wtime();
+    run_op(o->coll, s, r, count, count);
+    t[i] = (MPI_Wtime() - t0) * 1e6;
+    total += t[i];
+  }
+  if (rank != 0) return;
+  qsort(t, (size_t)o->iters, sizeof *t, cmp_double);
+  long it = o->iters;
+  printf("%12ld %8ld %10.2f %10.2f %10.2f %10.2f\n", bytes, it, t[it / 2], t[it * 9 / 10], t[it * 99 / 100], total / it);
+  fflush(stdout);
+}
+
 /* run_size times and checks one size and prints its row on rank 0. */
 static void run_size(const struct opts *o, long bytes, float *s, float *r, int rank, int n) {
   long count = bytes / (long)sizeof(float), chunk = count;
@@ -182,6 +214,25 @@ int main(int argc, char **argv) {
     if (!ok) fprintf(stderr, "mpi_coll_perf: rank %d: cannot allocate 2 x %ld bytes (-e)\n", rank, o.maxb);
     MPI_Finalize();
     return 1;
+  }
+  if (o.pct) {
+    if (o.coll != ALL_REDUCE && o.coll != BROADCAST) {
+      if (rank == 0) fprintf(stderr, "mpi_coll_perf: -p 1 times all_reduce or broadcast only\n");
+      MPI_Finalize();
+      return 2;
+    }
+    double *t = malloc((size_t)o.iters * sizeof *t);
+    if (!t) { fprintf(stderr, "mpi_coll_perf: rank %d: cannot allocate %ld times (-n)\n", rank, o.iters); MPI_Abort(MPI_COMM_WORLD, 1); }
+    if (rank == 0) {
+      printf("# %s, %d ranks, float32; time per operation in µs on rank 0 (OpenMPI)\n", colls[o.coll].name, n);
+      printf("%12s %8s %10s %10s %10s %10s\n", "bytes", "iters", "p50", "p90", "p99", "mean");
+    }
+    for (long b = o.minb; b <= o.maxb; b *= o.factor) run_size_pct(&o, b, s, r, rank, t);
+    free(t);
+    free(s);
+    free(r);
+    MPI_Finalize();
+    return 0;
   }
   if (rank == 0) {
     printf("# %s, %d ranks, OpenMPI peer (%s)\n", colls[o.coll].name, n,
