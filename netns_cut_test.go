@@ -80,10 +80,9 @@ type cutJob struct {
 	c      *cluster.Cluster
 	cmds   []*exec.Cmd
 	waited []chan struct{}
-	mu     sync.Mutex
-	outs   []strings.Builder
-	lines  []string    // each rank's "error:" line
-	at     []time.Time // when it came
+	rankOutputs
+	lines []string    // each rank's "error:" line (under mu)
+	at    []time.Time // when it came
 }
 
 // startCutJob starts n ranks on a new cluster of n hosts, over TCP, with
@@ -91,7 +90,7 @@ type cutJob struct {
 // ready. It skips t where the cluster cannot be made.
 func startCutJob(t *testing.T, n int, timeout time.Duration, env ...string) *cutJob {
 	t.Helper()
-	j := &cutJob{c: clustertest.New(t, cluster.Config{Hosts: n}), outs: make([]strings.Builder, n),
+	j := &cutJob{c: clustertest.New(t, cluster.Config{Hosts: n}), rankOutputs: rankOutputs{outs: make([]strings.Builder, n)},
 		lines: make([]string, n), at: make([]time.Time, n), waited: make([]chan struct{}, n)}
 	var hosts []string
 	for _, h := range j.c.Hosts {
@@ -140,16 +139,6 @@ func startCutJob(t *testing.T, n int, timeout time.Duration, env ...string) *cut
 		}
 	}
 	return j
-}
-
-func (j *cutJob) output() string {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	var b strings.Builder
-	for r := range j.outs {
-		fmt.Fprintf(&b, "rank %d:\n%s", r, j.outs[r].String())
-	}
-	return b.String()
 }
 
 // cut cuts the link between ranks a and b, and only it: each one's host

@@ -285,3 +285,28 @@ func faultIters(t *testing.T, env string, def int) int {
 	}
 	return def
 }
+
+// rankOutputs keeps each rank's output lines for a test's failure
+// messages; its readers write from their own goroutines.
+type rankOutputs struct {
+	mu   sync.Mutex
+	outs []strings.Builder
+}
+
+// add appends rank r's line.
+func (o *rankOutputs) add(r int, line string) {
+	o.mu.Lock()
+	o.outs[r].WriteString(line + "\n")
+	o.mu.Unlock()
+}
+
+// output is every rank's output, rank by rank.
+func (o *rankOutputs) output() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var b strings.Builder
+	for r := range o.outs {
+		fmt.Fprintf(&b, "rank %d:\n%s", r, o.outs[r].String())
+	}
+	return b.String()
+}

@@ -46,13 +46,12 @@ type rasJob struct {
 	addr  string
 	cmds  []*exec.Cmd
 	stdin []io.WriteCloser
-	mu    sync.Mutex
-	outs  []strings.Builder
+	rankOutputs
 }
 
 func startRASJob(t *testing.T, n int, env ...string) *rasJob {
 	t.Helper()
-	j := &rasJob{addr: freeAddr(t), outs: make([]strings.Builder, n)}
+	j := &rasJob{addr: freeAddr(t), rankOutputs: rankOutputs{outs: make([]strings.Builder, n)}}
 	store := freeAddr(t)
 	ready := make(chan int, n)
 	var readers sync.WaitGroup
@@ -69,9 +68,7 @@ func startRASJob(t *testing.T, n int, env ...string) *rasJob {
 		}
 		j.cmds, j.stdin = append(j.cmds, cmd), append(j.stdin, in)
 		startWatched(t, cmd, &readers, func(line string) {
-			j.mu.Lock()
-			j.outs[r].WriteString(line + "\n")
-			j.mu.Unlock()
+			j.add(r, line)
 			if line == "ready" {
 				ready <- r
 			}
@@ -93,16 +90,6 @@ func startRASJob(t *testing.T, n int, env ...string) *rasJob {
 		}
 	}
 	return j
-}
-
-func (j *rasJob) output() string {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	var b strings.Builder
-	for r := range j.outs {
-		fmt.Fprintf(&b, "rank %d:\n%s", r, j.outs[r].String())
-	}
-	return b.String()
 }
 
 // query runs one STATUS session (json: SET FORMAT json) with TIMEOUT secs.
