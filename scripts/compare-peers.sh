@@ -23,7 +23,10 @@
 #              (50), larger ones ITERS (20) after WARMUP (5): a few slow
 #              iterations (a descheduled rank) dominate a short mean of
 #              microsecond operations; PEERS (scripts/peers: the
-#              directory of the peer programs), OUT (a scratch directory).
+#              directory of the peer programs), OUT (a scratch directory),
+#              Z (2: goccl perf -z 2, blocking operations as the peers time
+#              them; 0: goccl perf's default, every operation of a size
+#              issued non-blocking and waited for at the end).
 # busbw follows nccl-tests (doc/PERFORMANCE.md); GB = 1e9.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +36,7 @@ if [ "${QUICK:-0}" = 1 ]; then
   : "${FACTOR:=16}" "${ITERS_SMALL:=5000}" "${WARMUP_SMALL:=200}" "${ITERS:=10}" "${WARMUP:=3}" "${REPEAT:=3}" "${NO_GLOO:=1}"
 fi
 MINB=${MINB:-8} MAXB=${MAXB:-128M} FACTOR=${FACTOR:-4} ITERS=${ITERS:-20} WARMUP=${WARMUP:-5} REPEAT=${REPEAT:-1}
+Z=${Z:-2}
 SPLIT=${SPLIT:-1M} ITERS_SMALL=${ITERS_SMALL:-500} WARMUP_SMALL=${WARMUP_SMALL:-50}
 PEERS=${PEERS:-scripts/peers}
 OUT=${OUT:-$(mktemp -d /tmp/goccl-compare.XXXXXX)}
@@ -70,7 +74,7 @@ mpirun_() { mpirun --allow-run-as-root --oversubscribe -np 2 "$@"; }
 
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'); $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'); Linux $(uname -r)"
 echo "# goccl $(git rev-parse --short HEAD 2>/dev/null || echo '?') built with $(go version | awk '{print $3}')$([ $have_mpi = 1 ] && echo ", $(mpirun --version 2>/dev/null | head -1)")$([ $have_gloo = 1 ] && echo ", torch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)' 2>/dev/null) (Gloo)")"
-echo "# sizes $MINB-$MAXB x$FACTOR; up to $SPLIT: -n $ITERS_SMALL -w $WARMUP_SMALL, above: -n $ITERS -w $WARMUP; median of $REPEAT run(s)"
+echo "# sizes $MINB-$MAXB x$FACTOR; up to $SPLIT: -n $ITERS_SMALL -w $WARMUP_SMALL, above: -n $ITERS -w $WARMUP; median of $REPEAT run(s); goccl perf -a 3 -z $Z"
 # The ceilings, GB/s (1e9 bytes/s).
 copy_gbs=$(go test -run XXX -bench 'Copy/65536KiB/builtin$' -benchtime 20x ./internal/memcpy 2>/dev/null |
   awk '/MB\/s/ { for (i = 1; i < NF; i++) if ($(i+1) == "MB/s") printf "%.2f", $i / 1000 }')
@@ -98,12 +102,12 @@ for coll in "${colls[@]}"; do
     for cfg in goccl-shm goccl-tcp mpi-shm mpi-tcp gloo; do : > "$OUT/$coll.$cfg.$rep"; done
     for rg in "${ranges[@]}"; do
       read -r b e n w <<< "$rg"
-      # -a 3 -z 2: the slowest rank's time of blocking operations, as the
+      # -a 3 -z 2 (Z): the slowest rank's time of blocking operations, as the
       # peers' benchmarks measure them (goccl perf's defaults now follow
       # nccl-tests: -a 1, the mean over ranks; -z 0, non-blocking issue).
       args=(-b "$b" -e "$e" -f "$FACTOR" -n "$n" -w "$w")
-      "$OUT/goccl" perf "$coll" -np 2 "${args[@]}" -a 3 -z 2 -c 1 >> "$OUT/$coll.goccl-shm.$rep"
-      GOCCL_SHM_DISABLE=1 "$OUT/goccl" perf "$coll" -np 2 "${args[@]}" -a 3 -z 2 -c 1 >> "$OUT/$coll.goccl-tcp.$rep"
+      "$OUT/goccl" perf "$coll" -np 2 "${args[@]}" -a 3 -z "$Z" -c 1 >> "$OUT/$coll.goccl-shm.$rep"
+      GOCCL_SHM_DISABLE=1 "$OUT/goccl" perf "$coll" -np 2 "${args[@]}" -a 3 -z "$Z" -c 1 >> "$OUT/$coll.goccl-tcp.$rep"
       if [ $have_mpi = 1 ] && [ "$coll" != reduce ] && [ "$coll" != sendrecv ]; then
         mpirun_ --mca btl self,vader "$OUT/mpi_coll_perf" -c "$coll" "${args[@]}" >> "$OUT/$coll.mpi-shm.$rep" 2>/dev/null
         mpirun_ --mca btl self,tcp "$OUT/mpi_coll_perf" -c "$coll" "${args[@]}" >> "$OUT/$coll.mpi-tcp.$rep" 2>/dev/null
