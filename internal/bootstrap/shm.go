@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"runtime"
 	"syscall"
 
 	"github.com/goccl/goccl/internal/config"
@@ -61,6 +62,26 @@ func (b *boot) connectShm(ctx context.Context, dir string, useShm []bool) error 
 	cfg := shm.Config{Dir: dir}
 	path := func(src, dst int) string {
 		return filepath.Join(dir, fmt.Sprintf("goccl-%s-%d-%d", jobID, src, dst))
+	}
+	// Waits yield the processor only when this host has more ranks than
+	// this process has CPUs (shm.WithYield).
+	local := 0
+	for _, c := range cards {
+		if c.Host == cards[rank].Host {
+			local++
+		}
+	}
+	yield := local > runtime.NumCPU()
+	if local > 1 {
+		how := "poll, then sleep"
+		if yield {
+			how = "poll, yield the processor, then sleep"
+		}
+		b.p.Log(slog.LevelInfo, "SHM", []slog.Attr{slog.Int("local_ranks", local), slog.Int("cpus", runtime.NumCPU()), slog.Bool("yield", yield)},
+			"%d ranks on this host, %d CPUs: shared-memory waits %s", local, runtime.NumCPU(), how)
+	}
+	opts := func(p int) []shm.LinkOption {
+		return []shm.LinkOption{shm.WithPeerPID(cards[p].Pid), shm.WithYield(yield)}
 	}
 	in := make([]*shm.Ring, size)
 	kept := make([]*shm.Ring, size) // kept[p]: the reclaimed ring from this rank to p
@@ -157,7 +178,7 @@ func (b *boot) connectShm(ctx context.Context, dir string, useShm []bool) error 
 		}
 		// Watching the peer's pid turns its death into an error naming it
 		// within one futex timeout (10 ms).
-		links[p] = shm.NewLink(rank, p, out, in[p], shm.WithPeerPID(cards[p].Pid))
+		links[p] = shm.NewLink(rank, p, out, in[p], opts(p)...)
 	}
 	if len(peerFailed) > 0 {
 		b.p.Log(slog.LevelWarn, "SHM", []slog.Attr{slog.Any("peers", peerFailed)}, "rank(s) %v could not create their shared memory for this rank (see their warnings); using TCP with them", peerFailed)
@@ -168,7 +189,7 @@ func (b *boot) connectShm(ctx context.Context, dir string, useShm []bool) error 
 	}
 	for p, r := range in {
 		if kept[p] != nil {
-			links[p] = shm.NewLink(rank, p, kept[p], r, shm.WithPeerPID(cards[p].Pid))
+			links[p] = shm.NewLink(rank, p, kept[p], r, opts(p)...)
 		}
 		if r != nil {
 			r.Unlink()

@@ -19,21 +19,36 @@ import (
 // rank sharing a core with its peer (more ranks than cores) hands the core
 // over instead of burning it; then sleep on the futex word with a futexSleep
 // timeout, after which ctx, the closed flag and the counter are checked again.
+// A link made WithYield(false) (every rank of the host has a core) only
+// polls for the first pollPhase of the yield phase: there sched_yield hands
+// the core to whatever else is runnable on it, and runs of 2-rank 8-512 B
+// AllReduces on a 2-vCPU VM had stretches of 7.5 µs operations in 17 of 35
+// runs with it, none in 10 without (docs/benchmarks.md).
 const (
 	spinIters  = 2000
 	yieldPhase = 50 * time.Microsecond
+	pollPhase  = 10 * time.Microsecond // WithYield(false): the part of the yield phase that only polls
 	futexSleep = 10 * time.Millisecond
 )
 
 // yieldPhaseOver runs one step of the yield phase of a wait that started
 // polling at iteration spinIters; it reports whether the phase is over and the
-// waiter should sleep.
-func yieldPhaseOver(i int, since *time.Time) bool {
+// waiter should sleep. Without yield it reads the clock every 64th step
+// only, and yields only once pollPhase has passed (to this P's other
+// goroutines when GOMAXPROCS is 1, and to the kernel).
+func yieldPhaseOver(i int, since *time.Time, yield bool) bool {
 	if i == spinIters {
 		*since = time.Now()
 	}
-	if time.Since(*since) >= yieldPhase {
+	if !yield && (i-spinIters)%64 != 63 {
+		return false
+	}
+	d := time.Since(*since)
+	if d >= yieldPhase {
 		return true
+	}
+	if !yield && d < pollPhase {
+		return false
 	}
 	if runtime.GOMAXPROCS(0) == 1 {
 		// Let this P's other goroutines (a background sender) run. With
@@ -84,6 +99,7 @@ type link struct {
 	rTail     uint64 // last seen in.tail
 	cmaProbed bool   // the CMA probe ran (or CMA is off)
 	cmaOK     bool   // the probe could read the sender's memory
+	noYield   bool   // WithYield(false): waits poll without yielding before they sleep
 	cmaPid    int    // the sender's pid, as verified by the probe
 
 	peerProc proc          // the peer's process, when WithPeerPID was given
@@ -112,6 +128,12 @@ type LinkOption func(*link)
 // reused pid or an unreaped (zombie) peer is still seen as gone; on kernels
 // without pidfd_open (before 5.3) it falls back to kill(pid, 0).
 func WithPeerPID(pid int) LinkOption { return func(l *link) { l.watchPeer(pid) } }
+
+// WithYield says whether the link's waits yield the processor between
+// polls from their first microsecond (the default, for more ranks than
+// cores on the host) or only after pollPhase (every rank has a core of its
+// own). See spinIters.
+func WithYield(yield bool) LinkOption { return func(l *link) { l.noYield = !yield } }
 
 func NewLink(self, peer int, out, in *Ring, opts ...LinkOption) transport.Link {
 	if out == nil || in == nil || out == in {
@@ -572,7 +594,7 @@ func (l *link) wait(ctx context.Context, c cond) error {
 		if i < spinIters {
 			continue
 		}
-		if !yieldPhaseOver(i, &yieldStart) {
+		if !yieldPhaseOver(i, &yieldStart, !l.noYield) {
 			continue
 		}
 		if ctx.Err() != nil { // Err, not just Done: a deadline-only context has no Done channel

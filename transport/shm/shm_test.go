@@ -62,7 +62,7 @@ func ringPair(t testing.TB, cfg Config) (abIn, baIn, abOut, baOut *Ring) {
 	return rings[0], rings[1], rings[2], rings[3]
 }
 
-func newPair(t testing.TB, cfg Config) (a, b transport.Link) {
+func newPair(t testing.TB, cfg Config, opts ...LinkOption) (a, b transport.Link) {
 	t.Helper()
 	if cfg.Dir == "" {
 		cfg.Dir = testDir(t)
@@ -77,8 +77,8 @@ func newPair(t testing.TB, cfg Config) (a, b transport.Link) {
 	if _, err := os.Stat(abIn.Path()); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("ring file still present after Unlink: %v", err)
 	}
-	a = NewLink(0, 1, abOut, baIn)
-	b = NewLink(1, 0, baOut, abIn)
+	a = NewLink(0, 1, abOut, baIn, opts...)
+	b = NewLink(1, 0, baOut, abIn, opts...)
 	// a's NewLink ran before b offered CMA on ba: let a probe now, as its
 	// first Recv would, so that both directions start out alike.
 	if la := a.(*link); !la.cmaProbed {
@@ -126,10 +126,12 @@ func TestLinkConformance(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		cfg  Config
+		opts []LinkOption
 	}{
-		{"default", Config{}},
-		{"cma", Config{CMAThreshold: cmaAll}},
-		{"mixed", Config{SlotSize: 4096, Slots: 4, CMAThreshold: 2 * 4096}},
+		{"default", Config{}, nil},
+		{"cma", Config{CMAThreshold: cmaAll}, nil},
+		{"mixed", Config{SlotSize: 4096, Slots: 4, CMAThreshold: 2 * 4096}, nil},
+		{"noyield", Config{}, []LinkOption{WithYield(false)}}, // waits that poll, then sleep
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := tc.cfg.normalize()
@@ -143,7 +145,7 @@ func TestLinkConformance(t *testing.T) {
 			}
 			recvs := cmaRecvs.Load()
 			linktest.RunConfig(t, linktest.Config{
-				NewPair: func(t *testing.T) (a, b transport.Link) { return newPair(t, tc.cfg) },
+				NewPair: func(t *testing.T) (a, b transport.Link) { return newPair(t, tc.cfg, tc.opts...) },
 				Sizes:   sizes,
 			})
 			if n := cmaRecvs.Load() - recvs; n == 0 {
