@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"golang.org/x/sys/cpu"
 	"golang.org/x/sys/unix"
 )
 
@@ -46,7 +47,7 @@ func (r Request) Wait(ctx context.Context) error {
 	if r.q == nil {
 		return errZeroRequest
 	}
-	return r.q.wait(ctx, r.ticket)
+	return r.q.wait(ctx, r.ticket, true)
 }
 
 // Test reports whether the operation is done and, if it is, its error. It
@@ -65,8 +66,8 @@ func (r Request) Test() (bool, error) {
 type slot struct {
 	a      call
 	ctx    context.Context
-	ticket uint64 // the operation in the slot (0: never used)
-	done   bool
+	ticket uint64        // the operation in the slot (0: never used)
+	doneAt atomic.Uint64 // the last ticket done in the slot: set by the runner after err, without q.mu
 	err    error
 	wake   chan struct{} // capacity 1: a token when the operation is done (see wait)
 }
@@ -79,7 +80,17 @@ type slot struct {
 // when its ticket is at or after the first failure's (failAt): so each
 // Request keeps its own result without the queue keeping every one.
 type opQueue struct {
-	outstanding atomic.Int64 // issued and not done: blocking calls run inline when 0
+	// Operations issued (by the issuer, under mu) and completed (by the
+	// runner): blocking calls run inline when they are equal. Each side's
+	// fields have a cache line of their own, away from mu and the Comm's,
+	// so that the issuer and the runner do not pass lines back and forth
+	// on every operation.
+	_         cpu.CacheLinePad
+	issued    atomic.Uint64
+	_         cpu.CacheLinePad
+	completed atomic.Uint64
+	halt      atomic.Pointer[error] // stopErr, read by a runner between operations
+	_         cpu.CacheLinePad
 
 	mu      sync.Mutex
 	work    sync.Cond // the worker waits on it for operations
@@ -101,14 +112,14 @@ func (c *Comm) do(ctx context.Context, a *call) error {
 	if c == nil {
 		return nilComm(a.errKind().String())
 	}
-	if c.q.outstanding.Load() == 0 {
+	if c.q.issued.Load() == c.q.completed.Load() {
 		return c.run(ctx, a)
 	}
 	r, err := c.issue(ctx, a)
 	if err != nil {
 		return err
 	}
-	return r.q.wait(nil, r.ticket)
+	return r.q.wait(nil, r.ticket, true)
 }
 
 // check is the argument check of a call at issue time (start repeats it).
@@ -150,7 +161,7 @@ func (c *Comm) issue(ctx context.Context, a *call) (Request, error) {
 			q.start(c)
 		}
 		s := &q.slots[q.next%QueueDepth]
-		if s.ticket == 0 || s.done {
+		if s.ticket == 0 || s.doneAt.Load() == s.ticket {
 			break
 		}
 		// Full: wait until half the queue is free, not one slot, so that
@@ -159,7 +170,7 @@ func (c *Comm) issue(ctx context.Context, a *call) (Request, error) {
 		// goroutine hand-off costs more than a small operation).
 		t := s.ticket + QueueDepth/2 - 1
 		q.mu.Unlock()
-		if err := q.wait(ctx, t); err != nil && ctx.Err() != nil {
+		if err := q.wait(ctx, t, false); err != nil && ctx.Err() != nil {
 			return Request{}, c.errorf(a.errKind(), 0, "waiting for room in the queue of non-blocking operations (%d): %w", QueueDepth, ctx.Err())
 		}
 		q.mu.Lock()
@@ -167,11 +178,11 @@ func (c *Comm) issue(ctx context.Context, a *call) (Request, error) {
 	t := q.next
 	q.next++
 	s := &q.slots[t%QueueDepth]
-	s.a, s.ctx, s.ticket, s.done, s.err = *a, ctx, t, false, nil
+	s.a, s.ctx, s.ticket, s.err = *a, ctx, t, nil
 	if c.fr != nil && a.kind != opGroup { // a group is recorded as its parts start
 		c.fr.Schedule(c.flightCall(a))
 	}
-	q.outstanding.Add(1)
+	q.issued.Add(1)
 	q.work.Signal()
 	q.mu.Unlock()
 	return Request{q: q, ticket: t}, nil
@@ -208,9 +219,7 @@ func (q *opQueue) worker(c *Comm) {
 			q.work.Wait()
 			continue
 		}
-		q.runner = true
-		q.runNext(c)
-		q.runner = false
+		q.runBatch(c, q.next)
 	}
 }
 
@@ -251,29 +260,51 @@ func (q *opQueue) raisePriority(c *Comm) (restore func()) {
 	}
 }
 
-// runNext runs the operation at the head of the queue (q.mu held, released
-// while it runs; q.runner set by the caller, so that one goroutine at a
-// time runs operations, in issue order).
-func (q *opQueue) runNext(c *Comm) {
-	s := &q.slots[q.head%QueueDepth]
-	q.head++
+// runBatch runs the operations from q.head up to end (not included), in
+// order, on the calling goroutine: it claims them (q.head = end) and sets
+// q.runner under q.mu, held at entry and exit, and runs and completes them
+// without it, so that the issuer and the runner meet on the lock once per
+// batch instead of twice per operation. A slot is the runner's from the
+// claim until it is done: the issuer copied the call into it and takes it
+// again only after that. When the queue is stopped meanwhile (halt), the
+// claimed operations not yet started fail with its error, as stop fails the
+// unclaimed ones.
+func (q *opQueue) runBatch(c *Comm, end uint64) {
+	first := q.head
+	q.head, q.runner = end, true
 	q.mu.Unlock()
-	// The slot is the runner's until it is done: the issuer copied the
-	// call into it and takes it again only after that.
-	err := c.run(s.ctx, &s.a)
+	for t := first; t < end; t++ {
+		s := &q.slots[t%QueueDepth]
+		var err error
+		if why := q.halt.Load(); why != nil {
+			err = c.errorf(s.a.errKind(), 0, "%w", *why)
+		} else {
+			err = c.run(s.ctx, &s.a)
+		}
+		q.complete(s, err, false)
+	}
 	q.mu.Lock()
-	q.complete(s, err)
+	q.runner = false
 }
 
-// complete records the end of the operation in s (q.mu held) and wakes its
-// waiters.
-func (q *opQueue) complete(s *slot, err error) {
-	s.done, s.err = true, err
+// complete records the end of the operation in s and wakes its waiters;
+// locked says whether the caller holds q.mu (taken here only for a failure).
+func (q *opQueue) complete(s *slot, err error, locked bool) {
 	s.a, s.ctx = call{}, nil // do not keep the caller's buffers
-	if err != nil && q.failAt == 0 {
-		q.failAt, q.failErr = s.ticket, err
+	s.err = err
+	if err != nil {
+		if !locked {
+			q.mu.Lock()
+		}
+		if q.failAt == 0 {
+			q.failAt, q.failErr = s.ticket, err
+		}
+		if !locked {
+			q.mu.Unlock()
+		}
 	}
-	q.outstanding.Add(-1)
+	s.doneAt.Store(s.ticket)
+	q.completed.Add(1)
 	passOn(s.wake)
 }
 
@@ -290,7 +321,10 @@ func (q *opQueue) result(t uint64) (done bool, err error) {
 	s := &q.slots[t%QueueDepth]
 	switch {
 	case s.ticket == t:
-		return s.done, s.err
+		if s.doneAt.Load() != t {
+			return false, nil
+		}
+		return true, s.err
 	case s.ticket > t: // done long ago, slot taken again: see opQueue
 		if q.failAt != 0 && t >= q.failAt {
 			return true, q.failErr
@@ -309,7 +343,7 @@ func (q *opQueue) result(t uint64) (done bool, err error) {
 // an allocation. A wait that nothing bounds (nil ctx, or one that is never
 // done) runs the operations up to t itself when no goroutine is running
 // them.
-func (q *opQueue) wait(ctx context.Context, t uint64) error {
+func (q *opQueue) wait(ctx context.Context, t uint64, inline bool) error {
 	var done <-chan struct{}
 	if ctx != nil {
 		done = ctx.Done()
@@ -323,15 +357,11 @@ func (q *opQueue) wait(ctx context.Context, t uint64) error {
 			passOn(s.wake)
 			return err
 		}
-		if done == nil && !q.runner && q.head <= t {
+		if inline && done == nil && !q.runner && q.head <= t {
 			// Nothing bounds this wait and no goroutine runs
 			// operations: run them here, up to t, instead of waiting
 			// for the worker to wake up and then wake this one.
-			q.runner = true
-			for q.head <= t && q.stopErr == nil {
-				q.runNext(q.c)
-			}
-			q.runner = false
+			q.runBatch(q.c, t+1)
 			q.work.Signal() // the worker: more operations, or stopped
 			continue
 		}
@@ -355,12 +385,13 @@ func (q *opQueue) stop(c *Comm, why error) {
 		return
 	}
 	q.stopErr = why
+	q.halt.Store(&why)
 	if q.slots == nil {
 		return
 	}
 	for ; q.head < q.next; q.head++ {
 		s := &q.slots[q.head%QueueDepth]
-		q.complete(s, c.errorf(s.a.errKind(), 0, "%w", why))
+		q.complete(s, c.errorf(s.a.errKind(), 0, "%w", why), true)
 	}
 	c.fr.RetireScheduled(why.Error())
 	q.work.Broadcast()

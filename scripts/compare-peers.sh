@@ -26,7 +26,10 @@
 #              directory of the peer programs), OUT (a scratch directory),
 #              Z (2: goccl perf -z 2, blocking operations as the peers time
 #              them; 0: goccl perf's default, every operation of a size
-#              issued non-blocking and waited for at the end).
+#              issued non-blocking and waited for at the end); GOCCL (a
+#              goccl binary to run instead of building this tree: an
+#              earlier commit's build, for before/after tables in one
+#              session).
 # busbw follows nccl-tests (doc/PERFORMANCE.md); GB = 1e9.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,7 +46,13 @@ OUT=${OUT:-$(mktemp -d /tmp/goccl-compare.XXXXXX)}
 mkdir -p "$OUT"
 export PATH="$PATH:/usr/local/go/bin"
 
-go build -o "$OUT/goccl" ./cmd/goccl
+if [ -n "${GOCCL:-}" ]; then
+  cp "$GOCCL" "$OUT/goccl"
+  goccl_version="binary $GOCCL"
+else
+  go build -o "$OUT/goccl" ./cmd/goccl
+  goccl_version=$(git rev-parse --short HEAD 2>/dev/null || echo '?')
+fi
 have_mpi=0
 if command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 && [ -f "$PEERS/mpi_coll_perf.c" ]; then
   mpicc -O2 -o "$OUT/mpi_coll_perf" "$PEERS/mpi_coll_perf.c" -lm && have_mpi=1
@@ -73,7 +82,7 @@ ranges=("$lo $last $ITERS_SMALL $WARMUP_SMALL")
 mpirun_() { mpirun --allow-run-as-root --oversubscribe -np 2 "$@"; }
 
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'); $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'); Linux $(uname -r)"
-echo "# goccl $(git rev-parse --short HEAD 2>/dev/null || echo '?') built with $(go version | awk '{print $3}')$([ $have_mpi = 1 ] && echo ", $(mpirun --version 2>/dev/null | head -1)")$([ $have_gloo = 1 ] && echo ", torch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)' 2>/dev/null) (Gloo)")"
+echo "# goccl $goccl_version built with $(go version | awk '{print $3}')$([ $have_mpi = 1 ] && echo ", $(mpirun --version 2>/dev/null | head -1)")$([ $have_gloo = 1 ] && echo ", torch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)' 2>/dev/null) (Gloo)")"
 echo "# sizes $MINB-$MAXB x$FACTOR; up to $SPLIT: -n $ITERS_SMALL -w $WARMUP_SMALL, above: -n $ITERS -w $WARMUP; median of $REPEAT run(s); goccl perf -a 3 -z $Z"
 # The ceilings, GB/s (1e9 bytes/s).
 copy_gbs=$(go test -run XXX -bench 'Copy/65536KiB/builtin$' -benchtime 20x ./internal/memcpy 2>/dev/null |
