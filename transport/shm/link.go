@@ -36,19 +36,19 @@ const (
 // waiter should sleep. Without yield it reads the clock every 64th step
 // only, and yields only once pollPhase has passed (to this P's other
 // goroutines when GOMAXPROCS is 1, and to the kernel).
-func yieldPhaseOver(i int, since *time.Time, yield bool) bool {
+func yieldPhaseOver(i int, since *time.Time, yield bool) (over, yielded bool) {
 	if i == spinIters {
 		*since = time.Now()
 	}
 	if !yield && (i-spinIters)%64 != 63 {
-		return false
+		return false, false
 	}
 	d := time.Since(*since)
 	if d >= yieldPhase {
-		return true
+		return true, false
 	}
 	if !yield && d < pollPhase {
-		return false
+		return false, false
 	}
 	if runtime.GOMAXPROCS(0) == 1 {
 		// Let this P's other goroutines (a background sender) run. With
@@ -59,7 +59,7 @@ func yieldPhaseOver(i int, since *time.Time, yield bool) bool {
 		runtime.Gosched()
 	}
 	syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
-	return false
+	return false, true
 }
 
 // futexSleeps counts futex sleeps (slow path only), for tests.
@@ -95,12 +95,14 @@ type link struct {
 	_      [16]byte
 
 	// Receiver-owned (one Recv at a time).
-	rHead     uint64 // slots released (only the receiver writes in.head)
-	rTail     uint64 // last seen in.tail
-	cmaProbed bool   // the CMA probe ran (or CMA is off)
-	cmaOK     bool   // the probe could read the sender's memory
-	noYield   bool   // WithYield(false): waits poll without yielding before they sleep
-	cmaPid    int    // the sender's pid, as verified by the probe
+	rHead        uint64       // slots released (only the receiver writes in.head)
+	rTail        uint64       // last seen in.tail
+	cmaProbed    bool         // the CMA probe ran (or CMA is off)
+	cmaOK        bool         // the probe could read the sender's memory
+	noYield      bool         // WithYield(false): waits poll without yielding before they sleep
+	colocSkip    atomic.Int32 // colocated waits to let pass before the next sleep (colocation.go)
+	colocBackoff atomic.Int32 // the next colocSkip after a sleep
+	cmaPid       int          // the sender's pid, as verified by the probe
 
 	peerProc proc          // the peer's process, when WithPeerPID was given
 	peerDead atomic.Bool   // peerGone saw the peer's process gone
@@ -580,6 +582,7 @@ func (l *link) wait(ctx context.Context, c cond) error {
 		word, waiting = r.dataWord, r.recvWaiting
 	}
 	var yieldStart time.Time
+	checked := !l.noYield // colocation: checked once per wait, when every rank has a core
 	for i := 0; ; i++ {
 		closed := r.closed.Load() != 0
 		if l.ready(c) {
@@ -594,7 +597,12 @@ func (l *link) wait(ctx context.Context, c cond) error {
 		if i < spinIters {
 			continue
 		}
-		if !yieldPhaseOver(i, &yieldStart, !l.noYield) {
+		over, yielded := yieldPhaseOver(i, &yieldStart, !l.noYield)
+		if yielded && !checked {
+			checked = true
+			l.checkColocated()
+		}
+		if !over {
 			continue
 		}
 		if ctx.Err() != nil { // Err, not just Done: a deadline-only context has no Done channel

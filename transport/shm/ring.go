@@ -134,6 +134,7 @@ const (
 	offCMAState      = 896
 	offReaderActive  = 1024
 	offCloseLost     = 1088 // u32 written before the closed flag: lost rank + 1, or 0
+	offConsumerCPU   = 1152 // u64 the consumer writes: where it last waited (colocation.go)
 
 	flagFirst   = 1
 	flagCMA     = 2
@@ -199,6 +200,7 @@ type Ring struct {
 	cmaState     *atomic.Uint32 // consumer: cmaOK / cmaFailed
 	readerActive *atomic.Uint32 // consumer: inside process_vm_readv on the producer's buffer
 	closeLost    *atomic.Uint32 // lost rank + 1 of the side that closed, or 0
+	consumerCPU  *atomic.Uint64 // the consumer's CPU when it last waited, and when (colocation.go)
 
 	owned    atomic.Bool // handed to NewLink
 	closing  atomic.Bool // Ring.Close called
@@ -358,6 +360,7 @@ func newRing(path string, mem []byte, slotSize, slots int) *Ring {
 		cmaState:     u32(offCMAState),
 		readerActive: u32(offReaderActive),
 		closeLost:    u32(offCloseLost),
+		consumerCPU:  u64(offConsumerCPU),
 	}
 }
 
