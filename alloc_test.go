@@ -32,6 +32,11 @@ func TestSteadyStateAllocations(t *testing.T) {
 				buf := make([]float32, n)
 				out := make([]float32, 2*n)
 				out2 := make([]float32, 2*n)
+				agSend := [][]float32{buf, make([]float32, 3)}
+				agRecv := [][]float32{out, make([]float32, 6)}
+				rsSend := [][]float32{make([]float32, 2*n), make([]float32, 6)}
+				rsRecv := [][]float32{make([]float32, n), make([]float32, 3)}
+				splits := []int{n, n}
 				op := func() {
 					if err := goccl.AllReduce(ctx, c, buf, buf, n, goccl.Sum); err != nil {
 						panic(err)
@@ -48,8 +53,17 @@ func TestSteadyStateAllocations(t *testing.T) {
 					if err := goccl.AllToAll(ctx, c, out, out2, n); err != nil {
 						panic(err)
 					}
+					if err := goccl.AllGatherCoalesced(ctx, c, agSend, agRecv); err != nil {
+						panic(err)
+					}
+					if err := goccl.ReduceScatterCoalesced(ctx, c, rsSend, rsRecv, goccl.Sum); err != nil {
+						panic(err)
+					}
+					if err := goccl.AllToAllSingle(ctx, c, out, splits, out2, splits); err != nil {
+						panic(err)
+					}
 				}
-				var reqs [5]goccl.Request
+				var reqs [8]goccl.Request
 				must := func(r goccl.Request, err error) goccl.Request {
 					if err != nil {
 						panic(err)
@@ -62,6 +76,9 @@ func TestSteadyStateAllocations(t *testing.T) {
 					reqs[2] = must(goccl.IBroadcast(ctx, c, buf, buf, n, 1))
 					reqs[3] = must(goccl.IReduceScatter(ctx, c, out, buf, n, goccl.Max))
 					reqs[4] = must(goccl.IAllToAll(ctx, c, out, out2, n))
+					reqs[5] = must(goccl.IAllGatherCoalesced(ctx, c, agSend, agRecv))
+					reqs[6] = must(goccl.IReduceScatterCoalesced(ctx, c, rsSend, rsRecv, goccl.Sum))
+					reqs[7] = must(goccl.IAllToAllSingle(ctx, c, out, splits, out2, splits))
 					for _, r := range reqs {
 						if err := r.Wait(ctx); err != nil {
 							panic(err)
@@ -94,10 +111,10 @@ func TestSteadyStateAllocations(t *testing.T) {
 				}
 			}
 			if allocs != 0 {
-				t.Errorf("%s: %.1f allocations per round of 5 collectives, want 0", name, allocs)
+				t.Errorf("%s: %.1f allocations per round of 8 collectives, want 0", name, allocs)
 			}
 			if iallocs != 0 {
-				t.Errorf("%s: %.1f allocations per round of 5 non-blocking collectives (issue, then Wait), want 0", name, iallocs)
+				t.Errorf("%s: %.1f allocations per round of 8 non-blocking collectives (issue, then Wait), want 0", name, iallocs)
 			}
 		}
 	}

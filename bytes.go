@@ -121,6 +121,9 @@ func barrierCall() call {
 // schedule and ends it. Calls run one at a time (start locks c.mu, end
 // unlocks it).
 func (c *Comm) run(ctx context.Context, a *call) error {
+	if a.sendParts.n > 0 {
+		return c.runCoalesced(ctx, a)
+	}
 	switch a.kind {
 	case opBarrier:
 		return c.barrier(ctx)

@@ -69,6 +69,9 @@ type Comm struct {
 	octx        opContext
 	clock0      time.Time // Init's clock reading: the base of the monotonic readings of operations (begin)
 	scratch     []byte
+	stageMu     sync.Mutex // held by a coalesced call while it uses stage
+	stage       []byte     // coalesced calls' packed buffers (coalesced.go)
+	displs      [2][]int   // packed AllToAllv displacements, send and receive (vcoll.go)
 	poison      error
 	closed      bool
 	release     func()           // closes what the bootstrap made besides the links (nil: nothing)

@@ -470,6 +470,87 @@ func runVTyped[T goccl.Element](m *matrix, dt goccl.DataType) error {
 			if i := firstWrong(cv, recv, func(i int) float64 { return float64(val(dt, root, r*count+i)) }); i >= 0 {
 				return fmt.Errorf("%s root %d: elem %d = %v, want %v", where("Scatter"), root, i, cv.to(recv[i]), val(dt, root, r*count+i))
 			}
+			if inPlace {
+				continue
+			}
+			// AllToAllSingle: the AllToAllv counts, packed in rank order.
+			send, recv = make([]T, sum(sc)), make([]T, sum(rc))
+			fill(cv, dt, send, r, 0)
+			m.ops++
+			if err := blockingOrNot(ctx, nb, func() error { return goccl.AllToAllSingle(ctx, c, send, sc, recv, rc) },
+				func() (goccl.Request, error) { return goccl.IAllToAllSingle(ctx, c, send, sc, recv, rc) }); err != nil {
+				return fmt.Errorf("%s: %w", where("AllToAllSingle"), err)
+			}
+			for q, off := 0, 0; q < P; q++ {
+				qoff := 0 // where rank q's chunk for this rank starts in q's sendbuf
+				for p := 0; p < r; p++ {
+					qoff += vCount(q, p, count)
+				}
+				if i := firstWrong(cv, recv[off:off+rc[q]], func(i int) float64 { return float64(val(dt, q, qoff+i)) }); i >= 0 {
+					return fmt.Errorf("%s: from rank %d elem %d = %v, want %v", where("AllToAllSingle"), q, i, cv.to(recv[off+i]), val(dt, q, qoff+i))
+				}
+				off += rc[q]
+			}
+			if err := runCoalesced(m, cv, dt, count, nb); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func sum(v []int) (s int) {
+	for _, x := range v {
+		s += x
+	}
+	return s
+}
+
+// runCoalesced checks AllGatherCoalesced and ReduceScatterCoalesced on
+// three buffers of count, 3 and 1 elements (each filled from its own base
+// index), every reduction for ReduceScatter; nb: the I forms.
+func runCoalesced[T goccl.Element](m *matrix, cv conv[T], dt goccl.DataType, count int, nb bool) error {
+	c, ctx := m.c, m.ctx
+	P, r := c.Size(), c.Rank()
+	counts, bases := []int{count, 3, 1}, []int{0, 2, 4}
+	where := func(coll string, op any) string {
+		return fmt.Sprintf("rank %d %s %v %v counts %v nonblocking %v", r, coll, dt, op, counts, nb)
+	}
+	sends, recvs := make([][]T, len(counts)), make([][]T, len(counts))
+	for i, n := range counts {
+		sends[i], recvs[i] = make([]T, n), make([]T, P*n)
+		fill(cv, dt, sends[i], r, bases[i])
+	}
+	m.ops++
+	if err := blockingOrNot(ctx, nb, func() error { return goccl.AllGatherCoalesced(ctx, c, sends, recvs) },
+		func() (goccl.Request, error) { return goccl.IAllGatherCoalesced(ctx, c, sends, recvs) }); err != nil {
+		return fmt.Errorf("%s: %w", where("AllGatherCoalesced", "-"), err)
+	}
+	for i, n := range counts {
+		for q := 0; q < P; q++ {
+			if j := firstWrong(cv, recvs[i][q*n:(q+1)*n], func(j int) float64 { return float64(val(dt, q, bases[i]+j)) }); j >= 0 {
+				return fmt.Errorf("%s: buffer %d block %d elem %d = %v, want %v", where("AllGatherCoalesced", "-"), i, q, j, cv.to(recvs[i][q*n+j]), val(dt, q, bases[i]+j))
+			}
+		}
+	}
+	for _, op := range goccl.RedOps() {
+		if op == goccl.Avg && !dt.IsFloat() {
+			continue
+		}
+		for i, n := range counts {
+			sends[i], recvs[i] = make([]T, P*n), make([]T, n)
+			fill(cv, dt, sends[i], r, bases[i])
+		}
+		m.ops++
+		if err := blockingOrNot(ctx, nb, func() error { return goccl.ReduceScatterCoalesced(ctx, c, sends, recvs, op) },
+			func() (goccl.Request, error) { return goccl.IReduceScatterCoalesced(ctx, c, sends, recvs, op) }); err != nil {
+			return fmt.Errorf("%s: %w", where("ReduceScatterCoalesced", op), err)
+		}
+		for i, n := range counts {
+			want := func(j int) float64 { return expected(dt, op, P, bases[i]+r*n+j) }
+			if j := firstWrong(cv, recvs[i], want); j >= 0 {
+				return fmt.Errorf("%s: buffer %d elem %d = %v, want %v", where("ReduceScatterCoalesced", op), i, j, cv.to(recvs[i][j]), want(j))
+			}
 		}
 	}
 	return nil

@@ -124,6 +124,9 @@ func (c *Comm) do(ctx context.Context, a *call) error {
 
 // check is the argument check of a call at issue time (start repeats it).
 func (c *Comm) check(a *call) error {
+	if a.sendParts.n > 0 {
+		return c.checkCoalesced(a)
+	}
 	switch a.kind {
 	case opBarrier, opGroup:
 		return nil // a group's operations were checked as they were posted

@@ -302,6 +302,10 @@ type call struct {
 	sendCounts, sendDispls, recvCounts, recvDispls []int
 
 	grp *Group // opGroup only: the operations of the group
+
+	// Coalesced AllGather and ReduceScatter only (coalesced.go): the
+	// caller's lists of buffers.
+	sendParts, recvParts parts
 }
 
 // errKind is the kind a's errors name (see call.name).

@@ -18,8 +18,82 @@ import (
 // recvCounts[Rank()]. Counts may be zero. Receive regions with elements must
 // not overlap one another; send regions may. sendbuf and recvbuf may overlap
 // (the same buffer, in place): the call then sends from a copy of sendbuf.
+// A nil displacement slice means the regions are packed in rank order: peer
+// p's region starts after the counts of peers 0 to p-1 (AllToAllSingle).
 func AllToAllv[T Element](ctx context.Context, c *Comm, sendbuf []T, sendCounts, sendDispls []int, recvbuf []T, recvCounts, recvDispls []int) error {
 	return c.AllToAllvBytes(ctx, asBytes(sendbuf), sendCounts, sendDispls, asBytes(recvbuf), recvCounts, recvDispls, TypeOf[T]())
+}
+
+// AllToAllSingle is PyTorch's all_to_all_single on flat buffers: sendbuf is
+// split in Size() consecutive chunks of sendSplits[p] elements, chunk p
+// going to rank p, and recvbuf receives recvSplits[p] elements from rank p,
+// the chunks consecutive in rank order: the token exchange of expert
+// parallelism, where the splits are the per-expert token counts exchanged
+// first. nil splits divide a buffer evenly (its length must then be a
+// multiple of Size()); with both nil it is AllToAll. It is AllToAllv with
+// packed regions (nil displacements), and reports its errors as AllToAllv.
+func AllToAllSingle[T Element](ctx context.Context, c *Comm, sendbuf []T, sendSplits []int, recvbuf []T, recvSplits []int) error {
+	if sendSplits == nil && recvSplits == nil {
+		return allToAllEven(ctx, c, sendbuf, recvbuf)
+	}
+	if err := c.evenSplits(&sendSplits, len(sendbuf), "send"); err != nil {
+		return err
+	}
+	if err := c.evenSplits(&recvSplits, len(recvbuf), "recv"); err != nil {
+		return err
+	}
+	return AllToAllv(ctx, c, sendbuf, sendSplits, nil, recvbuf, recvSplits, nil)
+}
+
+// IAllToAllSingle is the non-blocking AllToAllSingle.
+func IAllToAllSingle[T Element](ctx context.Context, c *Comm, sendbuf []T, sendSplits []int, recvbuf []T, recvSplits []int) (Request, error) {
+	if sendSplits == nil && recvSplits == nil {
+		if c == nil {
+			return Request{}, nilComm(opAllToAll.String())
+		}
+		if len(sendbuf)%c.size != 0 {
+			return Request{}, c.errorf(opAllToAll, 0, "%w: sendbuf's %d elements do not split evenly over %d ranks", ErrInvalidArgument, len(sendbuf), c.size)
+		}
+		return IAllToAll(ctx, c, sendbuf, recvbuf, len(sendbuf)/c.size)
+	}
+	if err := c.evenSplits(&sendSplits, len(sendbuf), "send"); err != nil {
+		return Request{}, err
+	}
+	if err := c.evenSplits(&recvSplits, len(recvbuf), "recv"); err != nil {
+		return Request{}, err
+	}
+	return IAllToAllv(ctx, c, sendbuf, sendSplits, nil, recvbuf, recvSplits, nil)
+}
+
+// allToAllEven is AllToAllSingle without splits: AllToAll.
+func allToAllEven[T Element](ctx context.Context, c *Comm, sendbuf, recvbuf []T) error {
+	if c == nil {
+		return nilComm(opAllToAll.String())
+	}
+	if len(sendbuf)%c.size != 0 {
+		return c.errorf(opAllToAll, 0, "%w: sendbuf's %d elements do not split evenly over %d ranks", ErrInvalidArgument, len(sendbuf), c.size)
+	}
+	return AllToAll(ctx, c, sendbuf, recvbuf, len(sendbuf)/c.size)
+}
+
+// evenSplits replaces nil splits of a buffer of n elements by an even split
+// (which: "send" or "recv"). It allocates only then.
+func (c *Comm) evenSplits(splits *[]int, n int, which string) error {
+	if c == nil {
+		return nilComm(opAllToAllv.String())
+	}
+	if *splits != nil {
+		return nil
+	}
+	if n%c.size != 0 {
+		return c.errorf(opAllToAllv, 0, "%w: %sbuf's %d elements do not split evenly over %d ranks (no %sSplits)", ErrInvalidArgument, which, n, c.size, which)
+	}
+	s := make([]int, c.size)
+	for p := range s {
+		s[p] = n / c.size
+	}
+	*splits = s
+	return nil
 }
 
 // Gather collects count elements of sendbuf from every rank on root:
@@ -80,8 +154,12 @@ func (c *Comm) checkAllToAllv(a *call) error {
 	if sc, rc := a.sendCounts[c.rank], recvCounts[c.rank]; sc != rc {
 		return c.errorf(k, 0, "%w: peer %d (this rank): sendcounts has %d, recvcounts %d", ErrInvalidArgument, c.rank, sc, rc)
 	}
-	// Receive regions must not overlap (P is small; no allocation).
+	// Receive regions must not overlap (P is small; no allocation); packed
+	// ones do not.
 	for p := range recvCounts {
+		if recvDispls == nil {
+			break
+		}
 		if recvCounts[p] == 0 {
 			continue
 		}
@@ -108,6 +186,7 @@ func (c *Comm) runAllToAllv(ctx context.Context, a *call) error {
 		c.flightAmend(a)
 	}
 	es, send, recv := a.dt.Size(), a.send, a.recv
+	sendDispls, recvDispls := c.packedDispls(a.sendCounts, a.sendDispls, 0), c.packedDispls(a.recvCounts, a.recvDispls, 1)
 	if overlaps(send, recv) {
 		if cap(c.scratch) < len(send) {
 			c.scratch = make([]byte, len(send))
@@ -117,12 +196,31 @@ func (c *Comm) runAllToAllv(ctx context.Context, a *call) error {
 		send = src
 	}
 	if c.group == nil {
-		d, s := a.recvDispls[0]*es, a.sendDispls[0]*es
+		d, s := recvDispls[0]*es, sendDispls[0]*es
 		copy(recv[d:d+a.recvCounts[0]*es], send[s:s+a.sendCounts[0]*es])
 		return c.end(k, nil)
 	}
 	c.logAlgo(k, 0, "pairwise", len(recv))
-	return c.end(k, c.group.AllToAllv(ctx, &c.op, send, a.sendCounts, a.sendDispls, recv, a.recvCounts, a.recvDispls))
+	return c.end(k, c.group.AllToAllv(ctx, &c.op, send, a.sendCounts, sendDispls, recv, a.recvCounts, recvDispls))
+}
+
+// packedDispls is displs, or when it is nil the displacements of regions of
+// counts packed in rank order, in the communicator's scratch slice side (0:
+// send, 1: receive; c.mu held, the operation begun).
+func (c *Comm) packedDispls(counts, displs []int, side int) []int {
+	if displs != nil {
+		return displs
+	}
+	if len(c.displs[side]) != len(counts) {
+		c.displs[side] = make([]int, len(counts))
+	}
+	d := c.displs[side]
+	off := 0
+	for p, n := range counts {
+		d[p] = off
+		off += n
+	}
+	return d
 }
 
 // checkLayout checks one side of an AllToAllv (which: "send" or "recv"):
@@ -131,13 +229,18 @@ func (c *Comm) runAllToAllv(ctx context.Context, a *call) error {
 // that every region can be sliced from buf cut to the span).
 func (c *Comm) checkLayout(which string, buf []byte, counts, displs []int, dt DataType) (span int, err error) {
 	const k = opAllToAllv
-	if len(counts) != c.size || len(displs) != c.size {
+	if len(counts) != c.size || displs != nil && len(displs) != c.size {
 		return 0, c.errorf(k, 0, "%w: %scounts has %d entries and %sdispls %d, want one per rank (%d)", ErrInvalidArgument,
 			which, len(counts), which, len(displs), c.size)
 	}
 	elems := len(buf) / dt.Size()
+	packed := 0 // the displacement of a packed layout (nil displs)
 	for p, n := range counts {
-		d := displs[p]
+		d := packed
+		if displs != nil {
+			d = displs[p]
+		}
+		packed += max(n, 0)
 		switch {
 		case n < 0:
 			return 0, c.errorf(k, 0, "%w: peer %d: negative %scount %d", ErrInvalidArgument, p, which, n)
