@@ -28,8 +28,10 @@
 #              them; 0: goccl perf's default, every operation of a size
 #              issued non-blocking and waited for at the end); GOCCL (a
 #              goccl binary to run instead of building this tree: an
-#              earlier commit's build, for before/after tables in one
-#              session).
+#              earlier commit's build), BASE (a second goccl binary, e.g.
+#              the build before a change: run in every repetition right
+#              after goccl, in columns of its own with goccl / BASE
+#              ratios, so that before and after share the VM's phase).
 # busbw follows nccl-tests (doc/PERFORMANCE.md); GB = 1e9.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,6 +48,9 @@ OUT=${OUT:-$(mktemp -d /tmp/goccl-compare.XXXXXX)}
 mkdir -p "$OUT"
 export PATH="$PATH:/usr/local/go/bin"
 
+if [ -n "${BASE:-}" ]; then
+  cp "$BASE" "$OUT/goccl-base"
+fi
 if [ -n "${GOCCL:-}" ]; then
   cp "$GOCCL" "$OUT/goccl"
   goccl_version="binary $GOCCL"
@@ -83,6 +88,7 @@ mpirun_() { mpirun --allow-run-as-root --oversubscribe -np 2 "$@"; }
 
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'); $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'); Linux $(uname -r)"
 echo "# goccl $goccl_version built with $(go version | awk '{print $3}')$([ $have_mpi = 1 ] && echo ", $(mpirun --version 2>/dev/null | head -1)")$([ $have_gloo = 1 ] && echo ", torch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)' 2>/dev/null) (Gloo)")"
+[ -n "${BASE:-}" ] && echo "# base: binary $BASE (columns goccl shm/tcp (base))"
 echo "# sizes $MINB-$MAXB x$FACTOR; up to $SPLIT: -n $ITERS_SMALL -w $WARMUP_SMALL, above: -n $ITERS -w $WARMUP; median of $REPEAT run(s); goccl perf -a 3 -z $Z"
 # The ceilings, GB/s (1e9 bytes/s).
 copy_gbs=$(go test -run XXX -bench 'Copy/65536KiB/builtin$' -benchtime 20x ./internal/memcpy 2>/dev/null |
@@ -108,7 +114,7 @@ fi
 
 for coll in "${colls[@]}"; do
   for rep in $(seq 1 "$REPEAT"); do
-    for cfg in goccl-shm goccl-tcp mpi-shm mpi-tcp gloo; do : > "$OUT/$coll.$cfg.$rep"; done
+    for cfg in goccl-shm goccl-tcp mpi-shm mpi-tcp gloo base-shm base-tcp; do : > "$OUT/$coll.$cfg.$rep"; done
     for rg in "${ranges[@]}"; do
       read -r b e n w <<< "$rg"
       # -a 3 -z 2 (Z): the slowest rank's time of blocking operations, as the
@@ -117,6 +123,10 @@ for coll in "${colls[@]}"; do
       args=(-b "$b" -e "$e" -f "$FACTOR" -n "$n" -w "$w")
       "$OUT/goccl" perf "$coll" -np 2 "${args[@]}" -a 3 -z "$Z" -c 1 >> "$OUT/$coll.goccl-shm.$rep"
       GOCCL_SHM_DISABLE=1 "$OUT/goccl" perf "$coll" -np 2 "${args[@]}" -a 3 -z "$Z" -c 1 >> "$OUT/$coll.goccl-tcp.$rep"
+      if [ -n "${BASE:-}" ]; then
+        "$OUT/goccl-base" perf "$coll" -np 2 "${args[@]}" -a 3 -z "$Z" -c 1 >> "$OUT/$coll.base-shm.$rep"
+        GOCCL_SHM_DISABLE=1 "$OUT/goccl-base" perf "$coll" -np 2 "${args[@]}" -a 3 -z "$Z" -c 1 >> "$OUT/$coll.base-tcp.$rep"
+      fi
       if [ $have_mpi = 1 ] && [ "$coll" != reduce ] && [ "$coll" != sendrecv ]; then
         mpirun_ --mca btl self,vader "$OUT/mpi_coll_perf" -c "$coll" "${args[@]}" >> "$OUT/$coll.mpi-shm.$rep" 2>/dev/null
         mpirun_ --mca btl self,tcp "$OUT/mpi_coll_perf" -c "$coll" "${args[@]}" >> "$OUT/$coll.mpi-tcp.$rep" 2>/dev/null
@@ -147,13 +157,13 @@ for coll in "${colls[@]}"; do
   [ "$coll" = broadcast ] && place="in place (MPI_Bcast has one buffer)"
   echo "### $coll, 2 ranks, busbw GB/s (time µs), $place, median of $REPEAT run(s)"
   echo
-  awk -v coll="$coll" -v out="$OUT" -v rep="$REPEAT" -v copyc="${copy_gbs:-}" -v tcpc="${tcp_gbs:-}" '
+  awk -v coll="$coll" -v out="$OUT" -v rep="$REPEAT" -v copyc="${copy_gbs:-}" -v tcpc="${tcp_gbs:-}" -v base="${BASE:+1}" '
     function median(a, n,   i, j, t) {
       for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
       return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
     }
     BEGIN {
-      ncfg = split("goccl-shm mpi-shm goccl-tcp mpi-tcp gloo", cfg, " ")
+      ncfg = split("goccl-shm mpi-shm goccl-tcp mpi-tcp gloo" (base ? " base-shm base-tcp" : ""), cfg, " ")
       for (c = 1; c <= ncfg; c++) for (r = 1; r <= rep; r++) {
         f = out "/" coll "." cfg[c] "." r
         while ((getline line < f) > 0) {
@@ -164,12 +174,13 @@ for coll in "${colls[@]}"; do
           k = c SUBSEP s; cnt[k]++; bw[k, cnt[k]] = fld[8]; tm[k, cnt[k]] = fld[6]
           # MPI_Bcast and Gloo broadcast have one buffer (in place): compare
           # the in-place columns of goccl there.
-          if (coll == "broadcast" && cfg[c] ~ /^goccl/ && n >= 12) { bw[k, cnt[k]] = fld[12]; tm[k, cnt[k]] = fld[10] }
+          if (coll == "broadcast" && cfg[c] ~ /^(goccl|base)/ && n >= 12) { bw[k, cnt[k]] = fld[12]; tm[k, cnt[k]] = fld[10] }
         }
         close(f)
       }
-      printf "| size (B) | goccl shm | OpenMPI shm | shm ratio | goccl tcp | OpenMPI tcp | tcp ratio | Gloo | goccl tcp / Gloo | shm / copy | tcp / iperf3 |\n"
-      printf "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+      printf "| size (B) | goccl shm | OpenMPI shm | shm ratio | goccl tcp | OpenMPI tcp | tcp ratio | Gloo | goccl tcp / Gloo | shm / copy | tcp / iperf3 |%s\n",
+        base ? " base shm | shm / base | base tcp | tcp / base |" : ""
+      printf "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|%s\n", base ? "---:|---:|---:|---:|" : ""
       ns = 0; for (s in sizes) ss[++ns] = s + 0
       for (i = 1; i <= ns; i++) for (j = i + 1; j <= ns; j++) if (ss[j] < ss[i]) { t = ss[i]; ss[i] = ss[j]; ss[j] = t }
       for (i = 1; i <= ns; i++) {
@@ -181,11 +192,15 @@ for coll in "${colls[@]}"; do
           delete a; for (r = 1; r <= cnt[k]; r++) a[r] = tm[k, r] + 0; T[c] = median(a, cnt[k])
         }
         line = sprintf("| %d", s)
-        for (c = 1; c <= ncfg; c++) {
+        for (c = 1; c <= 5; c++) {
           line = line (B[c] == "" ? " | –" : sprintf(" | %.2f (%.1f)", B[c], T[c]))
           if (c == 2 || c == 4) line = line ratio(B[c-1], B[c], T[c-1], T[c])
         }
         line = line ratio(B[3], B[5], T[3], T[5]) frac(B[1], copyc) frac(B[3], tcpc)
+        if (base) {
+          line = line (B[6] == "" ? " | –" : sprintf(" | %.2f (%.1f)", B[6], T[6])) ratio(B[1], B[6], T[1], T[6])
+          line = line (B[7] == "" ? " | –" : sprintf(" | %.2f (%.1f)", B[7], T[7])) ratio(B[3], B[7], T[3], T[7])
+        }
         print line " |"
       }
     }
