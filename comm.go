@@ -72,6 +72,8 @@ type Comm struct {
 	stageMu     sync.Mutex // held by a coalesced call while it uses stage
 	stage       []byte     // coalesced calls' packed buffers (coalesced.go)
 	displs      [2][]int   // packed AllToAllv displacements, send and receive (vcoll.go)
+	premulMu    sync.Mutex
+	premul      []preMulOp // operators CreatePreMulSum made, from preMulBase (premul.go)
 	poison      error
 	closed      bool
 	release     func()           // closes what the bootstrap made besides the links (nil: nothing)

@@ -306,6 +306,11 @@ type call struct {
 	// Coalesced AllGather and ReduceScatter only (coalesced.go): the
 	// caller's lists of buffers.
 	sendParts, recvParts parts
+
+	// PreMulSum (premul.go): the scalar of a created operator, which
+	// prepare turned into Sum.
+	premul    float64
+	hasPremul bool
 }
 
 // errKind is the kind a's errors name (see call.name).
@@ -354,6 +359,11 @@ func (c *Comm) start(ctx context.Context, a *call) (context.Context, error) {
 	if c.fr != nil && k == opSendRecv {
 		c.flightAmend(a)
 	}
+	if a.hasPremul {
+		if err := c.preMultiply(a); err != nil {
+			return nil, c.end(k, err)
+		}
+	}
 	if c.group == nil {
 		if a.sendN != unused && a.recvN != unused {
 			copyIfDifferent(a.recv, a.send)
@@ -381,6 +391,9 @@ func (c *Comm) prepare(a *call) error {
 	k, dt, es := a.kind, a.dt, a.dt.Size()
 	var op RedOp
 	if k.reducing() {
+		if err := c.resolvePreMul(a); err != nil {
+			return err
+		}
 		op = a.op
 	}
 	if k.rooted() && c.rank != a.root {
