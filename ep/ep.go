@@ -1,0 +1,204 @@
+// Package ep is expert parallelism's token exchange over goccl: the
+// dispatch of a mixture-of-experts layer's tokens to the ranks that hold
+// their experts, and the combine of the experts' outputs back to the
+// tokens (GShard, Lepikhin et al. 2020; Switch Transformer, Fedus et al.
+// 2021), each one AllToAllSingle after the per-expert token counts are
+// exchanged with an AllToAll.
+//
+// Experts are numbered 0 to E-1, E a multiple of the world size P; rank r
+// holds experts r*E/P to (r+1)*E/P-1 (its local experts 0 to E/P-1). Each
+// token of a rank chose k experts (the gate's top k). A Plan, made once per
+// step from the choices, places them: the capacity caps how many tokens
+// one rank sends to one expert (the first ones in token order are kept,
+// the rest dropped: their share of the output is zero, as in GShard);
+// Dispatch sends the kept tokens and hands each local expert a contiguous
+// batch; Combine returns the experts' outputs and sums them per token,
+// weighted by the gate.
+//
+// Every rank must make its Plans and call Dispatch and Combine in the same
+// order. Elements are float32; a token is dim consecutive elements.
+package ep
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/goccl/goccl"
+)
+
+// Plan is one step's exchange (see the package doc).
+type Plan struct {
+	c                 *goccl.Comm
+	p, k, dim, local  int
+	n                 int   // tokens on this rank
+	slot              []int // per choice (token*k+j): its token's place in the send buffer, or -1 (dropped)
+	sendTok, recvTok  []int // tokens to and from each rank
+	sendEl, recvEl    []int // the same in elements, for AllToAllSingle
+	recvCount         []int // tokens from rank src for local expert e, at src*local+e
+	expertOff         []int // where local expert e's batch starts in Dispatch's output, in tokens (len local+1)
+	sendBuf, recvBuf  []float32
+	dropped, received int
+}
+
+// NewPlan places this rank's tokens: choices holds k expert numbers per
+// token (token t's at t*k to t*k+k-1), experts is E, capacity the most
+// tokens this rank sends one expert (0: no limit), dim the elements per
+// token. It exchanges the per-expert counts with the other ranks (an
+// AllToAll), so every rank must call it.
+func NewPlan(ctx context.Context, c *goccl.Comm, choices []int, k, experts, capacity, dim int) (*Plan, error) {
+	if c == nil {
+		return nil, fmt.Errorf("ep: nil communicator")
+	}
+	p := c.Size()
+	switch {
+	case k < 1 || len(choices)%k != 0:
+		return nil, fmt.Errorf("ep: rank %d: %d choices are not a whole number of tokens of k=%d", c.Rank(), len(choices), k)
+	case experts < p || experts%p != 0:
+		return nil, fmt.Errorf("ep: rank %d: %d experts do not divide over %d ranks", c.Rank(), experts, p)
+	case capacity < 0 || dim < 1:
+		return nil, fmt.Errorf("ep: rank %d: capacity %d, dim %d", c.Rank(), capacity, dim)
+	}
+	pl := &Plan{c: c, p: p, k: k, dim: dim, local: experts / p, n: len(choices) / k, slot: make([]int, len(choices))}
+	count := make([]int64, experts) // kept tokens per expert
+	for i, e := range choices {
+		if e < 0 || e >= experts {
+			return nil, fmt.Errorf("ep: rank %d: token %d chose expert %d, outside [0, %d)", c.Rank(), i/k, e, experts)
+		}
+		if capacity > 0 && count[e] == int64(capacity) {
+			pl.slot[i] = -1
+			pl.dropped++
+			continue
+		}
+		count[e]++
+	}
+	// Send order: by expert (hence by rank, then local expert), tokens in
+	// order within an expert.
+	start := make([]int, experts+1)
+	for e := range experts {
+		start[e+1] = start[e] + int(count[e])
+	}
+	next := append([]int(nil), start[:experts]...)
+	for i, e := range choices {
+		if pl.slot[i] == -1 {
+			continue
+		}
+		pl.slot[i] = next[e]
+		next[e]++
+	}
+	recv := make([]int64, experts) // from rank src, for local expert e: at src*local+e
+	if err := goccl.AllToAll(ctx, c, count, recv, pl.local); err != nil {
+		return nil, fmt.Errorf("ep: rank %d: token counts: %w", c.Rank(), err)
+	}
+	pl.sendTok, pl.recvTok = make([]int, p), make([]int, p)
+	pl.sendEl, pl.recvEl = make([]int, p), make([]int, p)
+	pl.recvCount = make([]int, experts)
+	pl.expertOff = make([]int, pl.local+1)
+	for r := range p {
+		for e := range pl.local {
+			pl.sendTok[r] += int(count[r*pl.local+e])
+			pl.recvTok[r] += int(recv[r*pl.local+e])
+			pl.recvCount[r*pl.local+e] = int(recv[r*pl.local+e])
+			pl.expertOff[e+1] += int(recv[r*pl.local+e])
+		}
+		pl.sendEl[r], pl.recvEl[r] = pl.sendTok[r]*dim, pl.recvTok[r]*dim
+		pl.received += pl.recvTok[r]
+	}
+	for e := range pl.local {
+		pl.expertOff[e+1] += pl.expertOff[e]
+	}
+	pl.sendBuf = make([]float32, start[experts]*dim)
+	pl.recvBuf = make([]float32, pl.received*dim)
+	return pl, nil
+}
+
+// Dropped is how many of this rank's choices the capacity dropped.
+func (pl *Plan) Dropped() int { return pl.dropped }
+
+// Received is how many tokens this rank's experts get: Dispatch's output
+// holds Received()*dim elements.
+func (pl *Plan) Received() int { return pl.received }
+
+// Expert is where local expert e's batch lies in Dispatch's output (and
+// Combine's input), in tokens: [lo, hi).
+func (pl *Plan) Expert(e int) (lo, hi int) { return pl.expertOff[e], pl.expertOff[e+1] }
+
+// Load is the tokens each local expert received: the step's load
+// imbalance is their spread across all ranks' experts.
+func (pl *Plan) Load() []int {
+	l := make([]int, pl.local)
+	for e := range l {
+		l[e] = pl.expertOff[e+1] - pl.expertOff[e]
+	}
+	return l
+}
+
+// Dispatch sends this rank's kept tokens of x (n*dim elements) to their
+// experts' ranks and writes what this rank's experts receive into out
+// (Received()*dim elements), expert by expert (see Expert), each expert's
+// tokens by source rank, then in the sender's token order.
+func (pl *Plan) Dispatch(ctx context.Context, x, out []float32) error {
+	if len(x) != pl.n*pl.dim || len(out) != pl.received*pl.dim {
+		return fmt.Errorf("ep: rank %d: Dispatch of %d elements into %d, want %d and %d", pl.c.Rank(), len(x), len(out), pl.n*pl.dim, pl.received*pl.dim)
+	}
+	d := pl.dim
+	for i, s := range pl.slot {
+		if s >= 0 {
+			t := i / pl.k
+			copy(pl.sendBuf[s*d:(s+1)*d], x[t*d:(t+1)*d])
+		}
+	}
+	if err := goccl.AllToAllSingle(ctx, pl.c, pl.sendBuf, pl.sendEl, pl.recvBuf, pl.recvEl); err != nil {
+		return fmt.Errorf("ep: rank %d: dispatch: %w", pl.c.Rank(), err)
+	}
+	pl.permute(out, pl.recvBuf, true)
+	return nil
+}
+
+// Combine sends the experts' outputs y (laid out as Dispatch's output) back
+// to the tokens' ranks and writes into out (n*dim elements) each token's
+// sum of its kept choices' outputs, choice j weighted by weights[t*k+j].
+func (pl *Plan) Combine(ctx context.Context, y, weights, out []float32) error {
+	if len(y) != pl.received*pl.dim || len(weights) != pl.n*pl.k || len(out) != pl.n*pl.dim {
+		return fmt.Errorf("ep: rank %d: Combine of %d elements and %d weights into %d, want %d, %d and %d",
+			pl.c.Rank(), len(y), len(weights), len(out), pl.received*pl.dim, pl.n*pl.k, pl.n*pl.dim)
+	}
+	pl.permute(y, pl.recvBuf, false)
+	if err := goccl.AllToAllSingle(ctx, pl.c, pl.recvBuf, pl.recvEl, pl.sendBuf, pl.sendEl); err != nil {
+		return fmt.Errorf("ep: rank %d: combine: %w", pl.c.Rank(), err)
+	}
+	clear(out)
+	d := pl.dim
+	for i, s := range pl.slot {
+		if s < 0 {
+			continue
+		}
+		t, w := i/pl.k, weights[i]
+		o, v := out[t*d:(t+1)*d], pl.sendBuf[s*d:(s+1)*d]
+		for j := range o {
+			o[j] += w * v[j]
+		}
+	}
+	return nil
+}
+
+// permute converts between the receive buffer's order (source rank, then
+// local expert) and the experts' order (local expert, then source rank):
+// into expert order when toExpert, back otherwise.
+func (pl *Plan) permute(expertOrder, srcOrder []float32, toExpert bool) {
+	d := pl.dim
+	at := make([]int, pl.local) // tokens of each expert placed so far
+	src := 0
+	for r := range pl.p {
+		for e := range pl.local {
+			n := pl.recvCount[r*pl.local+e] * d
+			dst := (pl.expertOff[e] + at[e]) * d
+			if toExpert {
+				copy(expertOrder[dst:dst+n], srcOrder[src:src+n])
+			} else {
+				copy(srcOrder[src:src+n], expertOrder[dst:dst+n])
+			}
+			at[e] += pl.recvCount[r*pl.local+e]
+			src += n
+		}
+	}
+}

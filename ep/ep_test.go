@@ -1,0 +1,145 @@
+package ep_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/goccl/goccl"
+	"github.com/goccl/goccl/ep"
+	"github.com/goccl/goccl/internal/ranktest"
+)
+
+const (
+	experts = 8
+	k       = 2
+	dim     = 3
+	tokens  = 10 // per rank
+)
+
+// expertFn is expert e: v -> (e+1)*v + e, elementwise.
+func expertFn(e int, v []float32) []float32 {
+	o := make([]float32, len(v))
+	for i, x := range v {
+		o[i] = float32(e+1)*x + float32(e)
+	}
+	return o
+}
+
+// inputs are rank r's tokens, their k distinct experts and gate weights.
+func inputs(r int) (x []float32, choices []int, weights []float32) {
+	g := rand.New(rand.NewPCG(uint64(r), 7))
+	x = make([]float32, tokens*dim)
+	for i := range x {
+		x[i] = float32(g.IntN(9) - 4)
+	}
+	for range tokens {
+		a := g.IntN(experts)
+		b := (a + 1 + g.IntN(experts-1)) % experts
+		choices = append(choices, a, b)
+		w := float32(g.IntN(4)+1) / 8
+		weights = append(weights, w, 1-w)
+	}
+	return x, choices, weights
+}
+
+// reference is the layer on one process: each token's kept choices'
+// expert outputs, weighted; a choice is dropped when its rank already
+// kept capacity tokens for that expert (token order), as ep documents.
+func reference(r, capacity int) (out []float32, dropped int) {
+	x, choices, weights := inputs(r)
+	out = make([]float32, tokens*dim)
+	kept := make([]int, experts)
+	for i, e := range choices {
+		if capacity > 0 && kept[e] == capacity {
+			dropped++
+			continue
+		}
+		kept[e]++
+		t := i / k
+		y := expertFn(e, x[t*dim:(t+1)*dim])
+		for j := range y {
+			out[t*dim+j] += weights[i] * y[j]
+		}
+	}
+	return out, dropped
+}
+
+// TestMoELayer: dispatch, the experts on their ranks, combine: equal to the
+// single-process layer at 1, 2 and 4 ranks, with and without dropped tokens.
+func TestMoELayer(t *testing.T) {
+	for _, n := range []int{1, 2, 4} {
+		for _, capacity := range []int{0, 2} {
+			t.Run(fmt.Sprintf("ranks=%d/capacity=%d", n, capacity), func(t *testing.T) {
+				ranktest.Run(t, n, time.Minute, func(ctx context.Context, c *goccl.Comm) error {
+					r := c.Rank()
+					x, choices, weights := inputs(r)
+					pl, err := ep.NewPlan(ctx, c, choices, k, experts, capacity, dim)
+					if err != nil {
+						return err
+					}
+					in := make([]float32, pl.Received()*dim)
+					if err := pl.Dispatch(ctx, x, in); err != nil {
+						return err
+					}
+					y := make([]float32, len(in))
+					local := experts / n
+					received := 0
+					for e, load := range pl.Load() {
+						lo, hi := pl.Expert(e)
+						if hi-lo != load {
+							return fmt.Errorf("expert %d: Expert says %d tokens, Load %d", e, hi-lo, load)
+						}
+						received += load
+						for tk := lo; tk < hi; tk++ {
+							copy(y[tk*dim:(tk+1)*dim], expertFn(r*local+e, in[tk*dim:(tk+1)*dim]))
+						}
+					}
+					if received != pl.Received() {
+						return fmt.Errorf("loads add up to %d, Received %d", received, pl.Received())
+					}
+					out := make([]float32, tokens*dim)
+					if err := pl.Combine(ctx, y, weights, out); err != nil {
+						return err
+					}
+					want, dropped := reference(r, capacity)
+					if pl.Dropped() != dropped {
+						return fmt.Errorf("rank %d: %d choices dropped, want %d", r, pl.Dropped(), dropped)
+					}
+					if capacity > 0 && dropped == 0 {
+						return fmt.Errorf("rank %d: capacity %d dropped nothing: the test does not test dropping", r, capacity)
+					}
+					for i := range want {
+						if math.Abs(float64(out[i]-want[i])) > 1e-5 {
+							return fmt.Errorf("rank %d: out[%d] = %g, want %g", r, i, out[i], want[i])
+						}
+					}
+					return nil
+				})
+			})
+		}
+	}
+}
+
+func TestPlanErrors(t *testing.T) {
+	ranktest.Run(t, 2, time.Minute, func(ctx context.Context, c *goccl.Comm) error {
+		for _, tc := range []struct {
+			name                        string
+			choices                     []int
+			k, experts, capacity, dimen int
+		}{
+			{"choices not whole tokens", []int{1, 2, 3}, 2, 4, 0, 1},
+			{"experts do not divide", []int{0, 1}, 2, 3, 0, 1},
+			{"expert out of range", []int{0, 4}, 2, 4, 0, 1},
+			{"negative capacity", []int{0, 1}, 2, 4, -1, 1},
+		} {
+			if _, err := ep.NewPlan(ctx, c, tc.choices, tc.k, tc.experts, tc.capacity, tc.dimen); err == nil {
+				return fmt.Errorf("%s: no error", tc.name)
+			}
+		}
+		return nil
+	})
+}
