@@ -134,6 +134,7 @@ type FSDP struct {
 	pending [2]bool
 	gradBuf [2][]float32
 	gradOf  [2]int // the unit whose ReduceScatter reads gradBuf[i] (-1: none)
+	open    int    // ZeRO2/3: the unit whose gradient buffer Backward handed out and ReduceGrad has not taken (-1: none)
 
 	stats Stats
 }
@@ -160,7 +161,7 @@ func New(ctx context.Context, c *goccl.Comm, units [][]float32, opt Optimizer, o
 		return nil, errors.New("fsdp: HSDP (Options.Replicate) shards gradients: use ZeRO2 or ZeRO3")
 	}
 	f := &FSDP{c: c, repl: o.Replicate, stage: o.Stage, opt: opt, rank: c.Rank(), p: c.Size(), noPre: o.NoPrefetch,
-		gunit: [2]int{-1, -1}, gradOf: [2]int{-1, -1}}
+		gunit: [2]int{-1, -1}, gradOf: [2]int{-1, -1}, open: -1}
 	largest := 0
 	for i, init := range units {
 		if len(init) == 0 {
@@ -203,10 +204,10 @@ func (f *FSDP) Units() int { return len(f.units) }
 // Len is unit u's length in elements (without the padding).
 func (f *FSDP) Len(u int) int { return f.units[u].n }
 
-// Forward returns unit u's whole parameters for its forward pass (a view,
-// read-only, valid until the next Forward or Backward of another unit two
-// calls later under ZeRO3; always under ZeRO1/2). ZeRO3 gathers them and
-// prefetches unit u+1.
+// Forward returns unit u's whole parameters for its forward pass: a
+// read-only view, which under ZeRO3 is valid until the next Forward or
+// Backward (that call may gather another unit into its buffer), under
+// ZeRO1/2 until Step. ZeRO3 gathers them and prefetches unit u+1.
 func (f *FSDP) Forward(ctx context.Context, u int) ([]float32, error) {
 	if err := f.check(u); err != nil {
 		return nil, err
@@ -218,14 +219,20 @@ func (f *FSDP) Forward(ctx context.Context, u int) ([]float32, error) {
 }
 
 // Backward returns unit u's whole parameters and the buffer its gradient
-// goes into (zeroed; length Len(u)), for its backward pass. ZeRO3 gathers
-// the parameters again (prefetched by the previous Backward) and
-// prefetches unit u-1. Call ReduceGrad(u) once the gradient is final.
+// goes into (zeroed; length Len(u)), for its backward pass; the parameters
+// are valid as Forward's are, the gradient buffer until ReduceGrad(u).
+// ZeRO3 gathers the parameters again unless a buffer still holds them
+// (prefetched by the previous Backward, or the last unit's from its
+// forward) and prefetches unit u-1. Call ReduceGrad(u) once the gradient
+// is final, before the next Backward.
 func (f *FSDP) Backward(ctx context.Context, u int) (params, grad []float32, err error) {
 	if err := f.check(u); err != nil {
 		return nil, nil, err
 	}
 	un := &f.units[u]
+	if f.stage != ZeRO1 && f.open >= 0 {
+		return nil, nil, fmt.Errorf("fsdp: Backward(%d) before ReduceGrad(%d): its gradient buffer would be reused", u, f.open)
+	}
 	switch f.stage {
 	case ZeRO1:
 		clear(un.grad)
@@ -250,6 +257,7 @@ func (f *FSDP) Backward(ctx context.Context, u int) (params, grad []float32, err
 	}
 	g := f.gradBuf[i][:un.shard*f.p]
 	clear(g)
+	f.open = u
 	return params, g[:un.n], nil
 }
 
@@ -264,6 +272,9 @@ func (f *FSDP) ReduceGrad(ctx context.Context, u int) error {
 	un := &f.units[u]
 	if un.reduced {
 		return fmt.Errorf("fsdp: unit %d's gradient already reduced in this step", u)
+	}
+	if f.stage != ZeRO1 && f.open != u {
+		return fmt.Errorf("fsdp: ReduceGrad(%d) without its Backward (the open gradient is unit %d's)", u, f.open)
 	}
 	var err error
 	switch f.stage {
@@ -285,7 +296,7 @@ func (f *FSDP) ReduceGrad(ctx context.Context, u int) error {
 	if err != nil {
 		return fmt.Errorf("fsdp: unit %d: gradient reduction: %w", u, err)
 	}
-	un.reduced = true
+	un.reduced, f.open = true, -1
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -331,5 +332,46 @@ func TestPrefetch(t *testing.T) {
 				fs.Gathered, fs.Prefetched, gs.Gathered, gs.Prefetched, 4*steps, 3*steps, 4*steps)
 		}
 		return nil
+	})
+}
+
+// TestMisuse: calls out of the documented order are refused with errors
+// naming the units, before any collective that could hang.
+func TestMisuse(t *testing.T) {
+	ranktest.Run(t, 1, time.Minute, func(ctx context.Context, c *goccl.Comm) error {
+		f, err := fsdp.New(ctx, c, initUnits(), fsdp.NewAdam(0.01), fsdp.Options{Stage: fsdp.ZeRO2})
+		if err != nil {
+			return err
+		}
+		want := func(err error, text string) error {
+			if err == nil || !strings.Contains(err.Error(), text) {
+				return fmt.Errorf("got %v, want an error with %q", err, text)
+			}
+			return nil
+		}
+		for _, e := range []error{
+			want(f.Step(ctx), "Step before unit 0's ReduceGrad"),
+			want(f.ReduceGrad(ctx, 3), "unit 3 outside [0, 3)"),
+			want(f.ReduceGrad(ctx, 2), "ReduceGrad(2) without its Backward"),
+		} {
+			if e != nil {
+				return e
+			}
+		}
+		if _, _, err := f.Backward(ctx, 2); err != nil {
+			return err
+		}
+		_, _, err = f.Backward(ctx, 1)
+		if e := want(err, "Backward(1) before ReduceGrad(2)"); e != nil {
+			return e
+		}
+		if err := f.ReduceGrad(ctx, 2); err != nil {
+			return err
+		}
+		if e := want(f.ReduceGrad(ctx, 2), "unit 2's gradient already reduced"); e != nil {
+			return e
+		}
+		_, err = fsdp.New(ctx, c, initUnits(), fsdp.NewAdam(0.01), fsdp.Options{Stage: 4})
+		return want(err, "stage 4")
 	})
 }
