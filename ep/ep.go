@@ -16,7 +16,9 @@
 // weighted by the gate.
 //
 // Every rank must make its Plans and call Dispatch and Combine in the same
-// order. Elements are float32; a token is dim consecutive elements.
+// order. Elements are float32; a token is dim consecutive elements. A Plan
+// reused with Reset allocates nothing once its buffers have grown to the
+// step's sizes.
 package ep
 
 import (
@@ -38,6 +40,8 @@ type Plan struct {
 	expertOff         []int // where local expert e's batch starts in Dispatch's output, in tokens (len local+1)
 	sendBuf, recvBuf  []float32
 	dropped, received int
+	count, recv       []int64 // per expert: kept tokens sent, tokens received (src*local+e)
+	start, next, at   []int   // scratch of Reset and permute
 }
 
 // NewPlan places this rank's tokens: choices holds k expert numbers per
@@ -46,23 +50,46 @@ type Plan struct {
 // token. It exchanges the per-expert counts with the other ranks (an
 // AllToAll), so every rank must call it.
 func NewPlan(ctx context.Context, c *goccl.Comm, choices []int, k, experts, capacity, dim int) (*Plan, error) {
+	pl := &Plan{}
+	if err := pl.Reset(ctx, c, choices, k, experts, capacity, dim); err != nil {
+		return nil, err
+	}
+	return pl, nil
+}
+
+// resize is s with length n, zeroed, reusing its array when it is large
+// enough.
+func resize[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
+}
+
+// Reset makes pl the plan of a new step (NewPlan's arguments), reusing its
+// buffers.
+func (pl *Plan) Reset(ctx context.Context, c *goccl.Comm, choices []int, k, experts, capacity, dim int) error {
 	if c == nil {
-		return nil, fmt.Errorf("ep: nil communicator")
+		return fmt.Errorf("ep: nil communicator")
 	}
 	p := c.Size()
 	switch {
 	case k < 1 || len(choices)%k != 0:
-		return nil, fmt.Errorf("ep: rank %d: %d choices are not a whole number of tokens of k=%d", c.Rank(), len(choices), k)
+		return fmt.Errorf("ep: rank %d: %d choices are not a whole number of tokens of k=%d", c.Rank(), len(choices), k)
 	case experts < p || experts%p != 0:
-		return nil, fmt.Errorf("ep: rank %d: %d experts do not divide over %d ranks", c.Rank(), experts, p)
+		return fmt.Errorf("ep: rank %d: %d experts do not divide over %d ranks", c.Rank(), experts, p)
 	case capacity < 0 || dim < 1:
-		return nil, fmt.Errorf("ep: rank %d: capacity %d, dim %d", c.Rank(), capacity, dim)
+		return fmt.Errorf("ep: rank %d: capacity %d, dim %d", c.Rank(), capacity, dim)
 	}
-	pl := &Plan{c: c, p: p, k: k, dim: dim, local: experts / p, n: len(choices) / k, slot: make([]int, len(choices))}
-	count := make([]int64, experts) // kept tokens per expert
+	pl.c, pl.p, pl.k, pl.dim, pl.local, pl.n, pl.dropped, pl.received = c, p, k, dim, experts/p, len(choices)/k, 0, 0
+	pl.slot = resize(pl.slot, len(choices))
+	pl.count = resize(pl.count, experts)
+	count := pl.count // kept tokens per expert
 	for i, e := range choices {
 		if e < 0 || e >= experts {
-			return nil, fmt.Errorf("ep: rank %d: token %d chose expert %d, outside [0, %d)", c.Rank(), i/k, e, experts)
+			return fmt.Errorf("ep: rank %d: token %d chose expert %d, outside [0, %d)", c.Rank(), i/k, e, experts)
 		}
 		if capacity > 0 && count[e] == int64(capacity) {
 			pl.slot[i] = -1
@@ -73,11 +100,13 @@ func NewPlan(ctx context.Context, c *goccl.Comm, choices []int, k, experts, capa
 	}
 	// Send order: by expert (hence by rank, then local expert), tokens in
 	// order within an expert.
-	start := make([]int, experts+1)
+	pl.start = resize(pl.start, experts+1)
+	start := pl.start
 	for e := range experts {
 		start[e+1] = start[e] + int(count[e])
 	}
-	next := append([]int(nil), start[:experts]...)
+	pl.next = append(pl.next[:0], start[:experts]...)
+	next := pl.next
 	for i, e := range choices {
 		if pl.slot[i] == -1 {
 			continue
@@ -85,14 +114,15 @@ func NewPlan(ctx context.Context, c *goccl.Comm, choices []int, k, experts, capa
 		pl.slot[i] = next[e]
 		next[e]++
 	}
-	recv := make([]int64, experts) // from rank src, for local expert e: at src*local+e
+	pl.recv = resize(pl.recv, experts)
+	recv := pl.recv // from rank src, for local expert e: at src*local+e
 	if err := goccl.AllToAll(ctx, c, count, recv, pl.local); err != nil {
-		return nil, fmt.Errorf("ep: rank %d: token counts: %w", c.Rank(), err)
+		return fmt.Errorf("ep: rank %d: token counts: %w", c.Rank(), err)
 	}
-	pl.sendTok, pl.recvTok = make([]int, p), make([]int, p)
-	pl.sendEl, pl.recvEl = make([]int, p), make([]int, p)
-	pl.recvCount = make([]int, experts)
-	pl.expertOff = make([]int, pl.local+1)
+	pl.sendTok, pl.recvTok = resize(pl.sendTok, p), resize(pl.recvTok, p)
+	pl.sendEl, pl.recvEl = resize(pl.sendEl, p), resize(pl.recvEl, p)
+	pl.recvCount = resize(pl.recvCount, experts)
+	pl.expertOff = resize(pl.expertOff, pl.local+1)
 	for r := range p {
 		for e := range pl.local {
 			pl.sendTok[r] += int(count[r*pl.local+e])
@@ -106,9 +136,9 @@ func NewPlan(ctx context.Context, c *goccl.Comm, choices []int, k, experts, capa
 	for e := range pl.local {
 		pl.expertOff[e+1] += pl.expertOff[e]
 	}
-	pl.sendBuf = make([]float32, start[experts]*dim)
-	pl.recvBuf = make([]float32, pl.received*dim)
-	return pl, nil
+	pl.sendBuf = resize(pl.sendBuf, start[experts]*dim)
+	pl.recvBuf = resize(pl.recvBuf, pl.received*dim)
+	return nil
 }
 
 // Dropped is how many of this rank's choices the capacity dropped.
@@ -186,7 +216,8 @@ func (pl *Plan) Combine(ctx context.Context, y, weights, out []float32) error {
 // into expert order when toExpert, back otherwise.
 func (pl *Plan) permute(expertOrder, srcOrder []float32, toExpert bool) {
 	d := pl.dim
-	at := make([]int, pl.local) // tokens of each expert placed so far
+	pl.at = resize(pl.at, pl.local)
+	at := pl.at // tokens of each expert placed so far
 	src := 0
 	for r := range pl.p {
 		for e := range pl.local {

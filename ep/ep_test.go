@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
@@ -142,4 +143,56 @@ func TestPlanErrors(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestPlanSteadyStateAllocations: a Plan reused with Reset, its Dispatch
+// and Combine allocate nothing once grown (both ranks run in this process,
+// so the count is theirs together).
+func TestPlanSteadyStateAllocations(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocation counts are checked by the full suite (the race detector allocates)")
+	}
+	var allocs float64
+	var measured sync.WaitGroup
+	measured.Add(2)
+	ranktest.Run(t, 2, time.Minute, func(ctx context.Context, c *goccl.Comm) error {
+		x, choices, weights := inputs(c.Rank())
+		var pl ep.Plan
+		var in, y []float32
+		out := make([]float32, tokens*dim)
+		var err error
+		step := func() {
+			if err == nil {
+				err = pl.Reset(ctx, c, choices, k, experts, 2, dim)
+			}
+			if cap(in) < pl.Received()*dim {
+				in, y = make([]float32, 4*tokens*dim), make([]float32, 4*tokens*dim)
+			}
+			in, y = in[:pl.Received()*dim], y[:pl.Received()*dim]
+			if err == nil {
+				err = pl.Dispatch(ctx, x, in)
+			}
+			copy(y, in)
+			if err == nil {
+				err = pl.Combine(ctx, y, weights, out)
+			}
+		}
+		for range 3 {
+			step()
+		}
+		const runs = 10
+		if c.Rank() == 0 {
+			allocs = testing.AllocsPerRun(runs, step)
+		} else {
+			for range runs + 1 {
+				step()
+			}
+		}
+		measured.Done()
+		measured.Wait()
+		return err
+	})
+	if allocs != 0 {
+		t.Errorf("%.1f allocations per step (Reset, Dispatch, Combine on 2 ranks), want 0", allocs)
+	}
 }
