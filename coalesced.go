@@ -131,12 +131,9 @@ func (c *Comm) runCoalesced(ctx context.Context, a *call) error {
 	es, p, total := a.dt.Size(), c.size, a.count
 	sp, rp := a.sendParts, a.recvParts
 	if sp.n == 1 {
-		n := total
-		inner := call{kind: a.kind, dt: a.dt, op: a.op, count: n, send: sp.bytes(0, es), recv: rp.bytes(0, es)}
-		if a.kind == opAllGather {
-			inner.sendN, inner.recvN = n, n*p
-		} else {
-			inner.sendN, inner.recvN = n*p, n
+		inner := c.allGatherCall(sp.bytes(0, es), rp.bytes(0, es), total, a.dt)
+		if a.kind == opReduceScatter {
+			inner = c.reduceScatterCall(sp.bytes(0, es), rp.bytes(0, es), total, a.dt, a.op)
 		}
 		return c.run(ctx, &inner)
 	}

@@ -33,55 +33,47 @@ func AllToAllv[T Element](ctx context.Context, c *Comm, sendbuf []T, sendCounts,
 // multiple of Size()); with both nil it is AllToAll. It is AllToAllv with
 // packed regions (nil displacements), and reports its errors as AllToAllv.
 func AllToAllSingle[T Element](ctx context.Context, c *Comm, sendbuf []T, sendSplits []int, recvbuf []T, recvSplits []int) error {
-	if sendSplits == nil && recvSplits == nil {
-		return allToAllEven(ctx, c, sendbuf, recvbuf)
-	}
-	if err := c.evenSplits(&sendSplits, len(sendbuf), "send"); err != nil {
+	a, err := allToAllSingleCall(c, sendbuf, sendSplits, recvbuf, recvSplits)
+	if err != nil {
 		return err
 	}
-	if err := c.evenSplits(&recvSplits, len(recvbuf), "recv"); err != nil {
-		return err
-	}
-	return AllToAllv(ctx, c, sendbuf, sendSplits, nil, recvbuf, recvSplits, nil)
+	return c.do(ctx, &a)
 }
 
 // IAllToAllSingle is the non-blocking AllToAllSingle.
 func IAllToAllSingle[T Element](ctx context.Context, c *Comm, sendbuf []T, sendSplits []int, recvbuf []T, recvSplits []int) (Request, error) {
-	if sendSplits == nil && recvSplits == nil {
-		if c == nil {
-			return Request{}, nilComm(opAllToAll.String())
-		}
-		if len(sendbuf)%c.size != 0 {
-			return Request{}, c.errorf(opAllToAll, 0, "%w: sendbuf's %d elements do not split evenly over %d ranks", ErrInvalidArgument, len(sendbuf), c.size)
-		}
-		return IAllToAll(ctx, c, sendbuf, recvbuf, len(sendbuf)/c.size)
-	}
-	if err := c.evenSplits(&sendSplits, len(sendbuf), "send"); err != nil {
+	a, err := allToAllSingleCall(c, sendbuf, sendSplits, recvbuf, recvSplits)
+	if err != nil {
 		return Request{}, err
 	}
-	if err := c.evenSplits(&recvSplits, len(recvbuf), "recv"); err != nil {
-		return Request{}, err
-	}
-	return IAllToAllv(ctx, c, sendbuf, sendSplits, nil, recvbuf, recvSplits, nil)
+	return c.issue(ctx, &a)
 }
 
-// allToAllEven is AllToAllSingle without splits: AllToAll.
-func allToAllEven[T Element](ctx context.Context, c *Comm, sendbuf, recvbuf []T) error {
+// allToAllSingleCall describes an AllToAllSingle: AllToAll without splits,
+// else AllToAllv with packed regions (a nil side split evenly).
+func allToAllSingleCall[T Element](c *Comm, sendbuf []T, sendSplits []int, recvbuf []T, recvSplits []int) (call, error) {
 	if c == nil {
-		return nilComm(opAllToAll.String())
+		return call{}, nilComm(opAllToAllv.String())
 	}
-	if len(sendbuf)%c.size != 0 {
-		return c.errorf(opAllToAll, 0, "%w: sendbuf's %d elements do not split evenly over %d ranks", ErrInvalidArgument, len(sendbuf), c.size)
+	dt := TypeOf[T]()
+	if sendSplits == nil && recvSplits == nil {
+		if len(sendbuf)%c.size != 0 {
+			return call{}, c.errorf(opAllToAll, 0, "%w: sendbuf's %d elements do not split evenly over %d ranks", ErrInvalidArgument, len(sendbuf), c.size)
+		}
+		return c.allToAllCall(asBytes(sendbuf), asBytes(recvbuf), len(sendbuf)/c.size, dt), nil
 	}
-	return AllToAll(ctx, c, sendbuf, recvbuf, len(sendbuf)/c.size)
+	if err := c.evenSplits(&sendSplits, len(sendbuf), "send"); err != nil {
+		return call{}, err
+	}
+	if err := c.evenSplits(&recvSplits, len(recvbuf), "recv"); err != nil {
+		return call{}, err
+	}
+	return allToAllvCall(asBytes(sendbuf), sendSplits, nil, asBytes(recvbuf), recvSplits, nil, dt), nil
 }
 
 // evenSplits replaces nil splits of a buffer of n elements by an even split
 // (which: "send" or "recv"). It allocates only then.
 func (c *Comm) evenSplits(splits *[]int, n int, which string) error {
-	if c == nil {
-		return nilComm(opAllToAllv.String())
-	}
 	if *splits != nil {
 		return nil
 	}

@@ -133,8 +133,9 @@ type FSDP struct {
 	gather  [2]goccl.Request
 	pending [2]bool
 	gradBuf [2][]float32
-	gradOf  [2]int // the unit whose ReduceScatter reads gradBuf[i] (-1: none)
-	open    int    // ZeRO2/3: the unit whose gradient buffer Backward handed out and ReduceGrad has not taken (-1: none)
+	gradOf  [2]int          // the unit whose ReduceScatter reads gradBuf[i] (-1: none)
+	open    int             // ZeRO2/3: the unit whose gradient buffer Backward handed out and ReduceGrad has not taken (-1: none)
+	reqs    []goccl.Request // ZeRO1/2: Step's parameter AllGathers
 
 	stats Stats
 }
@@ -340,7 +341,10 @@ func (f *FSDP) Step(ctx context.Context) error {
 		}
 	}
 	if f.stage != ZeRO3 {
-		reqs := make([]goccl.Request, len(f.units))
+		if len(f.reqs) != len(f.units) {
+			f.reqs = make([]goccl.Request, len(f.units))
+		}
+		reqs := f.reqs
 		for u := range f.units {
 			un := &f.units[u]
 			var err error
