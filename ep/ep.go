@@ -170,10 +170,28 @@ func (pl *Plan) Dispatch(ctx context.Context, x, out []float32) error {
 	if len(x) != pl.n*pl.dim || len(out) != pl.received*pl.dim {
 		return fmt.Errorf("ep: rank %d: Dispatch of %d elements into %d, want %d and %d", pl.c.Rank(), len(x), len(out), pl.n*pl.dim, pl.received*pl.dim)
 	}
+	return pl.dispatch(ctx, x, pl.k, out)
+}
+
+// DispatchChoices is Dispatch with a row per choice instead of per token:
+// xc holds n*k*dim elements, choice j of token t at (t*k+j)*dim (the rows
+// of dropped choices are not read). It is the backward of CombineChoices:
+// the gradient of the experts' outputs, weighted per choice, goes back to
+// the experts in the order Dispatch put their inputs.
+func (pl *Plan) DispatchChoices(ctx context.Context, xc, out []float32) error {
+	if len(xc) != pl.n*pl.k*pl.dim || len(out) != pl.received*pl.dim {
+		return fmt.Errorf("ep: rank %d: DispatchChoices of %d elements into %d, want %d and %d", pl.c.Rank(), len(xc), len(out), pl.n*pl.k*pl.dim, pl.received*pl.dim)
+	}
+	return pl.dispatch(ctx, xc, 1, out)
+}
+
+// dispatch packs the kept choices' rows of x, row i/per for choice i, and
+// exchanges them.
+func (pl *Plan) dispatch(ctx context.Context, x []float32, per int, out []float32) error {
 	d := pl.dim
 	for i, s := range pl.slot {
 		if s >= 0 {
-			t := i / pl.k
+			t := i / per
 			copy(pl.sendBuf[s*d:(s+1)*d], x[t*d:(t+1)*d])
 		}
 	}
@@ -192,9 +210,8 @@ func (pl *Plan) Combine(ctx context.Context, y, weights, out []float32) error {
 		return fmt.Errorf("ep: rank %d: Combine of %d elements and %d weights into %d, want %d, %d and %d",
 			pl.c.Rank(), len(y), len(weights), len(out), pl.received*pl.dim, pl.n*pl.k, pl.n*pl.dim)
 	}
-	pl.permute(y, pl.recvBuf, false)
-	if err := goccl.AllToAllSingle(ctx, pl.c, pl.recvBuf, pl.recvEl, pl.sendBuf, pl.sendEl); err != nil {
-		return fmt.Errorf("ep: rank %d: combine: %w", pl.c.Rank(), err)
+	if err := pl.collect(ctx, y); err != nil {
+		return err
 	}
 	clear(out)
 	d := pl.dim
@@ -207,6 +224,42 @@ func (pl *Plan) Combine(ctx context.Context, y, weights, out []float32) error {
 		for j := range o {
 			o[j] += w * v[j]
 		}
+	}
+	return nil
+}
+
+// CombineChoices is Combine without the weighted sum: it writes each
+// choice's expert output into its own row of out (n*k*dim elements, choice
+// j of token t at (t*k+j)*dim; zeros for a dropped choice). A trainer needs
+// the rows apart for the gate's gradient; it is also Dispatch's backward:
+// the gradient of the experts' inputs goes back to the tokens' choices, to
+// be summed per token.
+func (pl *Plan) CombineChoices(ctx context.Context, y, out []float32) error {
+	if len(y) != pl.received*pl.dim || len(out) != pl.n*pl.k*pl.dim {
+		return fmt.Errorf("ep: rank %d: CombineChoices of %d elements into %d, want %d and %d",
+			pl.c.Rank(), len(y), len(out), pl.received*pl.dim, pl.n*pl.k*pl.dim)
+	}
+	if err := pl.collect(ctx, y); err != nil {
+		return err
+	}
+	d := pl.dim
+	for i, s := range pl.slot {
+		o := out[i*d : (i+1)*d]
+		if s < 0 {
+			clear(o)
+			continue
+		}
+		copy(o, pl.sendBuf[s*d:(s+1)*d])
+	}
+	return nil
+}
+
+// collect returns the experts' rows y to the ranks that sent them, into
+// sendBuf's places.
+func (pl *Plan) collect(ctx context.Context, y []float32) error {
+	pl.permute(y, pl.recvBuf, false)
+	if err := goccl.AllToAllSingle(ctx, pl.c, pl.recvBuf, pl.recvEl, pl.sendBuf, pl.sendEl); err != nil {
+		return fmt.Errorf("ep: rank %d: combine: %w", pl.c.Rank(), err)
 	}
 	return nil
 }

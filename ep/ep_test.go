@@ -118,11 +118,67 @@ func TestMoELayer(t *testing.T) {
 							return fmt.Errorf("rank %d: out[%d] = %g, want %g", r, i, out[i], want[i])
 						}
 					}
-					return nil
+					return checkChoices(ctx, c, pl, x, choices, y, capacity)
 				})
 			})
 		}
 	}
+}
+
+// checkChoices: CombineChoices returns each kept choice's expert output
+// (zeros for a dropped one), and DispatchChoices is its adjoint, as a
+// trainer's backward pass needs: summed over the ranks,
+// <DispatchChoices(xc), y> = <xc, CombineChoices(y)>.
+func checkChoices(ctx context.Context, c *goccl.Comm, pl *ep.Plan, x []float32, choices []int, y []float32, capacity int) error {
+	r := c.Rank()
+	yc := make([]float32, len(choices)*dim)
+	if err := pl.CombineChoices(ctx, y, yc); err != nil {
+		return err
+	}
+	kept := make([]int, experts)
+	for i, e := range choices {
+		row := yc[i*dim : (i+1)*dim]
+		want := make([]float32, dim)
+		if capacity == 0 || kept[e] < capacity {
+			kept[e]++
+			t := i / k
+			want = expertFn(e, x[t*dim:(t+1)*dim])
+		}
+		for j := range row {
+			if math.Abs(float64(row[j]-want[j])) > 1e-5 {
+				return fmt.Errorf("rank %d: CombineChoices row %d (expert %d) = %v, want %v", r, i, e, row, want)
+			}
+		}
+	}
+	g := rand.New(rand.NewPCG(uint64(r), 11))
+	xc := make([]float32, len(yc))
+	for i := range xc {
+		xc[i] = float32(g.IntN(9) - 4)
+	}
+	in := make([]float32, len(y))
+	if err := pl.DispatchChoices(ctx, xc, in); err != nil {
+		return err
+	}
+	dots := make([]float64, 2)
+	for i := range in {
+		dots[0] += float64(in[i]) * float64(y[i])
+	}
+	for i := range xc {
+		dots[1] += float64(xc[i]) * float64(yc[i])
+	}
+	if err := goccl.AllReduce(ctx, c, dots, dots, 2, goccl.Sum); err != nil {
+		return err
+	}
+	if math.Abs(dots[0]-dots[1]) > 1e-6*math.Abs(dots[1]) || dots[1] == 0 {
+		return fmt.Errorf("rank %d: <DispatchChoices(xc), y> = %g, <xc, CombineChoices(y)> = %g", r, dots[0], dots[1])
+	}
+	if err := pl.DispatchChoices(ctx, xc[1:], in); err == nil {
+		return fmt.Errorf("rank %d: DispatchChoices took a short input", r)
+	}
+	if err := pl.CombineChoices(ctx, y, yc[1:]); err == nil {
+		return fmt.Errorf("rank %d: CombineChoices took a short output", r)
+	}
+	return nil
 }
 
 func TestPlanErrors(t *testing.T) {

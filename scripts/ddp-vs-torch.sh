@@ -18,13 +18,18 @@
 # 1-rank compute, so that share of the "exposed" time is CPU sharing, not
 # communication (4 ranks on 2 cores: at least half the step).
 #
+# With ZERO=1 both shard Adam's state (ZeRO-1): goccl runs
+# examples/fsdp-mnist -stage 1 (gradients all-reduced, each rank updates its
+# shard, the shards all-gathered), PyTorch torch_ddp_mnist.py -zero
+# (ZeroRedundancyOptimizer over DDP: the updated partitions broadcast).
+#
 # Usage: scripts/ddp-vs-torch.sh
-# Environment: NPS ("2 4": world sizes), STEPS (100), BATCH (128, global),
+# Environment: ZERO (0), NPS ("2 4": world sizes), STEPS (100), BATCH (128, global),
 #              THREADS (1), PYTHON (/usr/bin/python3, with torch),
 #              OUT (a scratch directory for the builds and raw outputs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-NPS=${NPS:-2 4} STEPS=${STEPS:-100} BATCH=${BATCH:-128} THREADS=${THREADS:-1}
+ZERO=${ZERO:-0} NPS=${NPS:-2 4} STEPS=${STEPS:-100} BATCH=${BATCH:-128} THREADS=${THREADS:-1}
 GMP=${GOMAXPROCS:-$THREADS}
 PYTHON=${PYTHON:-/usr/bin/python3}
 OUT=${OUT:-$(mktemp -d /tmp/goccl-ddp-vs-torch.XXXXXX)}
@@ -37,6 +42,11 @@ if ! "$PYTHON" -c 'import torch, numpy' >/dev/null 2>&1; then
 fi
 go build -o "$OUT/goccl" ./cmd/goccl
 go build -o "$OUT/ddp-mnist" ./examples/ddp-mnist
+go build -o "$OUT/fsdp-mnist" ./examples/fsdp-mnist
+goccl_job=("$OUT/ddp-mnist" -overlap=true) torch_args=() names=("goccl ddp" "PyTorch DDP (Gloo)")
+if [ "$ZERO" = 1 ]; then
+  goccl_job=("$OUT/fsdp-mnist" -stage 1) torch_args=(-zero) names=("goccl fsdp ZeRO-1" "PyTorch ZeroRedundancyOptimizer (Gloo)")
+fi
 
 # summary FILE KEY: the value of KEY= on the summary line of a run's output.
 summary() { sed -n 's/^\(\[0\] \)\{0,1\}summary: //p' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
@@ -46,9 +56,9 @@ run() {
   local f="$OUT/$1.$2.$3"
   echo "# $1, $2 rank(s), global batch $3, $STEPS steps" >&2
   if [ "$1" = goccl ]; then
-    GOMAXPROCS=$GMP "$OUT/goccl" run -np "$2" "$OUT/ddp-mnist" -steps "$STEPS" -batch "$3" -overlap=true > "$f" 2>&1 || { cat "$f" >&2; exit 1; }
+    GOMAXPROCS=$GMP "$OUT/goccl" run -np "$2" "${goccl_job[@]}" -steps "$STEPS" -batch "$3" > "$f" 2>&1 || { cat "$f" >&2; exit 1; }
   else
-    "$PYTHON" scripts/torch_ddp_mnist.py -np "$2" -steps "$STEPS" -batch "$3" -threads "$THREADS" > "$f" 2>&1 || { cat "$f" >&2; exit 1; }
+    "$PYTHON" scripts/torch_ddp_mnist.py -np "$2" -steps "$STEPS" -batch "$3" -threads "$THREADS" "${torch_args[@]}" > "$f" 2>&1 || { cat "$f" >&2; exit 1; }
   fi
   [ -n "$(summary "$f" step_ms)" ] || { echo "ddp-vs-torch: no summary line in $f" >&2; cat "$f" >&2; exit 1; }
 }
@@ -70,8 +80,8 @@ for np in $NPS; do
     step=$(summary "$f" step_ms) acc=$(summary "$f" accuracy)
     wait_ms=$(summary "$f" wait_ms)
     exposed[$fw.$np]=$(awk -v s="$step" -v b="$base" 'BEGIN { printf "%.1f", s - b }')
-    rows+=("$(awk -v fw="$fw" -v np="$np" -v per="$per" -v s="$step" -v b="$base" -v a="$acc" -v w="${wait_ms:--}" 'BEGIN {
-      printf "| %s | %d | %d | %.1f | %.1f | %.1f | %.0f %% | %s | %s |", fw == "torch" ? "PyTorch DDP (Gloo)" : "goccl ddp", np, per, s, b, s - b, 100 * (s - b) / s, w == "-" ? "–" : sprintf("%.1f", w), a }')")
+    rows+=("$(awk -v fw="$fw" -v gname="${names[0]}" -v tname="${names[1]}" -v np="$np" -v per="$per" -v s="$step" -v b="$base" -v a="$acc" -v w="${wait_ms:--}" 'BEGIN {
+      printf "| %s | %d | %d | %.1f | %.1f | %.1f | %.0f %% | %s | %s |", fw == "torch" ? tname : gname, np, per, s, b, s - b, 100 * (s - b) / s, w == "-" ? "–" : sprintf("%.1f", w), a }')")
   done
 done
 echo "| framework | ranks | per-rank batch | step ms | 1-rank compute ms | exposed ms | exposed % of step | Wait blocked ms | test accuracy |"
@@ -84,5 +94,5 @@ for np in $NPS; do
 done
 echo
 echo "# exposed = step ms - 1-rank compute ms (the same model at world size 1 on the per-rank batch);"
-echo "# Wait blocked: goccl's ddp.Stats.Exposed, the time Wait waited (waiting for slower ranks included)."
+echo "# Wait blocked: goccl's ddp.Stats.Exposed (fsdp.Stats.Exposed with ZERO=1), the time it waited on collectives (waiting for slower ranks included)."
 echo "# raw outputs in $OUT" >&2

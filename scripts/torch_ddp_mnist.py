@@ -6,7 +6,7 @@ in front of each ReLU, Glorot-normal in the last layer, zero biases), Adam
 (betas 0.9/0.999, eps 1e-8) with the learning rate's cosine decay over the
 run, the global batch split over the ranks in contiguous shards (the first
 batch % N ranks take one sample more) and the same MNIST files, read from
-examples/ddp-mnist/data. Each rank scales its summed loss by N/B, so that
+examples/internal/mnist/data. Each rank scales its summed loss by N/B, so that
 DDP's average over the ranks is the gradient of the mean loss over the whole
 batch of B, however B splits (as goccl's example does).
 
@@ -17,6 +17,12 @@ of a whole step after the warm-up; bytes_per_step: the float32 gradient DDP
 reduces per step). Needs torch (Debian python3-torch): run with /usr/bin/python3.
 
     /usr/bin/python3 scripts/torch_ddp_mnist.py -np 4 -steps 200
+    /usr/bin/python3 scripts/torch_ddp_mnist.py -np 4 -steps 200 -zero
+
+-zero shards Adam's state with torch.distributed.optim.ZeroRedundancyOptimizer
+(ZeRO-1: DDP all-reduces the gradients, each rank updates its partition of the
+parameters, and the updated partitions are broadcast), the twin of
+examples/fsdp-mnist -stage 1.
 """
 import argparse
 import gzip
@@ -33,7 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "ddp-mnist", "data")
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "internal", "mnist", "data")
 
 
 def read_idx(name, header):
@@ -79,7 +85,11 @@ def worker(rank, a, port):
     sizes = [784] + [int(w) for w in a.hidden.split(",")] + [10]
     net = model(sizes)
     ddp = DistributedDataParallel(net, bucket_cap_mb=a.bucket_mb)
-    opt = torch.optim.Adam(ddp.parameters(), lr=a.lr, betas=(0.9, 0.999), eps=1e-8)
+    if a.zero:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        opt = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.Adam, lr=a.lr, betas=(0.9, 0.999), eps=1e-8)
+    else:
+        opt = torch.optim.Adam(ddp.parameters(), lr=a.lr, betas=(0.9, 0.999), eps=1e-8)
     (xs, ys), (xt, yt) = load("train"), load("t10k")
     n = len(ys)
     per_epoch = -(-n // a.batch)
@@ -114,7 +124,7 @@ def worker(rank, a, port):
         nbytes = 4 * sum(p.numel() for p in net.parameters())
         print(f"summary: ranks={a.np} batch={a.batch} steps={step} warmup={warmup} "
               f"step_ms={1e3 * timed / max(step - warmup, 1):.3f} bytes_per_step={nbytes} "
-              f"accuracy={(counts[0] / counts[1]).item():.4f} threads={a.threads} torch={torch.__version__}", flush=True)
+              f"accuracy={(counts[0] / counts[1]).item():.4f} threads={a.threads} zero={int(a.zero)} torch={torch.__version__}", flush=True)
     dist.destroy_process_group()
 
 
@@ -129,6 +139,7 @@ def main():
     p.add_argument("-seed", type=int, default=1)
     p.add_argument("-bucket-mb", type=float, default=25, dest="bucket_mb")
     p.add_argument("-threads", type=int, default=1, help="torch.set_num_threads per rank")
+    p.add_argument("-zero", action="store_true", help="ZeroRedundancyOptimizer (Adam's state sharded over the ranks)")
     a = p.parse_args()
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     with socket.socket() as s:  # a free port (released just before the ranks bind it)

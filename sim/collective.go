@@ -15,6 +15,13 @@ type Collective struct {
 	Bytes int64
 	Algo  string // "" = the runtime's own choice; else ring, tree, nvls, collnet, rhd, rd, direct, hier, pairwise
 	Ranks int    // 0 = every GPU of the topology
+	// MapBy places the ranks on the nodes: "" or "slot" fills node 0,
+	// then node 1, ... (mpirun's --map-by slot, goccl run -H's order);
+	// "node" deals them round-robin over the nodes the ranks need (--map-by
+	// node). Only goccl's runtime is modelled as following the rank order
+	// (its rank-ordered rings); NCCL orders its rings and trees by the
+	// topology, so for it the placement changes nothing.
+	MapBy string
 }
 
 // Result is a prediction.
@@ -93,6 +100,9 @@ func (t *Topology) Collective(c Collective) (Result, error) {
 		return Result{}, fmt.Errorf("sim: sendrecv ranks %d: needs 2 or more", ranks)
 	}
 	c.Ranks = ranks
+	if c.MapBy != "" && c.MapBy != "slot" && c.MapBy != "node" {
+		return Result{}, fmt.Errorf("sim: %s map-by %q: want slot or node", c.Kind, c.MapBy)
+	}
 	var r Result
 	var err error
 	if t.Runtime == "goccl" {

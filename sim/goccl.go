@@ -31,16 +31,19 @@ func (t *Topology) GocclCosts() algo.Costs {
 	return algo.Costs{Intra: intra, Inter: inter}
 }
 
-// GocclFacts are the Facts goccl's Init would settle for ranks on t: the
-// ranks fill the hosts in order, the direct schedules on one host over
+// GocclFacts are the Facts goccl's Init would settle for ranks on t placed
+// by mapBy (Collective.MapBy): the direct schedules on one host over
 // shared memory, the aggregation tree with SHARP, the hierarchical
 // crossovers from Init's probe over t's costs. hostOf is each rank's host.
-func (t *Topology) GocclFacts(ranks int) (f algo.Facts, hostOf []int) {
+func (t *Topology) GocclFacts(ranks int, mapBy string) (f algo.Facts, hostOf []int) {
+	l := t.layout(ranks)
 	hostOf = make([]int, ranks)
 	for r := range hostOf {
 		hostOf[r] = r / t.GPUsPerNode
+		if mapBy == "node" {
+			hostOf[r] = r % l.nodes
+		}
 	}
-	l := t.layout(ranks)
 	f = algo.Facts{Size: ranks, Direct: l.nodes == 1 && t.Intra.Kind == "shm", CollNet: t.Network.SHARP && l.nodes > 1,
 		DirectMin: algo.DirectMinBytes, Tuning: algo.Tuning{Costs: t.GocclCosts()}}
 	if l.nodes > 1 {
@@ -53,7 +56,7 @@ func (t *Topology) GocclFacts(ranks int) (f algo.Facts, hostOf []int) {
 // gocclCollective predicts c as goccl runs it: the Selector's choice (or
 // c.Algo's row where it can run) timed by the runtime's cost model.
 func (t *Topology) gocclCollective(c Collective) (Result, error) {
-	f, hostOf := t.GocclFacts(c.Ranks)
+	f, hostOf := t.GocclFacts(c.Ranks, c.MapBy)
 	sel := algo.NewSelector(f)
 	m := algo.NewCostModel(hostOf, f.Tuning.Costs)
 	n := int(min(c.Bytes, math.MaxInt))

@@ -103,6 +103,11 @@ the long names also take one dash, as in Go programs (-minbytes 8):
       --plot FILE         also draw the busbw curve into FILE (.png, .svg,
                           .pdf; rank 0; goccl plot overlays several runs)
       --np N              start N local ranks of this command (also -np N)
+      --map-by node       renumber the ranks round-robin over their hosts
+                          (a communicator split with keys: mpirun --map-by
+                          node's placement from a --map-by slot launch) to
+                          measure what a placement costs; slot (the
+                          default) keeps the launch's numbering
   -t, --nthreads N        threads per rank: only 1 is supported
   -g, --ngpus N           GPUs (devices) per thread: only 1 is supported
 
@@ -116,6 +121,7 @@ about several threads per process; -S/--report_timestamps,
 // perfConfig is the parsed command line.
 type perfConfig struct {
 	plotFile   string // -plot: rank 0 draws the table's busbw curve into this image
+	mapBy      string // --map-by: slot (as launched) or node (round-robin over the hosts)
 	coll       *coll
 	minBytes   int64
 	maxBytes   int64
@@ -234,6 +240,7 @@ func parsePerfArgs(args []string, stderr io.Writer) (*perfConfig, error) {
 	fs.StringVar(&cfg.jsonFile, "json", "", "") // = --output_file
 	fs.StringVar(&cfg.plotFile, "plot", "", "")
 	fs.IntVar(&cfg.np, "np", 0, "")
+	fs.StringVar(&cfg.mapBy, "map-by", "slot", "")
 	if err := fs.parse(args); err != nil {
 		return nil, err
 	}
@@ -248,6 +255,9 @@ func parsePerfArgs(args []string, stderr io.Writer) (*perfConfig, error) {
 	}
 	if collName == "" {
 		return nil, errors.New("no collective given")
+	}
+	if cfg.mapBy != "slot" && cfg.mapBy != "node" {
+		return nil, fmt.Errorf("--map-by %q: want slot or node", cfg.mapBy)
 	}
 	c, err := lookupColl(collName)
 	if err != nil {
@@ -467,7 +477,23 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	if cfg.np > 0 && cfg.np != c.Size() && c.Rank() == 0 {
 		fmt.Fprintf(stderr, "goccl perf: -np %d ignored: the environment gives %d ranks\n", cfg.np, c.Size())
 	}
-	status, err := perfRank(ctx, cfg, c, stdout, stderr)
+	comm := c
+	if cfg.mapBy == "node" {
+		if comm, err = mapByNode(initCtx, c); err != nil {
+			fmt.Fprintf(stderr, "goccl perf: --map-by node: rank %d: %v\n", c.Rank(), err)
+			return 1
+		}
+		defer comm.Close()
+		banner, err := mapByNodeBanner(initCtx, c, comm)
+		if err != nil {
+			fmt.Fprintf(stderr, "goccl perf: --map-by node: rank %d: %v\n", c.Rank(), err)
+			return 1
+		}
+		if comm.Rank() == 0 {
+			fmt.Fprintln(stdout, banner)
+		}
+	}
+	status, err := perfRank(ctx, cfg, comm, stdout, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "goccl perf: %v\n", err)
 	}

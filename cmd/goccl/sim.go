@@ -175,6 +175,7 @@ type simCollectiveConfig struct {
 	coll   *coll // the nccl-tests collective: its layout and columns
 	algo   string
 	ranks  int
+	mapBy  string     // "slot" (node 0 first) or "node" (round-robin): sim.Collective.MapBy
 	sizes  perfConfig // minBytes, maxBytes, stepFactor, stepBytes: its sizes()
 	asJSON bool
 	flow   simFlowConfig // --level, --routing
@@ -194,6 +195,7 @@ func runSimCollective(name string, args []string, stdout, stderr io.Writer) int 
 	fs.Int64VarP(&cfg.sizes.stepFactor, "stepfactor", "f", 2, "multiply the size by this (> 1), or with 0 or 1 add -i")
 	fs.VarP(sizeValue{&cfg.sizes.stepBytes}, "stepbytes", "i", "add this to the size when -f is 0 or 1")
 	fs.StringVarP(&cfg.algo, "algo", "a", "", "force an algorithm (default: the runtime's choice)")
+	fs.StringVar(&cfg.mapBy, "map-by", "slot", "rank placement: slot (fill node 0, then node 1, ...) or node (round-robin over the nodes, as mpirun --map-by node); only goccl's runtime depends on it")
 	fs.BoolVar(&cfg.asJSON, "json", false, "print nccl-tests' JSON (as goccl perf -J writes it) with a \"sim\" section")
 	fs.StringVar(&cfg.flow.level, "level", "closed", "closed (the closed form) or flow (max-min fair flows on the topology graph)")
 	fs.StringVar(&cfg.flow.routing, "routing", "ecmp", "--level flow: ecmp (hashed paths, collisions) or spread (least-loaded paths)")
@@ -207,6 +209,12 @@ func runSimCollective(name string, args []string, stdout, stderr io.Writer) int 
 	}
 	if cfg.coll, err = lookupColl(*collName); err != nil {
 		return usageErr("-c: %v", err)
+	}
+	switch {
+	case cfg.mapBy != "slot" && cfg.mapBy != "node":
+		return usageErr("--map-by %q: want slot or node", cfg.mapBy)
+	case cfg.mapBy == "node" && cfg.flow.level == "flow":
+		return usageErr("--map-by node: the flow level places the ranks node by node only")
 	}
 	switch s := &cfg.sizes; {
 	case s.minBytes > s.maxBytes:
@@ -341,7 +349,7 @@ func simPredict(cfg *simCollectiveConfig) ([]simRow, error) {
 	for _, size := range cfg.sizes.sizes() {
 		lay := cfg.coll.layoutFor(int(size/simElt), simElt, cfg.ranks)
 		printed := lay.printedSize(simElt)
-		res, err := cfg.flow.predict(cfg.topo, sim.Collective{Kind: cfg.coll.name, Bytes: printed, Algo: cfg.algo, Ranks: cfg.ranks})
+		res, err := cfg.flow.predict(cfg.topo, sim.Collective{Kind: cfg.coll.name, Bytes: printed, Algo: cfg.algo, Ranks: cfg.ranks, MapBy: cfg.mapBy})
 		if err != nil {
 			return nil, fmt.Errorf("%s of %d bytes on %d ranks of %s: %w", cfg.coll.name, printed, cfg.ranks, cfg.topo.Name, err)
 		}
@@ -389,7 +397,7 @@ func writeSimTable(w io.Writer, cfg *simCollectiveConfig, rows []simRow) error {
 	line("#")
 	line("# goccl sim: predicted by " + cfg.flow.describe() + ", not measured")
 	line("# topology: " + simDescribe(cfg.topo))
-	line(fmt.Sprintf("# ranks %d, algorithm %s", cfg.ranks, orDefault(cfg.algo, "the runtime's choice")))
+	line(fmt.Sprintf("# ranks %d mapped by %s, algorithm %s", cfg.ranks, cfg.mapBy, orDefault(cfg.algo, "the runtime's choice")))
 	line("#")
 	for _, l := range columnHeader() {
 		line(l)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/goccl/goccl/examples/internal/mnist"
 	"time"
 
 	"github.com/goccl/goccl"
@@ -130,23 +131,23 @@ func (t *Trainer) flatGrad() []float32 {
 // spans "forward" (with the loss), "backward" (up to the end of the
 // gradient computation: without overlap, the gradients are marked ready
 // after it) and "optimizer", inside ddp's "ddp compute".
-func (t *Trainer) Step(ctx context.Context, d *Dataset, idx []int) (lossSum float64, n int, err error) {
+func (t *Trainer) Step(ctx context.Context, d *mnist.Dataset, idx []int) (lossSum float64, n int, err error) {
 	return t.step(ctx, d, idx, t)
 }
 
 // step is Step with the backward pass's parts reported to sink: the
 // Trainer, or in tests a sink that wraps it.
-func (t *Trainer) step(ctx context.Context, d *Dataset, idx []int, sink gradSink) (lossSum float64, n int, err error) {
+func (t *Trainer) step(ctx context.Context, d *mnist.Dataset, idx []int, sink gradSink) (lossSum float64, n int, err error) {
 	if len(idx) == 0 {
 		return 0, 0, fmt.Errorf("step: empty batch")
 	}
 	lo, hi := ddp.Shard(len(idx), t.size, t.rank)
 	n = hi - lo
-	if cap(t.x) < n*numFeatures {
-		t.x = make([]float32, n*numFeatures)
+	if cap(t.x) < n*mnist.Features {
+		t.x = make([]float32, n*mnist.Features)
 	}
-	x := t.x[:n*numFeatures]
-	toInput(d, idx[lo:hi], x)
+	x := t.x[:n*mnist.Features]
+	d.Input(idx[lo:hi], x)
 	y := make([]uint8, n)
 	for k, i := range idx[lo:hi] {
 		y[k] = d.Labels[i]
@@ -234,10 +235,10 @@ func (t *Trainer) sumAll(ctx context.Context, v []float64) error {
 
 // Evaluate returns the accuracy of the model on d, each rank scoring its
 // shard in chunks and one AllReduce(Sum) adding up the counts.
-func (t *Trainer) Evaluate(ctx context.Context, d *Dataset) (float64, error) {
+func (t *Trainer) Evaluate(ctx context.Context, d *mnist.Dataset) (float64, error) {
 	const chunk = 500
 	lo, hi := ddp.Shard(d.Len(), t.size, t.rank)
-	x := make([]float32, chunk*numFeatures)
+	x := make([]float32, chunk*mnist.Features)
 	idx := make([]int, 0, chunk)
 	correct := 0
 	for s := lo; s < hi; s += chunk {
@@ -245,8 +246,8 @@ func (t *Trainer) Evaluate(ctx context.Context, d *Dataset) (float64, error) {
 		for i := s; i < min(s+chunk, hi); i++ {
 			idx = append(idx, i)
 		}
-		toInput(d, idx, x)
-		_, c := t.model.lossGrad(x[:len(idx)*numFeatures], d.Labels[s:s+len(idx)], nil)
+		d.Input(idx, x)
+		_, c := t.model.lossGrad(x[:len(idx)*mnist.Features], d.Labels[s:s+len(idx)], nil)
 		correct += c
 	}
 	counts := []float64{float64(correct), float64(hi - lo)}

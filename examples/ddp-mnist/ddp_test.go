@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/goccl/goccl/examples/internal/mnist"
 	"io"
 	"math"
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,16 +25,9 @@ func runRanks(t *testing.T, n int, fn func(ctx context.Context, c *goccl.Comm) e
 	ranktest.Run(t, n, 2*time.Minute, fn)
 }
 
-// loadOnce decodes the embedded files once for all the tests.
-var loadOnce = sync.OnceValues(func() ([2]*Dataset, error) {
-	train, test, err := loadMNIST()
-	return [2]*Dataset{train, test}, err
-})
-
-func loadForTest(t *testing.T) (train, test *Dataset) {
+func loadForTest(t *testing.T) (train, test *mnist.Dataset) {
 	t.Helper()
-	sets, err := loadOnce()
-	train, test = sets[0], sets[1]
+	train, test, err := mnist.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,8 +51,8 @@ type stepResult struct {
 	grads        [][]float32 // the reduced gradient of each step
 }
 
-func doSteps(ctx context.Context, c *goccl.Comm, seed uint64, d *Dataset, idx []int, steps int, o trainerOptions) (stepResult, error) {
-	tr, err := newTrainer(ctx, c, []int{numFeatures, 64, 32, numClasses}, seed, 1e-3, o)
+func doSteps(ctx context.Context, c *goccl.Comm, seed uint64, d *mnist.Dataset, idx []int, steps int, o trainerOptions) (stepResult, error) {
+	tr, err := newTrainer(ctx, c, []int{mnist.Features, 64, 32, mnist.Classes}, seed, 1e-3, o)
 	if err != nil {
 		return stepResult{}, err
 	}
@@ -137,7 +130,7 @@ func TestParamsIdentical(t *testing.T) {
 	for _, perturb := range []bool{false, true} {
 		answers := make([]bool, world)
 		runRanks(t, world, func(ctx context.Context, c *goccl.Comm) error {
-			tr, err := newTrainer(ctx, c, []int{numFeatures, 16, numClasses}, 5, 1e-3, trainerOptions{})
+			tr, err := newTrainer(ctx, c, []int{mnist.Features, 16, mnist.Classes}, 5, 1e-3, trainerOptions{})
 			if err != nil {
 				return err
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/goccl/goccl/examples/internal/mnist"
 	"io"
 	"os"
 	"syscall"
@@ -125,7 +126,7 @@ func (e *elastic) rebind(ctx context.Context, t *Trainer, nc *goccl.Comm) error 
 
 // runElastic runs the training elastically: a communicator from Init, or
 // from Join (-join), and the run's end closes the last one, then the root.
-func runElastic(ctx context.Context, cfg config, trainSet, testSet *Dataset, stdout io.Writer) (rank int, err error) {
+func runElastic(ctx context.Context, cfg config, trainSet, testSet *mnist.Dataset, stdout io.Writer) (rank int, err error) {
 	var c *goccl.Comm
 	if cfg.join {
 		c, err = goccl.Join(ctx)
@@ -183,7 +184,7 @@ func (e *elastic) summary(w io.Writer) {
 // elasticStep runs one step (Step) on the global batch idx; elastic (el
 // not nil), it also ends it (finishStep) and redoes it until the ranks
 // commit it, next being the position after it.
-func (t *Trainer) elasticStep(ctx context.Context, el *elastic, d *Dataset, idx []int, next position) (float64, int, error) {
+func (t *Trainer) elasticStep(ctx context.Context, el *elastic, d *mnist.Dataset, idx []int, next position) (float64, int, error) {
 	for {
 		started := time.Now()
 		l, k, err := t.Step(ctx, d, idx)

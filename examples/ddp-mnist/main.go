@@ -41,8 +41,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/goccl/goccl/examples/internal/mnist"
 	"io"
-	"math"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -81,6 +81,9 @@ type config struct {
 	// starting one; killRank, killAtEpoch: the chaos test.
 	elastic, join         bool
 	killRank, killAtEpoch int
+	// dataParallel > 0: the DataParallel pattern, this many replicas in
+	// one process (dataparallel.go), instead of DDP.
+	dataParallel int
 }
 
 // overlapMode is the -overlap flag: on, off, or ab (the odd steps with
@@ -117,7 +120,7 @@ func (m *overlapMode) Set(v string) error {
 func (m *overlapMode) IsBoolFlag() bool { return true }
 
 func (c config) sizes() []int {
-	return append(append([]int{numFeatures}, c.hidden...), numClasses)
+	return append(append([]int{mnist.Features}, c.hidden...), mnist.Classes)
 }
 
 func parseFlags(args []string) (config, error) {
@@ -139,6 +142,7 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&cfg.join, "join", false, "join a running elastic job (goccl.Join) instead of starting one (implies -elastic; set by goccl run --max-restarts for a replacement)")
 	fs.IntVar(&cfg.killRank, "kill-rank", -1, "chaos test: the process that starts as this rank kills itself (SIGKILL) before the first step of -kill-at-epoch (implies -elastic)")
 	fs.IntVar(&cfg.killAtEpoch, "kill-at-epoch", 2, "chaos test: the epoch of -kill-rank's death")
+	fs.IntVar(&cfg.dataParallel, "dataparallel", 0, "N > 0: no communicator: one process drives N replicas, the DataParallel pattern (replicate, scatter, gather and add the gradients on the main replica), for comparison with DDP")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -169,6 +173,8 @@ func parseFlags(args []string) (config, error) {
 		return cfg, fmt.Errorf("-chunk-rows must be >= 0")
 	case cfg.steps < 0:
 		return cfg, fmt.Errorf("-steps must be >= 0")
+	case cfg.dataParallel < 0 || (cfg.dataParallel > 0 && cfg.elastic):
+		return cfg, fmt.Errorf("-dataparallel must be >= 0, and cannot be elastic")
 	case cfg.tr.compress != "none" && cfg.tr.compress != "fp16" && cfg.tr.compress != "bf16":
 		return cfg, fmt.Errorf("-compress must be none, fp16 or bf16")
 	}
@@ -191,13 +197,13 @@ func warmupSteps(total int) int { return min(10, total/2) }
 // train runs the whole job on one rank (c == nil: a single process without
 // collectives). Only the writer out sees output; pass io.Discard on ranks
 // other than 0.
-func train(ctx context.Context, c *goccl.Comm, cfg config, trainSet, testSet *Dataset, out io.Writer) (result, error) {
+func train(ctx context.Context, c *goccl.Comm, cfg config, trainSet, testSet *mnist.Dataset, out io.Writer) (result, error) {
 	return trainElastic(ctx, c, cfg, trainSet, testSet, out, nil)
 }
 
 // trainElastic is train, elastic when el is not nil: then every rank
 // passes the same out, which whoever is rank 0 at the moment writes to.
-func trainElastic(ctx context.Context, c *goccl.Comm, cfg config, trainSet, testSet *Dataset, out io.Writer, el *elastic) (result, error) {
+func trainElastic(ctx context.Context, c *goccl.Comm, cfg config, trainSet, testSet *mnist.Dataset, out io.Writer, el *elastic) (result, error) {
 	t, err := newTrainer(ctx, c, cfg.sizes(), cfg.seed, cfg.lr, cfg.tr)
 	if err != nil {
 		return result{}, err
@@ -246,7 +252,7 @@ func trainElastic(ctx context.Context, c *goccl.Comm, cfg config, trainSet, test
 				el.chaos(epoch)
 			}
 			// Cosine decay of the learning rate from lr towards 0.
-			t.opt.lr = cfg.lr * 0.5 * (1 + math.Cos(math.Pi*float64(step)/float64(totalSteps)))
+			t.opt.lr = exmain.CosineLR(cfg.lr, step, totalSteps)
 			step++
 			epochSteps++
 			if cfg.overlap == overlapAB {
@@ -348,9 +354,12 @@ func run(ctx context.Context, args []string, stdout io.Writer) (rank int, err er
 	if err != nil {
 		return rank, err
 	}
-	trainSet, testSet, err := loadMNIST()
+	trainSet, testSet, err := mnist.Load()
 	if err != nil {
 		return rank, err
+	}
+	if cfg.dataParallel > 0 {
+		return 0, runDataParallel(ctx, cfg, trainSet, testSet, stdout)
 	}
 	if cfg.elastic {
 		return runElastic(ctx, cfg, trainSet, testSet, stdout)

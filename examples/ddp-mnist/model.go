@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/goccl/goccl/examples/internal/nn"
 	"math"
 	"math/rand/v2"
 
@@ -66,16 +67,6 @@ func newMLP(sizes []int, seed uint64) *MLP {
 		}
 	}
 	return m
-}
-
-// toInput scales the pixels of samples idx of d into x (len(idx) x numFeatures).
-func toInput(d *Dataset, idx []int, x []float32) {
-	for k, i := range idx {
-		row := x[k*numFeatures : (k+1)*numFeatures]
-		for j, p := range d.Image(i) {
-			row[j] = float32(p) * (1.0 / 255)
-		}
-	}
 }
 
 // forward runs the n x In batch x through the model and returns the
@@ -156,31 +147,10 @@ func (m *MLP) lossGradLayers(x []float32, y []uint8, gl []gradLayer, chunkRows i
 		return 0, 0, nil
 	}
 	acts := m.forward(x, n)
-	// Softmax cross-entropy, computed stably in float64; the logits become
-	// dLoss/dlogits = (softmax - onehot) / n.
+	// Softmax cross-entropy; the logits become dLoss/dlogits = (softmax -
+	// onehot) / n.
 	z := acts[len(acts)-1]
-	for r, label := range y {
-		row := z.Data[r*z.Stride : r*z.Stride+z.Cols]
-		best := 0
-		for c, v := range row {
-			if v > row[best] {
-				best = c
-			}
-		}
-		if best == int(label) {
-			correct++
-		}
-		zmax, sum := float64(row[best]), 0.0
-		for _, v := range row {
-			sum += math.Exp(float64(v) - zmax)
-		}
-		lse := zmax + math.Log(sum)
-		lossSum += lse - float64(row[label])
-		for c, v := range row {
-			row[c] = float32(math.Exp(float64(v)-lse) / float64(n))
-		}
-		row[label] -= 1 / float32(n)
-	}
+	lossSum, correct = nn.SoftmaxCrossEntropy(z.Data, z.Cols, y, 1/float32(n))
 	if gl == nil {
 		return lossSum, correct, nil
 	}

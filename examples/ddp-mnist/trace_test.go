@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/goccl/goccl/examples/internal/mnist"
 	"path/filepath"
 	"testing"
 
@@ -72,7 +73,7 @@ func TestTraceShowsOverlap(t *testing.T) {
 	// layer, the first layer's bias and its last 5 blocks), then one
 	// bucket per block. Bucket 0 is issued with 3 blocks of the backward
 	// pass to go.
-	sizes := []int{numFeatures, 512, numClasses}
+	sizes := []int{mnist.Features, 512, mnist.Classes}
 	opts := trainerOptions{bucketMB: 0.25, chunkRows: 64}
 	for _, overlap := range []bool{true, false} {
 		t.Run(fmt.Sprintf("overlap=%v", overlap), func(t *testing.T) {

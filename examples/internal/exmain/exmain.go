@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"syscall"
@@ -68,4 +69,23 @@ func EpochBar(rank, epoch, epochs, steps int) *progress.Bar {
 		return nil
 	}
 	return progress.New(fmt.Sprintf("epoch %d/%d", epoch, epochs), steps)
+}
+
+// Schedule is a training run's steps over n samples in batches of batch:
+// perEpoch steps per epoch, total in all (epochs full epochs, or steps > 0
+// in all, the last epoch partial), epochs run, and warmup, the first steps
+// timings leave out (10, or half of a shorter run).
+func Schedule(n, batch, epochs, steps int) (perEpoch, total, epochsRun, warmup int) {
+	perEpoch = (n + batch - 1) / batch
+	total, epochsRun = epochs*perEpoch, epochs
+	if steps > 0 {
+		total, epochsRun = steps, (steps+perEpoch-1)/perEpoch
+	}
+	return perEpoch, total, epochsRun, min(10, total/2)
+}
+
+// CosineLR is the learning rate at step of total: lr decayed towards 0
+// on a half cosine (SGDR without restarts, Loshchilov and Hutter 2017).
+func CosineLR(lr float64, step, total int) float64 {
+	return lr * 0.5 * (1 + math.Cos(math.Pi*float64(step)/float64(total)))
 }

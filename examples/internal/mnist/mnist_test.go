@@ -1,4 +1,4 @@
-package main
+package mnist
 
 import (
 	"bytes"
@@ -13,17 +13,20 @@ import (
 // TestLoadMNIST checks the embedded files against MNIST's published facts:
 // the set sizes, the per-digit counts, and the first labels.
 func TestLoadMNIST(t *testing.T) {
-	train, test := loadForTest(t)
+	train, test, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name   string
 		d      *Dataset
-		counts [numClasses]int
+		counts [Classes]int
 		first  []uint8
 	}{
-		{"train", train, [numClasses]int{5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949}, []uint8{5, 0, 4, 1, 9, 2, 1, 3, 1, 4}},
-		{"test", test, [numClasses]int{980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009}, []uint8{7, 2, 1, 0, 4, 1, 4, 9, 5, 9}},
+		{"train", train, [Classes]int{5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949}, []uint8{5, 0, 4, 1, 9, 2, 1, 3, 1, 4}},
+		{"test", test, [Classes]int{980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009}, []uint8{7, 2, 1, 0, 4, 1, 4, 9, 5, 9}},
 	} {
-		var counts [numClasses]int
+		var counts [Classes]int
 		for _, l := range tc.d.Labels {
 			counts[l]++
 		}
@@ -33,7 +36,7 @@ func TestLoadMNIST(t *testing.T) {
 		if got := tc.d.Labels[:len(tc.first)]; !slices.Equal(got, tc.first) {
 			t.Errorf("%s: first labels %v, want %v", tc.name, got, tc.first)
 		}
-		if len(tc.d.Pixels) != tc.d.Len()*numFeatures {
+		if len(tc.d.Pixels) != tc.d.Len()*Features {
 			t.Errorf("%s: %d pixel bytes for %d images", tc.name, len(tc.d.Pixels), tc.d.Len())
 		}
 	}
@@ -123,5 +126,33 @@ func TestParseErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want one containing %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+// TestShardAndCorrect: a rank's shard of a batch holds its contiguous
+// share (the first ranks one more), and Correct counts argmax hits.
+func TestShardAndCorrect(t *testing.T) {
+	train, _, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := []int{5, 9, 2, 7, 11}
+	x := make([]float32, 3*Features)
+	labels := make([]uint8, 0, 3)
+	xs, ys := train.Shard(idx, 2, 1, x, labels) // rank 1 of 2: idx[3:5]
+	if len(ys) != 2 || ys[0] != train.Labels[7] || ys[1] != train.Labels[11] || len(xs) != 2*Features {
+		t.Fatalf("rank 1's shard: %d inputs, labels %v, want samples 7 and 11", len(xs)/Features, ys)
+	}
+	if xs[Features+300] != float32(train.Image(11)[300])*(1.0/255) {
+		t.Errorf("pixel 300 of sample 11: %v", xs[Features+300])
+	}
+	logits := make([]float32, 2*Classes)
+	logits[3], logits[Classes+int(ys[1])] = 1, 1
+	want := 1
+	if ys[0] == 3 {
+		want = 2
+	}
+	if got := Correct(logits, ys); got != want {
+		t.Errorf("Correct = %d, want %d", got, want)
 	}
 }

@@ -1,4 +1,7 @@
-package main
+// Package mnist is the MNIST handwritten digits (LeCun, Cortes and Burges),
+// embedded as the four published IDX files (data/README.md), for the
+// training examples.
+package mnist
 
 import (
 	"bytes"
@@ -7,6 +10,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"sync"
 )
 
 // The four MNIST files, gzip-compressed as published; see data/README.md.
@@ -18,11 +22,12 @@ const (
 	idxImagesMagic = 0x00000803 // unsigned bytes, 3 dimensions
 	idxLabelsMagic = 0x00000801 // unsigned bytes, 1 dimension
 	imageSide      = 28
-	numFeatures    = imageSide * imageSide
-	numClasses     = 10
+	// Features is the pixels of an image, Classes the number of digits.
+	Features = imageSide * imageSide
+	Classes  = 10
 )
 
-// Dataset is a set of MNIST images: row i of Pixels (numFeatures bytes,
+// Dataset is a set of MNIST images: row i of Pixels (Features bytes,
 // row-major, 0 background .. 255 ink) has the digit Labels[i].
 type Dataset struct {
 	Pixels []byte
@@ -33,12 +38,23 @@ type Dataset struct {
 func (d *Dataset) Len() int { return len(d.Labels) }
 
 // Image returns the pixels of sample i.
-func (d *Dataset) Image(i int) []byte { return d.Pixels[i*numFeatures : (i+1)*numFeatures] }
+func (d *Dataset) Image(i int) []byte { return d.Pixels[i*Features : (i+1)*Features] }
+
+// Input scales the pixels of samples idx of d to [0, 1] into x
+// (len(idx) x Features, row-major).
+func (d *Dataset) Input(idx []int, x []float32) {
+	for k, i := range idx {
+		row := x[k*Features : (k+1)*Features]
+		for j, p := range d.Image(i) {
+			row[j] = float32(p) * (1.0 / 255)
+		}
+	}
+}
 
 // Subset returns the first n samples (sharing memory with d).
 func (d *Dataset) Subset(n int) *Dataset {
 	n = min(n, d.Len())
-	return &Dataset{Pixels: d.Pixels[:n*numFeatures], Labels: d.Labels[:n]}
+	return &Dataset{Pixels: d.Pixels[:n*Features], Labels: d.Labels[:n]}
 }
 
 // readIDX parses an uncompressed IDX file of unsigned bytes: the big-endian
@@ -104,16 +120,30 @@ func parseMNIST(imagesGz, labelsGz []byte) (*Dataset, error) {
 		return nil, fmt.Errorf("%d images but %d labels", dims[0], ldims[0])
 	}
 	for i, l := range labels {
-		if l >= numClasses {
+		if l >= Classes {
 			return nil, fmt.Errorf("labels: label %d of sample %d is not a digit", l, i)
 		}
 	}
 	return &Dataset{Pixels: pixels, Labels: labels}, nil
 }
 
-// loadMNIST returns the embedded training set (60,000 images) and test set
-// (10,000 images).
-func loadMNIST() (train, test *Dataset, err error) {
+// Load returns the embedded training set (60,000 images) and test set
+// (10,000 images), decoded once per process and shared: callers must not
+// write to them.
+func Load() (train, test *Dataset, err error) {
+	sets, err := loadOnce()
+	if err != nil {
+		return nil, nil, err
+	}
+	return sets[0], sets[1], nil
+}
+
+var loadOnce = sync.OnceValues(func() ([2]*Dataset, error) {
+	train, test, err := load()
+	return [2]*Dataset{train, test}, err
+})
+
+func load() (train, test *Dataset, err error) {
 	load := func(prefix string) (*Dataset, error) {
 		img, err := dataFS.ReadFile("data/" + prefix + "-images-idx3-ubyte.gz")
 		if err != nil {
