@@ -3,6 +3,7 @@ package rdma
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"syscall"
@@ -37,9 +38,19 @@ type link interface {
 // udpLink carries RoCE v2: each packet is one UDP datagram, batched through
 // sendmmsg and recvmmsg. A user-space socket sees neither the IP header nor
 // the UDP checksum the kernel sends, so the ICRC is computed over the
-// IPv4/UDP headers a RoCE NIC would send for the same addresses (ID 0, DF,
-// TTL 64, UDP checksum 0; the fields routers change are masked out of the
-// ICRC anyway), and checked the same way on receipt.
+// IPv4/UDP headers the kernel will send (DF, TTL 64, UDP checksum 0; the
+// fields routers change are masked out of the ICRC anyway) with the IPv4 ID
+// the kernel gives the datagram: the socket sets DF and keeps it
+// (setDontFragment), so that ID is 0 for a lone datagram and i for segment
+// i of a UDP_SEGMENT run. Packets are built with the ICRC for ID 0; queue
+// corrects it for the place a packet takes in its run (CRC-32 is affine:
+// wire.ICRCv2IDDelta), which also keeps a corrupted packet corrupted.
+// A receiver checks a GRO buffer's segments with IDs 0, 1, 2, ...; where
+// that fails (a run split between GRO buffers on a real path, or lone
+// datagrams that GRO merged, all with ID 0), the ID is searched among a
+// run's 64 (so a corrupted packet passes with odds of 64 in 2^32) and the
+// next segments counted on from it. Every frame on the wire therefore carries the ICRC
+// that a RoCE NIC (rxe, ConnectX) computes over its real headers.
 //
 // Where the kernel offers UDP segmentation offload (Linux 4.18+), runs of
 // datagrams to one peer of one size (the last may be shorter) leave as one
@@ -60,8 +71,46 @@ type udpLink struct {
 	gso      bool                    // send runs with UDP_SEGMENT
 	hdr      [28]byte                // IPv4 and UDP headers for the ICRC (device lock held)
 	noGSO    map[netip.AddrPort]bool // peers whose path refused a run
+	idDelta  map[int]*idDeltas       // by packet length: wire.ICRCv2IDDelta of the IDs of a run
 	sent     int                     // datagrams sent since the last flush returned
 	runsSent int                     // buffers of more than one datagram sent (for tests)
+}
+
+// idDeltas caches wire.ICRCv2IDDelta for one packet length: the term for
+// ID i is d[i] once bit i of have is set.
+type idDeltas struct {
+	have uint64
+	d    [gsoMaxSegs]uint32
+}
+
+// delta is wire.ICRCv2IDDelta for a packet of n bytes (BTH to ICRC) with
+// ID id < gsoMaxSegs, over a 20-byte IPv4 header.
+func (l *udpLink) delta(n, id int) uint32 {
+	if id == 0 {
+		return 0
+	}
+	t := l.idDelta[n]
+	if t == nil {
+		if l.idDelta == nil {
+			l.idDelta = map[int]*idDeltas{}
+		}
+		t = &idDeltas{}
+		l.idDelta[n] = t
+	}
+	if t.have&(1<<id) == 0 {
+		t.d[id] = wire.ICRCv2IDDelta(20, n-wire.ICRCSize, uint16(id))
+		t.have |= 1 << id
+	}
+	return t.d[id]
+}
+
+// patchID changes the ICRC of pkt (BTH to ICRC) by the term of ID id.
+func (l *udpLink) patchID(pkt []byte, id int) {
+	if id == 0 {
+		return
+	}
+	c := pkt[len(pkt)-wire.ICRCSize:]
+	binary.LittleEndian.PutUint32(c, binary.LittleEndian.Uint32(c)^l.delta(len(pkt), id))
 }
 
 // udpRun describes one queued buffer: segs datagrams of segSize bytes (the
@@ -94,6 +143,10 @@ func openUDPLink(addr string) (*udpLink, error) {
 	}
 	conn.SetReadBuffer(8 << 20)
 	conn.SetWriteBuffer(8 << 20)
+	if err := setDontFragment(conn); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("rdma: setting DF on the UDP socket (IP_MTU_DISCOVER): %w", err)
+	}
 	l := &udpLink{conn: conn, pc: ipv4.NewPacketConn(conn), addr: conn.LocalAddr().(*net.UDPAddr).AddrPort(),
 		txq: make([]ipv4.Message, 0, txBatch), udpAddrs: map[netip.AddrPort]*net.UDPAddr{}}
 	l.gso = udpOffload(conn)
@@ -109,6 +162,7 @@ func (l *udpLink) queue(b []byte, to netip.AddrPort) {
 		r := &l.txSegs[k]
 		if r.to == to && !r.closed && len(b) <= r.segSize && r.segs < gsoMaxSegs && len(l.txBufs[k])+len(b) <= gsoMaxBytes {
 			l.txBufs[k] = append(l.txBufs[k], b...)
+			l.patchID(l.txBufs[k][len(l.txBufs[k])-len(b):], r.segs) // segment r.segs leaves with that ID
 			l.txq[k].Buffers[0] = l.txBufs[k]
 			r.segs++
 			r.closed = len(b) < r.segSize
@@ -214,9 +268,11 @@ func (l *udpLink) requeue(q []ipv4.Message, runs []udpRun) {
 	var to []netip.AddrPort
 	for i, m := range q {
 		b := m.Buffers[0]
-		for len(b) > 0 {
+		for j := 0; len(b) > 0; j++ {
 			n := min(runs[i].segSize, len(b))
-			pending = append(pending, append([]byte(nil), b[:n]...))
+			p := append([]byte(nil), b[:n]...)
+			l.patchID(p, j) // back to ID 0's ICRC: queue sets it for the packet's new place
+			pending = append(pending, p)
 			to = append(to, runs[i].to)
 			b = b[n:]
 		}
@@ -260,6 +316,7 @@ func (l *udpLink) readLoop(d *Device) {
 			if seg <= 0 {
 				seg = len(b)
 			}
+			next := 0 // the ID the next segment should carry
 			for len(b) > 0 {
 				pkt := b[:min(seg, len(b))]
 				b = b[len(pkt):]
@@ -269,13 +326,30 @@ func (l *udpLink) readLoop(d *Device) {
 					continue
 				}
 				ib := pkt[:len(pkt)-wire.ICRCSize]
-				want, err := icrcV2(&l.hdr, from, l.addr, ib)
-				d.receiveLocked(ib, err == nil && want == binary.LittleEndian.Uint32(pkt[len(ib):]), from)
+				icrc0, err := icrcV2(&l.hdr, from, l.addr, ib)
+				off := icrc0 ^ binary.LittleEndian.Uint32(pkt[len(ib):]) // the ID's term, if intact
+				ok := err == nil && next < gsoMaxSegs && off == l.delta(len(pkt), next)
+				if !ok && err == nil {
+					next, ok = l.findID(len(pkt), off)
+				}
+				next++
+				d.receiveLocked(ib, ok, from)
 			}
 		}
 		d.flushTx()
 		d.mu.Unlock()
 	}
+}
+
+// findID is the ID among a run's whose ICRC term is off for packets of n
+// bytes (BTH to ICRC), if any.
+func (l *udpLink) findID(n int, off uint32) (int, bool) {
+	for id := range gsoMaxSegs {
+		if l.delta(n, id) == off {
+			return id, true
+		}
+	}
+	return 0, false
 }
 
 func (l *udpLink) close() error { return l.conn.Close() }

@@ -26,6 +26,28 @@ func udpOffload(conn *net.UDPConn) bool {
 	return gso
 }
 
+// setDontFragment makes the kernel set DF on conn's datagrams and not
+// ignore it (IP_PMTUDISC_PROBE: the device's MTU bounds a datagram, as a
+// RoCE NIC's configured MTU does, and nothing is fragmented). Linux then
+// gives them the IPv4 ID 0, and the segments of a UDP_SEGMENT buffer 0, 1,
+// 2, ...: the IDs the device computes their ICRCs with (wire.ICRCv2IDDelta).
+// Under the default (IP_PMTUDISC_WANT) the kernel ignores DF on UDP
+// sockets and draws each ID from a counter that nothing in user space can
+// predict.
+func setDontFragment(conn *net.UDPConn) error {
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_PROBE)
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
 // appendSegmentCmsg appends a UDP_SEGMENT control message carrying the
 // segment size (a uint16 in host order).
 func appendSegmentCmsg(b []byte, segSize int) []byte {

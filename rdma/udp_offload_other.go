@@ -7,3 +7,4 @@ import "net"
 func udpOffload(conn *net.UDPConn) bool        { return false }
 func appendSegmentCmsg(b []byte, _ int) []byte { return b }
 func grSegmentSize(oob []byte) int             { return 0 }
+func setDontFragment(*net.UDPConn) error       { return nil }

@@ -94,7 +94,7 @@ func checkPcap(path string, stdout, stderr io.Writer) int {
 	}
 	w := bufio.NewWriter(stdout)
 	defer w.Flush()
-	bad, n := 0, 0
+	bad, n, packets, runs := 0, 0, 0, 0
 	for {
 		data, lt, err := next()
 		if errors.Is(err, io.EOF) {
@@ -112,30 +112,53 @@ func checkPcap(path string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(w, "frame %d: not decodable: %v\n", n, err)
 			continue
 		}
-		p := &fr.Packet
-		status := "icrc ok"
-		if !fr.ICRCOK() {
-			status = fmt.Sprintf("icrc BAD (carried %08x, computed %08x)", fr.ICRC, fr.ComputedICRC)
-			bad++
-		}
-		if err != nil {
-			fmt.Fprintf(w, "frame %d: RoCEv%d %s %s, headers not decodable: %v\n", n, fr.Version, p.BTH.Opcode, status, err)
-			if fr.ICRCOK() {
-				bad++
+		if len(fr.Run) > 0 {
+			// A UDP segmentation offload run seen before the kernel
+			// cut it: each packet checked as it leaves.
+			fmt.Fprintf(w, "frame %d: UDP GSO run of %d RoCE v2 packets\n", n, len(fr.Run))
+			runs++
+			for i, sf := range fr.Run {
+				packets++
+				if !printPcapPacket(w, fmt.Sprintf("frame %d.%d", n, i+1), sf, sf.Err) {
+					bad++
+				}
 			}
 			continue
 		}
-		aeth := ""
-		if p.Headers&wire.HasAETH != 0 {
-			aeth = " aeth " + p.AETH.Syndrome.String()
+		packets++
+		if !printPcapPacket(w, fmt.Sprintf("frame %d", n), fr, err) {
+			bad++
 		}
-		fmt.Fprintf(w, "frame %d: RoCEv%d %s dqp 0x%06x psn %d len %d%s %s\n", n, fr.Version, p.BTH.Opcode, p.BTH.DestQP, p.BTH.PSN, len(p.Payload), aeth, status)
 	}
-	fmt.Fprintf(w, "%d frames, %d bad\n", n, bad)
+	if runs > 0 {
+		fmt.Fprintf(w, "%d frames (%d RoCE packets), %d bad\n", n, packets, bad)
+	} else {
+		fmt.Fprintf(w, "%d frames, %d bad\n", n, bad)
+	}
 	if bad > 0 {
 		return 1
 	}
 	return 0
+}
+
+// printPcapPacket prints one packet's line and reports whether it is good:
+// its ICRC matches and its headers decode (decodeErr nil).
+func printPcapPacket(w io.Writer, name string, fr *wire.Frame, decodeErr error) bool {
+	p := &fr.Packet
+	status := "icrc ok"
+	if !fr.ICRCOK() {
+		status = fmt.Sprintf("icrc BAD (carried %08x, computed %08x)", fr.ICRC, fr.ComputedICRC)
+	}
+	if decodeErr != nil {
+		fmt.Fprintf(w, "%s: RoCEv%d %s %s, headers not decodable: %v\n", name, fr.Version, p.BTH.Opcode, status, decodeErr)
+		return false
+	}
+	aeth := ""
+	if p.Headers&wire.HasAETH != 0 {
+		aeth = " aeth " + p.AETH.Syndrome.String()
+	}
+	fmt.Fprintf(w, "%s: RoCEv%d %s dqp 0x%06x psn %d len %d%s %s\n", name, fr.Version, p.BTH.Opcode, p.BTH.DestQP, p.BTH.PSN, len(p.Payload), aeth, status)
+	return fr.ICRCOK()
 }
 
 // pcapTruncation is a gopacket.DecodeFeedback that remembers whether a layer
@@ -266,8 +289,8 @@ func decodeNetwork(etype layers.EthernetType, b []byte) (*wire.Frame, error) {
 	if trunc || udp.Length < 8 {
 		return nil, fmt.Errorf("UDP: length %d, %d bytes present", udp.Length, len(udpData))
 	}
-	if udp.DstPort != wire.UDPPortRoCEv2 {
-		return nil, fmt.Errorf("UDP destination port %d is not RoCE v2 (%d)", udp.DstPort, wire.UDPPortRoCEv2)
+	if udp.DstPort != wire.UDPPortRoCEv2 && udp.SrcPort != wire.UDPPortRoCEv2 {
+		return nil, fmt.Errorf("UDP ports %d to %d: neither is RoCE v2's (%d)", udp.SrcPort, udp.DstPort, wire.UDPPortRoCEv2)
 	}
 	return wire.ParseV2(ipHdr, udp.Contents, udp.Payload)
 }

@@ -69,7 +69,10 @@ func pcapTestFrames(t *testing.T) []pcapTestFrame {
 		{mustV2(v6a, v6b, write6), "frame %d: RoCEv2 RC RDMA_WRITE_ONLY dqp 0x000033 psn 9 len 5 icrc ok"},
 		{v1, "frame %d: RoCEv1 RC RDMA_WRITE_ONLY dqp 0x000044 psn 1 len 3 icrc ok"},
 		{bad, "frame %d: RoCEv2 RC RDMA_WRITE_ONLY dqp 0x000011 psn 256 len 7 icrc BAD (carried %s)"},
-		{dns, "frame %d: not decodable: UDP destination port 53 is not RoCE v2 (4791)"},
+		{dns, "frame %d: not decodable: UDP ports 49152 to 53: neither is RoCE v2's (4791)"},
+		// A soft device on port 4791 answering one on another port (two
+		// soft devices on one address): RoCE v2 too, as tshark reads it.
+		{mustV2(netip.MustParseAddrPort("10.0.0.2:4791"), netip.MustParseAddrPort("10.0.0.1:49152"), ack), "frame %d: RoCEv2 RC ACKNOWLEDGE dqp 0x000022 psn 256 len 0 aeth ACK credits 31 icrc ok"},
 	}
 }
 
@@ -280,4 +283,57 @@ func TestRoceCheckPcapLinkTypeErrors(t *testing.T) {
 	path = filepath.Join(dir, "v6in228.pcap")
 	os.WriteFile(path, buf.Bytes(), 0o600)
 	checkPcapOutput(t, path, 1, []string{"frame 1: not decodable: IP version 6 packet in a capture of link type 228 (raw IPv4)", "1 frames, 1 bad"})
+}
+
+// TestRoceCheckPcapGSORun: a capture on loopback or a veth shows a run the
+// soft device sent with UDP_SEGMENT as one datagram; check-pcap cuts it
+// into its packets and checks each with the IPv4 ID the kernel gives its
+// segment, so a good run checks clean and one flipped bit is caught in its
+// packet.
+func TestRoceCheckPcapGSORun(t *testing.T) {
+	var ibs [][]byte
+	for i := range 4 {
+		n := 1024
+		if i == 3 {
+			n = 341
+		}
+		p := wire.Packet{BTH: wire.BTH{Opcode: wire.RCWriteMiddle, PKey: 0xffff, DestQP: 0x11, PSN: uint32(100 + i)}, Payload: bytes.Repeat([]byte{byte(i)}, n)}
+		ibs = append(ibs, p.Append(nil))
+	}
+	run, err := wire.AppendRunV2(nil, [6]byte{}, [6]byte{}, netip.MustParseAddrPort("127.0.0.1:4791"), netip.MustParseAddrPort("127.0.0.2:4791"), ibs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := bytes.Clone(run)
+	bad[14+20+8+2*len(ibs[0])+2*wire.ICRCSize+100] ^= 0x01 // in the third packet
+	var buf bytes.Buffer
+	w := pcapgo.NewWriter(&buf)
+	if err := w.WriteFileHeader(65535, layers.LinkTypeEthernet); err != nil {
+		t.Fatal(err)
+	}
+	for _, fr := range [][]byte{run, bad} {
+		if err := w.WritePacket(gopacket.CaptureInfo{Timestamp: time.Unix(1700000000, 0), CaptureLength: len(fr), Length: len(fr)}, fr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "run.pcap")
+	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for f := 1; f <= 2; f++ {
+		want = append(want, fmt.Sprintf("frame %d: UDP GSO run of 4 RoCE v2 packets", f))
+		for i := range 4 {
+			n, status := 1024, "icrc ok"
+			if i == 3 {
+				n = 341
+			}
+			if f == 2 && i == 2 {
+				status = "icrc BAD (carried"
+			}
+			want = append(want, fmt.Sprintf("frame %d.%d: RoCEv2 %s dqp 0x000011 psn %d len %d %s", f, i+1, wire.RCWriteMiddle, 100+i, n, status))
+		}
+	}
+	want = append(want, "2 frames (8 RoCE packets), 1 bad")
+	checkPcapOutput(t, path, 1, want)
 }

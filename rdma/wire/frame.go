@@ -27,6 +27,20 @@ type Frame struct {
 	Packet           Packet
 	ICRC             uint32 // as carried
 	ComputedICRC     uint32
+	// Run holds the packets of an IPv4 datagram that is a run sent with
+	// UDP segmentation offload and captured before the kernel cut it
+	// (on loopback or a veth; SplitGSO): each as it leaves, with the
+	// run's IPv4 ID plus its index. Then f's own Packet and ICRCs are the
+	// first packet's read as if it were the whole datagram.
+	Run []*Frame
+	Err error // for a packet of Run: why its headers did not decode
+}
+
+// roceV2Ports reports whether the UDP ports are RoCE v2's: to port 4791,
+// or from it (a soft device answering a peer whose device listens on
+// another port, as two soft devices on one address must).
+func (f *Frame) roceV2Ports() bool {
+	return f.DstPort == UDPPortRoCEv2 || f.SrcPort == UDPPortRoCEv2
 }
 
 // ICRCOK reports whether the carried ICRC matches the computed one.
@@ -98,8 +112,8 @@ func ParseV2(ipHdr, udpHdr, payload []byte) (*Frame, error) {
 	}
 	f.SrcPort = binary.BigEndian.Uint16(udpHdr)
 	f.DstPort = binary.BigEndian.Uint16(udpHdr[2:])
-	if f.DstPort != UDPPortRoCEv2 {
-		return nil, fmt.Errorf("wire: UDP destination port %d is not RoCE v2 (%d)", f.DstPort, UDPPortRoCEv2)
+	if !f.roceV2Ports() {
+		return nil, fmt.Errorf("wire: UDP ports %d to %d: neither is RoCE v2's (%d)", f.SrcPort, f.DstPort, UDPPortRoCEv2)
 	}
 	return f.parseV2(ipHdr, udpHdr, payload)
 }
@@ -136,7 +150,30 @@ func (f *Frame) parseV2(ipHdr, udpHdr, ib []byte) (*Frame, error) {
 	if err != nil {
 		return nil, err
 	}
+	if icrc != binary.LittleEndian.Uint32(ib[len(ib)-ICRCSize:]) && ipHdr[0]>>4 == 4 {
+		if seg := SplitGSO(ipHdr, udpHdr, ib); seg > 0 {
+			f.splitRun(ipHdr, udpHdr, ib, seg)
+		}
+	}
 	return f.decodeIB(ib, icrc)
+}
+
+// splitRun fills f.Run with the packets of ib, seg bytes each (the last
+// may be shorter).
+func (f *Frame) splitRun(ipHdr, udpHdr, ib []byte, seg int) {
+	hdr := make([]byte, len(ipHdr)+8)
+	for i := 0; len(ib) > 0; i++ {
+		p := ib[:min(seg, len(ib))]
+		ib = ib[len(p):]
+		ip, udp := gsoSegment(hdr, ipHdr, udpHdr, i, len(p))
+		sf := &Frame{Version: 2, EthDst: f.EthDst, EthSrc: f.EthSrc, VLAN: f.VLAN, Src: f.Src, Dst: f.Dst, SrcPort: f.SrcPort, DstPort: f.DstPort}
+		icrc, err := ICRCv2(ip, udp, p[:len(p)-ICRCSize])
+		if err != nil {
+			return
+		}
+		_, sf.Err = sf.decodeIB(p, icrc)
+		f.Run = append(f.Run, sf)
+	}
 }
 
 // decodeIB decodes ib (BTH to ICRC) into f.Packet with computed ICRC icrc:
@@ -196,8 +233,8 @@ func (f *Frame) parseIP(etype uint16, b []byte) (ipHdr, udp []byte, err error) {
 	if ulen < 8 || ulen > len(payload) {
 		return nil, nil, fmt.Errorf("wire: UDP length %d, %d bytes present", ulen, len(payload))
 	}
-	if f.DstPort != UDPPortRoCEv2 {
-		return nil, nil, fmt.Errorf("wire: UDP destination port %d is not RoCE v2 (%d)", f.DstPort, UDPPortRoCEv2)
+	if !f.roceV2Ports() {
+		return nil, nil, fmt.Errorf("wire: UDP ports %d to %d: neither is RoCE v2's (%d)", f.SrcPort, f.DstPort, UDPPortRoCEv2)
 	}
 	return ipHdr, payload[:ulen], nil
 }
