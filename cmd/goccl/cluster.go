@@ -18,7 +18,7 @@ import (
 	"github.com/goccl/goccl/internal/cluster"
 )
 
-var clusterUsage = `usage: goccl cluster up --hosts N [--bw RATE] [--delay D] [--jitter D] [--loss P] [--queue B] [--mtu M]
+var clusterUsage = `usage: goccl cluster up --hosts N [--rails R] [--bw RATE] [--delay D] [--jitter D] [--loss P] [--ecn B] [--queue B] [--mtu M]
                         [--name NAME] [--subnet CIDR] [--slots N] [--hostfile FILE] [--json]
        goccl cluster status [--name NAME] [--json]
        goccl cluster down [--name NAME]
@@ -27,6 +27,9 @@ var clusterUsage = `usage: goccl cluster up --hosts N [--bw RATE] [--delay D] [-
 A cluster on this machine: N hosts, network namespaces NAME-h0 ... NAME-h(N-1),
 each with one link (eth0, address SUBNET+i+1: 10.200.0.1, ...) to a bridge in
 a namespace of its own, NAME-sw, so the machine's own network is untouched.
+With --rails R each host has R links, eth0 ... eth(R-1), rail r to a bridge
+(switch) and subnet of its own, the r-th after SUBNET (10.200.1.0/24 for
+rail 1 of the default): a rail-optimized cluster.
 Run a command on a host with 'ip netns exec NAME-hI COMMAND'.
 
 up      builds the cluster, shapes the links with tc and prints the hosts,
@@ -51,11 +54,17 @@ Shaping (each host's link, like a full-duplex cable to a switch):
   --delay D    one-way latency between two hosts (netem at the sender's
                egress): a round trip takes 2×D; 100us, 5ms
   --jitter D   varies the delay (netem, normal distribution; reorders)
-  --loss P     percent of packets each host's egress drops (1, 0.5%)
+  --loss P     percent of packets from each host that its links drop (1,
+               0.5%; an nftables rule in the switch, counted per link)
+  --ecn B      the switch marks CE on ECN-capable packets to a host once
+               more than B bytes are queued for it (a virtual queue at the
+               rate, in MTU-sized frames: the kernel has no RED); needs --bw
   --queue B    the shaper's queue in bytes (default: 2×D + 20 ms of the
                rate, at least 4 bursts); deeper for senders without
                congestion control (the soft RoCE device)
-  Delay, jitter and loss need the kernel's netem (sch_netem).
+  Delay and jitter need the kernel's netem (sch_netem), loss and ECN
+  nftables' nft.
+  Every rail's links are shaped alike.
 
 Needs root and iproute2 (ip, tc). A state file, DIR/cluster-NAME.json
 (--state-dir, default ` + cluster.DefaultStateDir + `), records what 'up' made.
@@ -145,10 +154,12 @@ func runClusterUp(args []string, stdout, stderr io.Writer) int {
 	var loss lossValue
 	var subnet string
 	fs.IntVar(&cfg.Hosts, "hosts", 0, "number of hosts (required)")
+	fs.IntVar(&cfg.Rails, "rails", 1, "links per host, each rail its own switch and subnet")
 	fs.Var(&cfg.Rate, "bw", "each host link's rate, each way (tc units: 100mbit, 1gbit); 0: unshaped")
 	fs.DurationVar(&cfg.Delay, "delay", 0, "one-way latency between two hosts (100us, 5ms)")
 	fs.DurationVar(&cfg.Jitter, "jitter", 0, "variation of the delay")
-	fs.Var(&loss, "loss", "percent of packets each host's egress drops")
+	fs.Var(&loss, "loss", "percent of packets from each host that its links drop")
+	fs.IntVar(&cfg.ECN, "ecn", 0, "mark CE above this many bytes queued to a host (needs --bw)")
 	fs.IntVar(&cfg.Queue, "queue", 0, "the shaper's queue in bytes (0: 2×delay + 20 ms of the rate)")
 	fs.IntVar(&cfg.MTU, "mtu", cluster.DefaultMTU, "MTU of the links")
 	fs.StringVar(&subnet, "subnet", cluster.DefaultSubnet.String(), "the hosts' subnet: host i gets its address plus i+1")
@@ -198,9 +209,18 @@ func runClusterUp(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "cluster %s: %d hosts on %s, switch namespace %s (bridge %s)\n", c.Name, len(c.Hosts), c.Config.Subnet, c.Switch, c.Bridge)
 	fmt.Fprintf(stdout, "links: %s\n\n", c.Config.Shaping())
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "HOST\tADDRESS")
-	for _, h := range c.Hosts {
-		fmt.Fprintf(tw, "%s\t%s\n", h.Name, h.Addr)
+	if len(c.Bridges) > 1 {
+		fmt.Fprintln(tw, "HOST\tRAIL\tIFACE\tADDRESS\tSWITCH")
+		for _, h := range c.Hosts {
+			for _, l := range h.Links {
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", h.Name, l.Rail, l.Iface, l.Addr, l.Bridge)
+			}
+		}
+	} else {
+		fmt.Fprintln(tw, "HOST\tADDRESS")
+		for _, h := range c.Hosts {
+			fmt.Fprintf(tw, "%s\t%s\n", h.Name, h.Addr)
+		}
 	}
 	tw.Flush()
 	fmt.Fprint(stdout, "\nhostfile (OpenMPI):\n", c.Hostfile(*slots))
@@ -303,18 +323,20 @@ func runClusterStatus(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "cluster %s: %s, %d hosts on %s, switch namespace %s, since %s\n", c.Name, state, len(c.Hosts), c.Config.Subnet, c.Switch, c.Created.Local().Format("2006-01-02 15:04:05"))
 	fmt.Fprintf(stdout, "links: %s\n\n", c.Config.Shaping())
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "HOST\tADDRESS\tEGRESS QDISC\tSENT BYTES\tPACKETS\tDROPS\tTO-HOST QDISC\tSENT BYTES\tDROPS\tLINK TX BYTES\tLINK RX BYTES")
+	fmt.Fprintln(tw, "HOST\tIFACE\tADDRESS\tEGRESS QDISC\tSENT BYTES\tPACKETS\tDROPS\tLOSS DROPS\tTO-HOST QDISC\tSENT BYTES\tDROPS\tECN MARKS\tLINK TX BYTES\tLINK RX BYTES")
 	for _, s := range stats {
 		if !s.Present {
-			fmt.Fprintf(tw, "%s\t%s\tMISSING\n", s.Host.Name, s.Host.Addr)
+			fmt.Fprintf(tw, "%s\t%s\t%s\tMISSING\n", s.Host.Name, s.Host.Iface, s.Host.Addr)
 			continue
 		}
-		eg, port := rootOf(s.Egress), rootOf(s.Port)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%d\n", s.Host.Name, s.Host.Addr,
-			kinds(s.Egress), eg.Bytes, eg.Packets, eg.Drops, kinds(s.Port), port.Bytes, port.Drops, s.TxBytes, s.RxBytes)
+		for _, l := range s.Links {
+			eg, port := rootOf(l.Egress), rootOf(l.Port)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\n", s.Host.Name, l.Link.Iface, l.Link.Addr,
+				kinds(l.Egress), eg.Bytes, eg.Packets, eg.Drops, l.LossDrops, kinds(l.Port), port.Bytes, port.Drops, l.ECNMarks, l.TxBytes, l.RxBytes)
+		}
 	}
 	tw.Flush()
-	fmt.Fprintln(stdout, "\nEGRESS: the host's eth0 (host to switch); TO-HOST: its switch port (switch to host).")
+	fmt.Fprintln(stdout, "\nEGRESS: the host's link (host to switch); LOSS DROPS: what --loss dropped of it; TO-HOST: its switch port (switch to host); ECN MARKS: packets to the host marked CE.")
 	return status
 }
 

@@ -105,7 +105,7 @@ func TestClusterCommands(t *testing.T) {
 		t.Fatalf("status: exit %d\n%s%s", code, o.String(), e.String())
 	}
 	t.Logf("goccl cluster status:\n%s", o.String())
-	row := regexp.MustCompile(regexp.QuoteMeta(name) + `-h1\s+10\.200\.0\.2\s+tbf\s+\d+\s+\d+\s+\d+\s+tbf\s+\d+`)
+	row := regexp.MustCompile(regexp.QuoteMeta(name) + `-h1\s+eth0\s+10\.200\.0\.2\s+tbf\s+\d+\s+\d+\s+\d+\s+\d+\s+tbf\s+\d+`)
 	if !strings.Contains(o.String(), "cluster "+name+": up, 3 hosts") || !row.MatchString(o.String()) {
 		t.Errorf("status: want the hosts with their tbf counters")
 	}

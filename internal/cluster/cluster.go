@@ -1,20 +1,41 @@
 // Package cluster builds a cluster of "hosts" on one Linux machine for
 // multi-host tests and experiments: H network namespaces, NAME-h0 ...
-// NAME-h(H-1), each with a loopback and one veth, eth0, whose other end is
-// a port of a Linux bridge in a namespace of its own, NAME-sw (the switch),
-// so the machine's own network is never touched. Host i has the address
-// Subnet+i+1 (10.200.0.1, 10.200.0.2, ... by default).
+// NAME-h(H-1), each with a loopback and one veth per rail, eth0, eth1, ...,
+// whose other end is a port of that rail's Linux bridge (its switch, br0,
+// br1, ...) in a namespace of its own, NAME-sw, so the machine's own
+// network is never touched. Rail r has a subnet of its own, the block r
+// subnets after Subnet: host i has the address Subnet+i+1 on rail 0
+// (10.200.0.1, 10.200.0.2, ... by default) and the same offset in rail r's
+// subnet (10.200.1.1, ... on rail 1 of a /24), as a rail-optimized
+// cluster gives each NIC of a host its own switch and subnet.
 //
 // Shaping (tc), per host link, as on a full-duplex NIC cable to a switch:
 //
 //   - Rate: tbf at the host's egress (eth0, host to switch) and at the
 //     switch port's egress (switch to host), so a host sends at most Rate
 //     and receives at most Rate however many hosts send to it at once.
-//   - Delay, Jitter, Loss: netem at the host's egress only, so a packet
-//     from one host to another is delayed once: Delay is the one-way
-//     latency between two hosts and a round trip takes 2×Delay. With a
-//     rate, netem is the root and tbf its child: a packet waits out the
-//     delay, then its turn at the rate (propagation plus serialization).
+//   - Delay, Jitter: netem at the host's egress only, so a packet from one
+//     host to another is delayed once: Delay is the one-way latency
+//     between two hosts and a round trip takes 2×Delay. With a rate, netem
+//     is the root and tbf its child: a packet waits out the delay, then
+//     its turn at the rate (propagation plus serialization).
+//   - Loss: an nftables rule in the switch drops each packet that arrives
+//     from a host's port with probability Loss (numgen random), counted
+//     per port. nftables rather than netem, so that loss works on kernels
+//     built without sch_netem (this project's development machine and CI
+//     among them).
+//   - ECN: the switch marks CE on ECN-capable packets to a host once more
+//     than ECN bytes are queued for its port, as a switch's ECN marking
+//     (RED with ecn, DCTCP's step threshold K) does. The kernels this
+//     project runs on have no AQM qdisc (red, codel, fq_codel, pie), so
+//     the queue is a virtual one: an nftables token bucket per port
+//     draining at the link's rate in MTU-sized frames, ECN/(MTU+14)
+//     frames deep, that every packet to the port fills and that marks an
+//     ECN-capable packet finding it full (the "phantom queue" of HULL,
+//     Alizadeh et al., NSDI 2012, at 100 % of the rate). It counts in
+//     frames, so small packets count as whole frames.
+//
+// Every rail's link is shaped alike.
 //
 // Up records what it makes in a state file (StateDir/cluster-NAME.json)
 // before making it, and undoes its work when a step fails; Down removes a
@@ -23,10 +44,10 @@
 // idempotent. Every ip or tc command that fails is reported as a
 // *CommandError with the command line and its stderr.
 //
-// It needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN), iproute2's ip and tc, and
-// the kernel's sch_tbf (for a rate) and sch_netem (for delay, jitter or
-// loss); each missing piece has its error (ErrNotRoot, ErrNoIP, ErrNoTC,
-// ErrNoTBF, ErrNoNetem).
+// It needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN), iproute2's ip and tc, the
+// kernel's sch_tbf (for a rate) and sch_netem (for delay or jitter), and
+// nftables' nft (for a loss); each missing piece has its error
+// (ErrNotRoot, ErrNoIP, ErrNoTC, ErrNoTBF, ErrNoNetem, ErrNoNft).
 package cluster
 
 import (
@@ -56,7 +77,8 @@ const (
 	DefaultStateDir = "/run/goccl"
 	// DefaultMTU is the links' MTU when Config.MTU is 0.
 	DefaultMTU = 1500
-	// HostIface is the name of every host's veth, in its namespace.
+	// HostIface is the name of every host's rail-0 veth, in its
+	// namespace (rail r's is eth<r>).
 	HostIface = "eth0"
 	// BridgeName is the bridge's name, in the switch namespace.
 	BridgeName = "br0"
@@ -71,7 +93,8 @@ var (
 	ErrNotRoot  = errors.New("needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) to make and remove network namespaces")
 	ErrNoIP     = errors.New("the ip command (iproute2) is not installed")
 	ErrNoTC     = errors.New("the tc command (iproute2) is not installed")
-	ErrNoNetem  = errors.New("the kernel has no netem qdisc (sch_netem, CONFIG_NET_SCH_NETEM), which a delay, jitter or loss needs: load it (modprobe sch_netem) or shape the rate alone (delay 0, loss 0)")
+	ErrNoNetem  = errors.New("the kernel has no netem qdisc (sch_netem, CONFIG_NET_SCH_NETEM), which a delay or jitter needs: load it (modprobe sch_netem) or shape the rate alone (delay 0)")
+	ErrNoNft    = errors.New("the nft command (nftables) is not installed, which a loss or ECN marking needs (apt-get install nftables)")
 	ErrNoTBF    = errors.New("the kernel has no tbf qdisc (sch_tbf, CONFIG_NET_SCH_TBF), which a rate needs: load it (modprobe sch_tbf) or leave the links unshaped (rate 0)")
 	ErrExists   = errors.New("a cluster of that name exists")
 	ErrNotFound = errors.New("no such cluster")
@@ -93,10 +116,18 @@ type Config struct {
 	// normal distribution; it reorders packets, as netem does).
 	Delay  time.Duration `json:"delay"`
 	Jitter time.Duration `json:"jitter"`
-	// Loss is the percentage of packets a host's egress drops, 0 to 100.
-	// With a loss the hosts' veths send MTU-sized packets (gso_max_segs
-	// 1), so the loss applies per packet, not per 64 KiB TCP super-packet.
+	// Loss is the percentage of packets from a host that its link drops
+	// (in the switch, nftables), 0 to 100, on every rail. With a loss the
+	// hosts' veths send MTU-sized packets (gso_max_segs 1), so the loss
+	// applies per packet, not per 64 KiB super-packet.
 	Loss float64 `json:"loss"`
+	// Rails is the links per host, each to a switch and subnet of its
+	// own (see the package doc); 0 means 1.
+	Rails int `json:"rails,omitempty"`
+	// ECN, when > 0, is the queue in bytes above which the switch marks
+	// CE on ECN-capable packets to a host (see the package doc); it needs
+	// a rate.
+	ECN int `json:"ecn,omitempty"`
 	// Queue is the shaper's queue (tbf's limit) in bytes; 0: 2×Delay +
 	// 20 ms of the rate, at least 4 bursts (see tbf). A deeper queue is a
 	// switch with deep buffers: what a sender without congestion control
@@ -115,9 +146,20 @@ type Config struct {
 // Host is one host of a cluster.
 type Host struct {
 	Name  string     `json:"name"`  // its namespace, and its name in a hostfile
-	Addr  netip.Addr `json:"addr"`  // on HostIface, in Subnet
+	Addr  netip.Addr `json:"addr"`  // on HostIface, in Subnet (rail 0's link)
 	Iface string     `json:"iface"` // HostIface, in the host's namespace
 	Port  string     `json:"port"`  // its bridge port, in the switch namespace
+	// Links are its links, one per rail; Links[0] is Addr, Iface, Port.
+	Links []Link `json:"links"`
+}
+
+// Link is one of a host's links: a veth to its rail's bridge.
+type Link struct {
+	Rail   int        `json:"rail"`
+	Iface  string     `json:"iface"`  // in the host's namespace: eth<rail>
+	Addr   netip.Addr `json:"addr"`   // in the rail's subnet
+	Port   string     `json:"port"`   // the other end, a port of Bridge
+	Bridge string     `json:"bridge"` // the rail's bridge, in the switch namespace
 }
 
 // ExecPrefix is the command line that runs a command on the host: append
@@ -128,9 +170,10 @@ func (h Host) ExecPrefix() []string { return []string{"ip", "netns", "exec", h.N
 // records.
 type Cluster struct {
 	Name     string    `json:"name"`
-	Config   Config    `json:"config"` // normalized: the defaults filled in
-	Switch   string    `json:"switch"` // the bridge's namespace
-	Bridge   string    `json:"bridge"`
+	Config   Config    `json:"config"`  // normalized: the defaults filled in
+	Switch   string    `json:"switch"`  // the bridges' namespace
+	Bridge   string    `json:"bridge"`  // rail 0's
+	Bridges  []string  `json:"bridges"` // one per rail
 	Hosts    []Host    `json:"hosts"`
 	Created  time.Time `json:"created"`
 	Complete bool      `json:"complete"` // false while Up runs, or after it crashed
@@ -168,6 +211,15 @@ func (cfg Config) Normalize() (Config, error) {
 	if room := 1<<(32-cfg.Subnet.Bits()) - 2; cfg.Hosts < 1 || cfg.Hosts > room {
 		return cfg, fmt.Errorf("invalid number of hosts %d: 1 to %d in %s", cfg.Hosts, room, cfg.Subnet)
 	}
+	if cfg.Rails == 0 {
+		cfg.Rails = 1
+	}
+	if cfg.Rails < 1 || cfg.Rails > MaxRails {
+		return cfg, fmt.Errorf("invalid number of rails %d: 1 to %d", cfg.Rails, MaxRails)
+	}
+	if last := railBase(cfg, cfg.Rails-1); !cfg.Subnet.Addr().Less(last) && cfg.Rails > 1 {
+		return cfg, fmt.Errorf("invalid subnet %s for %d rails: their subnets run past 255.255.255.255", cfg.Subnet, cfg.Rails)
+	}
 	if cfg.Delay < 0 || cfg.Jitter < 0 {
 		return cfg, fmt.Errorf("invalid delay %v or jitter %v: negative", cfg.Delay, cfg.Jitter)
 	}
@@ -180,6 +232,9 @@ func (cfg Config) Normalize() (Config, error) {
 	if cfg.Loss < 0 || cfg.Loss > 100 || math.IsNaN(cfg.Loss) {
 		return cfg, fmt.Errorf("invalid loss %v: a percentage, 0 to 100", cfg.Loss)
 	}
+	if cfg.ECN < 0 || cfg.ECN > 0 && cfg.Rate == 0 {
+		return cfg, fmt.Errorf("invalid ECN threshold %d bytes: the marking queue drains at the link's rate, which needs a rate", cfg.ECN)
+	}
 	if cfg.Queue < 0 || cfg.Queue > 0 && cfg.Rate == 0 {
 		return cfg, fmt.Errorf("invalid queue %d bytes: it is the shaper's, and needs a rate (0: sized to the rate)", cfg.Queue)
 	}
@@ -187,7 +242,24 @@ func (cfg Config) Normalize() (Config, error) {
 }
 
 // needsNetem reports whether the links need netem.
-func (cfg Config) needsNetem() bool { return cfg.Delay > 0 || cfg.Loss > 0 }
+func (cfg Config) needsNetem() bool { return cfg.Delay > 0 }
+
+// MaxRails is the most rails a cluster may have.
+const MaxRails = 8
+
+// railBase is the address of rail r's subnet: r subnets after cfg.Subnet
+// (wrapping past 255.255.255.255, which Normalize refuses).
+func railBase(cfg Config, r int) netip.Addr {
+	b := cfg.Subnet.Addr().As4()
+	n := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	n += uint32(r) << (32 - cfg.Subnet.Bits())
+	return netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)})
+}
+
+// RailSubnet is rail r's subnet.
+func (cfg Config) RailSubnet(r int) netip.Prefix {
+	return netip.PrefixFrom(railBase(cfg, r), cfg.Subnet.Bits())
+}
 
 // SwitchName is the switch namespace of cluster name.
 func SwitchName(name string) string { return name + "-sw" }
@@ -284,16 +356,23 @@ func plan(cfg Config) *Cluster {
 		Created:   time.Now().UTC().Truncate(time.Second),
 		StateFile: StateFile(cfg.Name, cfg.StateDir),
 	}
-	base := cfg.Subnet.Addr().As4()
-	n := uint32(base[0])<<24 | uint32(base[1])<<16 | uint32(base[2])<<8 | uint32(base[3])
+	for r := range cfg.Rails {
+		c.Bridges = append(c.Bridges, "br"+strconv.Itoa(r))
+	}
 	for i := range cfg.Hosts {
-		a := n + uint32(i) + 1
-		c.Hosts = append(c.Hosts, Host{
-			Name:  HostName(cfg.Name, i),
-			Addr:  netip.AddrFrom4([4]byte{byte(a >> 24), byte(a >> 16), byte(a >> 8), byte(a)}),
-			Iface: HostIface,
-			Port:  "p" + strconv.Itoa(i),
-		})
+		h := Host{Name: HostName(cfg.Name, i)}
+		for r := range cfg.Rails {
+			a := railBase(cfg, r).As4()
+			n := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3]) + uint32(i) + 1
+			l := Link{Rail: r, Iface: "eth" + strconv.Itoa(r), Port: "p" + strconv.Itoa(i), Bridge: c.Bridges[r],
+				Addr: netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)})}
+			if r > 0 {
+				l.Port += "r" + strconv.Itoa(r)
+			}
+			h.Links = append(h.Links, l)
+		}
+		h.Addr, h.Iface, h.Port = h.Links[0].Addr, h.Links[0].Iface, h.Links[0].Port
+		c.Hosts = append(c.Hosts, h)
 	}
 	return c
 }
@@ -339,58 +418,129 @@ func (r *runner) build(c *Cluster) error {
 			return err
 		}
 	}
-	if err := r.ipCmd("-n", sw, "link", "add", c.Bridge, "type", "bridge"); err != nil {
-		return err
+	if (c.Config.Loss > 0 || c.Config.ECN > 0) && r.nft == "" {
+		return ErrNoNft
 	}
-	if err := r.ipCmd("-n", sw, "link", "set", c.Bridge, "up"); err != nil {
-		return err
+	for _, br := range c.Bridges {
+		if err := r.ipCmd("-n", sw, "link", "add", br, "type", "bridge"); err != nil {
+			return err
+		}
+		if err := r.ipCmd("-n", sw, "link", "set", br, "up"); err != nil {
+			return err
+		}
 	}
 	mtu := strconv.Itoa(c.Config.MTU)
 	for _, h := range c.Hosts {
 		if err := r.ipCmd("netns", "add", h.Name); err != nil {
 			return err
 		}
-		steps := [][]string{
-			{"-n", h.Name, "link", "set", "lo", "up"},
-			// Made in the switch namespace with its peer straight in the
-			// host's: nothing passes through the machine's namespace.
-			{"-n", sw, "link", "add", h.Port, "type", "veth", "peer", "name", h.Iface, "netns", h.Name},
-			// Set apart, the kernel says what is wrong with an MTU
-			// ("mtu greater than device maximum"; at creation, only
-			// "Invalid argument").
-			{"-n", sw, "link", "set", h.Port, "mtu", mtu},
-			{"-n", h.Name, "link", "set", h.Iface, "mtu", mtu},
-			{"-n", sw, "link", "set", h.Port, "master", c.Bridge},
-			{"-n", sw, "link", "set", h.Port, "up"},
-			{"-n", h.Name, "addr", "add", netip.PrefixFrom(h.Addr, c.Config.Subnet.Bits()).String(), "dev", h.Iface},
+		if err := r.ipCmd("-n", h.Name, "link", "set", "lo", "up"); err != nil {
+			return err
 		}
-		if c.Config.Loss > 0 {
-			steps = append(steps, []string{"-n", h.Name, "link", "set", h.Iface, "gso_max_segs", "1"})
-		}
-		steps = append(steps, []string{"-n", h.Name, "link", "set", h.Iface, "up"})
-		for _, s := range steps {
-			if err := r.ipCmd(s...); err != nil {
+		for _, l := range h.Links {
+			steps := [][]string{
+				// Made in the switch namespace with its peer straight in
+				// the host's: nothing passes through the machine's
+				// namespace.
+				{"-n", sw, "link", "add", l.Port, "type", "veth", "peer", "name", l.Iface, "netns", h.Name},
+				// Set apart, the kernel says what is wrong with an MTU
+				// ("mtu greater than device maximum"; at creation, only
+				// "Invalid argument").
+				{"-n", sw, "link", "set", l.Port, "mtu", mtu},
+				{"-n", h.Name, "link", "set", l.Iface, "mtu", mtu},
+				{"-n", sw, "link", "set", l.Port, "master", l.Bridge},
+				{"-n", sw, "link", "set", l.Port, "up"},
+				{"-n", h.Name, "addr", "add", netip.PrefixFrom(l.Addr, c.Config.Subnet.Bits()).String(), "dev", l.Iface},
+			}
+			if c.Config.Loss > 0 {
+				steps = append(steps, []string{"-n", h.Name, "link", "set", l.Iface, "gso_max_segs", "1"})
+			}
+			steps = append(steps, []string{"-n", h.Name, "link", "set", l.Iface, "up"})
+			for _, s := range steps {
+				if err := r.ipCmd(s...); err != nil {
+					return err
+				}
+			}
+			if err := r.shape(c, h.Name, l); err != nil {
 				return err
 			}
 		}
-		if err := r.shape(c, h); err != nil {
+	}
+	if c.Config.Loss > 0 || c.Config.ECN > 0 {
+		if err := r.nftCmd(c.Switch, "add", "table", "bridge", NftTable); err != nil {
 			return err
+		}
+	}
+	if c.Config.Loss > 0 {
+		if err := r.loss(c); err != nil {
+			return err
+		}
+	}
+	if c.Config.ECN > 0 {
+		return r.ecn(c)
+	}
+	return nil
+}
+
+// NftTable is the nftables table (family bridge, in the switch namespace)
+// that holds a cluster's loss and ECN rules.
+const NftTable = "goccl"
+
+// ecn adds the ECN marking rules, one per switch port (see the package
+// doc); their comments ("ecn PORT") name the ports for Stats. The loss's
+// chain runs first (priority -10), so a dropped packet is never marked.
+func (r *runner) ecn(c *Cluster) error {
+	sw := c.Switch
+	if err := r.nftCmd(sw, "add", "chain", "bridge", NftTable, "marking", "{ type filter hook forward priority 0; policy accept; }"); err != nil {
+		return err
+	}
+	frame := c.Config.MTU + 14
+	rate := strconv.FormatInt(max(1, int64(c.Config.Rate)/8/int64(frame)), 10)
+	depth := strconv.Itoa(max(1, c.Config.ECN/frame))
+	for _, h := range c.Hosts {
+		for _, l := range h.Links {
+			if err := r.nftCmd(sw, "add", "rule", "bridge", NftTable, "marking", "oifname", l.Port,
+				"limit", "rate", "over", rate+"/second", "burst", depth, "packets",
+				"ip", "ecn", "{", "ect0,", "ect1", "}", "counter", "ip", "ecn", "set", "ce", "comment", strconv.Quote("ecn "+l.Port)); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
 
-// shape puts the qdiscs on host h's link: netem and tbf at the host's
+// lossPPM is the loss as numgen's threshold: drop when a random number in
+// [0, 1000000) is below it.
+func (cfg Config) lossPPM() int { return int(math.Round(cfg.Loss * 10000)) }
+
+// loss adds the nftables rules that drop Loss of the packets arriving
+// from each host's ports, one counting rule per port (its comment names
+// the port: Stats reads the counters back).
+func (r *runner) loss(c *Cluster) error {
+	sw := c.Switch
+	if err := r.nftCmd(sw, "add", "chain", "bridge", NftTable, "loss", "{ type filter hook forward priority -10; policy accept; }"); err != nil {
+		return err
+	}
+	ppm := strconv.Itoa(c.Config.lossPPM())
+	for _, h := range c.Hosts {
+		for _, l := range h.Links {
+			if err := r.nftCmd(sw, "add", "rule", "bridge", NftTable, "loss", "iifname", l.Port,
+				"numgen", "random", "mod", "1000000", "<", ppm, "counter", "drop", "comment", strconv.Quote("loss "+l.Port)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// shape puts the qdiscs on link l of host: netem and tbf at the host's
 // egress, tbf at the switch port's.
-func (r *runner) shape(c *Cluster, h Host) error {
+func (r *runner) shape(c *Cluster, host string, l Link) error {
 	if c.Config.needsNetem() {
-		args := []string{"-n", h.Name, "qdisc", "add", "dev", h.Iface, "root", "handle", "1:", "netem",
+		args := []string{"-n", host, "qdisc", "add", "dev", l.Iface, "root", "handle", "1:", "netem",
 			"limit", strconv.Itoa(c.netemLimit()), "delay", us(c.Config.Delay)}
 		if c.Config.Jitter > 0 {
 			args = append(args, us(c.Config.Jitter))
-		}
-		if c.Config.Loss > 0 {
-			args = append(args, "loss", strconv.FormatFloat(c.Config.Loss, 'f', -1, 64)+"%")
 		}
 		if err := r.tcCmd(args...); err != nil {
 			return qdiscErr(err, "netem")
@@ -403,10 +553,10 @@ func (r *runner) shape(c *Cluster, h Host) error {
 	if c.Config.needsNetem() {
 		parent = []string{"parent", "1:1"}
 	}
-	if err := r.tcCmd(slices.Concat([]string{"-n", h.Name, "qdisc", "add", "dev", h.Iface}, parent, []string{"handle", "2:"}, c.tbf())...); err != nil {
+	if err := r.tcCmd(slices.Concat([]string{"-n", host, "qdisc", "add", "dev", l.Iface}, parent, []string{"handle", "2:"}, c.tbf())...); err != nil {
 		return qdiscErr(err, "tbf")
 	}
-	if err := r.tcCmd(slices.Concat([]string{"-n", c.Switch, "qdisc", "add", "dev", h.Port, "root", "handle", "2:"}, c.tbf())...); err != nil {
+	if err := r.tcCmd(slices.Concat([]string{"-n", c.Switch, "qdisc", "add", "dev", l.Port, "root", "handle", "2:"}, c.tbf())...); err != nil {
 		return qdiscErr(err, "tbf")
 	}
 	return nil
@@ -492,6 +642,18 @@ func Load(name, stateDir string) (*Cluster, error) {
 		return nil, fmt.Errorf("cluster %s: state file %s: %w", name, path, err)
 	}
 	c.Config.StateDir, c.StateFile = stateDir, path
+	// A state file from before rails: one link each, rail 0's.
+	if c.Config.Rails == 0 {
+		c.Config.Rails = 1
+	}
+	if len(c.Bridges) == 0 {
+		c.Bridges = []string{c.Bridge}
+	}
+	for i, h := range c.Hosts {
+		if len(h.Links) == 0 {
+			c.Hosts[i].Links = []Link{{Iface: h.Iface, Addr: h.Addr, Port: h.Port, Bridge: c.Bridge}}
+		}
+	}
 	return c, nil
 }
 
@@ -684,5 +846,12 @@ func (cfg Config) Shaping() string {
 		}
 		delay += " one way host to host"
 	}
-	return fmt.Sprintf("%s, %s, loss %s%%, mtu %d", rate, delay, strconv.FormatFloat(cfg.Loss, 'f', -1, 64), cfg.MTU)
+	rails := ""
+	if cfg.Rails > 1 {
+		rails = fmt.Sprintf(", %d rails", cfg.Rails)
+	}
+	if cfg.ECN > 0 {
+		rails += fmt.Sprintf(", ECN marking above %d bytes queued", cfg.ECN)
+	}
+	return fmt.Sprintf("%s, %s, loss %s%%, mtu %d%s", rate, delay, strconv.FormatFloat(cfg.Loss, 'f', -1, 64), cfg.MTU, rails)
 }

@@ -15,12 +15,17 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
+	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
+
+	"golang.org/x/net/ipv4"
 	"time"
 
 	"github.com/goccl/goccl/internal/cluster"
@@ -45,6 +50,10 @@ func TestMain(m *testing.M) {
 		send(os.Getenv(addrEnv), 0)
 	case "bursts":
 		send(os.Getenv(addrEnv), 256<<10)
+	case "udpsend":
+		udpSend(os.Getenv(addrEnv))
+	case "udpect":
+		udpECT(os.Getenv(addrEnv))
 	default:
 		fmt.Fprintln(os.Stderr, "unknown helper", os.Getenv(helperEnv))
 		os.Exit(2)
@@ -173,6 +182,47 @@ func send(addr string, burst int) {
 	}
 	le := binary.LittleEndian
 	json.NewEncoder(os.Stdout).Encode(sendResult{int64(le.Uint64(reply[:])), int64(le.Uint64(reply[8:])), int64(le.Uint64(reply[16:]))})
+}
+
+// udpSend sends 4000 datagrams of 100 bytes to addr, 20 every millisecond,
+// and prints how many.
+func udpSend(addr string) {
+	conn, err := net.Dial("udp", addr)
+	if err != nil {
+		fatal(err)
+	}
+	b := make([]byte, 100)
+	n := 0
+	for n < 4000 {
+		for range 20 {
+			conn.Write(b) // a refused datagram (no listener) still left
+			n++
+		}
+		time.Sleep(time.Millisecond)
+	}
+	json.NewEncoder(os.Stdout).Encode(map[string]int{"sent": n})
+}
+
+// udpECT sends ECN-capable (ECT(0)) 1400-byte datagrams to addr at about
+// 80 Mbit/s for a second and prints how many.
+func udpECT(addr string) {
+	conn, err := net.Dial("udp", addr)
+	if err != nil {
+		fatal(err)
+	}
+	if err := ipv4.NewConn(conn).SetTOS(0x02); err != nil {
+		fatal(err)
+	}
+	b := make([]byte, 1400)
+	n := 0
+	for end := time.Now().Add(time.Second); time.Now().Before(end); {
+		for range 7 { // 7 × 1400 bytes per millisecond: 78 Mbit/s
+			conn.Write(b)
+			n++
+		}
+		time.Sleep(time.Millisecond)
+	}
+	json.NewEncoder(os.Stdout).Encode(map[string]int{"sent": n})
 }
 
 // helper returns the command running this test binary as helper mode on
@@ -388,7 +438,7 @@ func TestUpDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !loaded.Complete || len(loaded.Hosts) != 3 || loaded.Hosts[2] != c.Hosts[2] || loaded.Config.Rate != 1e9 {
+	if !loaded.Complete || len(loaded.Hosts) != 3 || !reflect.DeepEqual(loaded.Hosts[2], c.Hosts[2]) || loaded.Config.Rate != 1e9 {
 		t.Errorf("state file: %+v, want %+v", loaded, c)
 	}
 	for i, h := range c.Hosts {
@@ -574,4 +624,108 @@ func TestDownLeftovers(t *testing.T) {
 		t.Errorf("Down with a corrupt state file: %+v %v, want both namespaces and the file removed", rm, err)
 	}
 	assertGone(t, c3.Name, dir)
+}
+
+// TestRails: a 2-host cluster with 3 rails has a link, switch and subnet
+// per rail; a TCP flow to a host's rail-1 address leaves on rail 1 only
+// (the other rails carry next to nothing), and the rails are shaped alike.
+func TestRails(t *testing.T) {
+	c := clustertest.New(t, cluster.Config{Hosts: 2, Rails: 3, Rate: 200e6})
+	for i, h := range c.Hosts {
+		if len(h.Links) != 3 || h.Links[1].Iface != "eth1" || h.Links[2].Addr != netip.AddrFrom4([4]byte{10, 200, 2, byte(i + 1)}) || h.Links[1].Bridge != "br1" {
+			t.Fatalf("host %d: links %+v", i, h.Links)
+		}
+		out, err := exec.Command("ip", "-n", h.Name, "-o", "-4", "addr", "show", "dev", "eth2").Output()
+		if err != nil || !strings.Contains(string(out), h.Links[2].Addr.String()+"/24") {
+			t.Errorf("%s eth2: %q %v", h.Name, out, err)
+		}
+	}
+	addr := net.JoinHostPort(c.Hosts[1].Links[1].Addr.String(), port)
+	srv := helper(context.Background(), t, c, 1, "serve", addr)
+	out, err := srv.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
+	if line, err := bufio.NewReader(out).ReadString('\n'); line != "ready\n" {
+		t.Fatalf("server: %q %v", line, err)
+	}
+	var res sendResult
+	runHelper(t, c, 0, "send", addr, &res)
+	stats, err := c.Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mbps := float64(res.Bytes) * 8 / res.Time().Seconds() / 1e6
+	t.Logf("rail 1: %d bytes at %.0f Mbit/s; h0 egress per rail: %d, %d, %d bytes", res.Bytes, mbps,
+		stats[0].Links[0].TxBytes, stats[0].Links[1].TxBytes, stats[0].Links[2].TxBytes)
+	if l := stats[0].Links; l[1].TxBytes < uint64(res.Bytes) || l[0].TxBytes > 100<<10 || l[2].TxBytes > 100<<10 {
+		t.Errorf("h0 sent %d, %d, %d bytes on rails 0, 1, 2; want the %d of the flow on rail 1 only", l[0].TxBytes, l[1].TxBytes, l[2].TxBytes, res.Bytes)
+	}
+	if mbps > 220 || mbps < 100 {
+		t.Errorf("rail 1 carried %.0f Mbit/s, shaped to 200", mbps)
+	}
+}
+
+// TestLossNftables: --loss drops that share of a host's packets on every
+// rail, in the switch (nftables, so without the kernel's netem), and
+// status counts the drops per link.
+func TestLossNftables(t *testing.T) {
+	c := clustertest.New(t, cluster.Config{Hosts: 2, Rails: 2, Loss: 20})
+	for rail := range 2 {
+		var sent map[string]int
+		runHelper(t, c, 0, "udpsend", net.JoinHostPort(c.Hosts[1].Links[rail].Addr.String(), port), &sent)
+	}
+	stats, err := c.Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rail, l := range stats[0].Links {
+		share := float64(l.LossDrops) / float64(l.TxPackets)
+		t.Logf("h0 rail %d: %d of %d packets dropped (%.3f)", rail, l.LossDrops, l.TxPackets, share)
+		if l.TxPackets < 2000 || share < 0.15 || share > 0.25 { // those sent while ARP (itself lossy) resolves are lost before the link
+			t.Errorf("h0 rail %d: %d of %d packets dropped, want about 20 %% of at least 2000", rail, l.LossDrops, l.TxPackets)
+		}
+	}
+	if d := stats[1].Links[0].LossDrops; d > 20 {
+		t.Errorf("h1 sent next to nothing, yet %d of its packets were dropped", d)
+	}
+}
+
+// TestECNMarking: two hosts sending ECN-capable traffic at 0.8 of the
+// rate each into a third overfill its switch port, and the switch marks
+// CE there (counted per port), while one sender alone at 0.8 of the rate
+// is not marked.
+func TestECNMarking(t *testing.T) {
+	c := clustertest.New(t, cluster.Config{Hosts: 3, Rate: 100e6, ECN: 30000})
+	dst := net.JoinHostPort(c.Hosts[1].Addr.String(), port)
+	var sent map[string]int
+	runHelper(t, c, 0, "udpect", dst, &sent)
+	stats, err := c.Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	alone := stats[1].Links[0].ECNMarks
+	var wg sync.WaitGroup
+	for _, i := range []int{0, 2} {
+		wg.Go(func() {
+			var sent map[string]int
+			runHelperT(t, c, i, "udpect", dst, &sent)
+		})
+	}
+	wg.Wait()
+	if stats, err = c.Stats(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	in := stats[1].Links[0]
+	t.Logf("one sender: %d marks; two: %d marks of %d packets to h1", alone, in.ECNMarks-alone, in.RxPackets)
+	if alone > 100 || in.ECNMarks-alone < 1000 {
+		t.Errorf("marks to h1: %d with one sender at 0.8 of the rate, %d with two; want next to none, then many", alone, in.ECNMarks-alone)
+	}
+	if m := stats[0].Links[0].ECNMarks + stats[2].Links[0].ECNMarks; m > 0 {
+		t.Errorf("%d marks towards the senders, which nothing congested", m)
+	}
 }

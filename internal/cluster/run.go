@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 )
 
@@ -32,6 +33,7 @@ type runner struct {
 	ctx context.Context
 	ip  string // paths found by exec.LookPath
 	tc  string
+	nft string // "" where nftables is not installed (needed only for a loss)
 	// failAt > 0 makes the failAt-th command (counting from 1) fail
 	// without running: the tests' way to stop Up at any step.
 	failAt int
@@ -50,15 +52,20 @@ func newRunner(ctx context.Context) (*runner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w (install iproute2: apt-get install iproute2): %v", ErrNoTC, err)
 	}
-	return &runner{ctx: ctx, ip: ip, tc: tc}, nil
+	nft, _ := exec.LookPath("nft")
+	return &runner{ctx: ctx, ip: ip, tc: tc, nft: nft}, nil
 }
 
-// run runs prog ("ip" or "tc") with args and returns its stdout; the error
-// is a *CommandError.
+// run runs prog ("ip", "tc" or "nft") with args and returns its stdout;
+// the error is a *CommandError. nft runs in a namespace through ip netns
+// exec: its first argument is the namespace.
 func (r *runner) run(prog string, args ...string) ([]byte, error) {
 	path := r.ip
-	if prog == "tc" {
+	switch prog {
+	case "tc":
 		path = r.tc
+	case "nft":
+		path, prog, args = r.ip, "ip", slices.Concat([]string{"netns", "exec", args[0], r.nft}, args[1:])
 	}
 	r.n++
 	if r.failAt > 0 && r.n == r.failAt {
@@ -80,6 +87,12 @@ func (r *runner) ipCmd(args ...string) error {
 
 func (r *runner) tcCmd(args ...string) error {
 	_, err := r.run("tc", args...)
+	return err
+}
+
+// nftCmd runs nft with args in namespace ns.
+func (r *runner) nftCmd(ns string, args ...string) error {
+	_, err := r.run("nft", append([]string{ns}, args...)...)
 	return err
 }
 

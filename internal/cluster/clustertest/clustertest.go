@@ -80,7 +80,7 @@ func New(t testing.TB, cfg cluster.Config) *cluster.Cluster {
 // made here.
 func SkipReason(err error) string {
 	switch {
-	case errors.Is(err, cluster.ErrNoNetem), errors.Is(err, cluster.ErrNoTBF), errors.Is(err, cluster.ErrNotRoot):
+	case errors.Is(err, cluster.ErrNoNetem), errors.Is(err, cluster.ErrNoTBF), errors.Is(err, cluster.ErrNotRoot), errors.Is(err, cluster.ErrNoNft):
 		return fmt.Sprintf("network namespace cluster: %v", err)
 	}
 	var ce *cluster.CommandError
