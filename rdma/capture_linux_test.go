@@ -15,6 +15,7 @@ import (
 	"github.com/gopacket/gopacket/pcapgo"
 	"golang.org/x/sys/unix"
 
+	"github.com/goccl/goccl/rdma/qp"
 	"github.com/goccl/goccl/rdma/wire"
 )
 
@@ -168,7 +169,7 @@ func TestCaptureVeth(t *testing.T) {
 
 // openInNetns opens a device whose socket lives in the network namespace
 // ns: from a thread moved there (and left to die with its goroutine).
-func openInNetns(ns, addr string) (*Device, error) {
+func openInNetns(ns, addr string, opts ...Option) (*Device, error) {
 	type result struct {
 		d   *Device
 		err error
@@ -186,7 +187,7 @@ func openInNetns(ns, addr string) (*Device, error) {
 			ch <- result{err: fmt.Errorf("setns %s: %w", ns, err)}
 			return
 		}
-		d, err := Open(addr)
+		d, err := Open(addr, opts...)
 		ch <- result{d, err}
 	}()
 	r := <-ch
@@ -194,4 +195,67 @@ func openInNetns(ns, addr string) (*Device, error) {
 		return nil, fmt.Errorf("%w (needs root)", r.err)
 	}
 	return r.d, r.err
+}
+
+// TestDCQCNOverVeth: devices with DCQCN send ECN-capable packets; an
+// nftables rule in device A's namespace marks every one of them CE (a
+// congested switch), so device B sees CE, answers with CNPs, and A's QP
+// cuts its rate, and the WRITE, READ and SEND still complete; B's packets
+// to A, not marked, leave ECT(0) on the wire.
+func TestDCQCNOverVeth(t *testing.T) {
+	nft, err := exec.LookPath("nft")
+	if err != nil {
+		t.Skip("nft (nftables) not installed: it marks the packets CE")
+	}
+	ifa, ifb := vethPair(t)
+	ns := fmt.Sprintf("gdcq%d", os.Getpid()%100000)
+	n := os.Getpid()%250 + 1
+	addrA, addrB := fmt.Sprintf("10.78.%d.1", n), fmt.Sprintf("10.78.%d.2", n)
+	for _, args := range [][]string{{"ip", "netns", "add", ns}, {"ip", "link", "set", ifa, "netns", ns},
+		{"ip", "-n", ns, "addr", "add", addrA + "/24", "dev", ifa}, {"ip", "-n", ns, "link", "set", ifa, "up"}, {"ip", "-n", ns, "link", "set", "lo", "up"},
+		{"ip", "addr", "add", addrB + "/24", "dev", ifb},
+		{"ip", "netns", "exec", ns, nft, "add", "table", "ip", "g"},
+		{"ip", "netns", "exec", ns, nft, "add", "chain", "ip", "g", "out", "{ type filter hook output priority 0; }"},
+		{"ip", "netns", "exec", ns, nft, "add", "rule", "ip", "g", "out", "udp", "dport", "4791", "ip", "ecn", "ect0", "ip", "ecn", "set", "ce"}} {
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			exec.Command("ip", "netns", "del", ns).Run()
+			t.Skipf("%s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	p := qp.DefaultDCQCN(1e9)
+	da, err := openInNetns(ns, addrA+":4791", WithDCQCN(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := Open(addrB+":4791", WithDCQCN(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size = 1 << 20
+	a, b := newSideOn(t, da, 2*size), newSideOn(t, db, size)
+	frames := captureWhile(t, ifb, func() {
+		connect(t, a, b, 14, 7)
+		writeReadSend(t, a, b, size, "marked")
+	})
+	st, rate := a.qp.CCStats()
+	t.Logf("B: %d packets marked CE received; A's QP: %+v, rate now %.0f MB/s", db.Stats().CEReceived, st, rate/1e6)
+	if db.Stats().CEReceived == 0 || st.CNPsReceived == 0 || st.RateCuts == 0 || rate >= p.LineRate {
+		t.Errorf("CE seen %d, A's QP %+v rate %v: want CE, CNPs and a cut", db.Stats().CEReceived, st, rate)
+	}
+	ect, ce := 0, 0
+	for _, fr := range frames {
+		if len(fr) < 34 || fr[12] != 0x08 || fr[13] != 0x00 || fr[14+9] != 17 {
+			continue
+		}
+		switch fr[15] & 3 {
+		case 2:
+			ect++
+		case 3:
+			ce++
+		}
+	}
+	if ect == 0 || ce == 0 {
+		t.Errorf("on the wire: %d ECT(0) frames (B to A), %d CE (A to B, marked); want both", ect, ce)
+	}
 }

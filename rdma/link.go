@@ -32,6 +32,10 @@ type link interface {
 	// readLoop receives packets until close, handing each to
 	// d.receiveLocked in batches under the device lock.
 	readLoop(d *Device)
+	// setTOS sets the traffic class and ECN field of what the link sends
+	// and has it report the ECN field of what it receives (RoCE v2; a
+	// v1 link does nothing).
+	setTOS(tos int) error
 	close() error
 }
 
@@ -312,7 +316,8 @@ func (l *udpLink) readLoop(d *Device) {
 			}
 			from := ua.AddrPort()
 			b := m.Buffers[0][:m.N]
-			seg := grSegmentSize(m.OOB[:m.NN])
+			seg, tos := recvCmsgs(m.OOB[:m.NN])
+			ce := tos >= 0 && tos&ecnMask == ecnCE // GRO keeps one TOS per buffer
 			if seg <= 0 {
 				seg = len(b)
 			}
@@ -333,7 +338,7 @@ func (l *udpLink) readLoop(d *Device) {
 					next, ok = l.findID(len(pkt), off)
 				}
 				next++
-				d.receiveLocked(ib, ok, from)
+				d.receiveLocked(ib, ok, from, ce)
 			}
 		}
 		d.flushTx()
@@ -353,6 +358,15 @@ func (l *udpLink) findID(n int, off uint32) (int, bool) {
 }
 
 func (l *udpLink) close() error { return l.conn.Close() }
+
+func (l *udpLink) setTOS(tos int) error { return setTOS(l.conn, tos) }
+
+// The IPv4 ECN field (RFC 3168): the TOS byte's low two bits.
+const (
+	ecnMask = 0x03
+	ecnECT0 = 0x02
+	ecnCE   = 0x03
+)
 
 // icrcV2 computes the ICRC of ib as sent from src to dst over IPv4/UDP
 // (see udpLink for the headers assumed), building them in hdr (a scratch

@@ -155,7 +155,7 @@ func (l *packetLink) readLoop(d *Device) {
 		}
 		ib := fr[hdr : end-wire.ICRCSize]
 		want, err := wire.ICRCv1(fr[14:hdr], ib)
-		d.receiveLocked(ib, err == nil && want == binary.LittleEndian.Uint32(fr[end-wire.ICRCSize:end]), netip.AddrPortFrom(netip.AddrFrom16(g.SGID), 0))
+		d.receiveLocked(ib, err == nil && want == binary.LittleEndian.Uint32(fr[end-wire.ICRCSize:end]), netip.AddrPortFrom(netip.AddrFrom16(g.SGID), 0), false)
 		d.flushTx()
 		d.mu.Unlock()
 	}
@@ -179,3 +179,7 @@ func (l *packetLink) kernelDrops() uint64 {
 	})
 	return n
 }
+
+// setTOS does nothing: RoCE v1 frames have no IP header (their GRH's
+// traffic class is not set by this device).
+func (l *packetLink) setTOS(int) error { return nil }

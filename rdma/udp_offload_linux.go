@@ -64,14 +64,43 @@ func appendSegmentCmsg(b []byte, segSize int) []byte {
 // grSegmentSize is the segment size of a UDP_GRO control message in oob,
 // or 0 when there is none (the buffer is one datagram).
 func grSegmentSize(oob []byte) int {
+	seg, _ := recvCmsgs(oob)
+	return seg
+}
+
+// recvCmsgs reads oob's UDP_GRO segment size (0: one datagram) and IP_TOS
+// byte (-1: none; the socket asks for it with setTOS's IP_RECVTOS).
+func recvCmsgs(oob []byte) (seg, tos int) {
+	tos = -1
 	msgs, err := unix.ParseSocketControlMessage(oob)
 	if err != nil {
-		return 0
+		return 0, tos
 	}
 	for _, m := range msgs {
-		if m.Header.Level == unix.IPPROTO_UDP && m.Header.Type == unix.UDP_GRO && len(m.Data) >= 4 {
-			return int(binary.NativeEndian.Uint32(m.Data))
+		switch {
+		case m.Header.Level == unix.IPPROTO_UDP && m.Header.Type == unix.UDP_GRO && len(m.Data) >= 4:
+			seg = int(binary.NativeEndian.Uint32(m.Data))
+		case m.Header.Level == unix.IPPROTO_IP && m.Header.Type == unix.IP_TOS && len(m.Data) >= 1:
+			tos = int(m.Data[0])
 		}
 	}
-	return 0
+	return seg, tos
+}
+
+// setTOS gives conn's datagrams the IPv4 TOS byte tos (DSCP and ECN
+// field) and has the kernel report each received datagram's (IP_RECVTOS).
+func setTOS(conn *net.UDPConn, tos int) error {
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		if serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_TOS, tos); serr == nil {
+			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_RECVTOS, 1)
+		}
+	}); err != nil {
+		return err
+	}
+	return serr
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/goccl/goccl/rdma/wire"
 )
 
+var vethSeq int
+
 // vethPair creates a veth pair in this network namespace and returns its
 // two ends, or skips the test where that cannot be done (not root, no ip).
 func vethPair(t *testing.T) (string, string) {
@@ -25,14 +27,18 @@ func vethPair(t *testing.T) (string, string) {
 	if err != nil {
 		t.Skip("ip (iproute2) not installed")
 	}
-	a, b := fmt.Sprintf("gv1a%d", os.Getpid()%100000), fmt.Sprintf("gv1b%d", os.Getpid()%100000)
+	vethSeq++ // a pair of names per test: a deleted pair can linger a moment
+	a, b := fmt.Sprintf("gv1a%d-%d", os.Getpid()%100000, vethSeq), fmt.Sprintf("gv1b%d-%d", os.Getpid()%100000, vethSeq)
 	for _, args := range [][]string{{"link", "add", a, "type", "veth", "peer", "name", b}, {"link", "set", a, "up"}, {"link", "set", b, "up"}} {
 		if out, err := exec.Command(ipCmd, args...).CombinedOutput(); err != nil {
 			exec.Command(ipCmd, "link", "del", a).Run()
 			t.Skipf("cannot create a veth pair: ip %s: %v: %s", strings.Join(args, " "), err, out)
 		}
 	}
-	t.Cleanup(func() { exec.Command(ipCmd, "link", "del", a).Run() })
+	t.Cleanup(func() { // either end takes the pair with it (b, when a was moved to a namespace)
+		exec.Command(ipCmd, "link", "del", a).Run()
+		exec.Command(ipCmd, "link", "del", b).Run()
+	})
 	return a, b
 }
 

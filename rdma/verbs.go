@@ -257,6 +257,9 @@ func (pd *PD) CreateQP(sendCQ, recvCQ *CQ) (*QP, error) {
 	}
 	q := &QP{d: d, pd: pd, sendCQ: sendCQ, recvCQ: recvCQ}
 	q.eng = qp.New(d.nextQPN, pdMemory{pd})
+	if d.cc != nil {
+		q.eng.SetDCQCN(*d.cc)
+	}
 	d.nextQPN++
 	d.qps[q.eng.QPN] = q
 	return q, nil
@@ -376,6 +379,14 @@ func (q *QP) PostRecv(wr RecvWR) error {
 	q.d.mu.Lock()
 	defer q.d.mu.Unlock()
 	return q.eng.PostRecv(qp.RecvWR{ID: wr.ID, Buf: buf})
+}
+
+// CCStats returns the QP's DCQCN counters and Rate its current sending
+// rate in bytes per second (0 without WithDCQCN).
+func (q *QP) CCStats() (st qp.CCStats, rate float64) {
+	q.d.mu.Lock()
+	defer q.d.mu.Unlock()
+	return q.eng.CCStats(), q.eng.Rate()
 }
 
 // Stats returns the engine's counters (retransmissions, NAKs, ...).

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/goccl/goccl/internal/cluster"
 	"github.com/goccl/goccl/rdma"
 	"github.com/goccl/goccl/rdma/qp"
 )
@@ -40,9 +41,11 @@ type rocePerf struct {
 	timeout  time.Duration
 	server   string
 	pcap     string
-	ifname   string // -d: RoCE v1 on this interface
-	gbits    bool   // --report_gbits
-	bidir    bool   // -b: both sides send at once (write-bw, read-bw)
+	ifname   string       // -d: RoCE v1 on this interface
+	gbits    bool         // --report_gbits
+	dcqcn    cluster.Rate // --dcqcn: DCQCN at this line rate (bits/s); 0: off
+	tclass   int          // --tclass: the traffic class (DSCP << 2) of RoCE v2 packets
+	bidir    bool         // -b: both sides send at once (write-bw, read-bw)
 	out, err io.Writer
 }
 
@@ -105,6 +108,8 @@ func parseRocePerf(name string, args []string, stdout, stderr io.Writer) (*roceP
 	fs.IntVar(&p.devPort, "dev-port", rdma.DefaultPort, "UDP port of the server's soft RoCE device (0: any)")
 	fs.DurationVar(&p.timeout, "timeout", 60*time.Second, "give up after this long")
 	fs.StringVar(&p.pcap, "pcap", "", "record every frame sent and received to this pcap file (tshark dissects v2 frames as RRoCE, v1 frames as InfiniBand over Ethernet)")
+	fs.Var(&p.dcqcn, "dcqcn", "RoCE v2 congestion control: DCQCN with ConnectX's defaults at this line rate (tc units: 100mbit, 1gbit; 0: off); packets leave ECN-capable")
+	fs.IntVar(&p.tclass, "tclass", 0, "traffic class of RoCE v2 packets: the IPv4 TOS byte's DSCP bits (NCCL_IB_TC's role; 0 to 252, a multiple of 4)")
 	if status, exit := fs.parseOrExit(args); exit {
 		return nil, status
 	}
@@ -123,6 +128,8 @@ func parseRocePerf(name string, args []string, stdout, stderr io.Writer) (*roceP
 		return usageErr("-s %d: the size is 1 byte to 1 GiB", p.size)
 	case p.txDepth < 1:
 		return usageErr("-t %d: the send queue depth is at least 1", p.txDepth)
+	case p.tclass < 0 || p.tclass > 252 || p.tclass%4 != 0:
+		return usageErr("--tclass %d: a DSCP value shifted left by 2: 0 to 252, a multiple of 4", p.tclass)
 	case p.bidir && (p.lat || p.op == qp.WRSend):
 		return usageErr("-b: bidirectional runs are for write-bw and read-bw")
 	}
@@ -179,6 +186,12 @@ func (p *rocePerf) run(ctx context.Context) error {
 		}
 		defer f.Close()
 		opts = append(opts, rdma.WithPcap(f))
+	}
+	if p.dcqcn > 0 {
+		opts = append(opts, rdma.WithDCQCN(qp.DefaultDCQCN(float64(p.dcqcn)/8)))
+	}
+	if p.tclass > 0 {
+		opts = append(opts, rdma.WithTrafficClass(p.tclass))
 	}
 	var dev *rdma.Device
 	if p.ifname != "" {
@@ -255,6 +268,11 @@ func (p *rocePerf) run(ctx context.Context) error {
 		}
 	}
 	fmt.Fprintln(p.out, "---------------------------------------------------------------------------------------")
+	if p.dcqcn > 0 {
+		st, rate := q.CCStats()
+		fmt.Fprintf(p.out, " DCQCN: %d CE-marked packets received, %d CNPs sent, %d received, %d rate cuts, rate now %.1f Mbit/s of %v\n",
+			dev.Stats().CEReceived, st.CNPsSent, st.CNPsReceived, st.RateCuts, rate*8/1e6, p.dcqcn)
+	}
 	return nil
 }
 

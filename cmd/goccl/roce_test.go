@@ -231,3 +231,19 @@ func rocePairWith(t *testing.T, tool string, args []string, client func(port str
 	}
 	return out.String()
 }
+
+// TestRocePerfCCFlags: --dcqcn takes a tc rate, --tclass a DSCP value
+// shifted by 2.
+func TestRocePerfCCFlags(t *testing.T) {
+	var out, errb bytes.Buffer
+	p, status := parseRocePerf("write-bw", []string{"--dcqcn", "1gbit", "--tclass", "104"}, &out, &errb)
+	if p == nil || p.dcqcn != 1e9 || p.tclass != 104 {
+		t.Fatalf("status %d, %+v: want dcqcn 1e9, tclass 104 (%s)", status, p, errb.String())
+	}
+	for _, args := range [][]string{{"--tclass", "3"}, {"--tclass", "256"}, {"--dcqcn", "fast"}} {
+		errb.Reset()
+		if p, status := parseRocePerf("write-bw", args, &out, &errb); p != nil || status != 2 {
+			t.Errorf("%q: status %d, want a usage error", args, status)
+		}
+	}
+}

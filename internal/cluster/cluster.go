@@ -119,7 +119,8 @@ type Config struct {
 	// Loss is the percentage of packets from a host that its link drops
 	// (in the switch, nftables), 0 to 100, on every rail. With a loss the
 	// hosts' veths send MTU-sized packets (gso_max_segs 1), so the loss
-	// applies per packet, not per 64 KiB super-packet.
+	// applies per packet, not per 64 KiB super-packet (with ECN marking
+	// too).
 	Loss float64 `json:"loss"`
 	// Rails is the links per host, each to a switch and subnet of its
 	// own (see the package doc); 0 means 1.
@@ -452,7 +453,9 @@ func (r *runner) build(c *Cluster) error {
 				{"-n", sw, "link", "set", l.Port, "up"},
 				{"-n", h.Name, "addr", "add", netip.PrefixFrom(l.Addr, c.Config.Subnet.Bits()).String(), "dev", l.Iface},
 			}
-			if c.Config.Loss > 0 {
+			if c.Config.Loss > 0 || c.Config.ECN > 0 {
+				// Per-packet loss and marking: the switch must see
+				// frames, not 64 KiB super-packets.
 				steps = append(steps, []string{"-n", h.Name, "link", "set", l.Iface, "gso_max_segs", "1"})
 			}
 			steps = append(steps, []string{"-n", h.Name, "link", "set", l.Iface, "up"})

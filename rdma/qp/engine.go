@@ -177,6 +177,8 @@ type QP struct {
 	out   []wire.Packet
 	cqes  []CQE
 	Stats Stats
+
+	cc *ccState // DCQCN (SetDCQCN); nil: off
 }
 
 type savedAtomic struct {
@@ -279,6 +281,7 @@ func (q *QP) Tick(now time.Duration) {
 	if q.State() != StateRTS && q.State() != StateSQD {
 		return
 	}
+	q.ccTick()
 	if q.timerOn && !q.inRNRWait() {
 		if to := RetryTimeout(q.attr.Timeout); to > 0 && now-q.lastSend >= to {
 			q.Stats.Timeouts++
@@ -295,15 +298,24 @@ func (q *QP) Tick(now time.Duration) {
 
 // NextDeadline is when Tick next has something to do (0: nothing pending).
 func (q *QP) NextDeadline() time.Duration {
+	d := q.ccDeadline()
 	if q.inRNRWait() {
-		return q.rnrUntil
+		return earliest(d, q.rnrUntil)
 	}
 	if q.timerOn {
 		if to := RetryTimeout(q.attr.Timeout); to > 0 {
-			return q.lastSend + to
+			return earliest(d, q.lastSend+to)
 		}
 	}
-	return 0
+	return d
+}
+
+// earliest is the earlier of two deadlines, 0 meaning none.
+func earliest(a, b time.Duration) time.Duration {
+	if a == 0 || b != 0 && b < a {
+		return b
+	}
+	return a
 }
 
 func (q *QP) inRNRWait() bool { return q.rnrUntil > q.now }
@@ -318,6 +330,8 @@ func (q *QP) Receive(p *wire.Packet) {
 	}
 	q.Stats.PacketsReceived++
 	switch op := p.BTH.Opcode; {
+	case op == wire.CNP:
+		q.receiveCNP()
 	case op == wire.RCAcknowledge || op == wire.RCAtomicAcknowledge || isReadResponse(op):
 		if s == StateRTS || s == StateSQD {
 			q.requesterReceive(p)

@@ -14,6 +14,12 @@ func (q *QP) pump() {
 	mtu := q.attr.PathMTU
 	for q.nextIdx < len(q.sq) && wire.PSNDiff(q.nextPSN, q.unacked) < Window {
 		w := q.sq[q.nextIdx]
+		size := 0
+		if q.cc != nil {
+			if size = q.nextWireBytes(w); !q.ccMayPace(size) {
+				return // Tick at NextDeadline sends it
+			}
+		}
 		if !w.started {
 			if w.wr.needsResponse() {
 				if q.readsOut >= max(1, int(q.attr.MaxQPRdAtomic)) {
@@ -83,7 +89,26 @@ func (q *QP) pump() {
 			q.timerOn, q.lastSend = true, q.now
 		}
 		q.emit(p)
+		if q.cc != nil {
+			q.ccSent(size)
+		}
 	}
+}
+
+// nextWireBytes is what the next packet of w takes on the wire.
+func (q *QP) nextWireBytes(w *sendWQE) int {
+	switch {
+	case w.wr.isAtomic():
+		return wireBytes(wire.AtomicETHSize, 0)
+	case w.wr.Opcode == WRRead:
+		return wireBytes(wire.RETHSize, 0)
+	}
+	off := q.nextOff * q.attr.PathMTU
+	n := min(q.attr.PathMTU, len(w.wr.Local)-off)
+	if q.nextOff == 0 && (w.wr.Opcode == WRWrite || w.wr.Opcode == WRWriteImm) {
+		return wireBytes(wire.RETHSize, n)
+	}
+	return wireBytes(0, n)
 }
 
 // reRequestRead asks again for the responses of READ w from its first
@@ -315,7 +340,16 @@ func (q *QP) ackThrough(psn uint32) {
 		q.retries, q.rnrLeft = q.attr.RetryCnt, q.attr.RNRRetry
 	}
 	if q.nextIdx < 0 {
-		q.nextIdx, q.nextOff = 0, 0
+		// The WR being (re)sent was acknowledged whole: go on from the
+		// next one, at its first PSN (or the first unacknowledged one if
+		// it has none yet). Keeping the old nextPSN, which lay inside the
+		// completed WR, gave the next WR a first PSN the responder had
+		// already passed (found by TestDCQCNIncast's go-back-N under tail
+		// drops).
+		q.nextIdx, q.nextOff, q.nextPSN = 0, 0, q.unacked
+		if len(q.sq) > 0 && q.sq[0].started {
+			q.nextPSN = q.sq[0].firstPSN
+		}
 	}
 	q.timerOn = q.sentAny && q.unacked != q.sentEnd
 }
