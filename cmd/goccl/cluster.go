@@ -58,7 +58,7 @@ Shaping (each host's link, like a full-duplex cable to a switch):
                0.5%; an nftables rule in the switch, counted per link)
   --ecn B      the switch marks CE on ECN-capable packets to a host once
                more than B bytes are queued for it (a virtual queue at the
-               rate, in MTU-sized frames: the kernel has no RED); needs --bw
+               rate, in RoCE frames: the kernel has no RED); needs --bw
   --queue B    the shaper's queue in bytes (default: 2×D + 20 ms of the
                rate, at least 4 bursts); deeper for senders without
                congestion control (the soft RoCE device)

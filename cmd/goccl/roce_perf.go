@@ -270,8 +270,9 @@ func (p *rocePerf) run(ctx context.Context) error {
 	fmt.Fprintln(p.out, "---------------------------------------------------------------------------------------")
 	if p.dcqcn > 0 {
 		st, rate := q.CCStats()
-		fmt.Fprintf(p.out, " DCQCN: %d CE-marked packets received, %d CNPs sent, %d received, %d rate cuts, rate now %.1f Mbit/s of %v\n",
-			dev.Stats().CEReceived, st.CNPsSent, st.CNPsReceived, st.RateCuts, rate*8/1e6, p.dcqcn)
+		qs := q.Stats()
+		fmt.Fprintf(p.out, " DCQCN: %d CE-marked packets received, %d CNPs sent, %d received, %d rate cuts, rate now %.1f Mbit/s of %v; %d packets resent (%d timeouts, %d sequence NAKs)\n",
+			dev.Stats().CEReceived, st.CNPsSent, st.CNPsReceived, st.RateCuts, rate*8/1e6, p.dcqcn, qs.Retransmits, qs.Timeouts, qs.SeqNAKs)
 	}
 	return nil
 }
