@@ -53,8 +53,9 @@ type link interface {
 // that fails (a run split between GRO buffers on a real path, or lone
 // datagrams that GRO merged, all with ID 0), the ID is searched among a
 // run's 64 (so a corrupted packet passes with odds of 64 in 2^32) and the
-// next segments counted on from it. Every frame on the wire therefore carries the ICRC
-// that a RoCE NIC (rxe, ConnectX) computes over its real headers.
+// next segments counted on from it. Every frame on the wire therefore
+// carries the ICRC that a RoCE NIC (rxe, ConnectX) computes over its real
+// headers.
 //
 // Where the kernel offers UDP segmentation offload (Linux 4.18+), runs of
 // datagrams to one peer of one size (the last may be shorter) leave as one

@@ -30,7 +30,7 @@ func drainSizes(t *testing.T, sink *udpLink, want int) []int {
 			t.Fatalf("after %d of %d datagrams: %v", len(sizes), want, err)
 		}
 		for _, m := range msgs[:n] {
-			seg := grSegmentSize(m.OOB[:m.NN])
+			seg, _ := recvCmsgs(m.OOB[:m.NN])
 			if seg <= 0 {
 				seg = m.N
 			}

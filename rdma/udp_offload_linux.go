@@ -61,13 +61,6 @@ func appendSegmentCmsg(b []byte, segSize int) []byte {
 	return b
 }
 
-// grSegmentSize is the segment size of a UDP_GRO control message in oob,
-// or 0 when there is none (the buffer is one datagram).
-func grSegmentSize(oob []byte) int {
-	seg, _ := recvCmsgs(oob)
-	return seg
-}
-
 // recvCmsgs reads oob's UDP_GRO segment size (0: one datagram) and IP_TOS
 // byte (-1: none; the socket asks for it with setTOS's IP_RECVTOS).
 func recvCmsgs(oob []byte) (seg, tos int) {

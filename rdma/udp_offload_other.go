@@ -6,7 +6,6 @@ import "net"
 
 func udpOffload(conn *net.UDPConn) bool        { return false }
 func appendSegmentCmsg(b []byte, _ int) []byte { return b }
-func grSegmentSize(oob []byte) int             { return 0 }
 func setDontFragment(*net.UDPConn) error       { return nil }
 func recvCmsgs(oob []byte) (seg, tos int)      { return 0, -1 }
 func setTOS(*net.UDPConn, int) error           { return nil }

@@ -157,13 +157,6 @@ func (t *trainer) close() error {
 	return nil
 }
 
-func grow(s []float32, n int) []float32 {
-	if cap(s) < n {
-		return make([]float32, n)
-	}
-	return s[:n]
-}
-
 // step trains on this rank's n samples x with labels, of a global batch
 // of batch samples, and returns the summed loss.
 func (t *trainer) step(ctx context.Context, x []float32, labels []uint8, batch int) (float64, error) {
@@ -175,7 +168,7 @@ func (t *trainer) step(ctx context.Context, x []float32, labels []uint8, batch i
 			return 0, err
 		}
 		w, b := t.split(p, l)
-		t.acts[l+1] = grow(t.acts[l+1], n*t.sizes[l+1])
+		t.acts[l+1] = nn.Grow(t.acts[l+1], n*t.sizes[l+1])
 		nn.Linear(t.acts[l], n, w, b, t.acts[l+1])
 		if l < L-1 {
 			nn.ReLU(t.acts[l+1])
@@ -196,7 +189,7 @@ func (t *trainer) step(ctx context.Context, x []float32, labels []uint8, batch i
 		dw, db := t.split(g, l)
 		var dx []float32
 		if l > 0 {
-			t.deltas[l] = grow(t.deltas[l], n*t.sizes[l])
+			t.deltas[l] = nn.Grow(t.deltas[l], n*t.sizes[l])
 			dx = t.deltas[l]
 		}
 		nn.LinearBackward(t.acts[l], n, w, t.deltas[l+1], dw, db, dx)
@@ -226,7 +219,7 @@ func (t *trainer) evaluate(ctx context.Context, d *mnist.Dataset) (float64, erro
 		acts[0] = x
 		for l := range L {
 			w, b := t.split(params[l], l)
-			acts[l+1] = grow(acts[l+1], n*t.sizes[l+1])
+			acts[l+1] = nn.Grow(acts[l+1], n*t.sizes[l+1])
 			nn.Linear(acts[l], n, w, b, acts[l+1])
 			if l < L-1 {
 				nn.ReLU(acts[l+1])
@@ -327,11 +320,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) (rank int, err er
 	if err != nil {
 		return -1, err
 	}
-	trainSet, testSet, err := mnist.Load()
-	if err != nil {
-		return -1, err
-	}
-	return exmain.WithComm(ctx, stdout, func(c *goccl.Comm, out io.Writer) error {
+	return exmain.WithMNIST(ctx, stdout, func(c *goccl.Comm, trainSet, testSet *mnist.Dataset, out io.Writer) error {
 		_, err := train(ctx, c, cfg, trainSet, testSet, out)
 		return err
 	})

@@ -186,11 +186,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) (rank int, err er
 	if err != nil {
 		return -1, err
 	}
-	trainSet, testSet, err := mnist.Load()
-	if err != nil {
-		return -1, err
-	}
-	return exmain.WithComm(ctx, stdout, func(c *goccl.Comm, out io.Writer) error {
+	return exmain.WithMNIST(ctx, stdout, func(c *goccl.Comm, trainSet, testSet *mnist.Dataset, out io.Writer) error {
 		_, err := train(ctx, c, cfg, trainSet, testSet, out)
 		return err
 	})

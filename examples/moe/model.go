@@ -135,15 +135,6 @@ func newModel(c *goccl.Comm, s shape, seed uint64, capFactor float64, auxCoef fl
 	return m, nil
 }
 
-// grow returns s with length n, reusing its array when it is large enough
-// (the contents are not kept).
-func grow(s []float32, n int) []float32 {
-	if cap(s) < n {
-		return make([]float32, n)
-	}
-	return s[:n]
-}
-
 // ffnForward runs the FFN block p on the n x hidden rows x: a (n x ffn)
 // gets the ReLU's output, y (n x hidden) the block's.
 func (m *Model) ffnForward(p, x []float32, n int, a, y []float32) {
@@ -175,13 +166,13 @@ func (m *Model) a2a(err error, t0 time.Time) error {
 func (m *Model) forward(ctx context.Context, x []float32, n, capacity int) error {
 	s := m.s
 	h := s.hidden
-	m.h = grow(m.h, n*h)
+	m.h = nn.Grow(m.h, n*h)
 	nn.Linear(x, n, m.w1, m.b1, m.h)
 	nn.ReLU(m.h)
-	m.m = grow(m.m, n*h)
+	m.m = nn.Grow(m.m, n*h)
 	copy(m.m, m.h) // the residual
 	if s.experts == 0 {
-		m.fa, m.fy = grow(m.fa, n*s.ffn), grow(m.fy, n*h)
+		m.fa, m.fy = nn.Grow(m.fa, n*s.ffn), nn.Grow(m.fy, n*h)
 		m.ffnForward(m.dense, m.h, n, m.fa, m.fy)
 		for i, v := range m.fy {
 			m.m[i] += v
@@ -189,7 +180,7 @@ func (m *Model) forward(ctx context.Context, x []float32, n, capacity int) error
 	} else if err := m.moeForward(ctx, n, capacity); err != nil {
 		return err
 	}
-	m.logits = grow(m.logits, n*s.classes)
+	m.logits = nn.Grow(m.logits, n*s.classes)
 	nn.Linear(m.m, n, m.w2, m.b2, m.logits)
 	return nil
 }
@@ -200,10 +191,10 @@ func (m *Model) forward(ctx context.Context, x []float32, n, capacity int) error
 func (m *Model) moeForward(ctx context.Context, n, capacity int) error {
 	s := m.s
 	h, k, E := s.hidden, s.k, s.experts
-	m.gate, m.probs = grow(m.gate, n*E), grow(m.probs, n*E)
+	m.gate, m.probs = nn.Grow(m.gate, n*E), nn.Grow(m.probs, n*E)
 	nn.Linear(m.h, n, m.wg, m.bg, m.gate)
 	m.choices = m.choices[:0]
-	m.wt = grow(m.wt, n*k)
+	m.wt = nn.Grow(m.wt, n*k)
 	for t := range n {
 		g, p := m.gate[t*E:(t+1)*E], m.probs[t*E:(t+1)*E]
 		softmax(g, p)
@@ -230,7 +221,7 @@ func (m *Model) moeForward(ctx context.Context, n, capacity int) error {
 		return err
 	}
 	r := m.plan.Received()
-	m.xe, m.ye, m.a = grow(m.xe, r*h), grow(m.ye, r*h), grow(m.a, r*s.ffn)
+	m.xe, m.ye, m.a = nn.Grow(m.xe, r*h), nn.Grow(m.ye, r*h), nn.Grow(m.a, r*s.ffn)
 	t0 = time.Now()
 	if err := m.a2a(m.plan.Dispatch(ctx, m.h, m.xe), t0); err != nil {
 		return err
@@ -239,7 +230,7 @@ func (m *Model) moeForward(ctx context.Context, n, capacity int) error {
 		lo, hi := m.plan.Expert(e)
 		m.ffnForward(m.exp[e], m.xe[lo*h:hi*h], hi-lo, m.a[lo*s.ffn:hi*s.ffn], m.ye[lo*h:hi*h])
 	}
-	m.yc = grow(m.yc, n*k*h)
+	m.yc = nn.Grow(m.yc, n*k*h)
 	t0 = time.Now()
 	if err := m.a2a(m.plan.CombineChoices(ctx, m.ye, m.yc), t0); err != nil {
 		return err
@@ -288,12 +279,12 @@ func (m *Model) backward(ctx context.Context, x []float32, n int) error {
 	rest := m.repGrad
 	cut := func(l int) []float32 { v := rest[:l]; rest = rest[l:]; return v }
 	dw1, db1, dwg, dbg, dw2, db2 := cut(len(m.w1)), cut(len(m.b1)), cut(len(m.wg)), cut(len(m.bg)), cut(len(m.w2)), cut(len(m.b2))
-	m.dm, m.dh, m.dfx = grow(m.dm, n*h), grow(m.dh, n*h), grow(m.dfx, n*h)
+	m.dm, m.dh, m.dfx = nn.Grow(m.dm, n*h), nn.Grow(m.dh, n*h), nn.Grow(m.dfx, n*h)
 	nn.LinearBackward(m.m, n, m.w2, m.logits, dw2, db2, m.dm)
 	copy(m.dh, m.dm) // the residual
 	// m.dfx: the gradient of h through the FFN block, or through the gate.
 	if E == 0 {
-		m.da = grow(m.da, n*s.ffn)
+		m.da = nn.Grow(m.da, n*s.ffn)
 		m.ffnBackward(m.dense, m.h, n, m.fa, m.dm, m.da, cut(s.ffnLen()), m.dfx)
 	} else {
 		if err := m.moeBackward(ctx, n); err != nil {
@@ -316,7 +307,7 @@ func (m *Model) backward(ctx context.Context, x []float32, n int) error {
 func (m *Model) moeBackward(ctx context.Context, n int) error {
 	s := m.s
 	h, k, E := s.hidden, s.k, s.experts
-	m.dwt, m.dyc = grow(m.dwt, n*k), grow(m.dyc, n*k*h)
+	m.dwt, m.dyc = nn.Grow(m.dwt, n*k), nn.Grow(m.dyc, n*k*h)
 	for i, w := range m.wt {
 		dm, y, dy := m.dm[(i/k)*h:(i/k+1)*h], m.yc[i*h:(i+1)*h], m.dyc[i*h:(i+1)*h]
 		var dot float32
@@ -327,7 +318,7 @@ func (m *Model) moeBackward(ctx context.Context, n int) error {
 		m.dwt[i] = dot
 	}
 	r := m.plan.Received()
-	m.dye, m.dxe, m.da = grow(m.dye, r*h), grow(m.dxe, r*h), grow(m.da, r*s.ffn)
+	m.dye, m.dxe, m.da = nn.Grow(m.dye, r*h), nn.Grow(m.dxe, r*h), nn.Grow(m.da, r*s.ffn)
 	t0 := time.Now()
 	if err := m.a2a(m.plan.DispatchChoices(ctx, m.dyc, m.dye), t0); err != nil {
 		return err
@@ -336,7 +327,7 @@ func (m *Model) moeBackward(ctx context.Context, n int) error {
 		lo, hi := m.plan.Expert(e)
 		m.ffnBackward(m.exp[e], m.xe[lo*h:hi*h], hi-lo, m.a[lo*s.ffn:hi*s.ffn], m.dye[lo*h:hi*h], m.da[lo*s.ffn:hi*s.ffn], m.expGrad[e], m.dxe[lo*h:hi*h])
 	}
-	m.dxc = grow(m.dxc, n*k*h)
+	m.dxc = nn.Grow(m.dxc, n*k*h)
 	t0 = time.Now()
 	if err := m.a2a(m.plan.CombineChoices(ctx, m.dxe, m.dxc), t0); err != nil {
 		return err
@@ -354,9 +345,9 @@ func (m *Model) moeBackward(ctx context.Context, n int) error {
 	// the rank's choices that went to e (not differentiated), P_e the mean
 	// gate probability of e: d aux / d p[t][e] = coef/P * E * f_e / n,
 	// through the softmax: dg += p (dp - <p, dp>).
-	m.dg = grow(m.dg, n*E)
+	m.dg = nn.Grow(m.dg, n*E)
 	clear(m.dg)
-	m.frac = grow(m.frac, E)
+	m.frac = nn.Grow(m.frac, E)
 	f := m.frac
 	clear(f)
 	for _, e := range m.choices {

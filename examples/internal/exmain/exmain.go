@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/goccl/goccl"
+	"github.com/goccl/goccl/examples/internal/mnist"
 	"github.com/goccl/goccl/internal/progress"
 )
 
@@ -57,6 +58,17 @@ func WithComm(ctx context.Context, stdout io.Writer, fn func(c *goccl.Comm, out 
 		out = stdout
 	}
 	return c.Rank(), fn(c, out)
+}
+
+// WithMNIST is WithComm for the MNIST examples: it loads the embedded
+// training and test sets first (an error there returns rank -1) and
+// hands them to fn.
+func WithMNIST(ctx context.Context, stdout io.Writer, fn func(c *goccl.Comm, train, test *mnist.Dataset, out io.Writer) error) (rank int, err error) {
+	train, test, err := mnist.Load()
+	if err != nil {
+		return -1, err
+	}
+	return WithComm(ctx, stdout, func(c *goccl.Comm, out io.Writer) error { return fn(c, train, test, out) })
 }
 
 // EpochBar starts the progress bar of one epoch of steps steps, drawn by

@@ -114,3 +114,12 @@ func Argmax(row []float32) int {
 	}
 	return best
 }
+
+// Grow returns s with length n, reusing its array when it is large enough
+// (the contents are not kept): a layer's activations from step to step.
+func Grow(s []float32, n int) []float32 {
+	if cap(s) < n {
+		return make([]float32, n)
+	}
+	return s[:n]
+}
