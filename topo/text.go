@@ -58,6 +58,13 @@ func (h *Host) WriteText(w io.Writer) error {
 			or(i.BusID, "-"), numaText(i.NUMANode), rdma, or(strings.Join(i.Addrs, " "), "-"))
 	}
 	tw.Flush()
+	if len(h.Rails) > 0 {
+		var rs []string
+		for _, r := range h.Rails {
+			rs = append(rs, r.Iface+" "+r.Subnet)
+		}
+		fmt.Fprintf(ew, "rails     %d: %s\n", len(h.Rails), strings.Join(rs, ", "))
+	}
 
 	fmt.Fprintln(ew)
 	if len(h.RDMA) == 0 {

@@ -84,11 +84,13 @@ type Host struct {
 	NUMA []NUMANode `json:"numa_nodes"`
 	// Process is the rank's process: its CPU set and NUMA nodes. Job moves
 	// it to Job.Ranks.
-	Process    *Process       `json:"process,omitempty"`
-	Interfaces []Interface    `json:"interfaces"`
-	RDMA       []RDMADevice   `json:"rdma_devices"`
-	GPUs       []GPU          `json:"gpus"`
-	PCI        map[string]PCI `json:"pci,omitempty"` // by bus id: every function on the path of a NIC, RDMA device or GPU
+	Process    *Process    `json:"process,omitempty"`
+	Interfaces []Interface `json:"interfaces"`
+	// Rails are the interfaces on IPv4 subnets of their own (rails).
+	Rails []Rail         `json:"rails,omitempty"`
+	RDMA  []RDMADevice   `json:"rdma_devices"`
+	GPUs  []GPU          `json:"gpus"`
+	PCI   map[string]PCI `json:"pci,omitempty"` // by bus id: every function on the path of a NIC, RDMA device or GPU
 	// GPUQuery is the nvidia-smi command that listed GPUs ("": none ran).
 	GPUQuery string `json:"gpu_query,omitempty"`
 	// Notes say what could not be read (a failed nvidia-smi, say).
@@ -261,6 +263,7 @@ func Detect(opts Options) (*Host, error) {
 	d.process(opts.Affinity)
 	netRDMA := d.rdma()
 	d.interfaces(netRDMA)
+	h.Rails = rails(h.Interfaces)
 	d.gpus(opts)
 	if len(h.PCI) == 0 {
 		h.PCI = nil

@@ -408,3 +408,26 @@ func TestDetectH100Capture(t *testing.T) {
 		t.Errorf("nets %+v\n%s", nets, x.String())
 	}
 }
+
+// TestRails: one rail per IPv4 subnet, from interfaces that can carry a
+// rail (up, not loopback, not in a bond or bridge, not a container's).
+func TestRails(t *testing.T) {
+	ifs := []Interface{
+		{Name: "lo", Type: 772, State: "unknown", Addrs: []string{"127.0.0.1/8"}},
+		{Name: "eth0", State: "up", Addrs: []string{"fe80::1/64", "10.200.0.1/24"}},
+		{Name: "eth1", State: "up", Addrs: []string{"10.200.1.1/24"}, RDMADevice: "mlx5_1"},
+		{Name: "eth2", State: "down", Addrs: []string{"10.200.2.1/24"}},
+		{Name: "eth3", State: "up", Addrs: []string{"10.200.1.9/24"}}, // rail 1's subnet again
+		{Name: "ens1", State: "up", Master: "bond0", Addrs: []string{"10.9.0.1/16"}},
+		{Name: "docker0", State: "up", Addrs: []string{"172.17.0.1/16"}},
+		{Name: "ib0", State: "unknown", Addrs: []string{"192.168.7.1/24"}},
+	}
+	var got []string
+	for _, r := range rails(ifs) {
+		got = append(got, r.Iface+" "+r.Addr+" "+r.Subnet+" "+r.RDMA)
+	}
+	want := []string{"eth0 10.200.0.1 10.200.0.0/24 ", "eth1 10.200.1.1 10.200.1.0/24 mlx5_1", "ib0 192.168.7.1 192.168.7.0/24 "}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("rails = %q, want %q", got, want)
+	}
+}

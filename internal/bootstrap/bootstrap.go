@@ -133,10 +133,11 @@ func Connect(ctx context.Context, p Params) (res *Result, err error) {
 			return nil, err
 		}
 	}
-	iface, err := tcp.SelectInterface(p.Iface)
+	ifaces, err := tcp.SelectInterfaces(p.Iface)
 	if err != nil {
 		return nil, err
 	}
+	iface := ifaces[0]
 	b.iface = iface
 
 	// The store.
@@ -166,11 +167,22 @@ func Connect(ctx context.Context, p Params) (res *Result, err error) {
 	if b.ep, err = tcp.Listen(p.Rank, iface.IP, res.JobID, epOpts...); err != nil {
 		return nil, err
 	}
+	b.rails = []rail{{b.iface, b.ep}}
+	for _, ifc := range ifaces[1:] {
+		ep, err := tcp.Listen(p.Rank, ifc.IP, res.JobID, epOpts...)
+		if err != nil {
+			return nil, fmt.Errorf("rail %s: %w", ifc.Name, err)
+		}
+		b.rails = append(b.rails, rail{ifc, ep})
+	}
 	hostID, err := hostIdentity(p.HostID)
 	if err != nil {
 		return nil, err
 	}
 	me := card{Host: hostID, Addr: b.ep.Addr(), Pid: os.Getpid()}
+	for _, r := range b.rails[1:] {
+		me.Rails = append(me.Rails, r.ep.Addr())
+	}
 	if err := store.Set(ctx, cardKey(p.Rank), []byte(me.String())); err != nil {
 		return nil, err
 	}
@@ -216,9 +228,11 @@ func Connect(ctx context.Context, p Params) (res *Result, err error) {
 		}
 	}
 	res.Links, res.Caps = b.links, b.caps
-	ep, made, closers := b.ep, b.made, b.closers
+	rails, made, closers := b.rails, b.made, b.closers
 	res.Release = func() {
-		ep.Close()
+		for _, r := range rails {
+			r.ep.Close()
+		}
 		closeAll(closers)
 		if made != nil {
 			made.Close()
@@ -272,12 +286,32 @@ type boot struct {
 	made    rendezvous.Store // the store Connect connected to, if any
 	store   rendezvous.Store // the store the ranks meet through
 	jobID   string
-	iface   tcp.Interface // the TCP endpoint's interface
+	iface   tcp.Interface // the TCP endpoint's interface (rail 0's)
 	ep      *tcp.Endpoint
+	rails   []rail // rails[0] is iface and ep
 	cards   []card // by rank
 	links   []transport.Link
 	closers []func() error // what the transports opened besides links (a device)
 	caps    Caps
+}
+
+// rail is one of this rank's rails (GOCCL_SOCKET_IFNAME naming several
+// interfaces): an interface and a TCP endpoint on it.
+type rail struct {
+	iface tcp.Interface
+	ep    *tcp.Endpoint
+}
+
+// railsTo is how many rails link this rank to peer: rail i to the peer's
+// rail i, as many as both have.
+func (b *boot) railsTo(peer int) int { return min(len(b.rails), 1+len(b.cards[peer].Rails)) }
+
+// railAddr is the address of peer's rail i endpoint.
+func (b *boot) railAddr(peer, i int) string {
+	if i == 0 {
+		return b.cards[peer].Addr
+	}
+	return b.cards[peer].Rails[i-1]
 }
 
 // closeAll calls the closers, last first.
@@ -297,8 +331,11 @@ func (b *boot) fail(err error) error {
 			l.Close()
 		}
 	}
-	if b.ep != nil {
+	if b.ep != nil && len(b.rails) == 0 {
 		b.ep.Close()
+	}
+	for _, r := range b.rails {
+		r.ep.Close()
 	}
 	closeAll(b.closers)
 	if b.made != nil {
@@ -406,27 +443,42 @@ func cardKey(r int) string { return "goccl/card/" + strconv.Itoa(r) }
 
 // card is what each rank publishes in the store.
 type card struct {
-	Host string // host identity: same value means shared memory works
-	Addr string // TCP endpoint
-	Pid  int
+	Host  string   // host identity: same value means shared memory works
+	Addr  string   // TCP endpoint (rail 0's)
+	Pid   int
+	Rails []string // the TCP endpoints of rails 1, 2, ...
 }
 
-func (c card) String() string { return c.Host + "|" + c.Addr + "|" + strconv.Itoa(c.Pid) }
+// String is "host|addr|pid", then "|" and the other rails' addresses,
+// comma-separated, when there are any.
+func (c card) String() string {
+	s := c.Host + "|" + c.Addr + "|" + strconv.Itoa(c.Pid)
+	if len(c.Rails) > 0 {
+		s += "|" + strings.Join(c.Rails, ",")
+	}
+	return s
+}
 
 // parseCard reads a card written by card.String.
 func parseCard(s string) (card, error) {
 	f := strings.Split(s, "|")
-	if len(f) != 3 {
-		return card{}, fmt.Errorf("%q has %d fields, want 3", s, len(f))
+	if len(f) != 3 && len(f) != 4 {
+		return card{}, fmt.Errorf("%q has %d fields, want 3 or 4", s, len(f))
 	}
 	pid, err := strconv.Atoi(f[2])
 	if err != nil {
 		return card{}, fmt.Errorf("%q: bad pid", s)
 	}
-	if _, _, err := net.SplitHostPort(f[1]); err != nil {
-		return card{}, fmt.Errorf("%q: bad address: %v", s, err)
+	c := card{Host: f[0], Addr: f[1], Pid: pid}
+	if len(f) == 4 {
+		c.Rails = strings.Split(f[3], ",")
 	}
-	return card{Host: f[0], Addr: f[1], Pid: pid}, nil
+	for _, a := range append([]string{c.Addr}, c.Rails...) {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return card{}, fmt.Errorf("%q: bad address %q: %v", s, a, err)
+		}
+	}
+	return c, nil
 }
 
 // hostIdentity is equal for two processes exactly when they count as one

@@ -137,3 +137,27 @@ func TestConnectMissingRank(t *testing.T) {
 		t.Fatalf("got %v, want a deadline error naming rank 1", err)
 	}
 }
+
+// TestCardRails: a card carries the rails' endpoints after rail 0's, and
+// reads back as written; one without rails keeps the three-field form.
+func TestCardRails(t *testing.T) {
+	for _, c := range []card{
+		{Host: "h", Addr: "10.200.0.1:4000", Pid: 7},
+		{Host: "h", Addr: "10.200.0.1:4000", Pid: 7, Rails: []string{"10.200.1.1:4001", "10.200.2.1:4002"}},
+	} {
+		s := c.String()
+		got, err := parseCard(s)
+		if err != nil {
+			t.Fatalf("parseCard(%q): %v", s, err)
+		}
+		if got.String() != s || len(got.Rails) != len(c.Rails) {
+			t.Errorf("parseCard(%q) = %+v", s, got)
+		}
+	}
+	if strings.Count((card{Host: "h", Addr: "a:1", Pid: 1}).String(), "|") != 2 {
+		t.Error("a card without rails has more than 3 fields")
+	}
+	if _, err := parseCard("h|10.0.0.1:1|7|10.0.1.1"); err == nil {
+		t.Error("parseCard accepted a rail address without a port")
+	}
+}

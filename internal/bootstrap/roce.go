@@ -69,34 +69,41 @@ func roceFromEnv() (provider, error) {
 // usable: GOCCL_NET=roce, for any peer the rows before leave.
 func (r roceNet) usable(_, _ card) bool { return r.on }
 
-// connect opens this rank's device (GOCCL_NET=roce, with or without
-// peers: Register and windows use its domain) and dials every peer over
-// its TCP link, then over the device.
+// connect opens this rank's devices, one per rail (GOCCL_NET=roce, with
+// or without peers: Register and windows use rail 0's domain), and dials
+// every peer over its TCP link on each rail, then over that rail's device.
 func (r roceNet) connect(ctx context.Context, b *boot, peers []bool) error {
 	if !r.on {
 		return nil
 	}
-	var dom *roce.Domain
-	if dev := r.open(b); dev != nil {
+	var doms []*roce.Domain
+	for _, dev := range r.open(b) {
 		b.closers = append(b.closers, dev.Close)
-		dom = roce.NewDomain(dev)
+		dom := roce.NewDomain(dev)
 		dom.Timeout, dom.RetryCnt = r.timeout, r.retryCnt
+		doms = append(doms, dom)
 	}
 	err := b.dialEach(ctx, peers, func(ctx context.Context, p int) (transport.Link, error) {
-		ctrl, err := b.ep.Connect(ctx, p, b.cards[p].Addr, r.nsocks)
-		if err != nil {
-			return nil, err
-		}
-		return r.dial(ctx, b, dom, ctrl)
+		return b.dialRails(ctx, p, func(ctx context.Context, i int) (transport.Link, error) {
+			ctrl, err := b.rails[i].ep.Connect(ctx, p, b.railAddr(p, i), r.nsocks)
+			if err != nil {
+				return nil, err
+			}
+			var dom *roce.Domain
+			if i < len(doms) {
+				dom = doms[i]
+			}
+			return r.dial(ctx, b, dom, ctrl)
+		})
 	})
-	if err != nil || dom == nil {
+	if err != nil || len(doms) == 0 {
 		return err
 	}
-	one := &OneSided{Domain: dom, Peers: make([]bool, len(peers))}
+	one := &OneSided{Domain: doms[0], Peers: make([]bool, len(peers))}
 	for p, l := range b.links {
 		_, one.Peers[p] = l.(*roce.Link)
 	}
-	b.caps = append(b.caps, registrar{dom}, one)
+	b.caps = append(b.caps, registrar{doms[0]}, one)
 	return nil
 }
 
@@ -111,44 +118,61 @@ func (r registrar) Register(b []byte) (Region, error) {
 	return reg, nil
 }
 
-// open opens this rank's device, or warns and returns nil (its links
-// then stay on TCP, and so do its peers' links to it).
-func (r roceNet) open(b *boot) *rdma.Device {
-	iface, err := r.iface(b.iface)
-	var d *rdma.Device
-	if err == nil {
+// open opens this rank's devices, one per rail (rail i's on GOCCL_IB_HCA's
+// i-th interface, or on the rail's own), or warns and returns those it
+// opened before one failed (the links of the rails without one, and the
+// peers' links to them, stay on TCP).
+func (r roceNet) open(b *boot) []*rdma.Device {
+	ifaces, err := r.ifaces(b)
+	var devs []*rdma.Device
+	for _, iface := range ifaces {
+		var d *rdma.Device
 		if r.gidIndex >= 0 && r.gidIndex%2 == 0 {
 			d, err = rdma.OpenV1(iface.Name, r.devOpts...)
 		} else {
 			d, err = rdma.Open(iface.IP.String()+":0", r.devOpts...)
 		}
+		if err != nil {
+			break
+		}
+		b.p.Log(slog.LevelInfo, "NET", nil, "RoCE v%d device %s on %s", d.Version(), rdma.GIDString(d.GID(), d.Addr().Port()), iface.Name)
+		devs = append(devs, d)
 	}
 	if err != nil {
-		b.p.Log(slog.LevelWarn, "NET", nil, "%s=roce: no RoCE device for rank %d: %v; its links to other hosts stay on TCP", config.Net.Name, b.p.Rank, err)
-		return nil
+		b.p.Log(slog.LevelWarn, "NET", nil, "%s=roce: no RoCE device for rank %d on rail %d: %v; its links to other hosts on that rail stay on TCP", config.Net.Name, b.p.Rank, len(devs), err)
 	}
-	b.p.Log(slog.LevelInfo, "NET", nil, "RoCE v%d device %s on %s", d.Version(), rdma.GIDString(d.GID(), d.Addr().Port()), iface.Name)
-	return d
+	return devs
 }
 
-// iface is the interface the device opens on.
-func (r roceNet) iface(tcpIface tcp.Interface) (tcp.Interface, error) {
+// ifaces are the interfaces the devices open on: GOCCL_IB_HCA's, else the
+// rails'; at most one per rail (a device's control links run over its
+// rail's TCP endpoint).
+func (r roceNet) ifaces(b *boot) ([]tcp.Interface, error) {
+	var own []tcp.Interface
+	for _, rl := range b.rails {
+		own = append(own, rl.iface)
+	}
 	if r.hca == "" {
-		return tcpIface, nil
+		return own, nil
 	}
 	var specs []string
 	for _, s := range strings.Split(r.hca, ",") {
 		if i := strings.LastIndexByte(s, ':'); i >= 0 {
 			if port := s[i+1:]; port != "1" {
-				return tcp.Interface{}, fmt.Errorf("%s=%q: port %q: the soft RoCE device has port 1 only", config.IBHCA.Name, r.hca, port)
+				return nil, fmt.Errorf("%s=%q: port %q: the soft RoCE device has port 1 only", config.IBHCA.Name, r.hca, port)
 			}
 			s = s[:i]
 		}
 		specs = append(specs, s)
 	}
-	sel, err := tcp.SelectInterface(strings.Join(specs, ","))
+	sel, err := tcp.SelectInterfaces(strings.Join(specs, ","))
 	if err != nil {
-		return tcp.Interface{}, fmt.Errorf("%s=%q: %w", config.IBHCA.Name, r.hca, err)
+		return nil, fmt.Errorf("%s=%q: %w", config.IBHCA.Name, r.hca, err)
+	}
+	if len(sel) > len(own) {
+		b.p.Log(slog.LevelWarn, "NET", nil, "%s=%q names %d interfaces, but %s gives %d rails: the devices on %d of them go unused (each needs a rail of its own for its control links)",
+			config.IBHCA.Name, r.hca, len(sel), config.SocketIfname.Name, len(own), len(sel)-len(own))
+		sel = sel[:len(own)]
 	}
 	return sel, nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/goccl/goccl/internal/config"
 	"github.com/goccl/goccl/transport"
+	"github.com/goccl/goccl/transport/rails"
 )
 
 // DefaultNSocks is the TCP sockets per peer and direction without
@@ -39,8 +40,46 @@ func (tcpNet) usable(_, _ card) bool { return true }
 
 func (t tcpNet) connect(ctx context.Context, b *boot, peers []bool) error {
 	return b.dialEach(ctx, peers, func(ctx context.Context, r int) (transport.Link, error) {
-		return b.ep.Connect(ctx, r, b.cards[r].Addr, t.nsocks)
+		return b.dialRails(ctx, r, func(ctx context.Context, i int) (transport.Link, error) {
+			return b.rails[i].ep.Connect(ctx, r, b.railAddr(r, i), t.nsocks)
+		})
 	})
+}
+
+// dialRails makes the link to peer: dial's link over rail 0, or, where
+// both ranks have several rails, a rails.Link over dial's link on each
+// (rail i to the peer's rail i).
+func (b *boot) dialRails(ctx context.Context, peer int, dial func(ctx context.Context, i int) (transport.Link, error)) (transport.Link, error) {
+	n := b.railsTo(peer)
+	if n == 1 {
+		return dial(ctx, 0)
+	}
+	rs := make([]rails.Rail, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range rs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rs[i].Iface = b.rails[i].iface.Name
+			rs[i].Link, errs[i] = dial(ctx, i)
+		}()
+	}
+	wg.Wait()
+	err := errors.Join(errs...)
+	var l *rails.Link
+	if err == nil {
+		l, err = rails.New(rs)
+	}
+	if err != nil {
+		for _, r := range rs {
+			if r.Link != nil {
+				r.Link.Close()
+			}
+		}
+		return nil, err
+	}
+	return l, nil
 }
 
 // dialEach runs dial, in parallel, for every peer marked in peers and

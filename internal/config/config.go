@@ -105,13 +105,13 @@ var (
 	DirectMinBytes = define(Var{Name: "GOCCL_DIRECT_MIN_BYTES", Kind: Int, Default: "16384", Min: 0, Max: math.MaxInt32,
 		Doc: "per peer, the smallest buffer in bytes for the single-copy (direct read) schedules"})
 	SocketIfname = define(Var{Name: "GOCCL_SOCKET_IFNAME", Kind: String,
-		Doc: "network interface(s) for TCP links and the store, in NCCL_SOCKET_IFNAME syntax (eth0, ^docker, =eth1)"})
+		Doc: "network interface(s) for TCP links and the store, in NCCL_SOCKET_IFNAME syntax (eth0, ^docker, =eth1); a list or prefix that matches several up interfaces makes them rails: each peer's link is striped over rail i to the peer's rail i (the store and rail 0 use the first)"})
 	SocketTimeout = define(Var{Name: "GOCCL_SOCKET_TIMEOUT", Kind: Duration, Default: "10s",
 		Doc: "how long a TCP link to another host may go without an acknowledgement or keep-alive reply before it counts as lost (the peer's host or the path to it is gone: TCP_USER_TIMEOUT and keep-alive probes); 0: the kernel's defaults (many minutes)"})
 	Net = define(Var{Name: "GOCCL_NET", Kind: Enum, Default: "socket", Words: []string{"socket", "roce"},
 		Doc: "network transport between hosts (as NCCL_NET): socket (TCP) or roce (RC queue pairs of goccl's soft RoCE device, opened on the GOCCL_IB_HCA interface; a rank that cannot open it warns and its links stay on TCP); every rank should agree"})
 	IBHCA = define(Var{Name: "GOCCL_IB_HCA", Kind: String,
-		Doc: "with GOCCL_NET=roce, the interface the soft RoCE device opens on, in NCCL_IB_HCA syntax (eth0, =eth0, ^docker; a :1 port suffix is accepted); default: GOCCL_SOCKET_IFNAME's choice"})
+		Doc: "with GOCCL_NET=roce, the interface(s) the soft RoCE devices open on, in NCCL_IB_HCA syntax (eth0, =eth0,eth1, ^docker; a :1 port suffix is accepted), one device per rail of GOCCL_SOCKET_IFNAME (rail i's device on the i-th match; more than the rails go unused); default: the rails' own interfaces"})
 	IBGIDIndex = define(Var{Name: "GOCCL_IB_GID_INDEX", Kind: Int, Default: "-1", Min: -1, Max: 255,
 		Doc: "with GOCCL_NET=roce, the GID index as in a Linux RoCE GID table (NCCL_IB_GID_INDEX): even (0, 2) selects RoCE v1 (raw Ethernet frames, link-local GID, root needed), odd or -1 RoCE v2 over UDP on the interface's IPv4 address"})
 	IBTimeout = define(Var{Name: "GOCCL_IB_TIMEOUT", Kind: Int, Default: "16", Min: 1, Max: 31,

@@ -35,6 +35,38 @@ func SelectInterface(spec string) (Interface, error) {
 	return selectInterface(spec, list)
 }
 
+// SelectInterfaces is every interface spec names, as the rails of a
+// multi-rail host (one TCP endpoint each, rail i linked to a peer's rail
+// i): with an include spec ("eth", "=eth0,eth1"), each up interface that
+// matches and has a usable address, in system order, with the address
+// SelectInterface would take on it; with an empty or exclude spec only
+// SelectInterface's choice (a host whose NICs are not rails keeps one).
+func SelectInterfaces(spec string) ([]Interface, error) {
+	list, err := systemInterfaces()
+	if err != nil {
+		return nil, fmt.Errorf("tcp: listing network interfaces: %w", err)
+	}
+	return selectInterfaces(spec, list)
+}
+
+func selectInterfaces(spec string, list []ifaceInfo) ([]Interface, error) {
+	first, err := selectInterface(spec, list)
+	if err != nil {
+		return nil, err
+	}
+	p, err := parseIfSpec(spec)
+	if err != nil || p.exclude {
+		return []Interface{first}, nil
+	}
+	var rails []Interface
+	for i := range list {
+		if ifc, ok := pick(list[i:i+1], func(i *ifaceInfo) bool { return p.matches(i.Name) }); ok {
+			rails = append(rails, ifc)
+		}
+	}
+	return rails, nil
+}
+
 // ifaceInfo is what selectInterface needs to know about an interface.
 type ifaceInfo struct {
 	Name     string

@@ -138,3 +138,34 @@ func TestChooseLocalBufSize(t *testing.T) {
 		}
 	}
 }
+
+func TestSelectInterfaces(t *testing.T) {
+	for _, tc := range []struct {
+		spec string
+		want string // name=ip,...
+	}{
+		{"", "eth0=10.0.0.5"},
+		{"^docker,lo", "eth0=10.0.0.5"}, // exclude: one interface, not rails
+		{"eth", "eth0=10.0.0.5,eth10=10.0.10.5"},
+		{"ib,eth", "eth0=10.0.0.5,eth10=10.0.10.5,ib0=192.168.7.1"}, // system order
+		{"=eth0,eth1,eth10", "eth0=10.0.0.5,eth10=10.0.10.5"},    // eth1 is down
+		{"=ib0", "ib0=192.168.7.1"},
+		{"ens", "ens6=2001:db8::6"},
+	} {
+		got, err := selectInterfaces(tc.spec, fakeIfaces)
+		if err != nil {
+			t.Errorf("selectInterfaces(%q): %v", tc.spec, err)
+			continue
+		}
+		var s []string
+		for _, i := range got {
+			s = append(s, i.Name+"="+i.IP.String())
+		}
+		if strings.Join(s, ",") != tc.want {
+			t.Errorf("selectInterfaces(%q) = %s, want %s", tc.spec, strings.Join(s, ","), tc.want)
+		}
+	}
+	if _, err := selectInterfaces("=eth1", fakeIfaces); err == nil {
+		t.Error("selectInterfaces(=eth1): no error for a down interface")
+	}
+}

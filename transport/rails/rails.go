@@ -1,0 +1,337 @@
+// Package rails makes one link to a peer out of one link per rail: a
+// multi-rail host's NICs, each on its own switch and subnet (a
+// rail-optimized cluster), or several queue pairs on one NIC. Rail i of
+// this rank is linked to rail i of the peer (NCCL_CROSS_NIC=0: traffic
+// stays on its rail's switch); both sides must give the rails in the same
+// order.
+//
+// Striping. A message of at least StripeMin bytes is cut into one part per
+// rail, of equal size rounded up to 64 bytes (transport.ReduceFunc's rule;
+// the last part takes the rest), and part i goes over rail i, all at once:
+// the rails' bandwidths add up. A smaller message goes whole over one
+// rail, the next rail for each such message (message k on rail k mod
+// rails, counted alike on both sides), so that pipelined chunks spread too.
+// Each part is a message of its rail's link with the whole message's
+// header but its own Bytes: a disagreement on a message's size is reported
+// by a rail as one on its part's size.
+//
+// A rail that fails fails the link: the other rails are closed, so that
+// no call waits on a part that will never come, and the error is the
+// failed rail's (FailedRail says which).
+package rails
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/goccl/goccl/transport"
+)
+
+// StripeMin is the smallest message striped over the rails.
+const StripeMin = 1 << 20
+
+// Rail is one rail's link to the peer and the local interface it runs on.
+type Rail struct {
+	Link  transport.Link
+	Iface string // the local interface (for logs)
+}
+
+// Link is a transport.Link over one link per rail; see the package doc.
+type Link struct {
+	peer     int
+	rails    []Rail
+	name     string
+	counters transport.Counters
+
+	sent, received uint64 // unstriped messages sent and received (the next one's rail)
+	send, recv     []*worker
+	closeOnce      sync.Once
+	done           chan struct{}         // closed by Close and Abort: the workers exit
+	failed         atomic.Int32          // 1 + the rail that failed first, 0 if none
+	broken         atomic.Pointer[error] // why the rails were closed after a failure
+}
+
+// New returns the link over rails (at least one, all to one peer). It
+// owns the rails' links from then on.
+func New(rails []Rail) (*Link, error) {
+	if len(rails) == 0 {
+		return nil, errors.New("rails: no rails")
+	}
+	l := &Link{peer: rails[0].Link.Peer(), rails: rails, done: make(chan struct{})}
+	var parts []string
+	for i, r := range rails {
+		if p := r.Link.Peer(); p != l.peer {
+			return nil, fmt.Errorf("rails: rail %d (%s) links to rank %d, rail 0 (%s) to rank %d", i, r.Iface, p, rails[0].Iface, l.peer)
+		}
+		parts = append(parts, r.Iface+" "+r.Link.Name())
+	}
+	l.name = fmt.Sprintf("%d rails [%s]", len(rails), strings.Join(parts, "; "))
+	l.send = make([]*worker, len(rails))
+	l.recv = make([]*worker, len(rails))
+	for i := range rails {
+		l.send[i], l.recv[i] = newWorker(l, i, false), newWorker(l, i, true)
+	}
+	return l, nil
+}
+
+// Rails is the link's rails, in order.
+func (l *Link) Rails() []Rail { return l.rails }
+
+// FailedRail is the rail whose failure failed the link, or -1.
+func (l *Link) FailedRail() int { return int(l.failed.Load()) - 1 }
+
+func (l *Link) Peer() int                     { return l.peer }
+func (l *Link) Name() string                  { return l.name }
+func (l *Link) Counters() *transport.Counters { return &l.counters }
+
+// Close closes every rail.
+func (l *Link) Close() error { return l.Abort(transport.NoLostRank) }
+
+// Abort aborts every rail, telling the peer lost.
+func (l *Link) Abort(lost int) error {
+	var first error
+	for _, r := range l.rails {
+		if err := r.Link.Abort(lost); err != nil && first == nil {
+			first = err
+		}
+	}
+	l.closeOnce.Do(func() { close(l.done) })
+	return first
+}
+
+// MarkLost marks every rail that can be (transport.LossMarker).
+func (l *Link) MarkLost(lost int) {
+	for _, r := range l.rails {
+		if m, ok := r.Link.(transport.LossMarker); ok {
+			m.MarkLost(lost)
+		}
+	}
+}
+
+// WatchLoss watches every rail that can be (transport.LossWatcher) and
+// calls f once, for the first loss any of them reports.
+func (l *Link) WatchLoss(f func(error)) {
+	var once sync.Once
+	for _, r := range l.rails {
+		if w, ok := r.Link.(transport.LossWatcher); ok {
+			w.WatchLoss(func(err error) { once.Do(func() { f(err) }) })
+		}
+	}
+}
+
+// part is the byte range [lo, hi) of an n-byte striped message that rail
+// i of k carries.
+func part(n, i, k int) (lo, hi int) {
+	per := (n/k + 63) &^ 63
+	lo, hi = min(i*per, n), min((i+1)*per, n)
+	if i == k-1 {
+		hi = n
+	}
+	return lo, hi
+}
+
+func (l *Link) striped(n int) bool { return len(l.rails) > 1 && n >= StripeMin }
+
+// startErr is the error of a call on a closed link, or whose ctx is done
+// before it starts: it moves nothing and leaves the link as it was.
+func (l *Link) startErr(ctx context.Context, op string) error {
+	select {
+	case <-l.done:
+		return &transport.PeerError{Peer: l.peer, Op: op, Err: transport.ErrClosed}
+	default:
+	}
+	if cause := l.broken.Load(); cause != nil {
+		return l.brokenErr(op, *cause)
+	}
+	if err := ctx.Err(); err != nil {
+		return &transport.PeerError{Peer: l.peer, Op: op, Err: err}
+	}
+	return nil
+}
+
+// Send sends h and buf: striped, or whole over the next rail.
+func (l *Link) Send(ctx context.Context, h *transport.Header, buf []byte) error {
+	if err := l.startErr(ctx, "send"); err != nil {
+		return err
+	}
+	if !l.striped(len(buf)) {
+		i := int(l.sent % uint64(len(l.rails)))
+		if err := l.rails[i].Link.Send(ctx, h, buf); err != nil {
+			return l.fail(i, err, isCtxErr(err))
+		}
+		l.sent++
+	} else if err := l.stripe(ctx, l.send, h, buf, nil); err != nil {
+		return err
+	}
+	l.counters.AddSent(len(buf))
+	return nil
+}
+
+// TrySend sends an unstriped message over its rail if that rail's link
+// can take it now; a striped one never goes this way.
+func (l *Link) TrySend(h *transport.Header, buf []byte) (bool, error) {
+	if err := l.startErr(context.Background(), "send"); err != nil {
+		return false, err
+	}
+	if l.striped(len(buf)) {
+		return false, nil
+	}
+	i := int(l.sent % uint64(len(l.rails)))
+	ok, err := l.rails[i].Link.TrySend(h, buf)
+	if err != nil {
+		return false, l.fail(i, err, false)
+	}
+	if ok {
+		l.sent++
+		l.counters.AddSent(len(buf))
+	}
+	return ok, nil
+}
+
+// Recv receives the next message: its parts from every rail, or the whole
+// of it from the next rail.
+func (l *Link) Recv(ctx context.Context, want *transport.Header, buf []byte, reduce transport.ReduceFunc) error {
+	if err := l.startErr(ctx, "recv"); err != nil {
+		return err
+	}
+	if !l.striped(len(buf)) {
+		i := int(l.received % uint64(len(l.rails)))
+		if err := l.rails[i].Link.Recv(ctx, want, buf, reduce); err != nil {
+			return l.fail(i, err, isCtxErr(err))
+		}
+		l.received++
+	} else {
+		if err := l.stripe(ctx, l.recv, want, buf, reduce); err != nil {
+			return err
+		}
+		want.Arrival = l.recv[0].h.Arrival // every part carries the message's header
+	}
+	l.counters.AddReceived(len(buf))
+	return nil
+}
+
+// stripe moves buf's part i over rail i: rail 0's on the calling
+// goroutine, the others' on their workers (ws), and waits for all. On a
+// failure it closes every rail (no part may wait for one that will not
+// come) and returns the first failed rail's error, one that is not the
+// closing's where there is one.
+func (l *Link) stripe(ctx context.Context, ws []*worker, h *transport.Header, buf []byte, reduce transport.ReduceFunc) error {
+	j := job{ctx: ctx, h: h, buf: buf, reduce: reduce, recv: ws[0].recv}
+	for _, w := range ws[1:] {
+		w.jobs <- j
+	}
+	first, failed := -1, error(nil)
+	if err := ws[0].move(j); err != nil {
+		first, failed = 0, l.fail(0, err, false)
+	}
+	for i, w := range ws[1:] {
+		var err error
+		select {
+		case err = <-w.res:
+		case <-l.done:
+			err = &transport.PeerError{Peer: l.peer, Op: j.op(), Err: transport.ErrClosed}
+		}
+		switch {
+		case err == nil:
+		case first < 0:
+			first, failed = i+1, l.fail(i+1, err, false)
+		case errors.Is(failed, transport.ErrClosed) && !errors.Is(err, transport.ErrClosed):
+			failed = err
+		}
+	}
+	return failed
+}
+
+// fail records that rail i failed with err (the first rail to), closes
+// the other rails unless keep (a call that ended before moving anything
+// leaves the link usable), and returns err.
+func (l *Link) fail(i int, err error, keep bool) error {
+	if keep {
+		return err
+	}
+	if l.failed.CompareAndSwap(0, int32(i)+1) {
+		l.broken.Store(&err)
+	}
+	for j, r := range l.rails {
+		if j != i {
+			r.Link.Close()
+		}
+	}
+	return err
+}
+
+// brokenErr is the error of a call op on the link after a rail's failure
+// (cause) closed it: a lost peer stays lost; anything else is a closed link.
+func (l *Link) brokenErr(op string, cause error) error {
+	var pe *transport.PeerError
+	if errors.Is(cause, transport.ErrPeerLost) && errors.As(cause, &pe) {
+		return &transport.PeerError{Peer: l.peer, Op: op, Err: pe.Err}
+	}
+	return &transport.PeerError{Peer: l.peer, Op: op, Err: fmt.Errorf("%w (rail %s failed: %v)", transport.ErrClosed, l.rails[l.FailedRail()].Iface, cause)}
+}
+
+func isCtxErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// job is a striped message, of which a worker's rail moves its part.
+type job struct {
+	ctx    context.Context
+	h      *transport.Header
+	buf    []byte
+	reduce transport.ReduceFunc
+	recv   bool
+}
+
+func (j *job) op() string {
+	if j.recv {
+		return "recv"
+	}
+	return "send"
+}
+
+// worker moves rail i's parts of striped messages: sends them, or receives
+// them when recv. Rail 0's runs on the caller's goroutine; the others' have
+// a goroutine each, fed through jobs.
+type worker struct {
+	l    *Link
+	i    int
+	recv bool
+	jobs chan job
+	res  chan error
+	h    transport.Header // the part's header (owned by the running call)
+}
+
+func newWorker(l *Link, i int, recv bool) *worker {
+	w := &worker{l: l, i: i, recv: recv}
+	if i > 0 {
+		w.jobs, w.res = make(chan job, 1), make(chan error, 1)
+		go func() {
+			for {
+				select {
+				case j := <-w.jobs:
+					w.res <- w.move(j)
+				case <-l.done:
+					return
+				}
+			}
+		}()
+	}
+	return w
+}
+
+// move moves rail w.i's part of j.
+func (w *worker) move(j job) error {
+	lo, hi := part(len(j.buf), w.i, len(w.l.rails))
+	w.h = *j.h
+	w.h.Bytes = uint64(hi - lo)
+	link := w.l.rails[w.i].Link
+	if w.recv {
+		return link.Recv(j.ctx, &w.h, j.buf[lo:hi], j.reduce)
+	}
+	return link.Send(j.ctx, &w.h, j.buf[lo:hi])
+}
