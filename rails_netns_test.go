@@ -2,18 +2,60 @@ package goccl_test
 
 import (
 	"context"
-
+	"fmt"
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/goccl/goccl"
 	"github.com/goccl/goccl/internal/cluster"
 	"github.com/goccl/goccl/internal/cluster/clustertest"
 )
+
+func init() { extraWorkers["railloop"] = railLoopWorker }
+
+func mustRate(s string) cluster.Rate {
+	r, err := cluster.ParseRate(s)
+	if err != nil {
+		panic(err)
+	}
+	return r
+}
+
+// railLoopWorker runs GOCCL_TEST_OPS AllReduces of 16 Mi floats (64 MiB),
+// each rank's input (rank+1)·(i mod 251), checks every element of every
+// result, and prints "ok N" after operation N; it prints "error: " and
+// exits 3 on a failure.
+func railLoopWorker(ctx context.Context, c *goccl.Comm) int {
+	ops, _ := strconv.Atoi(os.Getenv("GOCCL_TEST_OPS"))
+	const n = 16 << 20
+	buf := make([]float32, n)
+	world := float32(c.Size() * (c.Size() + 1) / 2)
+	for op := 1; op <= ops; op++ {
+		for i := range buf {
+			buf[i] = float32(c.Rank()+1) * float32(i%251)
+		}
+		if err := goccl.AllReduce(ctx, c, buf, buf, n, goccl.Sum); err != nil {
+			fmt.Printf("error: %v\n", err)
+			return 3
+		}
+		for i, v := range buf {
+			if want := world * float32(i%251); v != want {
+				fmt.Printf("error: operation %d: element %d is %v, want %v\n", op, i, v, want)
+				return 3
+			}
+		}
+		fmt.Printf("ok %d\n", op)
+	}
+	return 0
+}
 
 // TestNetnsRails runs the collectives matrix on a namespace cluster of
 // hosts with two rails each (goccl cluster up --rails 2), one rank per
@@ -78,5 +120,149 @@ func TestNetnsRails(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestNetnsRailCut: two hosts with two rails of 1 Gbit/s each, one rank
+// on each, loop over checked 64 MiB AllReduces over TCP striped over both
+// rails. Host 0's rail 1 is cut at its switch port in the middle of the
+// loop, for 2 s, then restored. Each rank must warn about rail eth1 and
+// its peer within 1.5 s of the cut (1 s is the goal, the rest slack for a
+// loaded machine), say after the restore that the rail acknowledges
+// again, and finish every operation with the right result; rail 1 must
+// carry data again after the restore. (The rail's parts wait for its path
+// meanwhile: the other rail does not take them over.)
+func TestNetnsRailCut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("network namespace test; skipped with -short")
+	}
+	if why := clustertest.Skip(); why != "" {
+		t.Skip(why)
+	}
+	const n, ops = 2, 30
+	c := clustertest.New(t, cluster.Config{Hosts: n, Rails: 2, Rate: mustRate("1gbit")})
+	store := c.Hosts[0].Addr.String() + ":29541"
+	var (
+		mu      sync.Mutex
+		outs    = make([]strings.Builder, n)
+		warned  = make([]time.Time, n)
+		back    = make([]time.Time, n)
+		okCount = make([]int, n)
+		readers sync.WaitGroup
+	)
+	progress := make(chan struct{}, 1000)
+	waited := make([]chan struct{}, n)
+	cmds := make([]*exec.Cmd, n)
+	for r := range n {
+		cmds[r] = c.Command(context.Background(), r, os.Args[0], "-test.run=^$")
+		cmds[r].Env = append(os.Environ(), "GOCCL_TEST_WORKER=railloop", "GOCCL_TEST_OPS="+strconv.Itoa(ops),
+			"GOCCL_RANK="+strconv.Itoa(r), "GOCCL_WORLD_SIZE="+strconv.Itoa(n), "GOCCL_LOCAL_RANK=0",
+			"GOCCL_STORE_ADDR="+store, "GOCCL_SOCKET_IFNAME==eth0,eth1", "GOCCL_SHM_DISABLE=1", "GOCCL_TIMEOUT=60s")
+		cmds[r].SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		waited[r] = startWatched(t, cmds[r], &readers, func(line string) {
+			now := time.Now()
+			mu.Lock()
+			defer mu.Unlock()
+			outs[r].WriteString(now.Format("15:04:05.000 ") + line + "\n")
+			switch {
+			case strings.Contains(line, "rail eth1 to peer "+strconv.Itoa(1-r)+": nothing acknowledged") && warned[r].IsZero():
+				warned[r] = now
+			case strings.Contains(line, "rail eth1 to peer "+strconv.Itoa(1-r)+": acknowledging again") && back[r].IsZero():
+				back[r] = now
+			case strings.HasPrefix(line, "ok "):
+				okCount[r]++
+				progress <- struct{}{}
+			}
+		}, nil)
+	}
+	t.Cleanup(func() {
+		for r, cmd := range cmds {
+			cmd.Process.Kill()
+			<-waited[r]
+		}
+		readers.Wait()
+	})
+	output := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		var b strings.Builder
+		for r := range outs {
+			fmt.Fprintf(&b, "--- rank %d\n%s", r, outs[r].String())
+		}
+		return b.String()
+	}
+	oks := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return min(okCount[0], okCount[1])
+	}
+	waitOK := func(k int, what string) {
+		t.Helper()
+		deadline := time.After(60 * time.Second)
+		for oks() < k {
+			select {
+			case <-progress:
+			case <-deadline:
+				t.Fatalf("%s: %d operations done after 60 s, want %d:\n%s", what, oks(), k, output())
+			}
+		}
+	}
+	port := func(state string) {
+		t.Helper()
+		if out, err := exec.Command("ip", "-n", c.Switch, "link", "set", c.Hosts[0].Links[1].Port, state).CombinedOutput(); err != nil {
+			t.Fatalf("ip link set %s %s: %v: %s", c.Hosts[0].Links[1].Port, state, err, out)
+		}
+	}
+	railSent := func() uint64 {
+		t.Helper()
+		st, err := c.Stats(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st[0].Links[1].TxBytes + st[1].Links[1].TxBytes
+	}
+
+	waitOK(2, "before the cut")
+	cut := time.Now()
+	port("down")
+	time.Sleep(2 * time.Second)
+	restored := time.Now()
+	port("up")
+	afterRestore := railSent()
+	for r := range cmds {
+		select {
+		case <-waited[r]:
+		case <-time.After(120 * time.Second):
+			t.Fatalf("rank %d still running 120 s after the restore:\n%s", r, output())
+		}
+		if code := cmds[r].ProcessState.ExitCode(); code != 0 {
+			t.Fatalf("rank %d exited with %d:\n%s", r, code, output())
+		}
+	}
+	if oks() != ops {
+		t.Fatalf("%d operations completed, want %d:\n%s", oks(), ops, output())
+	}
+	mu.Lock()
+	warned, back = slices.Clone(warned), slices.Clone(back)
+	mu.Unlock()
+	for r := range n {
+		if warned[r].IsZero() {
+			t.Errorf("rank %d never warned about rail eth1", r)
+		} else if d := warned[r].Sub(cut); d > 1500*time.Millisecond {
+			t.Errorf("rank %d warned about rail eth1 %v after the cut, want at most 1.5 s", r, d)
+		} else {
+			t.Logf("rank %d warned %v after the cut", r, d.Round(time.Millisecond))
+		}
+		if back[r].IsZero() {
+			t.Errorf("rank %d never said rail eth1 acknowledges again", r)
+		} else {
+			t.Logf("rank %d saw the rail back %v after the restore", r, back[r].Sub(restored).Round(time.Millisecond))
+		}
+	}
+	if got := railSent() - afterRestore; got < 32<<20 {
+		t.Errorf("rail 1 carried %d bytes after the restore, want at least 32 MiB: the restored rail is not used", got)
+	}
+	if t.Failed() {
+		t.Log(output())
 	}
 }

@@ -443,8 +443,8 @@ func cardKey(r int) string { return "goccl/card/" + strconv.Itoa(r) }
 
 // card is what each rank publishes in the store.
 type card struct {
-	Host  string   // host identity: same value means shared memory works
-	Addr  string   // TCP endpoint (rail 0's)
+	Host  string // host identity: same value means shared memory works
+	Addr  string // TCP endpoint (rail 0's)
 	Pid   int
 	Rails []string // the TCP endpoints of rails 1, 2, ...
 }

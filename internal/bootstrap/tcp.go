@@ -3,6 +3,7 @@ package bootstrap
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"sync"
 
@@ -69,7 +70,9 @@ func (b *boot) dialRails(ctx context.Context, peer int, dial func(ctx context.Co
 	err := errors.Join(errs...)
 	var l *rails.Link
 	if err == nil {
-		l, err = rails.New(rs)
+		l, err = rails.New(rs, rails.Options{Log: func(level slog.Level, msg string) {
+			b.p.Log(level, "NET", []slog.Attr{slog.Int("peer", peer)}, "%s", msg)
+		}})
 	}
 	if err != nil {
 		for _, r := range rs {

@@ -17,22 +17,50 @@
 //
 // A rail that fails fails the link: the other rails are closed, so that
 // no call waits on a part that will never come, and the error is the
-// failed rail's (FailedRail says which).
+// failed rail's (FailedRail says which). A rail whose path is cut does not
+// fail, though: its connections just stop being acknowledged. The link
+// watches for that (rails whose links report PathStall) and logs a
+// warning naming the rail and the peer once a rail has been stalled for
+// Options.StallAfter, and again when it is acknowledged again. Meanwhile
+// the rail's parts wait for its path (TCP retransmits them once it is
+// back): its data does not move over the other rails.
 package rails
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/goccl/goccl/transport"
 )
 
 // StripeMin is the smallest message striped over the rails.
 const StripeMin = 1 << 20
+
+// Options configure a Link.
+type Options struct {
+	// Log receives the warnings about stalled rails (nil: none).
+	Log func(level slog.Level, msg string)
+	// StallAfter is how long a rail goes unacknowledged before it is
+	// reported stalled (DefaultStallAfter when 0).
+	StallAfter time.Duration
+}
+
+// DefaultStallAfter is Options.StallAfter's default: above TCP's minimum
+// retransmission timeout (200 ms), so that one lost packet is not a cut.
+const DefaultStallAfter = 500 * time.Millisecond
+
+// stallPoll is how often the link looks at its rails' stalls.
+const stallPoll = 100 * time.Millisecond
+
+// staller is a rail's link that can tell how long its path has gone
+// without acknowledging data (tcp's links).
+type staller interface{ PathStall() time.Duration }
 
 // Rail is one rail's link to the peer and the local interface it runs on.
 type Rail struct {
@@ -52,12 +80,13 @@ type Link struct {
 	closeOnce      sync.Once
 	done           chan struct{}         // closed by Close and Abort: the workers exit
 	failed         atomic.Int32          // 1 + the rail that failed first, 0 if none
+	stalled        atomic.Int32          // rails reported stalled (watchStalls)
 	broken         atomic.Pointer[error] // why the rails were closed after a failure
 }
 
 // New returns the link over rails (at least one, all to one peer). It
 // owns the rails' links from then on.
-func New(rails []Rail) (*Link, error) {
+func New(rails []Rail, o Options) (*Link, error) {
 	if len(rails) == 0 {
 		return nil, errors.New("rails: no rails")
 	}
@@ -75,8 +104,59 @@ func New(rails []Rail) (*Link, error) {
 	for i := range rails {
 		l.send[i], l.recv[i] = newWorker(l, i, false), newWorker(l, i, true)
 	}
+	if o.StallAfter == 0 {
+		o.StallAfter = DefaultStallAfter
+	}
+	if len(rails) > 1 && o.Log != nil {
+		go l.watchStalls(o)
+	}
 	return l, nil
 }
+
+// watchStalls reports rails whose paths stall, and their recovery, until
+// the link closes.
+func (l *Link) watchStalls(o Options) {
+	t := time.NewTicker(stallPoll)
+	defer t.Stop()
+	down := make([]bool, len(l.rails))
+	for {
+		select {
+		case <-l.done:
+			return
+		case <-t.C:
+		}
+		for i, r := range l.rails {
+			s, ok := r.Link.(staller)
+			if !ok {
+				continue
+			}
+			switch stall := s.PathStall(); {
+			case !down[i] && stall >= o.StallAfter:
+				down[i] = true
+				l.stalled.Add(1)
+				o.Log(slog.LevelWarn, fmt.Sprintf("rail %s to peer %d: nothing acknowledged for %v (path cut?); its data waits for it, the other rails (%s) cannot take it over",
+					r.Iface, l.peer, stall.Round(time.Millisecond), l.others(i)))
+			case down[i] && stall < stallPoll:
+				down[i] = false
+				o.Log(slog.LevelWarn, fmt.Sprintf("rail %s to peer %d: acknowledging again, its path is back", r.Iface, l.peer))
+			}
+		}
+	}
+}
+
+// others names the rails other than i.
+func (l *Link) others(i int) string {
+	var s []string
+	for j, r := range l.rails {
+		if j != i {
+			s = append(s, r.Iface)
+		}
+	}
+	return strings.Join(s, ", ")
+}
+
+// Stalls counts the times a rail was reported stalled.
+func (l *Link) Stalls() int { return int(l.stalled.Load()) }
 
 // Rails is the link's rails, in order.
 func (l *Link) Rails() []Rail { return l.rails }

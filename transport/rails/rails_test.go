@@ -3,7 +3,10 @@ package rails_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -50,11 +53,11 @@ func railPair(t *testing.T, n, nsocks int) (a, b *rails.Link) {
 		name := "lo" + string(rune('0'+i))
 		ra, rb = append(ra, rails.Rail{Link: x, Iface: name}), append(rb, rails.Rail{Link: y, Iface: name})
 	}
-	a, err := rails.New(ra)
+	a, err := rails.New(ra, rails.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b, err = rails.New(rb); err != nil {
+	if b, err = rails.New(rb, rails.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	return a, b
@@ -151,5 +154,65 @@ func TestRailFailureFailsLink(t *testing.T) {
 	}
 	if got := b.FailedRail(); got != 1 {
 		t.Errorf("FailedRail = %d, want 1", got)
+	}
+}
+
+// stalling is a rail's link whose PathStall the test sets.
+type stalling struct {
+	transport.Link
+	stall atomic.Int64
+}
+
+func (s *stalling) PathStall() time.Duration { return time.Duration(s.stall.Load()) }
+
+// TestStallWarnings: a rail stalled for StallAfter is reported once, with
+// its interface and the peer, and again once it is acknowledged again.
+func TestStallWarnings(t *testing.T) {
+	var ra []rails.Rail
+	var st []*stalling
+	for i := range 2 {
+		x, _ := tcpPair(t, 1)
+		s := &stalling{Link: x}
+		st = append(st, s)
+		ra = append(ra, rails.Rail{Link: s, Iface: "eth" + string(rune('0'+i))})
+	}
+	msgs := make(chan string, 10)
+	l, err := rails.New(ra, rails.Options{StallAfter: 300 * time.Millisecond, Log: func(level slog.Level, msg string) {
+		if level != slog.LevelWarn {
+			t.Errorf("level %v for %q", level, msg)
+		}
+		msgs <- msg
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	next := func(what string) string {
+		t.Helper()
+		select {
+		case m := <-msgs:
+			return m
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no warning %s", what)
+			return ""
+		}
+	}
+	st[1].stall.Store(int64(200 * time.Millisecond)) // below StallAfter: nothing
+	time.Sleep(300 * time.Millisecond)
+	st[1].stall.Store(int64(time.Second))
+	if m := next("for a stalled rail"); !strings.Contains(m, "rail eth1 to peer 1: nothing acknowledged for 1s") || !strings.Contains(m, "(eth0)") {
+		t.Errorf("stall warning %q", m)
+	}
+	st[1].stall.Store(0)
+	if m := next("for the rail back"); !strings.Contains(m, "rail eth1 to peer 1: acknowledging again") {
+		t.Errorf("recovery warning %q", m)
+	}
+	select {
+	case m := <-msgs:
+		t.Errorf("unexpected warning %q", m)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if l.Stalls() != 1 {
+		t.Errorf("Stalls = %d, want 1", l.Stalls())
 	}
 }

@@ -148,7 +148,7 @@ func TestSelectInterfaces(t *testing.T) {
 		{"^docker,lo", "eth0=10.0.0.5"}, // exclude: one interface, not rails
 		{"eth", "eth0=10.0.0.5,eth10=10.0.10.5"},
 		{"ib,eth", "eth0=10.0.0.5,eth10=10.0.10.5,ib0=192.168.7.1"}, // system order
-		{"=eth0,eth1,eth10", "eth0=10.0.0.5,eth10=10.0.10.5"},    // eth1 is down
+		{"=eth0,eth1,eth10", "eth0=10.0.0.5,eth10=10.0.10.5"},       // eth1 is down
 		{"=ib0", "ib0=192.168.7.1"},
 		{"ens", "ens6=2001:db8::6"},
 	} {

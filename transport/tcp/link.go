@@ -180,6 +180,17 @@ func newLink(self, peer int, tx, rx []net.Conn, checksum bool) *link {
 func (l *link) Peer() int    { return l.peer }
 func (l *link) Name() string { return l.name }
 
+// PathStall is how long the longest-waiting of the link's sending
+// connections has gone without an acknowledgement of data it sent (0 when
+// none waits): on a cut path it grows from the cut on.
+func (l *link) PathStall() time.Duration {
+	var worst time.Duration
+	for _, s := range l.tx {
+		s.conn.control(func(fd uintptr) { worst = max(worst, pathStall(int(fd))) })
+	}
+	return worst
+}
+
 // Counters implements transport.Link.
 func (l *link) Counters() *transport.Counters { return &l.counters }
 
