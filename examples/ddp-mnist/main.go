@@ -24,7 +24,7 @@
 // scripts (on a terminal it also shows a bar over each epoch's steps on
 // stderr, see GOCCL_PROGRESS):
 //
-//	summary: ranks=4 batch=128 steps=200 warmup=10 step_ms=21.5 compute_ms=16.2 wait_ms=5.3 bytes_per_step=4275240 accuracy=0.9512 loss=0.1623 overlap=true bucket_mb=0.5 compress=none wait_ms_overlap=5.3 wait_ms_nooverlap=0 chunk_rows=128
+//	summary: ranks=4 batch=128 steps=200 warmup=10 step_ms=21.5 compute_ms=16.2 wait_ms=5.3 bytes_per_step=4275240 accuracy=0.9512 loss=0.1623 overlap=true bucket_mb=0.5 compress=none wait_ms_overlap=5.3 wait_ms_nooverlap=0 chunk_rows=128 step_p50_ms=21.1 step_p99_ms=24.8
 //
 // step_ms is rank 0's mean wall time of a whole step (batch preparation,
 // forward, backward, gradient reduction, Adam update) over the steps after
@@ -32,7 +32,9 @@
 // (Stats.Exposed), compute_ms their difference; bytes_per_step the gradient
 // payload rank 0 put into AllReduce per step (Stats.CommBytes);
 // wait_ms_overlap and wait_ms_nooverlap wait_ms over the steps of each
-// overlap setting.
+// overlap setting; step_p50_ms and step_p99_ms the median and 99th
+// percentile (nearest rank) of rank 0's step times after the warmup, the
+// step-time jitter a congested fabric shows.
 package main
 
 import (
@@ -41,16 +43,18 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/goccl/goccl/examples/internal/mnist"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/goccl/goccl"
 	"github.com/goccl/goccl/examples/internal/exmain"
+	"github.com/goccl/goccl/examples/internal/mnist"
 	"github.com/goccl/goccl/internal/progress"
 )
 
@@ -228,6 +232,7 @@ func trainElastic(ctx context.Context, c *goccl.Comm, cfg config, trainSet, test
 	}
 	warmup := warmupSteps(totalSteps)
 	var timed, waited time.Duration // over the steps after the warm-up
+	var stepTimes []time.Duration   // each step's after the warm-up
 	var bytesPerStep int64
 	var modes [2]modeStats // [0]: steps without overlap, [1]: with, after the warm-up
 	res := result{worldSize: t.size, numParams: len(t.model.Params)}
@@ -270,6 +275,7 @@ func trainElastic(ctx context.Context, c *goccl.Comm, cfg config, trainSet, test
 			}
 			epochModes[m].add(dt, st.Exposed)
 			if step > warmup {
+				stepTimes = append(stepTimes, dt)
 				timed += dt
 				waited += st.Exposed
 				bytesPerStep = st.CommBytes
@@ -309,10 +315,22 @@ func trainElastic(ctx context.Context, c *goccl.Comm, cfg config, trainSet, test
 			modes[1].exposedMS(), modes[1].exposedPct(), modes[1].stepMS(), modes[0].exposedMS(), modes[0].exposedPct(), modes[0].stepMS())
 	}
 	ms := func(d time.Duration) float64 { return d.Seconds() * 1e3 / float64(max(step-warmup, 1)) }
-	fmt.Fprintf(w(), "summary: ranks=%d batch=%d steps=%d warmup=%d step_ms=%.3f compute_ms=%.3f wait_ms=%.3f bytes_per_step=%d accuracy=%.4f loss=%.4f overlap=%v bucket_mb=%g compress=%s wait_ms_overlap=%.3f wait_ms_nooverlap=%.3f chunk_rows=%d\n",
+	fmt.Fprintf(w(), "summary: ranks=%d batch=%d steps=%d warmup=%d step_ms=%.3f compute_ms=%.3f wait_ms=%.3f bytes_per_step=%d accuracy=%.4f loss=%.4f overlap=%v bucket_mb=%g compress=%s wait_ms_overlap=%.3f wait_ms_nooverlap=%.3f chunk_rows=%d step_p50_ms=%.3f step_p99_ms=%.3f\n",
 		t.size, cfg.batch, step, warmup, ms(timed), ms(timed-waited), ms(waited), bytesPerStep, res.testAccuracy, res.lastLoss, cfg.overlap.String(), cfg.tr.bucketMB, cmp.Or(cfg.tr.compress, "none"),
-		modes[1].exposedMS(), modes[0].exposedMS(), cfg.tr.chunkRows)
+		modes[1].exposedMS(), modes[0].exposedMS(), cfg.tr.chunkRows, percentileMS(stepTimes, 50), percentileMS(stepTimes, 99))
 	return res, nil
+}
+
+// percentileMS is the p-th percentile of ds in milliseconds, by the
+// nearest-rank method (the smallest value with at least p % of ds at or
+// below it); 0 for none. It sorts ds.
+func percentileMS(ds []time.Duration, p float64) float64 {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	i := int(math.Ceil(p/100*float64(len(ds)))) - 1
+	return ds[min(max(i, 0), len(ds)-1)].Seconds() * 1e3
 }
 
 // modeStats sums the steps of one overlap setting.

@@ -3,7 +3,9 @@ package main
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
+	"time"
 )
 
 func TestNumParams(t *testing.T) {
@@ -121,5 +123,24 @@ func TestChunkedBackward(t *testing.T) {
 				t.Fatalf("layer %d bias %d: %v, whole %v", l, i, v, ly.B[i])
 			}
 		}
+	}
+}
+
+// TestPercentileMS: nearest-rank percentiles of step times.
+func TestPercentileMS(t *testing.T) {
+	var ds []time.Duration
+	for i := 100; i >= 1; i-- { // 1..100 ms, unsorted
+		ds = append(ds, time.Duration(i)*time.Millisecond)
+	}
+	for _, c := range []struct{ p, want float64 }{{50, 50}, {99, 99}, {100, 100}, {1, 1}, {0, 1}} {
+		if got := percentileMS(slices.Clone(ds), c.p); got != c.want {
+			t.Errorf("p%v = %v ms, want %v", c.p, got, c.want)
+		}
+	}
+	if got := percentileMS([]time.Duration{3 * time.Millisecond, 40 * time.Millisecond}, 99); got != 40 {
+		t.Errorf("p99 of 2 steps = %v, want the slower (40)", got)
+	}
+	if got := percentileMS(nil, 50); got != 0 {
+		t.Errorf("p50 of none = %v, want 0", got)
 	}
 }
