@@ -30,12 +30,13 @@ g=$out/goccl
 h1=$("$g" cluster status --name $name | awk -v h=$name-h1 '$1 == h { print $3 }')
 echo "# $(nproc) CPUs ($(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)), $(go version | cut -d' ' -f3), iperf3 $(iperf3 --version | head -1 | cut -d' ' -f2)"
 echo "# 4 hosts × 1 rank, links $RATE, queue $QUEUE B, ECN above $ECN B, ddp-mnist -steps $STEPS -overlap=true"
-echo "| transport | background | step p50 ms | step p99 ms | p99/p50 | mean ms | exposed ms | switch drops | ECN marks |"
+echo "| transport | background | step p50 ms | step p99 ms | p99/p50 | mean ms | exposed ms | drops | ECN marks |"
 echo "|---|---|---|---|---|---|---|---|---|"
 summary() { sed -n 's/^\[0\] summary: //p' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
-# counters: the drops at the switch ports towards the hosts and the ECN
-# marks there, summed over the hosts (cluster status columns 11 and 12).
-counters() { "$g" cluster status --name $name | awk -v n=$name '$1 ~ "^" n "-h" { d += $11; m += $12 } END { print d + 0, m + 0 }'; }
+# counters: the packets dropped by the shapers (each host's egress and
+# its switch port, cluster status columns 7 and 11) and the ECN marks at
+# the switch ports (column 12), summed over the hosts.
+counters() { "$g" cluster status --name $name | awk -v n=$name '$1 ~ "^" n "-h" { d += $7 + $11; m += $12 } END { print d + 0, m + 0 }'; }
 rows=("TCP|GOCCL_NET=socket" "RoCE|GOCCL_NET=roce")
 [ -n "$CC_ENV" ] && rows+=("RoCE + CC|GOCCL_NET=roce $CC_ENV")
 for bg in none iperf3; do
@@ -53,7 +54,7 @@ for bg in none iperf3; do
       "$out/ddp-mnist" -steps "$STEPS" -overlap=true >"$out/run" 2>&1; then
       # A failed job is a row too: the first rank's error, shortened.
       read -r d1 m1 < <(counters)
-      why=$(grep -m1 -o 'IBV_WC_[A-Z_]*\|rank [0-9]* lost\|timed out' "$out/run" || echo "see the log")
+      why=$(grep -o 'IBV_WC_[A-Z_]*\|timed out\|rank [0-9]* lost' "$out/run" | head -1)
       echo "| $label | $bg | failed: $why | | | | | $((d1 - d0)) | $((m1 - m0)) |"
       continue
     fi
