@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The seeds' congestion symptom, measured (issue 34, item 5): p50 and p99
 # step time of examples/ddp-mnist on 4 namespace hosts, one rank each, on
-# a shallow-queue fabric (goccl cluster up: links of RATE, QUEUE bytes of
-# queue per port, CE marked above ECN bytes queued to a host), alone and
+# a shallow-buffer fabric (goccl cluster up: links of RATE, QUEUE bytes of
+# queue at each switch port towards a host, the hosts' NIC queues at their
+# default depth, CE marked above ECN bytes queued to a host), alone and
 # beside a background iperf3 TCP flow from host 2 into host 1 (whose port
 # the ring's traffic into host 1 shares), for goccl over TCP and over the
 # soft RoCE device, and over RoCE with congestion control when CC_ENV
@@ -26,7 +27,7 @@ export PATH="$PATH:/usr/local/go/bin"
 go build -o "$out/goccl" ./cmd/goccl
 go build -o "$out/ddp-mnist" ./examples/ddp-mnist
 g=$out/goccl
-"$g" cluster up --hosts 4 --bw "$RATE" --queue "$QUEUE" --ecn "$ECN" --name $name >/dev/null
+"$g" cluster up --hosts 4 --bw "$RATE" --port-queue "$QUEUE" --ecn "$ECN" --name $name >/dev/null
 h1=$("$g" cluster status --name $name | awk -v h=$name-h1 '$1 == h { print $3 }')
 echo "# $(nproc) CPUs ($(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)), $(go version | cut -d' ' -f3), iperf3 $(iperf3 --version | head -1 | cut -d' ' -f2)"
 echo "# 4 hosts × 1 rank, links $RATE, queue $QUEUE B, ECN above $ECN B, ddp-mnist -steps $STEPS -overlap=true"

@@ -18,7 +18,7 @@ import (
 	"github.com/goccl/goccl/internal/cluster"
 )
 
-var clusterUsage = `usage: goccl cluster up --hosts N [--rails R] [--bw RATE] [--delay D] [--jitter D] [--loss P] [--ecn B] [--queue B] [--mtu M]
+var clusterUsage = `usage: goccl cluster up --hosts N [--rails R] [--bw RATE] [--delay D] [--jitter D] [--loss P] [--ecn B] [--queue B] [--port-queue B] [--mtu M]
                         [--name NAME] [--subnet CIDR] [--slots N] [--hostfile FILE] [--json]
        goccl cluster status [--name NAME] [--json]
        goccl cluster down [--name NAME]
@@ -62,6 +62,10 @@ Shaping (each host's link, like a full-duplex cable to a switch):
   --queue B    the shaper's queue in bytes (default: 2×D + 20 ms of the
                rate, at least 4 bursts); deeper for senders without
                congestion control (the soft RoCE device)
+  --port-queue B  the switch ports' queue alone (towards the hosts); the
+               hosts' egress keeps --queue's, as a NIC does not drop what
+               its host sends faster than the wire: a shallow-buffer
+               switch for RoCE
   Delay and jitter need the kernel's netem (sch_netem), loss and ECN
   nftables' nft.
   Every rail's links are shaped alike.
@@ -161,6 +165,7 @@ func runClusterUp(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&loss, "loss", "percent of packets from each host that its links drop")
 	fs.IntVar(&cfg.ECN, "ecn", 0, "mark CE above this many bytes queued to a host (needs --bw)")
 	fs.IntVar(&cfg.Queue, "queue", 0, "the shaper's queue in bytes (0: 2×delay + 20 ms of the rate)")
+	fs.IntVar(&cfg.PortQueue, "port-queue", 0, "the switch ports' queue in bytes, the hosts' egress keeping --queue's (0: --queue's)")
 	fs.IntVar(&cfg.MTU, "mtu", cluster.DefaultMTU, "MTU of the links")
 	fs.StringVar(&subnet, "subnet", cluster.DefaultSubnet.String(), "the hosts' subnet: host i gets its address plus i+1")
 	slots := fs.Int("slots", 1, "slots of each host in the hostfile lines")

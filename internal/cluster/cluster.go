@@ -137,6 +137,11 @@ type Config struct {
 	// switch with deep buffers: what a sender without congestion control
 	// (the soft RoCE device) needs not to lose its window.
 	Queue int `json:"queue,omitempty"`
+	// PortQueue, when > 0, is the queue of the switch ports towards the
+	// hosts instead of Queue (which the hosts' egress keeps): a shallow
+	// switch buffer behind NICs that, like real ones, do not drop what
+	// their host hands them faster than the wire.
+	PortQueue int `json:"port_queue,omitempty"`
 	// MTU of the veths (the bridge follows its ports); default DefaultMTU.
 	// The kernel refuses what a veth cannot take (over 65535).
 	MTU int `json:"mtu"`
@@ -241,6 +246,9 @@ func (cfg Config) Normalize() (Config, error) {
 	}
 	if cfg.Queue < 0 || cfg.Queue > 0 && cfg.Rate == 0 {
 		return cfg, fmt.Errorf("invalid queue %d bytes: it is the shaper's, and needs a rate (0: sized to the rate)", cfg.Queue)
+	}
+	if cfg.PortQueue < 0 || cfg.PortQueue > 0 && cfg.Rate == 0 {
+		return cfg, fmt.Errorf("invalid port queue %d bytes: it is the switch ports' shaper's, and needs a rate (0: as the queue)", cfg.PortQueue)
 	}
 	return cfg, nil
 }
@@ -569,10 +577,10 @@ func (r *runner) shape(c *Cluster, host string, l Link) error {
 	if c.Config.needsNetem() {
 		parent = []string{"parent", "1:1"}
 	}
-	if err := r.tcCmd(slices.Concat([]string{"-n", host, "qdisc", "add", "dev", l.Iface}, parent, []string{"handle", "2:"}, c.tbf())...); err != nil {
+	if err := r.tcCmd(slices.Concat([]string{"-n", host, "qdisc", "add", "dev", l.Iface}, parent, []string{"handle", "2:"}, c.tbf(false))...); err != nil {
 		return qdiscErr(err, "tbf")
 	}
-	if err := r.tcCmd(slices.Concat([]string{"-n", c.Switch, "qdisc", "add", "dev", l.Port, "root", "handle", "2:"}, c.tbf())...); err != nil {
+	if err := r.tcCmd(slices.Concat([]string{"-n", c.Switch, "qdisc", "add", "dev", l.Port, "root", "handle", "2:"}, c.tbf(true))...); err != nil {
 		return qdiscErr(err, "tbf")
 	}
 	return nil
@@ -581,18 +589,23 @@ func (r *runner) shape(c *Cluster, host string, l Link) error {
 // us is d as tc reads a time, in microseconds.
 func us(d time.Duration) string { return strconv.FormatInt(d.Microseconds(), 10) + "us" }
 
-// tbf is the tbf qdisc's parameters for c's rate. The burst (bytes sent at
+// tbf is the tbf qdisc's parameters for c's rate, at a switch port
+// (port) or a host's egress. The burst (bytes sent at
 // once after an idle spell) is 2 ms of the rate but at least gsoBurst, so a
 // whole TSO/GSO packet passes in one piece and a timer that fires late on a
 // loaded machine costs no throughput; the queue holds 2×Delay + 20 ms of the
-// rate (a TCP flow's window at that delay, plus room), at least 4 bursts.
-func (c *Cluster) tbf() []string {
+// rate (a TCP flow's window at that delay, plus room), at least 4 bursts,
+// unless Queue (or at a port PortQueue) says otherwise.
+func (c *Cluster) tbf(port bool) []string {
 	bytesPerSec := float64(c.Config.Rate) / 8
 	frame := float64(c.Config.MTU + 14)
 	burst := math.Max(math.Max(bytesPerSec*0.002, gsoBurst), 2*frame)
 	limit := math.Max(bytesPerSec*(2*c.Config.Delay+2*c.Config.Jitter+20*time.Millisecond).Seconds(), 4*burst)
-	if c.Config.Queue > 0 {
-		limit = math.Max(float64(c.Config.Queue), 2*frame)
+	if q := c.Config.Queue; q > 0 || port && c.Config.PortQueue > 0 {
+		if port && c.Config.PortQueue > 0 {
+			q = c.Config.PortQueue
+		}
+		limit = math.Max(float64(q), 2*frame)
 	}
 	return []string{"tbf", "rate", c.Config.Rate.String(), "burst", strconv.Itoa(int(burst)), "limit", strconv.Itoa(int(limit))}
 }

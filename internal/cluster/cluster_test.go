@@ -82,6 +82,7 @@ func TestNormalize(t *testing.T) {
 		{cluster.Config{Hosts: 1, Loss: 101}, "loss"},
 		{cluster.Config{Hosts: 1, Queue: 1 << 20}, "needs a rate"},
 		{cluster.Config{Hosts: 1, Rate: 100e6, Queue: -1}, "invalid queue"},
+		{cluster.Config{Hosts: 1, PortQueue: 1 << 20}, "needs a rate"},
 	} {
 		if _, err := bad.cfg.Normalize(); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%+v: error %v, want one with %q", bad.cfg, err, bad.want)
@@ -152,6 +153,15 @@ func TestShapingParameters(t *testing.T) {
 	if got, want := strings.Join(cluster.Plan(cfg).TBF(), " "), "tbf rate 100mbit burst 131072 limit 2097152"; got != want {
 		t.Errorf("tbf with a queue: %s, want %s", got, want)
 	}
+	// A port queue: the switch ports' alone; the egress keeps the queue.
+	cfg.PortQueue = 64 << 10
+	if got, want := strings.Join(cluster.Plan(cfg).PortTBF(), " "), "tbf rate 100mbit burst 131072 limit 65536"; got != want {
+		t.Errorf("port tbf with a port queue: %s, want %s", got, want)
+	}
+	if got, want := strings.Join(cluster.Plan(cfg).TBF(), " "), "tbf rate 100mbit burst 131072 limit 2097152"; got != want {
+		t.Errorf("egress tbf with a port queue: %s, want %s", got, want)
+	}
+	cfg.PortQueue = 0
 	cfg, _ = cluster.Config{Hosts: 2, Rate: 10e9, Delay: 10 * time.Millisecond}.Normalize()
 	c = cluster.Plan(cfg)
 	if got, want := strings.Join(c.TBF(), " "), "tbf rate 10gbit burst 2500000 limit 50000000"; got != want {

@@ -19,7 +19,8 @@ func SetGeteuid(f func() int) (restore func()) {
 }
 
 // Owns, TBF and NetemLimit expose owns, tbf and netemLimit.
-func Owns(name, ns string) bool    { return owns(name, ns) }
-func (c *Cluster) TBF() []string   { return c.tbf() }
-func (c *Cluster) NetemLimit() int { return c.netemLimit() }
-func Plan(cfg Config) *Cluster     { return plan(cfg) }
+func Owns(name, ns string) bool      { return owns(name, ns) }
+func (c *Cluster) TBF() []string     { return c.tbf(false) }
+func (c *Cluster) PortTBF() []string { return c.tbf(true) }
+func (c *Cluster) NetemLimit() int   { return c.netemLimit() }
+func Plan(cfg Config) *Cluster       { return plan(cfg) }
