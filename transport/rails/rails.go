@@ -1,6 +1,7 @@
 // Package rails makes one link to a peer out of one link per rail: a
 // multi-rail host's NICs, each on its own switch and subnet (a
-// rail-optimized cluster), or several queue pairs on one NIC. Rail i of
+// rail-optimized cluster; internal/bootstrap makes a rail of each
+// interface GOCCL_SOCKET_IFNAME names). Rail i of
 // this rank is linked to rail i of the peer (NCCL_CROSS_NIC=0: traffic
 // stays on its rail's switch); both sides must give the rails in the same
 // order.
