@@ -8,6 +8,7 @@ import (
 
 	"github.com/goccl/goccl/internal/config"
 	"github.com/goccl/goccl/rdma"
+	"github.com/goccl/goccl/rdma/qp"
 	"github.com/goccl/goccl/transport"
 	"github.com/goccl/goccl/transport/roce"
 	"github.com/goccl/goccl/transport/tcp"
@@ -62,8 +63,34 @@ func roceFromEnv() (provider, error) {
 		}
 	}
 	r.timeout, r.retryCnt = uint8(timeout), uint8(retry)
+	cc, err := congestionOptions()
+	if err != nil {
+		return nil, err
+	}
+	r.devOpts = append(cc, r.devOpts...)
 	r.nsocks, err = nsocksFromEnv()
 	return r, err
+}
+
+// congestionOptions are the devices' options for GOCCL_IB_TC and
+// GOCCL_IB_DCQCN.
+func congestionOptions() ([]rdma.Option, error) {
+	var opts []rdma.Option
+	tc, _, err := config.IBTC.Int()
+	if err != nil {
+		return nil, err
+	}
+	if tc > 0 {
+		opts = append(opts, rdma.WithTrafficClass(tc))
+	}
+	mbps, _, err := config.IBDCQCN.Int()
+	if err != nil {
+		return nil, err
+	}
+	if mbps > 0 {
+		opts = append(opts, rdma.WithDCQCN(qp.DefaultDCQCN(float64(mbps)*1e6/8)))
+	}
+	return opts, nil
 }
 
 // usable: GOCCL_NET=roce, for any peer the rows before leave.

@@ -100,3 +100,34 @@ func checkRegistrar(t *testing.T, reg Registrar) {
 		t.Errorf("Deregister: %v", err)
 	}
 }
+
+// TestRoCECongestionVariables: GOCCL_IB_TC and GOCCL_IB_DCQCN become the
+// devices' options; values out of range are errors naming the variable.
+func TestRoCECongestionVariables(t *testing.T) {
+	t.Setenv("GOCCL_NET", "roce")
+	count := func() int {
+		t.Helper()
+		p, err := roceFromEnv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(p.(roceNet).devOpts)
+	}
+	base := count()
+	t.Setenv("GOCCL_IB_TC", "106")
+	if got := count(); got != base+1 {
+		t.Errorf("GOCCL_IB_TC=106: %d device options, want %d", got, base+1)
+	}
+	t.Setenv("GOCCL_IB_DCQCN", "500")
+	if got := count(); got != base+2 {
+		t.Errorf("GOCCL_IB_DCQCN=500: %d device options, want %d", got, base+2)
+	}
+	for _, kv := range [][2]string{{"GOCCL_IB_TC", "256"}, {"GOCCL_IB_DCQCN", "-1"}, {"GOCCL_IB_DCQCN", "fast"}} {
+		t.Run(kv[0]+"="+kv[1], func(t *testing.T) {
+			t.Setenv(kv[0], kv[1])
+			if _, err := roceFromEnv(); err == nil || !strings.Contains(err.Error(), kv[0]) {
+				t.Errorf("%s=%s: error %v, want one naming the variable", kv[0], kv[1], err)
+			}
+		})
+	}
+}

@@ -118,6 +118,10 @@ var (
 		Doc: "with GOCCL_NET=roce, the queue pairs' local ACK timeout exponent (4.096 µs × 2^N, as NCCL_IB_TIMEOUT; 16: 268 ms): the wait before resending a loss no later packet reveals; a queue pair fails after GOCCL_IB_RETRY_CNT timeouts in a row without progress (a dead peer is noticed sooner, by its control connection)"})
 	IBRetryCnt = define(Var{Name: "GOCCL_IB_RETRY_CNT", Kind: Int, Default: "7", Min: 0, Max: 7,
 		Doc: "with GOCCL_NET=roce, the queue pairs' retry count (as NCCL_IB_RETRY_CNT)"})
+	IBTC = define(Var{Name: "GOCCL_IB_TC", Kind: Int, Default: "0", Min: 0, Max: 255,
+		Doc: "with GOCCL_NET=roce, the traffic class of the RoCE v2 packets (as NCCL_IB_TC): the IPv4 TOS byte's DSCP bits (106, DSCP 26, is a common RoCE class; the low 2 bits, ECN's, are the device's)"})
+	IBDCQCN = define(Var{Name: "GOCCL_IB_DCQCN", Kind: Int, Default: "0", Min: 0, Max: 1000000,
+		Doc: "with GOCCL_NET=roce, RoCE v2 congestion control: DCQCN at this line rate in Mbit/s (ConnectX's default parameters, rdma/qp.DefaultDCQCN), packets sent ECN-capable and CNPs returned for CE marks; 0: off"})
 	CollNetEnable = define(Var{Name: "GOCCL_COLLNET_ENABLE", Kind: Bool, Default: "0",
 		Doc: "AllReduce by in-network aggregation (as NCCL_COLLNET_ENABLE): every rank attaches at Init to the aggregation tree whose root GOCCL_COLLNET_AGGD names (goccl aggd); if any rank cannot, all warn and stay on the links"})
 	CollNetAggd = define(Var{Name: "GOCCL_COLLNET_AGGD", Kind: String,
