@@ -21,7 +21,9 @@
 //	152  [16]  client nonce
 //	168  u16   flags: bit 0 = the client has a job token, bit 1 = CRC32C
 //	           per chunk (GOCCL_CHECKSUM), bit 2 = TLS after the handshake
-//	170  u16   reserved, zero
+//	170  u16   tag: which of several links between the two ranks (0 for
+//	           Connect's; ConnectTag's own, e.g. a multi-rail link's
+//	           control link or a lane moved to another rail)
 //	172  u32   CRC-32 (IEEE) of bytes 0..171
 //
 //	ack (64 bytes, little-endian)
@@ -178,7 +180,7 @@ type Endpoint struct {
 	rejected atomic.Int64 // connections refused during the handshake
 }
 
-type parkKey struct{ peer, index int }
+type parkKey struct{ peer, tag, index int }
 
 type parkedConn struct {
 	conn   net.Conn // *net.TCPConn, or *tls.Conn over one
@@ -423,7 +425,7 @@ func (e *Endpoint) handshake(c *net.TCPConn) (parkKey, int, error) {
 	if err := c.SetDeadline(time.Time{}); err != nil {
 		return parkKey{}, 0, err
 	}
-	return parkKey{peer: int(h.from), index: int(h.index)}, int(h.nsocks), nil
+	return parkKey{peer: int(h.from), tag: int(h.tag), index: int(h.index)}, int(h.nsocks), nil
 }
 
 // checkHello judges a hello: garbage (bad magic or checksum, impossible job
@@ -503,7 +505,7 @@ func (e *Endpoint) reject(c *net.TCPConn, err error) {
 type hello struct {
 	version, nsocks, index, jobLen uint16 // nsocks: connections in the link, 2*nsocks of Connect
 	from, to                       int32
-	flags                          uint16
+	flags, tag                     uint16
 }
 
 // optionString describes option flags for errors.
@@ -535,10 +537,11 @@ func decodeHello(b *[helloSize]byte) hello {
 		from:    int32(binary.LittleEndian.Uint32(b[16:])),
 		to:      int32(binary.LittleEndian.Uint32(b[20:])),
 		flags:   binary.LittleEndian.Uint16(b[168:]),
+		tag:     binary.LittleEndian.Uint16(b[170:]),
 	}
 }
 
-func encodeHello(b *[helloSize]byte, jobID string, from, to, index, nconns int, flags uint16) {
+func encodeHello(b *[helloSize]byte, jobID string, from, to, index, nconns int, flags, tag uint16) {
 	*b = [helloSize]byte{}
 	copy(b[0:8], helloMagic)
 	binary.LittleEndian.PutUint16(b[8:], helloVersion)
@@ -551,6 +554,7 @@ func encodeHello(b *[helloSize]byte, jobID string, from, to, index, nconns int, 
 	nonce := auth.Nonce()
 	copy(b[152:168], nonce[:])
 	binary.LittleEndian.PutUint16(b[168:], flags)
+	binary.LittleEndian.PutUint16(b[170:], tag)
 	binary.LittleEndian.PutUint32(b[172:], crc32.ChecksumIEEE(b[:172]))
 }
 
@@ -562,6 +566,14 @@ func encodeHello(b *[helloSize]byte, jobID string, from, to, index, nconns int, 
 // the peer and address and wrapping ctx.Err(). Without a ctx deadline it
 // waits as long as ctx allows.
 func (e *Endpoint) Connect(ctx context.Context, peer int, peerAddr string, nsocks int) (transport.Link, error) {
+	return e.ConnectTag(ctx, peer, peerAddr, nsocks, 0)
+}
+
+// ConnectTag is Connect for one of several links between the two ranks:
+// both sides pass the same tag, and links of different tags never take
+// each other's connections (Connect's tag is 0). Sequential Connects with
+// one tag are fine too; concurrent ones are not.
+func (e *Endpoint) ConnectTag(ctx context.Context, peer int, peerAddr string, nsocks int, tag uint16) (transport.Link, error) {
 	if peer < 0 || peer > math.MaxInt32 || peer == e.self {
 		return nil, fmt.Errorf("tcp: rank %d: invalid peer %d", e.self, peer)
 	}
@@ -574,9 +586,9 @@ func (e *Endpoint) Connect(ctx context.Context, peer int, peerAddr string, nsock
 	var conns []net.Conn
 	var err error
 	if e.self < peer {
-		conns, err = e.dial(ctx, peer, peerAddr, 2*nsocks)
+		conns, err = e.dial(ctx, peer, peerAddr, 2*nsocks, tag)
 	} else {
-		conns, err = e.collect(ctx, peer, peerAddr, 2*nsocks)
+		conns, err = e.collect(ctx, peer, peerAddr, 2*nsocks, tag)
 	}
 	if err != nil {
 		return nil, &transport.PeerError{Peer: peer, Op: "connect", Err: err}
@@ -592,10 +604,10 @@ func (e *Endpoint) Connect(ctx context.Context, peer int, peerAddr string, nsock
 	return newLink(e.self, peer, tx, rx, e.checksum), nil
 }
 
-func (e *Endpoint) dial(ctx context.Context, peer int, addr string, nconns int) ([]net.Conn, error) {
+func (e *Endpoint) dial(ctx context.Context, peer int, addr string, nconns int, tag uint16) ([]net.Conn, error) {
 	conns := make([]net.Conn, 0, nconns)
 	for i := 0; i < nconns; i++ {
-		c, err := e.dialOne(ctx, peer, addr, i, nconns)
+		c, err := e.dialOne(ctx, peer, addr, i, nconns, tag)
 		if err != nil {
 			for _, c := range conns {
 				c.Close()
@@ -607,14 +619,14 @@ func (e *Endpoint) dial(ctx context.Context, peer int, addr string, nconns int) 
 	return conns, nil
 }
 
-func (e *Endpoint) dialOne(ctx context.Context, peer int, addr string, index, nconns int) (net.Conn, error) {
+func (e *Endpoint) dialOne(ctx context.Context, peer int, addr string, index, nconns int, tag uint16) (net.Conn, error) {
 	backoff := 10 * time.Millisecond
 	for {
 		var d net.Dialer
 		c, err := d.DialContext(ctx, "tcp", addr)
 		if err == nil {
 			tc := c.(*net.TCPConn)
-			if err := e.clientHello(ctx, tc, peer, index, nconns); err != nil {
+			if err := e.clientHello(ctx, tc, peer, index, nconns, tag); err != nil {
 				tc.Close()
 				return nil, err
 			}
@@ -652,7 +664,7 @@ func (e *Endpoint) dialOne(ctx context.Context, peer int, addr string, index, nc
 	}
 }
 
-func (e *Endpoint) clientHello(ctx context.Context, c *net.TCPConn, peer, index, nconns int) error {
+func (e *Endpoint) clientHello(ctx context.Context, c *net.TCPConn, peer, index, nconns int, tag uint16) error {
 	dl := time.Now().Add(2 * e.helloTimeout)
 	ctxDL, hasCtxDL := ctx.Deadline()
 	if hasCtxDL && ctxDL.Before(dl) {
@@ -667,7 +679,7 @@ func (e *Endpoint) clientHello(ctx context.Context, c *net.TCPConn, peer, index,
 	if len(e.token) > 0 {
 		flags |= flagToken
 	}
-	encodeHello(&b, e.jobID, e.self, peer, index, nconns, flags)
+	encodeHello(&b, e.jobID, e.self, peer, index, nconns, flags, tag)
 	_, err := c.Write(b[:])
 	var a [ackSize]byte
 	if err == nil {
@@ -709,14 +721,14 @@ func (e *Endpoint) clientHello(ctx context.Context, c *net.TCPConn, peer, index,
 
 // collect waits until the nconns connections dialed by peer are parked and
 // takes them.
-func (e *Endpoint) collect(ctx context.Context, peer int, addr string, nconns int) ([]net.Conn, error) {
+func (e *Endpoint) collect(ctx context.Context, peer int, addr string, nconns int, tag uint16) ([]net.Conn, error) {
 	for {
 		e.mu.Lock()
 		if e.closed {
 			e.mu.Unlock()
 			return nil, fmt.Errorf("tcp: endpoint closed: %w", transport.ErrClosed)
 		}
-		conns, have, err := e.takeLocked(peer, nconns)
+		conns, have, err := e.takeLocked(parkKey{peer: peer, tag: int(tag)}, nconns)
 		ch := e.changed
 		e.mu.Unlock()
 		if err != nil {
@@ -740,25 +752,27 @@ func (e *Endpoint) collect(ctx context.Context, peer int, addr string, nconns in
 // link: without a job token anybody can pass the handshake as any rank, and
 // such a connection's close must not make the link report that rank lost;
 // its slot waits for the real rank's connection.
-func (e *Endpoint) takeLocked(peer, nconns int) ([]net.Conn, int, error) {
+func (e *Endpoint) takeLocked(key parkKey, nconns int) ([]net.Conn, int, error) {
+	peer := key.peer
+	slot := func(i int) parkKey { key.index = i; return key }
 	have := 0
 	for i := 0; i < maxConns; i++ {
-		p, ok := e.parked[parkKey{peer, i}]
+		p, ok := e.parked[slot(i)]
 		if !ok {
 			continue
 		}
 		if raw := rawTCP(p.conn); peerGone(raw) {
 			p.conn.Close()
-			delete(e.parked, parkKey{peer, i})
+			delete(e.parked, slot(i))
 			e.reject(raw, fmt.Errorf("the dialer (says rank %d) closed connection %d before it was used", peer, i))
 			continue
 		}
 		if p.nsocks != nconns {
 			// Both sides must agree on the socket count; drop the strays.
 			for j := 0; j < maxConns; j++ {
-				if q, ok := e.parked[parkKey{peer, j}]; ok {
+				if q, ok := e.parked[slot(j)]; ok {
 					q.conn.Close()
-					delete(e.parked, parkKey{peer, j})
+					delete(e.parked, slot(j))
 				}
 			}
 			return nil, 0, fmt.Errorf("peer connects with %d sockets per direction, this rank expects %d", p.nsocks/2, nconns/2)
@@ -770,7 +784,7 @@ func (e *Endpoint) takeLocked(peer, nconns int) ([]net.Conn, int, error) {
 	}
 	conns := make([]net.Conn, nconns)
 	for i := range conns {
-		k := parkKey{peer, i}
+		k := slot(i)
 		conns[i] = e.parked[k].conn
 		delete(e.parked, k)
 	}

@@ -1,9 +1,11 @@
 package tcp
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -19,9 +21,9 @@ import (
 
 func TestHelloRoundTrip(t *testing.T) {
 	var b [helloSize]byte
-	encodeHello(&b, "job-x", 3, 7, 2, 4, 0)
+	encodeHello(&b, "job-x", 3, 7, 2, 4, 0, 9)
 	h := decodeHello(&b)
-	if string(b[:8]) != helloMagic || h.version != helloVersion || h.from != 3 || h.to != 7 || h.index != 2 || h.nsocks != 4 ||
+	if string(b[:8]) != helloMagic || h.version != helloVersion || h.from != 3 || h.to != 7 || h.index != 2 || h.nsocks != 4 || h.tag != 9 ||
 		string(b[24:24+h.jobLen]) != "job-x" {
 		t.Fatalf("hello %+v", h)
 	}
@@ -102,13 +104,13 @@ func TestBadClients(t *testing.T) {
 		{"index out of range", "job-1", 0, 1, 2, 2, ackBadSocks},
 		{"too many sockets", "job-1", 0, 1, 0, maxSocks + 1, ackBadSocks},
 	} {
-		encodeHello(&b, tc.job, tc.from, tc.to, tc.index, tc.nsocks, 0)
+		encodeHello(&b, tc.job, tc.from, tc.to, tc.index, tc.nsocks, 0, 0)
 		if s := rawHello(t, eb.Addr(), b[:]); s != int(tc.want) {
 			t.Errorf("%s: ack status %d, want %d", tc.name, s, tc.want)
 		}
 	}
 	// Wrong version (valid layout otherwise).
-	encodeHello(&b, "job-1", 0, 1, 0, 1, 0)
+	encodeHello(&b, "job-1", 0, 1, 0, 1, 0, 0)
 	binary.LittleEndian.PutUint16(b[8:], helloVersion+1)
 	if s := rawHello(t, eb.Addr(), b[:]); s != int(ackBadVersion) {
 		t.Errorf("wrong version: ack status %d", s)
@@ -311,13 +313,13 @@ func TestEndpointAuth(t *testing.T) {
 		"no token":      listenTok(0, nil),
 		"another token": listenTok(0, []byte("other")),
 	} {
-		_, err := dialer.dial(ctx, 1, eb.Addr(), 2)
+		_, err := dialer.dial(ctx, 1, eb.Addr(), 2, 0)
 		if !errors.Is(err, auth.ErrAuth) {
 			t.Errorf("dialer with %s: want ErrAuth, got %v", name, err)
 		}
 	}
 	plain := listenTok(1, nil)
-	if _, err := ea.dial(ctx, 1, plain.Addr(), 2); !errors.Is(err, auth.ErrAuth) || !strings.Contains(err.Error(), "does not check") {
+	if _, err := ea.dial(ctx, 1, plain.Addr(), 2, 0); !errors.Is(err, auth.ErrAuth) || !strings.Contains(err.Error(), "does not check") {
 		t.Errorf("token dialer vs plain listener: %v", err)
 	}
 	// The two members still connect and talk.
@@ -339,5 +341,57 @@ func TestEndpointAuth(t *testing.T) {
 	}
 	if logged.Load() == 0 {
 		t.Error("refusals not logged")
+	}
+}
+
+// TestConnectTag: links with different tags between the same two ranks,
+// dialed at once and each with its own socket count, get their own
+// connections (a message on one never arrives on another), and a tag
+// used again after its link was made makes a new link.
+func TestConnectTag(t *testing.T) {
+	ea, eb := newEndpoint(t, 0, "job-tag"), newEndpoint(t, 1, "job-tag")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tags := []uint16{0, 1, 7}
+	socks := []int{2, 1, 3}
+	for round := range 2 {
+		as, bs := make([]transport.Link, len(tags)), make([]transport.Link, len(tags))
+		errc := make(chan error, 2*len(tags))
+		for k, tag := range tags {
+			go func() {
+				var err error
+				as[k], err = ea.ConnectTag(ctx, 1, eb.Addr(), socks[k], tag)
+				errc <- err
+			}()
+			go func() {
+				var err error
+				bs[k], err = eb.ConnectTag(ctx, 0, ea.Addr(), socks[k], tag)
+				errc <- err
+			}()
+		}
+		for range 6 {
+			if err := <-errc; err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		for k := range 3 {
+			msg := []byte(fmt.Sprintf("round %d tag %d", round, tags[k]))
+			h := hdr(uint64(k+1), len(msg))
+			if err := as[k].Send(ctx, &h, msg); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for k := range 3 {
+			msg := []byte(fmt.Sprintf("round %d tag %d", round, tags[k]))
+			got := make([]byte, len(msg))
+			h := hdr(uint64(k+1), len(msg))
+			if err := bs[k].Recv(ctx, &h, got, nil); err != nil || !bytes.Equal(got, msg) {
+				t.Fatalf("round %d, tag %d: got %q, %v; want %q", round, tags[k], got, err, msg)
+			}
+		}
+		for k := range 3 {
+			as[k].Close()
+			bs[k].Close()
+		}
 	}
 }

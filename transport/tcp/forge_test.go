@@ -19,7 +19,7 @@ func TestForgedPeerClose(t *testing.T) {
 	forger := newEndpoint(t, 0, "job-1")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	forged, err := forger.dial(ctx, 1, eb.Addr(), 2)
+	forged, err := forger.dial(ctx, 1, eb.Addr(), 2, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,11 +17,11 @@ func fuzzEndpoint(self int, token []byte) *Endpoint {
 // and an accepted hello always describes a valid connection of a link.
 func FuzzHello(f *testing.F) {
 	var b [helloSize]byte
-	encodeHello(&b, "job-1", 0, 3, 1, 4, flagToken)
+	encodeHello(&b, "job-1", 0, 3, 1, 4, flagToken, 0)
 	f.Add(b[:])
-	encodeHello(&b, "job-1", 2, 3, 0, 2, flagChecksum)
+	encodeHello(&b, "job-1", 2, 3, 0, 2, flagChecksum, 0)
 	f.Add(b[:])
-	encodeHello(&b, "other", 5, 3, 9, 4, 0)
+	encodeHello(&b, "other", 5, 3, 9, 4, 0, 0)
 	f.Add(b[:])
 	f.Add(make([]byte, helloSize))
 	e := fuzzEndpoint(3, nil)
@@ -53,7 +53,7 @@ func FuzzHello(f *testing.F) {
 func FuzzAck(f *testing.F) {
 	token := []byte("fuzz token")
 	var hello [helloSize]byte
-	encodeHello(&hello, "job-1", 0, 1, 0, 2, flagToken)
+	encodeHello(&hello, "job-1", 0, 1, 0, 2, flagToken, 0)
 	genuine := func(status uint16, rank int32, flags uint16) [ackSize]byte {
 		var a [ackSize]byte
 		copy(a[0:4], ackMagic)
@@ -94,7 +94,7 @@ func TestCheckAckAcceptsGenuine(t *testing.T) {
 	}
 	defer c.Close()
 	var hello [helloSize]byte
-	encodeHello(&hello, "job-1", 0, 1, 0, 2, flagToken)
+	encodeHello(&hello, "job-1", 0, 1, 0, 2, flagToken, 0)
 	if _, err := c.Write(hello[:]); err != nil {
 		t.Fatal(err)
 	}

@@ -72,6 +72,13 @@ type link struct {
 	tx, rx   []*sock
 	crc      bool // a CRC32C follows every chunk
 
+	stall struct { // PathStall's, reused so that polling allocates nothing
+		mu    sync.Mutex
+		fn    func(fd uintptr)
+		worst time.Duration
+		ti    tcpInfo
+	}
+
 	closed    atomic.Bool
 	closeOnce sync.Once
 	byeOnce   sync.Once
@@ -184,11 +191,16 @@ func (l *link) Name() string { return l.name }
 // connections has gone without an acknowledgement of data it sent (0 when
 // none waits): on a cut path it grows from the cut on.
 func (l *link) PathStall() time.Duration {
-	var worst time.Duration
-	for _, s := range l.tx {
-		s.conn.control(func(fd uintptr) { worst = max(worst, pathStall(int(fd))) })
+	l.stall.mu.Lock()
+	defer l.stall.mu.Unlock()
+	if l.stall.fn == nil {
+		l.stall.fn = func(fd uintptr) { l.stall.worst = max(l.stall.worst, pathStall(int(fd), &l.stall.ti)) }
 	}
-	return worst
+	l.stall.worst = 0
+	for _, s := range l.tx {
+		s.conn.control(l.stall.fn)
+	}
+	return l.stall.worst
 }
 
 // Counters implements transport.Link.

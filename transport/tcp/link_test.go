@@ -280,3 +280,26 @@ func TestArgumentErrors(t *testing.T) {
 		t.Fatalf("Recv with a done ctx: %v", err)
 	}
 }
+
+// TestPathStall: a link whose peer takes everything reports no stall, and
+// asking allocates nothing (the rails link polls it every 100 ms while
+// data flows).
+func TestPathStall(t *testing.T) {
+	la, lb := connectPair(t, 0, 1, 2)
+	h := hdr(1, 5)
+	if err := la.Send(context.Background(), &h, []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 5)
+	if err := lb.Recv(context.Background(), &h, got, nil); err != nil {
+		t.Fatal(err)
+	}
+	ps := la.(interface{ PathStall() time.Duration })
+	time.Sleep(50 * time.Millisecond) // the peer's ACK
+	if d := ps.PathStall(); d != 0 {
+		t.Errorf("PathStall = %v on a link whose data was taken", d)
+	}
+	if n := testing.AllocsPerRun(100, func() { ps.PathStall() }); n != 0 {
+		t.Errorf("PathStall allocates %v times per call", n)
+	}
+}

@@ -76,7 +76,7 @@ func TestLinkOptionsMismatch(t *testing.T) {
 			ea, eb := listenOpts(t, 0, opts[0]...), listenOpts(t, 1, opts[1]...)
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer cancel()
-			_, err := ea.dial(ctx, 1, eb.Addr(), 2)
+			_, err := ea.dial(ctx, 1, eb.Addr(), 2, 0)
 			if err == nil || !strings.Contains(err.Error(), "options") {
 				t.Fatalf("want a link options error, got %v", err)
 			}
@@ -92,7 +92,7 @@ func TestTLSOtherJob(t *testing.T) {
 	eb := listenOpts(t, 1, jobTLS(t, "job B"))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	_, err := ea.dial(ctx, 1, eb.Addr(), 2)
+	_, err := ea.dial(ctx, 1, eb.Addr(), 2, 0)
 	if !errors.Is(err, auth.ErrAuth) {
 		t.Fatalf("want ErrAuth, got %v", err)
 	}
@@ -129,7 +129,7 @@ func TestFileTLS(t *testing.T) {
 	eb := listenOpts(t, 1, WithTLS(s, c))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	if _, err := stranger.dial(ctx, 1, eb.Addr(), 2); !errors.Is(err, auth.ErrAuth) {
+	if _, err := stranger.dial(ctx, 1, eb.Addr(), 2, 0); !errors.Is(err, auth.ErrAuth) {
 		t.Fatalf("certificate from another CA: want ErrAuth, got %v", err)
 	}
 	if _, _, err := FileTLS(p("leaf.crt"), p("leaf.key"), p("leaf.key")); err == nil {

@@ -4,5 +4,7 @@ package tcp
 
 import "time"
 
+type tcpInfo struct{}
+
 // pathStall is unknown off Linux: 0.
-func pathStall(fd int) time.Duration { return 0 }
+func pathStall(fd int, ti *tcpInfo) time.Duration { return 0 }
