@@ -111,8 +111,8 @@ func (r roceNet) connect(ctx context.Context, b *boot, peers []bool) error {
 		doms = append(doms, dom)
 	}
 	err := b.dialEach(ctx, peers, func(ctx context.Context, p int) (transport.Link, error) {
-		return b.dialRails(ctx, p, func(ctx context.Context, i int) (transport.Link, error) {
-			ctrl, err := b.rails[i].ep.Connect(ctx, p, b.railAddr(p, i), r.nsocks)
+		return b.dialRails(ctx, p, r.nsocks, func(ctx context.Context, i int, tag uint16) (transport.Link, error) {
+			ctrl, err := b.rails[i].ep.ConnectTag(ctx, p, b.railAddr(p, i), r.nsocks, tag)
 			if err != nil {
 				return nil, err
 			}

@@ -1033,20 +1033,29 @@ func (s *suite) allocs(t *testing.T) {
 				}
 				h := hdr(1, n)
 				for _, fold := range []bool{false, true} {
-					allocs := testing.AllocsPerRun(10, func() {
-						if failed != nil {
-							return
-						}
-						start <- job{&h, fold}
-						ok, err := a.TrySend(&h, src[:n])
-						if err == nil && !ok {
-							err = a.Send(ctx, &h, src[:n])
-						}
-						if err != nil {
-							a.Close() // ends the Recv
-						}
-						failed = cmp.Or(err, <-done)
-					})
+					// The least of three measurements: an allocation of the
+					// link's shows in each, while the runtime's own (a
+					// goroutine blocking in a select takes sudogs from a
+					// per-P cache, refilled from a central one that a GC
+					// empties) comes and goes with the links' background
+					// goroutines and the moment of the last GC.
+					allocs := math.Inf(1)
+					for try := 0; try < 3 && allocs != 0; try++ {
+						allocs = min(allocs, testing.AllocsPerRun(10, func() {
+							if failed != nil {
+								return
+							}
+							start <- job{&h, fold}
+							ok, err := a.TrySend(&h, src[:n])
+							if err == nil && !ok {
+								err = a.Send(ctx, &h, src[:n])
+							}
+							if err != nil {
+								a.Close() // ends the Recv
+							}
+							failed = cmp.Or(err, <-done)
+						}))
+					}
 					if failed != nil {
 						t.Fatal(failed)
 					}

@@ -16,15 +16,29 @@
 // header but its own Bytes: a disagreement on a message's size is reported
 // by a rail as one on its part's size.
 //
-// A rail that fails fails the link: the other rails are closed, so that
-// no call waits on a part that will never come, and the error is the
-// failed rail's (FailedRail says which). A rail whose path is cut does not
-// fail, though: its connections just stop being acknowledged. The link
-// watches for that (rails whose links report PathStall) and logs a
-// warning naming the rail and the peer once a rail has been stalled for
-// Options.StallAfter, and again when it is acknowledged again. Meanwhile
-// the rail's parts wait for its path (TCP retransmits them once it is
-// back): its data does not move over the other rails.
+// Failover (Options.Control and Options.Dial given). Each rail has a
+// control link too, over which both sides ping every stallPoll; a rail
+// whose control link goes Options.StallAfter without an acknowledgement
+// (a cut path) is down, and both sides warn, naming the rail and the peer.
+// The traffic striping gives rail i, its lane, then moves: the lower rank
+// tells the peer, over a working rail, that lane i moves to rail j; both
+// dial a new link for it over rail j (Options.Dial), abort the old one,
+// tell each other how many of the lane's segments they received whole,
+// and resend what the other lacks. Once the rail has been acknowledging
+// again for StallAfter, the lane moves back. For the resends each lane
+// sends its parts in segments of at most SegMax bytes, numbered alike at
+// both ends, keeps a copy of each unstriped message until the peer
+// acknowledges it, and a striped message's Send returns only once the peer
+// acknowledged every part (the caller's buffer is the copy). A receive
+// that folds saves each segment's bytes first, so that a segment cut
+// half-folded is received again from scratch.
+//
+// A rail whose link fails (an error, not a stall) fails the link: the
+// other rails are closed, so that no call waits on a part that will never
+// come, and the error is the failed rail's (FailedRail says which); with
+// failover a call whose link was closed under it first waits a while for
+// a move that explains it. Without failover a stalled rail is only
+// reported: its parts wait for its path.
 package rails
 
 import (
@@ -45,18 +59,30 @@ const StripeMin = 1 << 20
 
 // Options configure a Link.
 type Options struct {
-	// Log receives the warnings about stalled rails (nil: none).
+	// Log receives the warnings about stalled rails and the moves
+	// (nil: none).
 	Log func(level slog.Level, msg string)
 	// StallAfter is how long a rail goes unacknowledged before it is
 	// reported stalled (DefaultStallAfter when 0).
 	StallAfter time.Duration
+
+	// Failover, when Control and Dial are set (and there are several
+	// rails): Self is this rank; Control holds a link per rail, to the
+	// same peer, for the rails link's control messages only (the Link
+	// owns them); Dial makes a new link for lane's traffic over rail,
+	// the gen-th move of that lane. Both sides call Dial with the same
+	// lane, rail and gen at about the same time.
+	Self    int
+	Control []transport.Link
+	Dial    func(ctx context.Context, lane, rail, gen int) (transport.Link, error)
 }
 
 // DefaultStallAfter is Options.StallAfter's default: above TCP's minimum
 // retransmission timeout (200 ms), so that one lost packet is not a cut.
 const DefaultStallAfter = 500 * time.Millisecond
 
-// stallPoll is how often the link looks at its rails' stalls.
+// stallPoll is how often the link looks at its rails' stalls (and, with
+// failover, pings over each).
 const stallPoll = 100 * time.Millisecond
 
 // staller is a rail's link that can tell how long its path has gone
@@ -71,27 +97,40 @@ type Rail struct {
 
 // Link is a transport.Link over one link per rail; see the package doc.
 type Link struct {
-	peer     int
-	rails    []Rail
-	name     string
-	counters transport.Counters
+	self, peer int
+	rails      []Rail
+	lanes      []*lane
+	o          Options
+	fo         bool       // failover: o.Control and o.Dial given, several rails
+	ctl        []*control // with failover, one per rail
+	name       string
+	counters   transport.Counters
 
-	sent, received uint64 // unstriped messages sent and received (the next one's rail)
+	sent, received uint64 // unstriped messages sent and received (the next one's lane)
 	send, recv     []*worker
 	closeOnce      sync.Once
 	done           chan struct{}         // closed by Close and Abort: the workers exit
+	failOnce       sync.Once             //
+	failc          chan struct{}         // closed when a rail's failure broke the link
 	failed         atomic.Int32          // 1 + the rail that failed first, 0 if none
-	stalled        atomic.Int32          // rails reported stalled (watchStalls)
+	stalled        atomic.Int32          // rails reported stalled (watch)
+	moves          atomic.Int32          // lane moves done
 	broken         atomic.Pointer[error] // why the rails were closed after a failure
+
+	wake   chan struct{}    // pokes the control loop (cap 1)
+	ctlBuf [ctrlBytes]byte  // the control loop's message
+	ctlH   transport.Header // and its header
+	ctlCtx deadline         // the control loop's context
+	timer  *time.Timer      // Send's, waiting for acknowledgements
 }
 
 // New returns the link over rails (at least one, all to one peer). It
-// owns the rails' links from then on.
+// owns the rails' links, and the control links, from then on.
 func New(rails []Rail, o Options) (*Link, error) {
 	if len(rails) == 0 {
 		return nil, errors.New("rails: no rails")
 	}
-	l := &Link{peer: rails[0].Link.Peer(), rails: rails, done: make(chan struct{})}
+	l := &Link{self: o.Self, peer: rails[0].Link.Peer(), rails: rails, o: o, done: make(chan struct{}), failc: make(chan struct{}), wake: make(chan struct{}, 1)}
 	var parts []string
 	for i, r := range rails {
 		if p := r.Link.Peer(); p != l.peer {
@@ -99,50 +138,37 @@ func New(rails []Rail, o Options) (*Link, error) {
 		}
 		parts = append(parts, r.Iface+" "+r.Link.Name())
 	}
+	l.fo = len(rails) > 1 && o.Control != nil && o.Dial != nil
+	if l.fo {
+		if len(o.Control) != len(rails) {
+			return nil, fmt.Errorf("rails: %d control links for %d rails", len(o.Control), len(rails))
+		}
+		for i, c := range o.Control {
+			if c.Peer() != l.peer {
+				return nil, fmt.Errorf("rails: rail %d (%s)'s control link links to rank %d, not %d", i, rails[i].Iface, c.Peer(), l.peer)
+			}
+			l.ctl = append(l.ctl, &control{link: c})
+		}
+	}
 	l.name = fmt.Sprintf("%d rails [%s]", len(rails), strings.Join(parts, "; "))
+	l.timer = time.NewTimer(time.Hour)
+	l.timer.Stop()
+	if l.o.StallAfter == 0 {
+		l.o.StallAfter = DefaultStallAfter
+	}
 	l.send = make([]*worker, len(rails))
 	l.recv = make([]*worker, len(rails))
 	for i := range rails {
+		l.lanes = append(l.lanes, newLane(l, i, rails[i].Link))
 		l.send[i], l.recv[i] = newWorker(l, i, false), newWorker(l, i, true)
 	}
-	if o.StallAfter == 0 {
-		o.StallAfter = DefaultStallAfter
+	for i := range l.ctl {
+		go l.read(i)
 	}
-	if len(rails) > 1 && o.Log != nil {
-		go l.watchStalls(o)
+	if l.fo || len(rails) > 1 && o.Log != nil {
+		go l.loop()
 	}
 	return l, nil
-}
-
-// watchStalls reports rails whose paths stall, and their recovery, until
-// the link closes.
-func (l *Link) watchStalls(o Options) {
-	t := time.NewTicker(stallPoll)
-	defer t.Stop()
-	down := make([]bool, len(l.rails))
-	for {
-		select {
-		case <-l.done:
-			return
-		case <-t.C:
-		}
-		for i, r := range l.rails {
-			s, ok := r.Link.(staller)
-			if !ok {
-				continue
-			}
-			switch stall := s.PathStall(); {
-			case !down[i] && stall >= o.StallAfter:
-				down[i] = true
-				l.stalled.Add(1)
-				o.Log(slog.LevelWarn, fmt.Sprintf("rail %s to peer %d: nothing acknowledged for %v (path cut?); its data waits for it, the other rails (%s) cannot take it over",
-					r.Iface, l.peer, stall.Round(time.Millisecond), l.others(i)))
-			case down[i] && stall < stallPoll:
-				down[i] = false
-				o.Log(slog.LevelWarn, fmt.Sprintf("rail %s to peer %d: acknowledging again, its path is back", r.Iface, l.peer))
-			}
-		}
-	}
 }
 
 // others names the rails other than i.
@@ -159,7 +185,18 @@ func (l *Link) others(i int) string {
 // Stalls counts the times a rail was reported stalled.
 func (l *Link) Stalls() int { return int(l.stalled.Load()) }
 
-// Rails is the link's rails, in order.
+// Moves counts the lane moves done (with failover).
+func (l *Link) Moves() int { return int(l.moves.Load()) }
+
+// Home is the rail over which rail i's traffic runs now.
+func (l *Link) Home(i int) int {
+	ln := l.lanes[i]
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return ln.home
+}
+
+// Rails is the link's rails, in order, as New got them.
 func (l *Link) Rails() []Rail { return l.rails }
 
 // FailedRail is the rail whose failure failed the link, or -1.
@@ -172,34 +209,71 @@ func (l *Link) Counters() *transport.Counters { return &l.counters }
 // Close closes every rail.
 func (l *Link) Close() error { return l.Abort(transport.NoLostRank) }
 
+// links is every link the Link holds: the rails', the lanes' current ones
+// and the control links.
+func (l *Link) links() []transport.Link {
+	var ls []transport.Link
+	for _, r := range l.rails {
+		ls = append(ls, r.Link)
+	}
+	for _, ln := range l.lanes {
+		sub, _ := ln.current()
+		ls = append(ls, sub)
+	}
+	for _, c := range l.ctl {
+		ls = append(ls, c.link)
+	}
+	return ls
+}
+
 // Abort aborts every rail, telling the peer lost.
 func (l *Link) Abort(lost int) error {
+	l.closeOnce.Do(func() { close(l.done) })
 	var first error
-	for _, r := range l.rails {
-		if err := r.Link.Abort(lost); err != nil && first == nil {
+	for _, r := range l.links() {
+		if err := r.Abort(lost); err != nil && first == nil {
 			first = err
 		}
 	}
-	l.closeOnce.Do(func() { close(l.done) })
+	for _, ln := range l.lanes {
+		ln.out.clear()
+	}
 	return first
 }
 
 // MarkLost marks every rail that can be (transport.LossMarker).
 func (l *Link) MarkLost(lost int) {
-	for _, r := range l.rails {
-		if m, ok := r.Link.(transport.LossMarker); ok {
+	for _, r := range l.links() {
+		if m, ok := r.(transport.LossMarker); ok {
 			m.MarkLost(lost)
 		}
 	}
 }
 
 // WatchLoss watches every rail that can be (transport.LossWatcher) and
-// calls f once, for the first loss any of them reports.
+// calls f once, for the first loss any of them reports; with failover it
+// watches the control links, and a loss reported by a rail while another
+// is still working is the rail's, not the peer's.
 func (l *Link) WatchLoss(f func(error)) {
 	var once sync.Once
-	for _, r := range l.rails {
-		if w, ok := r.Link.(transport.LossWatcher); ok {
-			w.WatchLoss(func(err error) { once.Do(func() { f(err) }) })
+	watch := func(i int, link transport.Link) {
+		if w, ok := link.(transport.LossWatcher); ok {
+			w.WatchLoss(func(err error) {
+				if l.fo {
+					l.ctl[i].dead.Store(true)
+					if !l.peerGone() {
+						return
+					}
+				}
+				once.Do(func() { f(err) })
+			})
+		}
+	}
+	for i, r := range l.rails {
+		if l.fo {
+			watch(i, l.ctl[i].link)
+		} else {
+			watch(i, r.Link)
 		}
 	}
 }
@@ -234,19 +308,34 @@ func (l *Link) startErr(ctx context.Context, op string) error {
 	return nil
 }
 
-// Send sends h and buf: striped, or whole over the next rail.
+// Send sends h and buf: striped, or whole over the next rail. With
+// failover a striped message's Send returns once the peer acknowledged
+// every part; an unstriped one is copied for a resend until it is.
 func (l *Link) Send(ctx context.Context, h *transport.Header, buf []byte) error {
 	if err := l.startErr(ctx, "send"); err != nil {
 		return err
 	}
 	if !l.striped(len(buf)) {
 		i := int(l.sent % uint64(len(l.rails)))
-		if err := l.rails[i].Link.Send(ctx, h, buf); err != nil {
+		if err := l.lanes[i].send(ctx, h, buf, true); err != nil {
 			return l.fail(i, err, isCtxErr(err))
 		}
 		l.sent++
-	} else if err := l.stripe(ctx, l.send, h, buf, nil); err != nil {
-		return err
+	} else {
+		if err := l.stripe(ctx, l.send, h, buf, nil); err != nil {
+			return err
+		}
+		for i, ln := range l.lanes {
+			if !l.fo {
+				break
+			}
+			ln.out.mu.Lock()
+			n := ln.out.next
+			ln.out.mu.Unlock()
+			if err := l.waitAck(ctx, ln, n); err != nil {
+				return l.fail(i, err, false)
+			}
+		}
 	}
 	l.counters.AddSent(len(buf))
 	return nil
@@ -262,7 +351,7 @@ func (l *Link) TrySend(h *transport.Header, buf []byte) (bool, error) {
 		return false, nil
 	}
 	i := int(l.sent % uint64(len(l.rails)))
-	ok, err := l.rails[i].Link.TrySend(h, buf)
+	ok, err := l.lanes[i].trySend(h, buf)
 	if err != nil {
 		return false, l.fail(i, err, false)
 	}
@@ -281,7 +370,7 @@ func (l *Link) Recv(ctx context.Context, want *transport.Header, buf []byte, red
 	}
 	if !l.striped(len(buf)) {
 		i := int(l.received % uint64(len(l.rails)))
-		if err := l.rails[i].Link.Recv(ctx, want, buf, reduce); err != nil {
+		if err := l.lanes[i].recv(ctx, want, buf, reduce, false); err != nil {
 			return l.fail(i, err, isCtxErr(err))
 		}
 		l.received++
@@ -334,15 +423,23 @@ func (l *Link) fail(i int, err error, keep bool) error {
 	if keep {
 		return err
 	}
+	l.broke(i, err)
+	for _, r := range l.links() {
+		r.Close()
+	}
+	for _, ln := range l.lanes {
+		ln.out.clear()
+	}
+	return err
+}
+
+// broke records that rail i failed with err (the first rail to) and ends
+// the waits for acknowledgements.
+func (l *Link) broke(i int, err error) {
 	if l.failed.CompareAndSwap(0, int32(i)+1) {
 		l.broken.Store(&err)
 	}
-	for j, r := range l.rails {
-		if j != i {
-			r.Link.Close()
-		}
-	}
-	return err
+	l.failOnce.Do(func() { close(l.failc) })
 }
 
 // brokenErr is the error of a call op on the link after a rail's failure
@@ -410,9 +507,9 @@ func (w *worker) move(j job) error {
 	lo, hi := part(len(j.buf), w.i, len(w.l.rails))
 	w.h = *j.h
 	w.h.Bytes = uint64(hi - lo)
-	link := w.l.rails[w.i].Link
+	ln := w.l.lanes[w.i]
 	if w.recv {
-		return link.Recv(j.ctx, &w.h, j.buf[lo:hi], j.reduce)
+		return ln.recv(j.ctx, &w.h, j.buf[lo:hi], j.reduce, true)
 	}
-	return link.Send(j.ctx, &w.h, j.buf[lo:hi])
+	return ln.send(j.ctx, &w.h, j.buf[lo:hi], false)
 }
