@@ -4,10 +4,14 @@
 // Input: the text NCCL prints with NCCL_DEBUG=INFO (or WARN), as posted in
 // bug reports. A line normally looks like
 //
-//	host:pid:tid [dev] NCCL INFO payload                      (debug.cc, all 2.x)
+//	host:pid:tid [dev] NCCL INFO payload                      (debug.cc, 2.3+)
 //	host:pid:tid [dev] file.cc:123 NCCL WARN payload           (debug.cc, WARN adds file:line)
+//	host:pid:tid [dev] INFO payload                           (before 2.3: no "NCCL ")
+//	host:pid:tid [dev] misc/ibvwrap.cu:60 WARN payload
 //
-// but the reader also accepts payloads with that prefix stripped, launcher
+// but the reader also accepts payloads with that prefix stripped (a
+// channel line's tail alone, "9[1a000] -> 2[6b000] [send] via
+// NET/IB/0/GDRDMA", as pasted into issues, is a connection line), launcher
 // tags in front of it (`[1,0]<stdout>:` from Open MPI, `[0]`/`[default0]:`
 // from other launchers), ANSI colour escapes and their remnants (`[0m ` left
 // by Ray's log forwarding), interleaved non-NCCL lines, lines hard-wrapped by
@@ -168,10 +172,10 @@ type CollNet struct {
 }
 
 // Interface is one socket interface NCCL chose. Role is "bootstrap"
-// ("Bootstrap : Using", bootstrap.cc 2.4+; "NET : Using interface", 2.2-2.3),
+// ("Bootstrap : Using", bootstrap.cc 2.4+; "NET : Using interface", 2.0-2.3),
 // "net-socket" ("NET/Socket : Using", transport/net_socket.cc) or "ib-oob"
 // (the "; OOB" part of "NET/IB : Using", or "NET/IB : Using interface X for
-// sideband communication" in 2.2-2.3). Index is the position in its list.
+// sideband communication" in 2.0-2.3). Index is the position in its list.
 // Kind is "loopback", "virtual" (docker/veth/bridge/VPN/tunnel by name),
 // "link-local-ipv6" (fe80::/10), "link-local-ipv4" (169.254.0.0/16), "ipoib"
 // or "" (an ordinary NIC).
@@ -185,7 +189,7 @@ type Interface struct {
 }
 
 // HCA is one RDMA device from "NET/IB : Using [0]mlx5_0:1/IB [1]..."
-// (transport/net_ib.cc 2.4+; "NET/IB: [0] mlx5_0:1/IB" in 2.2-2.3). Flags are
+// (transport/net_ib.cc 2.4+; "NET/IB: [0] mlx5_0:1/IB" in 2.0-2.3). Flags are
 // the extra "/SHARP" parts and "RO" for a trailing "[RO]" (relaxed ordering,
 // 2.12+). GDR is "enabled"/"disabled" from "GPU Direct RDMA Enabled|Disabled
 // for [GPU g / ]HCA N" (2.5+); "enabled" wins when one GPU may use the HCA
@@ -245,6 +249,10 @@ var (
 	// "NCCL INFO|WARN|...". The host part may be missing (some collectors
 	// strip it) and launcher tags may precede it.
 	logPrefixRe = regexp.MustCompile(`(?:([A-Za-z0-9_.\-]+):(\d+):(\d+) +)?(?:\[(\d+)\] +)?(?:[\w./\-]+\.\w+:\d+ +)?NCCL (INFO|WARN|TRACE|ABORT)(?: +|$)`)
+	// logOldPrefixRe is the prefix before 2.3, without "NCCL ": host:pid:tid
+	// and [cudaDev] are required (a bare "INFO" is too common), the
+	// submatches are numbered as in logPrefixRe.
+	logOldPrefixRe = regexp.MustCompile(`([A-Za-z0-9_.\-]+):(\d+):(\d+) +\[(\d+)\] +(?:[\w./\-]+\.\w+:\d+ +)?(INFO|WARN|TRACE|ABORT)(?: +|$)`)
 	// logANSIRe is an ANSI CSI escape sequence (colour codes).
 	logANSIRe = regexp.MustCompile("\x1b\\[[0-9;?]*[A-Za-z]|\x1b")
 	// logLeadNoiseRe is what launchers put before a line: bare ANSI remnants
@@ -270,7 +278,7 @@ type logAnalyzer struct {
 	ringRanks  map[int]bool
 	versions   []string
 
-	netUsing        string         // "Using network X" (init.cc 2.5+) / "Using internal Network X" (2.2-2.4)
+	netUsing        string         // "Using network X" (init.cc 2.5+) / "Using internal Network X" (2.0-2.4)
 	netChannelNames map[string]int // NET/<name>/ from channel lines
 	netSocketListed bool
 	netIBListed     bool
@@ -285,6 +293,7 @@ type logAnalyzer struct {
 	gdrDevNo     map[string]bool        // NIC seen without GDR (it may be in gdrDevYes too)
 	gdrDir       map[string]*logGDRSets // the same per "send" / "receive" channel lines
 	netConnCount int
+	connLines    int // connection lines of any transport
 	intra        map[string]bool
 	hcaByIndex   map[int]int // "[N]" index in the latest NET/IB list -> rep.HCAs position
 	sameBusPeers bool        // a channel line joins two ranks with one busId: different nodes
@@ -384,11 +393,7 @@ func (a *logAnalyzer) feedPhysical(line string) {
 	prevLen := a.prevLen
 	a.prevLen = len(line)
 	rec := logRecord{}
-	var hits [][]int
-	if strings.Contains(line, "NCCL ") { // cheap gate before the regexp
-		hits = logPrefixRe.FindAllStringSubmatchIndex(line, logMaxPrefixHits)
-	}
-	if len(hits) > 0 {
+	if hits := logFindPrefixes(line); len(hits) > 0 {
 		m := hits[len(hits)-1]
 		rec.prefixed = true
 		if m[2] >= 0 {
@@ -422,6 +427,21 @@ func (a *logAnalyzer) feedPhysical(line string) {
 	r := rec
 	r.size = len(r.payload)
 	a.pending = &r
+}
+
+// logFindPrefixes returns the NCCL prefixes on a line (submatch indexes):
+// the "NCCL INFO" ones, or failing those the pre-2.3 "host:pid:tid [dev]
+// INFO" ones. Literal gates keep the regexps off most lines.
+func logFindPrefixes(line string) [][]int {
+	if strings.Contains(line, "NCCL ") {
+		if hits := logPrefixRe.FindAllStringSubmatchIndex(line, logMaxPrefixHits); len(hits) > 0 {
+			return hits
+		}
+	}
+	if strings.Contains(line, "] ") && (strings.Contains(line, "INFO") || strings.Contains(line, "WARN")) {
+		return logOldPrefixRe.FindAllStringSubmatchIndex(line, logMaxPrefixHits)
+	}
+	return nil
 }
 
 // joinable reports whether the unprefixed payload (after a blank when
@@ -462,7 +482,7 @@ var (
 	logIfItemRe = regexp.MustCompile(`(?:\[(\d+)\])?([A-Za-z0-9_.@\-]+):([^\s<>]+)<\d+>`)
 	// an HCA item of "NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE [RO]; OOB
 	// ib0:10.0.0.1<0>" (2.4+; "/SHARP" and other flags from the rdma-sharp
-	// plugin; 2.2-2.3 "NET/IB: [0] mlx5_0:1/IB"), and the OOB interface.
+	// plugin; 2.0-2.3 "NET/IB: [0] mlx5_0:1/IB"), and the OOB interface.
 	logHCAItemRe = regexp.MustCompile(`\[(\d+)\] ?([A-Za-z0-9_.\-]+):(\d+)/(IB|RoCE|ETH)((?:/[A-Za-z0-9_]+)*)`)
 	logOOBRe     = regexp.MustCompile(`; ?OOB (\S+<\d+>)`)
 	// The NET part of a channel line is NET/<name>/<dev>, then "(<proxy
@@ -642,6 +662,9 @@ func (a *logAnalyzer) setHCAQP(m []string) {
 	}
 }
 
+// addChannelConn records a connection line ("Channel 00 : 2[c7000] ->
+// 0[87000] [receive] via NET/IB/5/GDRDMA" or its tail alone): the
+// transport, and for NET its network, NIC and GDR use.
 func (a *logAnalyzer) addChannelConn(m []string) {
 	from, to, busFrom, busTo, dir, via := m[2], m[4], m[3], m[5], m[6], strings.TrimSpace(m[7])
 	if busFrom != "" && busFrom == busTo && from != to {
@@ -695,7 +718,10 @@ func (a *logAnalyzer) addChannelConn(m []string) {
 		a.intra["SHM"] = true
 	case strings.HasPrefix(strings.ToUpper(via), "COLLNET"):
 		a.collConnSeen = true
+	default:
+		return
 	}
+	a.connLines++
 }
 
 func (a *logAnalyzer) addRingList(m []string) {
@@ -823,7 +849,7 @@ func (a *logAnalyzer) findings() {
 	rep := &a.rep
 	env := rep.Env
 
-	if rep.NCCLLines == 0 && rep.NCCLVersion == "" && len(rep.Interfaces) == 0 && len(rep.HCAs) == 0 && rep.Net == "" {
+	if rep.NCCLLines == 0 && rep.NCCLVersion == "" && len(rep.Interfaces) == 0 && len(rep.HCAs) == 0 && rep.Net == "" && a.connLines == 0 {
 		a.add(doctor.SevInfo, "no-nccl-lines", "no NCCL debug lines found in the input",
 			"rerun with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,NET,GRAPH) and pass the full output")
 	}

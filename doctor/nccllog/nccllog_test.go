@@ -338,6 +338,84 @@ var logRealExpect = []logExpect{
 			}
 		},
 	},
+	{
+		// NCCL 2.0/2.1 ("[1] INFO", no "NCCL "): Socket, interfaces one per
+		// line, virbr0/docker0/tunl0 next to eno1; the maintainer's fix is
+		// NCCL_SOCKET_IFNAME=eno1.
+		file: "nccl-log-horovod-67.txt", version: "", net: "Socket", gdrdma: "off",
+		main: "socket-on-virtual-interface", mainMention: []string{"virbr0", "NCCL_SOCKET_IFNAME=eno1"},
+		absent: []string{"no-nccl-lines"}, hosts: []string{"cx50"},
+		ifaces: []string{"bootstrap=eno1:192.168.12.50", "bootstrap=eno2:192.168.255.229", "bootstrap=tunl0:172.1.148.64", "ib-oob=eno1:"},
+		extra: func(t *testing.T, rep *Report) {
+			logWantNCCLLines(t, rep, 9)
+			if got := doctortest.Codes(rep.Findings, doctor.SevWarn)["socket-on-virtual-interface"]; got != 3 {
+				t.Errorf("%d socket-on-virtual-interface warnings, want 3 (virbr0, docker0, tunl0): %v", got, logCodes(rep))
+			}
+		},
+	},
+	{
+		// Pre-2.3 prefix among TensorFlow's "INFO:tensorflow:" lines: internal
+		// IB on mlx4_0, sideband eth0, flannel.1 in the interface list.
+		file: "nccl-log-horovod-489.txt", version: "", net: "IB", gdrdma: "unknown",
+		main: "socket-on-virtual-interface", mainMention: []string{"flannel.1", "NCCL_SOCKET_IFNAME=eth0"},
+		hosts: []string{"nmyjs-202-75"}, hcas: []string{"mlx4_0:1/IB"}, hcaCount: 1,
+		ifaces: []string{"bootstrap=eth0:10.141.202.75", "bootstrap=ib0:10.141.251.43", "ib-oob=eth0:"},
+		extra: func(t *testing.T, rep *Report) {
+			logWantNCCLLines(t, rep, 9)
+			if rep.Lines != 23 {
+				t.Errorf("lines = %d, want 23", rep.Lines)
+			}
+		},
+	},
+	{
+		// Pre-2.3 WARN with file:line and no "NCCL ", "**" Markdown around
+		// lines: no libibverbs, Socket over enp30s0 plus docker/bridge/veth.
+		file: "nccl-log-horovod-98.txt", version: "", net: "Socket", gdrdma: "off",
+		main: "socket-on-virtual-interface", mainMention: []string{"docker0", "NCCL_SOCKET_IFNAME=enp30s0"},
+		codes: []string{"no-libibverbs"}, absent: []string{"socket-while-ib-listed"}, hosts: []string{"admin-pc"},
+		ifaces: []string{"bootstrap=enp30s0:192.168.178.46", "bootstrap=veth1316791:fe80::6cfa:a5ff:fec7:3d3b%veth1316791"},
+		extra: func(t *testing.T, rep *Report) {
+			logWantNCCLLines(t, rep, 16)
+			if !slices.Contains(rep.Warnings, "Failed to open libibverbs.so[.1]") {
+				t.Errorf("warnings %q, want the libibverbs WARN payload", rep.Warnings)
+			}
+		},
+	},
+	{
+		// NCCL 2.0's connection line has no "Ring NN :": "[1] INFO 1 -> 2 via P2P/IPC".
+		file: "nccl-log-horovod-83.txt", version: "", net: "", gdrdma: "unknown",
+		main: "", absent: []string{"no-nccl-lines"}, hosts: []string{"ecb2de971add"},
+		intra: []string{"P2P/IPC"},
+		extra: func(t *testing.T, rep *Report) { logWantNCCLLines(t, rep, 4) },
+	},
+	{
+		// Interleaved ranks leave "Ring 04 : 6[6] -> 5[5] via P2P/IPC" with no
+		// prefix at all; those lines alone are still connection lines.
+		file: "nccl-log-nccl-147.txt", version: "", net: "", gdrdma: "unknown",
+		main: "", hosts: []string{"learnfair062"}, intra: []string{"P2P/IPC"},
+		extra: func(t *testing.T, rep *Report) {
+			var bare []string
+			for _, l := range strings.Split(doctortest.RealInput(t, "nccl-log-nccl-147.txt"), "\n") {
+				if strings.HasPrefix(l, "Ring ") {
+					bare = append(bare, l)
+				}
+			}
+			only := logTestAnalyze(t, strings.Join(bare, "\n"))
+			if len(bare) != 2 || only.NCCLLines != 0 || !slices.Equal(only.IntraNode, []string{"P2P/IPC"}) || len(only.Findings) != 0 {
+				t.Errorf("%d bare lines: nccl lines %d, intra %v, findings %v; want 2 lines, 0, [P2P/IPC], none",
+					len(bare), only.NCCLLines, only.IntraNode, logCodes(only))
+			}
+		},
+	},
+}
+
+// logWantNCCLLines checks how many lines carried an NCCL prefix, the
+// pre-2.3 "host:pid:tid [dev] INFO" (no "NCCL ") included.
+func logWantNCCLLines(t *testing.T, rep *Report, n int) {
+	t.Helper()
+	if rep.NCCLLines != n {
+		t.Errorf("nccl lines = %d, want %d", rep.NCCLLines, n)
+	}
 }
 
 func TestNCCLLogRealInputs(t *testing.T) {
@@ -870,6 +948,17 @@ func TestNCCLLogEdgeCases(t *testing.T) {
 		list := "h:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB\n [1]mlx5_1:1/IB\n"
 		if rep := logTestAnalyze(t, list); len(rep.HCAs) != 2 {
 			t.Errorf("wrapped HCA list: %v", rep.HCAs)
+		}
+	})
+	t.Run("channel line tails without any prefix", func(t *testing.T) {
+		// Shapes only (synthetic): a bare channel line and a bare tail are
+		// connection lines; a tail-shaped sentence naming no transport is not.
+		rep := logTestAnalyze(t, "Channel 00 : 0[1a000] -> 1[6b000] via P2P/IPC\n3 -> 4 [receive] via NET/Socket/1\n")
+		if !slices.Equal(rep.IntraNode, []string{"P2P/IPC"}) || rep.Net != "Socket" || len(rep.Findings) != 0 {
+			t.Errorf("intra %v net %q findings %v, want [P2P/IPC], Socket, none", rep.IntraNode, rep.Net, logCodes(rep))
+		}
+		if rep := logTestAnalyze(t, "1 -> 2 via ssh\n"); logFinding(rep, "no-nccl-lines") == nil {
+			t.Errorf("prose taken for a connection line: %v", logCodes(rep))
 		}
 	})
 	t.Run("findings sorted errors first", func(t *testing.T) {
