@@ -407,6 +407,22 @@ var logRealExpect = []logExpect{
 			}
 		},
 	},
+	{
+		// Two channel-line tails pasted with no prefix: one connection, GDR
+		// on its [send] side, not on its [receive] side (nvidia-peermem not
+		// loaded on the receiver's node, per the thread).
+		file: "nccl-log-nccl-897.txt", version: "", net: "IB", gdrdma: "partial",
+		main: "gdr-mixed-connection", mainMention: []string{"9[1a000] -> 2[6b000]", "[send] via NET/IB/0/GDRDMA", "[receive] via NET/IB/1", "nvidia-peermem"},
+		absent: []string{"gdr-partial", "gdr-not-used", "no-nccl-lines"},
+		extra: func(t *testing.T, rep *Report) {
+			if f := rep.Findings[0]; f.Severity != doctor.SevWarn || len(rep.Findings) != 1 {
+				t.Errorf("findings %v, want one warning", rep.Findings)
+			}
+			if rep.GDRDMASend != "on" || rep.GDRDMAReceive != "off" || rep.NCCLLines != 0 {
+				t.Errorf("gdrdma send %q receive %q, nccl lines %d; want on, off, 0", rep.GDRDMASend, rep.GDRDMAReceive, rep.NCCLLines)
+			}
+		},
+	},
 }
 
 // logWantNCCLLines checks how many lines carried an NCCL prefix, the
@@ -546,7 +562,7 @@ var logSyntheticExpect = []logExpect{
 	},
 	{
 		file: "v2.18-ib-gdr-2node.txt", version: "2.18.3+cuda12.2", net: "IB", gdrdma: "on", main: "",
-		absent: []string{"gdr-partial", "gdr-not-used"},
+		absent: []string{"gdr-partial", "gdr-not-used", "gdr-mixed-connection"},
 		nranks: 2, nnodes: 2, hosts: []string{"hostA", "hostB"},
 		hcas: []string{"mlx5_0:1/IB", "mlx5_1:1/IB"}, hcaCount: 2,
 		ifaces:   []string{"bootstrap=ens1f0:10.20.0.1", "ib-oob=ens1f0:10.20.0.2"},
@@ -559,7 +575,7 @@ var logSyntheticExpect = []logExpect{
 	},
 	{
 		file: "gdr-partial.txt", version: "", net: "IB", gdrdma: "partial",
-		main: "gdr-partial", mainMention: []string{"mlx5_0", "mlx5_1"},
+		main: "gdr-partial", mainMention: []string{"mlx5_0", "mlx5_1"}, absent: []string{"gdr-mixed-connection"},
 		hosts: []string{"n1", "n2"}, nnodes: 2, hcaCount: 2,
 		extra: func(t *testing.T, rep *Report) {
 			if rep.HCAs[0].GDR != "enabled" {
@@ -630,7 +646,7 @@ var logSyntheticExpect = []logExpect{
 	{
 		// "NET/IB/1(1)/GDRDMA" (PXN proxy rank) and "/GDRDMA(PCI)" are GDR.
 		file: "v2.12-pxn-gdr.txt", version: "", net: "IB", gdrdma: "on", main: "",
-		absent: []string{"gdr-partial", "gdr-not-used"},
+		absent: []string{"gdr-partial", "gdr-not-used", "gdr-mixed-connection"},
 		nranks: 0, nnodes: 2, hosts: []string{"hostA", "hostB"}, hcaCount: 2,
 		extra: func(t *testing.T, rep *Report) {
 			if rep.GDRDMASend != "on" || rep.GDRDMAReceive != "on" {
@@ -641,6 +657,7 @@ var logSyntheticExpect = []logExpect{
 	{
 		// Sends without GDR, receives with it, on the one NIC: GDR on.
 		file: "pcie-gdr-read-off.txt", version: "", net: "IB", gdrdma: "on", main: "",
+		codes:  []string{"gdr-mixed-connection"},
 		absent: []string{"gdr-partial", "gdr-not-used", "gdr-disabled-for-hca"},
 		nnodes: 2, hosts: []string{"p1", "p2"}, hcas: []string{"mlx5_0:1/IB"}, hcaCount: 1,
 		extra: func(t *testing.T, rep *Report) {
@@ -649,6 +666,12 @@ var logSyntheticExpect = []logExpect{
 			}
 			if rep.HCAs[0].GDR != "enabled" {
 				t.Errorf("mlx5_0 gdr = %q, want enabled", rep.HCAs[0].GDR)
+			}
+			// Both connections: receive with GDR, send without: GDR read off.
+			f := logFinding(rep, "gdr-mixed-connection")
+			if f == nil || f.Severity != doctor.SevInfo || !strings.Contains(f.Message, "1[3b000] -> 0[3b000]") ||
+				!strings.Contains(f.Message, "0[3b000] -> 1[3b000]") || !strings.Contains(f.Fix, "NCCL_NET_GDR_READ=1") {
+				t.Errorf("gdr-mixed-connection = %+v, want info naming both connections and NCCL_NET_GDR_READ", f)
 			}
 			var buf bytes.Buffer
 			if err := rep.WriteText(&buf); err != nil || !strings.Contains(buf.String(), "on (send off, receive on)") {
@@ -959,6 +982,39 @@ func TestNCCLLogEdgeCases(t *testing.T) {
 		}
 		if rep := logTestAnalyze(t, "1 -> 2 via ssh\n"); logFinding(rep, "no-nccl-lines") == nil {
 			t.Errorf("prose taken for a connection line: %v", logCodes(rep))
+		}
+	})
+	t.Run("GDR on some channels of one connection only", func(t *testing.T) {
+		// Synthetic: rank 0's sends to rank 8 use GDR on channel 0 (NIC 0)
+		// but not on channel 1 (NIC 2, far from the GPU): warn, not the
+		// GDR-read info; NIC 2 is explained by it, so no gdr-partial.
+		rep := logTestAnalyze(t, "h:1:2 [0] NCCL INFO NCCL_NET_GDR_LEVEL set by environment to PHB\n"+
+			"h:1:2 [0] NCCL INFO Channel 00/0 : 0[1b000] -> 8[1b000] [send] via NET/IB/0/GDRDMA\n"+
+			"h:1:2 [0] NCCL INFO Channel 01/0 : 0[1b000] -> 8[1b000] [send] via NET/IB/2\n")
+		f := logFinding(rep, "gdr-mixed-connection")
+		if f == nil || f.Severity != doctor.SevWarn || !strings.Contains(f.Message, "0[1b000] -> 8[1b000]") ||
+			!strings.Contains(f.Fix, "NCCL_NET_GDR_LEVEL=PHB") || !strings.Contains(f.Fix, "NCCL_NET_GDR_READ") {
+			t.Errorf("gdr-mixed-connection = %+v, want a warning naming the connection, the GDR level and GDR read", f)
+		}
+		if logFinding(rep, "gdr-partial") != nil {
+			t.Errorf("gdr-partial repeats the connection finding: %v", logCodes(rep))
+		}
+		// NIC 2 also without GDR on a connection of its own: gdr-partial too.
+		rep = logTestAnalyze(t, "h:1:2 [0] NCCL INFO Channel 00/0 : 0[1b000] -> 8[1b000] [send] via NET/IB/0/GDRDMA\n"+
+			"h:1:2 [0] NCCL INFO Channel 01/0 : 0[1b000] -> 8[1b000] [send] via NET/IB/2\n"+
+			"h:1:2 [1] NCCL INFO Channel 01/0 : 1[1c000] -> 9[1c000] [send] via NET/IB/2\n")
+		if logFinding(rep, "gdr-partial") == nil || logFinding(rep, "gdr-mixed-connection") == nil {
+			t.Errorf("codes %v, want gdr-partial and gdr-mixed-connection", logCodes(rep))
+		}
+		// Five such connections: four named, the rest counted.
+		var b strings.Builder
+		for r := range 5 {
+			fmt.Fprintf(&b, "%d -> %d [receive] via NET/IB/0/GDRDMA\n%d -> %d [send] via NET/IB/0\n", r, r+8, r, r+8)
+		}
+		rep = logTestAnalyze(t, b.String())
+		if f := logFinding(rep, "gdr-mixed-connection"); f == nil || !strings.Contains(f.Message, "3 -> 11 (") ||
+			strings.Contains(f.Message, "4 -> 12") || !strings.HasSuffix(f.Message, " and 1 more") {
+			t.Errorf("gdr-mixed-connection = %+v, want four connections named and 1 more", f)
 		}
 	})
 	t.Run("findings sorted errors first", func(t *testing.T) {
