@@ -4,10 +4,14 @@
 // Input: the text NCCL prints with NCCL_DEBUG=INFO (or WARN), as posted in
 // bug reports. A line normally looks like
 //
-//	host:pid:tid [dev] NCCL INFO payload                      (debug.cc, all 2.x)
+//	host:pid:tid [dev] NCCL INFO payload                      (debug.cc, 2.3+)
 //	host:pid:tid [dev] file.cc:123 NCCL WARN payload           (debug.cc, WARN adds file:line)
+//	host:pid:tid [dev] INFO payload                           (before 2.3: no "NCCL ")
+//	host:pid:tid [dev] misc/ibvwrap.cu:60 WARN payload
 //
-// but the reader also accepts payloads with that prefix stripped, launcher
+// but the reader also accepts payloads with that prefix stripped (a
+// channel line's tail alone, "9[1a000] -> 2[6b000] [send] via
+// NET/IB/0/GDRDMA", as pasted into issues, is a connection line), launcher
 // tags in front of it (`[1,0]<stdout>:` from Open MPI, `[0]`/`[default0]:`
 // from other launchers), ANSI colour escapes and their remnants (`[0m ` left
 // by Ray's log forwarding), interleaved non-NCCL lines, lines hard-wrapped by
@@ -48,6 +52,8 @@
 //	ib-no-device                  info: NET/IB found no usable device and NCCL fell back to sockets
 //	gdr-disabled-for-hca          warn: "GPU Direct RDMA Disabled for … HCA" and no GPU uses GDR with that HCA
 //	gdr-partial                   warn: some NICs use GPUDirect RDMA (in any direction), others in no direction
+//	gdr-mixed-connection          warn, info when only sends lack it (GDR read off): one NET connection's channel
+//	                              lines with and without /GDRDMA
 //	gdr-not-used                  warn: NET connections without /GDRDMA on every NIC
 //	collnet-unsupported           warn: CollNet requested but no collnet plugin / not supported
 //	p2p-level-forced              info: NCCL_P2P_LEVEL overrides NCCL's P2P choice
@@ -63,6 +69,7 @@ import (
 	"io"
 	"net/netip"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -96,7 +103,8 @@ type Report struct {
 	// as using GDR when any of its connections does, in either direction: on
 	// PCIe-only nodes NCCL disables GDR for sends (GDR read) by default before
 	// Ampere, so "[send] via NET/IB/0" next to "[receive] via
-	// NET/IB/0/GDRDMA" is one NIC with GDR on.
+	// NET/IB/0/GDRDMA" is one NIC with GDR on (finding gdr-mixed-connection
+	// names such connections).
 	GDRDMA string `json:"gdrdma"`
 	// GDRDMASend and GDRDMAReceive are the same verdict over the "[send]" and
 	// "[receive]" channel lines alone (2.4+), "" when none was logged.
@@ -168,10 +176,10 @@ type CollNet struct {
 }
 
 // Interface is one socket interface NCCL chose. Role is "bootstrap"
-// ("Bootstrap : Using", bootstrap.cc 2.4+; "NET : Using interface", 2.2-2.3),
+// ("Bootstrap : Using", bootstrap.cc 2.4+; "NET : Using interface", 2.0-2.3),
 // "net-socket" ("NET/Socket : Using", transport/net_socket.cc) or "ib-oob"
 // (the "; OOB" part of "NET/IB : Using", or "NET/IB : Using interface X for
-// sideband communication" in 2.2-2.3). Index is the position in its list.
+// sideband communication" in 2.0-2.3). Index is the position in its list.
 // Kind is "loopback", "virtual" (docker/veth/bridge/VPN/tunnel by name),
 // "link-local-ipv6" (fe80::/10), "link-local-ipv4" (169.254.0.0/16), "ipoib"
 // or "" (an ordinary NIC).
@@ -185,7 +193,7 @@ type Interface struct {
 }
 
 // HCA is one RDMA device from "NET/IB : Using [0]mlx5_0:1/IB [1]..."
-// (transport/net_ib.cc 2.4+; "NET/IB: [0] mlx5_0:1/IB" in 2.2-2.3). Flags are
+// (transport/net_ib.cc 2.4+; "NET/IB: [0] mlx5_0:1/IB" in 2.0-2.3). Flags are
 // the extra "/SHARP" parts and "RO" for a trailing "[RO]" (relaxed ordering,
 // 2.12+). GDR is "enabled"/"disabled" from "GPU Direct RDMA Enabled|Disabled
 // for [GPU g / ]HCA N" (2.5+); "enabled" wins when one GPU may use the HCA
@@ -211,6 +219,7 @@ const (
 	logMaxWarnings   = 20
 	logMaxAddrs      = 4 // addresses named per connection finding
 	logMaxPrefixHits = 16
+	logMaxConnLines  = 8 // distinct line forms kept per NET connection
 )
 
 // Analyze reads an NCCL debug log and returns what it shows and what
@@ -245,6 +254,10 @@ var (
 	// "NCCL INFO|WARN|...". The host part may be missing (some collectors
 	// strip it) and launcher tags may precede it.
 	logPrefixRe = regexp.MustCompile(`(?:([A-Za-z0-9_.\-]+):(\d+):(\d+) +)?(?:\[(\d+)\] +)?(?:[\w./\-]+\.\w+:\d+ +)?NCCL (INFO|WARN|TRACE|ABORT)(?: +|$)`)
+	// logOldPrefixRe is the prefix before 2.3, without "NCCL ": host:pid:tid
+	// and [cudaDev] are required (a bare "INFO" is too common), the
+	// submatches are numbered as in logPrefixRe.
+	logOldPrefixRe = regexp.MustCompile(`([A-Za-z0-9_.\-]+):(\d+):(\d+) +\[(\d+)\] +(?:[\w./\-]+\.\w+:\d+ +)?(INFO|WARN|TRACE|ABORT)(?: +|$)`)
 	// logANSIRe is an ANSI CSI escape sequence (colour codes).
 	logANSIRe = regexp.MustCompile("\x1b\\[[0-9;?]*[A-Za-z]|\x1b")
 	// logLeadNoiseRe is what launchers put before a line: bare ANSI remnants
@@ -270,7 +283,7 @@ type logAnalyzer struct {
 	ringRanks  map[int]bool
 	versions   []string
 
-	netUsing        string         // "Using network X" (init.cc 2.5+) / "Using internal Network X" (2.2-2.4)
+	netUsing        string         // "Using network X" (init.cc 2.5+) / "Using internal Network X" (2.0-2.4)
 	netChannelNames map[string]int // NET/<name>/ from channel lines
 	netSocketListed bool
 	netIBListed     bool
@@ -285,6 +298,10 @@ type logAnalyzer struct {
 	gdrDevNo     map[string]bool        // NIC seen without GDR (it may be in gdrDevYes too)
 	gdrDir       map[string]*logGDRSets // the same per "send" / "receive" channel lines
 	netConnCount int
+	connLines    int                    // connection lines of any transport
+	netConns     map[string]*logNetConn // by "from -> to"
+	netConnOrder []string
+	netConnsCut  bool // some connection or line form was not kept
 	intra        map[string]bool
 	hcaByIndex   map[int]int // "[N]" index in the latest NET/IB list -> rep.HCAs position
 	sameBusPeers bool        // a channel line joins two ranks with one busId: different nodes
@@ -333,6 +350,57 @@ func (g *logGDRSets) withoutGDR() []string {
 	return out
 }
 
+// note records NIC dev as seen with or without GDR (first logMaxItems NICs).
+func (g *logGDRSets) note(dev string, gdr bool) {
+	switch {
+	case len(g.yes)+len(g.no) >= logMaxItems:
+	case gdr:
+		g.yes[dev] = true
+	default:
+		g.no[dev] = true
+	}
+}
+
+// logNetConn is one NET connection, a sending rank and a receiving one
+// ("9[1a000] -> 2[6b000]"), with the distinct forms its channel lines took:
+// the [send] side is logged by the sender's node, the [receive] side by the
+// receiver's, each naming its own NIC.
+type logNetConn struct {
+	name  string
+	lines []logNetLine
+}
+
+type logNetLine struct {
+	dir, via, dev string // dir "send", "receive" or "" (not logged)
+	gdr           bool
+}
+
+// gdrSplit returns the connection's line forms with and without /GDRDMA.
+func (c *logNetConn) gdrSplit() (with, without []logNetLine) {
+	for _, l := range c.lines {
+		if l.gdr {
+			with = append(with, l)
+		} else {
+			without = append(without, l)
+		}
+	}
+	return with, without
+}
+
+// describe names the connection and its line forms: "9[1a000] -> 2[6b000]
+// ([send] via NET/IB/0/GDRDMA; [receive] via NET/IB/1)".
+func (c *logNetConn) describe() string {
+	forms := make([]string, 0, len(c.lines))
+	for _, l := range c.lines {
+		f := "via " + l.via
+		if l.dir != "" {
+			f = "[" + l.dir + "] " + f
+		}
+		forms = append(forms, f)
+	}
+	return c.name + " (" + strings.Join(forms, "; ") + ")"
+}
+
 type logConnIssue struct {
 	count int
 	addrs []string
@@ -365,6 +433,7 @@ func logNewAnalyzer() *logAnalyzer {
 		gdrDevYes:       map[string]bool{},
 		gdrDevNo:        map[string]bool{},
 		gdrDir:          map[string]*logGDRSets{},
+		netConns:        map[string]*logNetConn{},
 		intra:           map[string]bool{},
 		hcaByIndex:      map[int]int{},
 		conn:            map[string]*logConnIssue{},
@@ -384,11 +453,7 @@ func (a *logAnalyzer) feedPhysical(line string) {
 	prevLen := a.prevLen
 	a.prevLen = len(line)
 	rec := logRecord{}
-	var hits [][]int
-	if strings.Contains(line, "NCCL ") { // cheap gate before the regexp
-		hits = logPrefixRe.FindAllStringSubmatchIndex(line, logMaxPrefixHits)
-	}
-	if len(hits) > 0 {
+	if hits := logFindPrefixes(line); len(hits) > 0 {
 		m := hits[len(hits)-1]
 		rec.prefixed = true
 		if m[2] >= 0 {
@@ -422,6 +487,21 @@ func (a *logAnalyzer) feedPhysical(line string) {
 	r := rec
 	r.size = len(r.payload)
 	a.pending = &r
+}
+
+// logFindPrefixes returns the NCCL prefixes on a line (submatch indexes):
+// the "NCCL INFO" ones, or failing those the pre-2.3 "host:pid:tid [dev]
+// INFO" ones. Literal gates keep the regexps off most lines.
+func logFindPrefixes(line string) [][]int {
+	if strings.Contains(line, "NCCL ") {
+		if hits := logPrefixRe.FindAllStringSubmatchIndex(line, logMaxPrefixHits); len(hits) > 0 {
+			return hits
+		}
+	}
+	if strings.Contains(line, "] ") && (strings.Contains(line, "INFO") || strings.Contains(line, "WARN")) {
+		return logOldPrefixRe.FindAllStringSubmatchIndex(line, logMaxPrefixHits)
+	}
+	return nil
 }
 
 // joinable reports whether the unprefixed payload (after a blank when
@@ -462,7 +542,7 @@ var (
 	logIfItemRe = regexp.MustCompile(`(?:\[(\d+)\])?([A-Za-z0-9_.@\-]+):([^\s<>]+)<\d+>`)
 	// an HCA item of "NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE [RO]; OOB
 	// ib0:10.0.0.1<0>" (2.4+; "/SHARP" and other flags from the rdma-sharp
-	// plugin; 2.2-2.3 "NET/IB: [0] mlx5_0:1/IB"), and the OOB interface.
+	// plugin; 2.0-2.3 "NET/IB: [0] mlx5_0:1/IB"), and the OOB interface.
 	logHCAItemRe = regexp.MustCompile(`\[(\d+)\] ?([A-Za-z0-9_.\-]+):(\d+)/(IB|RoCE|ETH)((?:/[A-Za-z0-9_]+)*)`)
 	logOOBRe     = regexp.MustCompile(`; ?OOB (\S+<\d+>)`)
 	// The NET part of a channel line is NET/<name>/<dev>, then "(<proxy
@@ -642,6 +722,9 @@ func (a *logAnalyzer) setHCAQP(m []string) {
 	}
 }
 
+// addChannelConn records a connection line ("Channel 00 : 2[c7000] ->
+// 0[87000] [receive] via NET/IB/5/GDRDMA" or its tail alone): the
+// transport, and for NET its network, NIC and GDR use.
 func (a *logAnalyzer) addChannelConn(m []string) {
 	from, to, busFrom, busTo, dir, via := m[2], m[4], m[3], m[5], m[6], strings.TrimSpace(m[7])
 	if busFrom != "" && busFrom == busTo && from != to {
@@ -649,40 +732,7 @@ func (a *logAnalyzer) addChannelConn(m []string) {
 	}
 	switch {
 	case strings.HasPrefix(via, "NET/"):
-		nm := logViaNetRe.FindStringSubmatch(via)
-		if nm == nil {
-			return
-		}
-		if len(a.netChannelNames) < logMaxItems {
-			a.netChannelNames[nm[1]]++
-		}
-		a.netConnCount++
-		if nm[1] == "Socket" {
-			return
-		}
-		dev := a.nicKey(nm[2])
-		gdr := strings.Contains(nm[3], "/GDRDMA")
-		if len(a.gdrDevYes)+len(a.gdrDevNo) < logMaxItems {
-			if gdr {
-				a.gdrDevYes[dev] = true
-			} else {
-				a.gdrDevNo[dev] = true
-			}
-		}
-		if dir != "" {
-			d := a.gdrDir[dir]
-			if d == nil {
-				d = &logGDRSets{yes: map[string]bool{}, no: map[string]bool{}}
-				a.gdrDir[dir] = d
-			}
-			if len(d.yes)+len(d.no) < logMaxItems {
-				if gdr {
-					d.yes[dev] = true
-				} else {
-					d.no[dev] = true
-				}
-			}
-		}
+		a.addNetConn(logPeer(from, busFrom)+" -> "+logPeer(to, busTo), dir, via)
 	case strings.HasPrefix(via, "P2P/"):
 		kind := strings.TrimPrefix(via, "P2P/")
 		if strings.HasPrefix(kind, "direct pointer") {
@@ -695,6 +745,71 @@ func (a *logAnalyzer) addChannelConn(m []string) {
 		a.intra["SHM"] = true
 	case strings.HasPrefix(strings.ToUpper(via), "COLLNET"):
 		a.collConnSeen = true
+	default:
+		return
+	}
+	a.connLines++
+}
+
+// logPeer names a rank as a channel line does: "9[1a000]", or "9" when the
+// line gives no device.
+func logPeer(rank, dev string) string {
+	if dev == "" {
+		return rank
+	}
+	return rank + "[" + dev + "]"
+}
+
+// addNetConn records the NET part of connection conn's line ("NET/IB/0/GDRDMA"):
+// the network's name and, for networks other than Socket, the NIC and
+// whether it uses GDR, overall, per direction and per connection.
+func (a *logAnalyzer) addNetConn(conn, dir, via string) {
+	nm := logViaNetRe.FindStringSubmatch(via)
+	if nm == nil {
+		return
+	}
+	if len(a.netChannelNames) < logMaxItems {
+		a.netChannelNames[nm[1]]++
+	}
+	a.netConnCount++
+	if nm[1] == "Socket" {
+		return
+	}
+	dev := a.nicKey(nm[2])
+	gdr := strings.Contains(nm[3], "/GDRDMA")
+	all := logGDRSets{yes: a.gdrDevYes, no: a.gdrDevNo}
+	all.note(dev, gdr)
+	if dir != "" {
+		d := a.gdrDir[dir]
+		if d == nil {
+			d = &logGDRSets{yes: map[string]bool{}, no: map[string]bool{}}
+			a.gdrDir[dir] = d
+		}
+		d.note(dev, gdr)
+	}
+	a.noteNetLine(conn, logNetLine{dir: dir, via: via, dev: dev, gdr: gdr})
+}
+
+// noteNetLine adds a distinct line form to connection name, first
+// logMaxItems connections and logMaxConnLines forms each; netConnsCut
+// says when something was left out.
+func (a *logAnalyzer) noteNetLine(name string, l logNetLine) {
+	c := a.netConns[name]
+	if c == nil {
+		if len(a.netConns) >= logMaxItems {
+			a.netConnsCut = true
+			return
+		}
+		c = &logNetConn{name: name}
+		a.netConns[name] = c
+		a.netConnOrder = append(a.netConnOrder, name)
+	}
+	switch {
+	case slices.Contains(c.lines, l):
+	case len(c.lines) >= logMaxConnLines:
+		a.netConnsCut = true
+	default:
+		c.lines = append(c.lines, l)
 	}
 }
 
@@ -823,7 +938,7 @@ func (a *logAnalyzer) findings() {
 	rep := &a.rep
 	env := rep.Env
 
-	if rep.NCCLLines == 0 && rep.NCCLVersion == "" && len(rep.Interfaces) == 0 && len(rep.HCAs) == 0 && rep.Net == "" {
+	if rep.NCCLLines == 0 && rep.NCCLVersion == "" && len(rep.Interfaces) == 0 && len(rep.HCAs) == 0 && rep.Net == "" && a.connLines == 0 {
 		a.add(doctor.SevInfo, "no-nccl-lines", "no NCCL debug lines found in the input",
 			"rerun with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,NET,GRAPH) and pass the full output")
 	}
@@ -1193,18 +1308,107 @@ func (a *logAnalyzer) gdrFindings() {
 		a.add(doctor.SevWarn, "gdr-disabled-for-hca",
 			"GPUDirect RDMA disabled for "+strings.Join(disabled, ", ")+": network traffic is staged through host memory", gdrFix)
 	}
+	mixed, explained := a.mixedNetConns()
 	switch rep.GDRDMA {
 	case "partial":
 		all := logGDRSets{yes: a.gdrDevYes, no: a.gdrDevNo}
-		a.add(doctor.SevWarn, "gdr-partial",
-			fmt.Sprintf("GPUDirect RDMA used on %s but not on %s", strings.Join(logSortedKeys(a.gdrDevYes), ", "), strings.Join(all.withoutGDR(), ", ")),
-			"check the PCIe distance of the NICs without GDR to their GPUs (nvidia-smi topo -m) and NCCL_NET_GDR_LEVEL; "+gdrFix)
+		without := all.withoutGDR()
+		if slices.ContainsFunc(without, func(dev string) bool { return !explained[dev] }) {
+			a.add(doctor.SevWarn, "gdr-partial",
+				fmt.Sprintf("GPUDirect RDMA used on %s but not on %s", strings.Join(logSortedKeys(a.gdrDevYes), ", "), strings.Join(without, ", ")),
+				"check the PCIe distance of the NICs without GDR to their GPUs (nvidia-smi topo -m) and NCCL_NET_GDR_LEVEL; "+gdrFix)
+		}
 	case "off":
 		if len(disabled) == 0 && rep.Net != "Socket" && rep.Net != "" && a.netConnCount > 0 {
 			a.add(doctor.SevWarn, "gdr-not-used",
 				fmt.Sprintf("%s connections without /GDRDMA: GPUDirect RDMA is not used", rep.Net), gdrFix)
 		}
 	}
+	if len(mixed) > 0 {
+		a.mixedConnFinding(mixed)
+	}
+}
+
+// mixedNetConns returns the NET connections whose channel lines disagree on
+// /GDRDMA, and the NICs they explain: seen without GDR on such connections
+// and on no other (none when some connection lines were not kept).
+func (a *logAnalyzer) mixedNetConns() ([]*logNetConn, map[string]bool) {
+	var mixed []*logNetConn
+	inMixed, elsewhere := map[string]bool{}, map[string]bool{}
+	for _, name := range a.netConnOrder {
+		c := a.netConns[name]
+		with, without := c.gdrSplit()
+		set := elsewhere
+		if len(with) > 0 && len(without) > 0 {
+			mixed = append(mixed, c)
+			set = inMixed
+		}
+		for _, l := range without {
+			set[l.dev] = true
+		}
+	}
+	explained := map[string]bool{}
+	for dev := range inMixed {
+		if !elsewhere[dev] && !a.netConnsCut {
+			explained[dev] = true
+		}
+	}
+	return mixed, explained
+}
+
+// mixedConnFinding names the connections whose channel lines use
+// GPUDirect RDMA in some channels or directions but not others. Receives
+// with GDR and sends without it on every such connection is GDR read being
+// off, NCCL's default on PCIe-only nodes (info); anything else means one
+// side or one NIC cannot use GDR (warn).
+func (a *logAnalyzer) mixedConnFinding(mixed []*logNetConn) {
+	list, readOff, sendNo := logMixedSummary(mixed)
+	env := a.rep.Env
+	read := "set NCCL_NET_GDR_READ=1 to use it for sends too"
+	if v, ok := env["NCCL_NET_GDR_READ"]; ok {
+		read += " (currently NCCL_NET_GDR_READ=" + v + ")"
+	}
+	if readOff {
+		a.add(doctor.SevInfo, "gdr-mixed-connection",
+			"GPUDirect RDMA used for receives but not for sends, so sends are staged through host memory: "+list,
+			"this is GDR read being off (NCCL_NET_GDR_READ=0, NCCL's default when GPU and NIC share only PCIe); "+read+", and keep that only if it measures faster")
+		return
+	}
+	fix := "the side without /GDRDMA does not use GPUDirect RDMA with its NIC: on that side's node load nvidia-peermem (modprobe nvidia-peermem; /sys/kernel/mm/memory_peers/nv_mem exists only where it is loaded) or use a DMA-BUF capable driver and kernel, then check its GPU-NIC PCIe distance (nvidia-smi topo -m; GPU and NIC under different PCIe switches) against NCCL_NET_GDR_LEVEL"
+	if v, ok := env["NCCL_NET_GDR_LEVEL"]; ok {
+		fix += " (currently NCCL_NET_GDR_LEVEL=" + v + ")"
+	}
+	if sendNo {
+		fix += "; a [send] side without it while its [receive] side has it may only be GDR read being off: " + read
+	}
+	a.add(doctor.SevWarn, "gdr-mixed-connection",
+		"GPUDirect RDMA used for some channels or directions of a connection but not others, so part of its traffic is staged through host memory: "+list, fix)
+}
+
+// logMixedSummary lists the first logMaxAddrs of the mixed connections and
+// says whether on all of them only sends lack GDR (readOff) and whether on
+// any a send lacks it (sendNo).
+func logMixedSummary(mixed []*logNetConn) (list string, readOff, sendNo bool) {
+	readOff = true
+	var names []string
+	for _, c := range mixed {
+		with, without := c.gdrSplit()
+		for _, l := range with {
+			readOff = readOff && l.dir == "receive"
+		}
+		for _, l := range without {
+			readOff = readOff && l.dir == "send"
+			sendNo = sendNo || l.dir == "send"
+		}
+		if len(names) < logMaxAddrs {
+			names = append(names, c.describe())
+		}
+	}
+	list = strings.Join(names, ", ")
+	if n := len(mixed) - len(names); n > 0 {
+		list += fmt.Sprintf(" and %d more", n)
+	}
+	return list, readOff, sendNo
 }
 
 // hcaInfoFindings covers mixed link layers and a small RoCE MTU.

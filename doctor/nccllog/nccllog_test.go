@@ -338,6 +338,100 @@ var logRealExpect = []logExpect{
 			}
 		},
 	},
+	{
+		// NCCL 2.0/2.1 ("[1] INFO", no "NCCL "): Socket, interfaces one per
+		// line, virbr0/docker0/tunl0 next to eno1; the maintainer's fix is
+		// NCCL_SOCKET_IFNAME=eno1.
+		file: "nccl-log-horovod-67.txt", version: "", net: "Socket", gdrdma: "off",
+		main: "socket-on-virtual-interface", mainMention: []string{"virbr0", "NCCL_SOCKET_IFNAME=eno1"},
+		absent: []string{"no-nccl-lines"}, hosts: []string{"cx50"},
+		ifaces: []string{"bootstrap=eno1:192.168.12.50", "bootstrap=eno2:192.168.255.229", "bootstrap=tunl0:172.1.148.64", "ib-oob=eno1:"},
+		extra: func(t *testing.T, rep *Report) {
+			logWantNCCLLines(t, rep, 9)
+			if got := doctortest.Codes(rep.Findings, doctor.SevWarn)["socket-on-virtual-interface"]; got != 3 {
+				t.Errorf("%d socket-on-virtual-interface warnings, want 3 (virbr0, docker0, tunl0): %v", got, logCodes(rep))
+			}
+		},
+	},
+	{
+		// Pre-2.3 prefix among TensorFlow's "INFO:tensorflow:" lines: internal
+		// IB on mlx4_0, sideband eth0, flannel.1 in the interface list.
+		file: "nccl-log-horovod-489.txt", version: "", net: "IB", gdrdma: "unknown",
+		main: "socket-on-virtual-interface", mainMention: []string{"flannel.1", "NCCL_SOCKET_IFNAME=eth0"},
+		hosts: []string{"nmyjs-202-75"}, hcas: []string{"mlx4_0:1/IB"}, hcaCount: 1,
+		ifaces: []string{"bootstrap=eth0:10.141.202.75", "bootstrap=ib0:10.141.251.43", "ib-oob=eth0:"},
+		extra: func(t *testing.T, rep *Report) {
+			logWantNCCLLines(t, rep, 9)
+			if rep.Lines != 23 {
+				t.Errorf("lines = %d, want 23", rep.Lines)
+			}
+		},
+	},
+	{
+		// Pre-2.3 WARN with file:line and no "NCCL ", "**" Markdown around
+		// lines: no libibverbs, Socket over enp30s0 plus docker/bridge/veth.
+		file: "nccl-log-horovod-98.txt", version: "", net: "Socket", gdrdma: "off",
+		main: "socket-on-virtual-interface", mainMention: []string{"docker0", "NCCL_SOCKET_IFNAME=enp30s0"},
+		codes: []string{"no-libibverbs"}, absent: []string{"socket-while-ib-listed"}, hosts: []string{"admin-pc"},
+		ifaces: []string{"bootstrap=enp30s0:192.168.178.46", "bootstrap=veth1316791:fe80::6cfa:a5ff:fec7:3d3b%veth1316791"},
+		extra: func(t *testing.T, rep *Report) {
+			logWantNCCLLines(t, rep, 16)
+			if !slices.Contains(rep.Warnings, "Failed to open libibverbs.so[.1]") {
+				t.Errorf("warnings %q, want the libibverbs WARN payload", rep.Warnings)
+			}
+		},
+	},
+	{
+		// NCCL 2.0's connection line has no "Ring NN :": "[1] INFO 1 -> 2 via P2P/IPC".
+		file: "nccl-log-horovod-83.txt", version: "", net: "", gdrdma: "unknown",
+		main: "", absent: []string{"no-nccl-lines"}, hosts: []string{"ecb2de971add"},
+		intra: []string{"P2P/IPC"},
+		extra: func(t *testing.T, rep *Report) { logWantNCCLLines(t, rep, 4) },
+	},
+	{
+		// Interleaved ranks leave "Ring 04 : 6[6] -> 5[5] via P2P/IPC" with no
+		// prefix at all; those lines alone are still connection lines.
+		file: "nccl-log-nccl-147.txt", version: "", net: "", gdrdma: "unknown",
+		main: "", hosts: []string{"learnfair062"}, intra: []string{"P2P/IPC"},
+		extra: func(t *testing.T, rep *Report) {
+			var bare []string
+			for _, l := range strings.Split(doctortest.RealInput(t, "nccl-log-nccl-147.txt"), "\n") {
+				if strings.HasPrefix(l, "Ring ") {
+					bare = append(bare, l)
+				}
+			}
+			only := logTestAnalyze(t, strings.Join(bare, "\n"))
+			if len(bare) != 2 || only.NCCLLines != 0 || !slices.Equal(only.IntraNode, []string{"P2P/IPC"}) || len(only.Findings) != 0 {
+				t.Errorf("%d bare lines: nccl lines %d, intra %v, findings %v; want 2 lines, 0, [P2P/IPC], none",
+					len(bare), only.NCCLLines, only.IntraNode, logCodes(only))
+			}
+		},
+	},
+	{
+		// Two channel-line tails pasted with no prefix: one connection, GDR
+		// on its [send] side, not on its [receive] side (nvidia-peermem not
+		// loaded on the receiver's node, per the thread).
+		file: "nccl-log-nccl-897.txt", version: "", net: "IB", gdrdma: "partial",
+		main: "gdr-mixed-connection", mainMention: []string{"9[1a000] -> 2[6b000]", "[send] via NET/IB/0/GDRDMA", "[receive] via NET/IB/1", "nvidia-peermem"},
+		absent: []string{"gdr-partial", "gdr-not-used", "no-nccl-lines"},
+		extra: func(t *testing.T, rep *Report) {
+			if f := rep.Findings[0]; f.Severity != doctor.SevWarn || len(rep.Findings) != 1 {
+				t.Errorf("findings %v, want one warning", rep.Findings)
+			}
+			if rep.GDRDMASend != "on" || rep.GDRDMAReceive != "off" || rep.NCCLLines != 0 {
+				t.Errorf("gdrdma send %q receive %q, nccl lines %d; want on, off, 0", rep.GDRDMASend, rep.GDRDMAReceive, rep.NCCLLines)
+			}
+		},
+	},
+}
+
+// logWantNCCLLines checks how many lines carried an NCCL prefix, the
+// pre-2.3 "host:pid:tid [dev] INFO" (no "NCCL ") included.
+func logWantNCCLLines(t *testing.T, rep *Report, n int) {
+	t.Helper()
+	if rep.NCCLLines != n {
+		t.Errorf("nccl lines = %d, want %d", rep.NCCLLines, n)
+	}
 }
 
 func TestNCCLLogRealInputs(t *testing.T) {
@@ -468,7 +562,7 @@ var logSyntheticExpect = []logExpect{
 	},
 	{
 		file: "v2.18-ib-gdr-2node.txt", version: "2.18.3+cuda12.2", net: "IB", gdrdma: "on", main: "",
-		absent: []string{"gdr-partial", "gdr-not-used"},
+		absent: []string{"gdr-partial", "gdr-not-used", "gdr-mixed-connection"},
 		nranks: 2, nnodes: 2, hosts: []string{"hostA", "hostB"},
 		hcas: []string{"mlx5_0:1/IB", "mlx5_1:1/IB"}, hcaCount: 2,
 		ifaces:   []string{"bootstrap=ens1f0:10.20.0.1", "ib-oob=ens1f0:10.20.0.2"},
@@ -481,7 +575,7 @@ var logSyntheticExpect = []logExpect{
 	},
 	{
 		file: "gdr-partial.txt", version: "", net: "IB", gdrdma: "partial",
-		main: "gdr-partial", mainMention: []string{"mlx5_0", "mlx5_1"},
+		main: "gdr-partial", mainMention: []string{"mlx5_0", "mlx5_1"}, absent: []string{"gdr-mixed-connection"},
 		hosts: []string{"n1", "n2"}, nnodes: 2, hcaCount: 2,
 		extra: func(t *testing.T, rep *Report) {
 			if rep.HCAs[0].GDR != "enabled" {
@@ -552,7 +646,7 @@ var logSyntheticExpect = []logExpect{
 	{
 		// "NET/IB/1(1)/GDRDMA" (PXN proxy rank) and "/GDRDMA(PCI)" are GDR.
 		file: "v2.12-pxn-gdr.txt", version: "", net: "IB", gdrdma: "on", main: "",
-		absent: []string{"gdr-partial", "gdr-not-used"},
+		absent: []string{"gdr-partial", "gdr-not-used", "gdr-mixed-connection"},
 		nranks: 0, nnodes: 2, hosts: []string{"hostA", "hostB"}, hcaCount: 2,
 		extra: func(t *testing.T, rep *Report) {
 			if rep.GDRDMASend != "on" || rep.GDRDMAReceive != "on" {
@@ -563,6 +657,7 @@ var logSyntheticExpect = []logExpect{
 	{
 		// Sends without GDR, receives with it, on the one NIC: GDR on.
 		file: "pcie-gdr-read-off.txt", version: "", net: "IB", gdrdma: "on", main: "",
+		codes:  []string{"gdr-mixed-connection"},
 		absent: []string{"gdr-partial", "gdr-not-used", "gdr-disabled-for-hca"},
 		nnodes: 2, hosts: []string{"p1", "p2"}, hcas: []string{"mlx5_0:1/IB"}, hcaCount: 1,
 		extra: func(t *testing.T, rep *Report) {
@@ -571,6 +666,12 @@ var logSyntheticExpect = []logExpect{
 			}
 			if rep.HCAs[0].GDR != "enabled" {
 				t.Errorf("mlx5_0 gdr = %q, want enabled", rep.HCAs[0].GDR)
+			}
+			// Both connections: receive with GDR, send without: GDR read off.
+			f := logFinding(rep, "gdr-mixed-connection")
+			if f == nil || f.Severity != doctor.SevInfo || !strings.Contains(f.Message, "1[3b000] -> 0[3b000]") ||
+				!strings.Contains(f.Message, "0[3b000] -> 1[3b000]") || !strings.Contains(f.Fix, "NCCL_NET_GDR_READ=1") {
+				t.Errorf("gdr-mixed-connection = %+v, want info naming both connections and NCCL_NET_GDR_READ", f)
 			}
 			var buf bytes.Buffer
 			if err := rep.WriteText(&buf); err != nil || !strings.Contains(buf.String(), "on (send off, receive on)") {
@@ -870,6 +971,50 @@ func TestNCCLLogEdgeCases(t *testing.T) {
 		list := "h:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB\n [1]mlx5_1:1/IB\n"
 		if rep := logTestAnalyze(t, list); len(rep.HCAs) != 2 {
 			t.Errorf("wrapped HCA list: %v", rep.HCAs)
+		}
+	})
+	t.Run("channel line tails without any prefix", func(t *testing.T) {
+		// Shapes only (synthetic): a bare channel line and a bare tail are
+		// connection lines; a tail-shaped sentence naming no transport is not.
+		rep := logTestAnalyze(t, "Channel 00 : 0[1a000] -> 1[6b000] via P2P/IPC\n3 -> 4 [receive] via NET/Socket/1\n")
+		if !slices.Equal(rep.IntraNode, []string{"P2P/IPC"}) || rep.Net != "Socket" || len(rep.Findings) != 0 {
+			t.Errorf("intra %v net %q findings %v, want [P2P/IPC], Socket, none", rep.IntraNode, rep.Net, logCodes(rep))
+		}
+		if rep := logTestAnalyze(t, "1 -> 2 via ssh\n"); logFinding(rep, "no-nccl-lines") == nil {
+			t.Errorf("prose taken for a connection line: %v", logCodes(rep))
+		}
+	})
+	t.Run("GDR on some channels of one connection only", func(t *testing.T) {
+		// Synthetic: rank 0's sends to rank 8 use GDR on channel 0 (NIC 0)
+		// but not on channel 1 (NIC 2, far from the GPU): warn, not the
+		// GDR-read info; NIC 2 is explained by it, so no gdr-partial.
+		rep := logTestAnalyze(t, "h:1:2 [0] NCCL INFO NCCL_NET_GDR_LEVEL set by environment to PHB\n"+
+			"h:1:2 [0] NCCL INFO Channel 00/0 : 0[1b000] -> 8[1b000] [send] via NET/IB/0/GDRDMA\n"+
+			"h:1:2 [0] NCCL INFO Channel 01/0 : 0[1b000] -> 8[1b000] [send] via NET/IB/2\n")
+		f := logFinding(rep, "gdr-mixed-connection")
+		if f == nil || f.Severity != doctor.SevWarn || !strings.Contains(f.Message, "0[1b000] -> 8[1b000]") ||
+			!strings.Contains(f.Fix, "NCCL_NET_GDR_LEVEL=PHB") || !strings.Contains(f.Fix, "NCCL_NET_GDR_READ") {
+			t.Errorf("gdr-mixed-connection = %+v, want a warning naming the connection, the GDR level and GDR read", f)
+		}
+		if logFinding(rep, "gdr-partial") != nil {
+			t.Errorf("gdr-partial repeats the connection finding: %v", logCodes(rep))
+		}
+		// NIC 2 also without GDR on a connection of its own: gdr-partial too.
+		rep = logTestAnalyze(t, "h:1:2 [0] NCCL INFO Channel 00/0 : 0[1b000] -> 8[1b000] [send] via NET/IB/0/GDRDMA\n"+
+			"h:1:2 [0] NCCL INFO Channel 01/0 : 0[1b000] -> 8[1b000] [send] via NET/IB/2\n"+
+			"h:1:2 [1] NCCL INFO Channel 01/0 : 1[1c000] -> 9[1c000] [send] via NET/IB/2\n")
+		if logFinding(rep, "gdr-partial") == nil || logFinding(rep, "gdr-mixed-connection") == nil {
+			t.Errorf("codes %v, want gdr-partial and gdr-mixed-connection", logCodes(rep))
+		}
+		// Five such connections: four named, the rest counted.
+		var b strings.Builder
+		for r := range 5 {
+			fmt.Fprintf(&b, "%d -> %d [receive] via NET/IB/0/GDRDMA\n%d -> %d [send] via NET/IB/0\n", r, r+8, r, r+8)
+		}
+		rep = logTestAnalyze(t, b.String())
+		if f := logFinding(rep, "gdr-mixed-connection"); f == nil || !strings.Contains(f.Message, "3 -> 11 (") ||
+			strings.Contains(f.Message, "4 -> 12") || !strings.HasSuffix(f.Message, " and 1 more") {
+			t.Errorf("gdr-mixed-connection = %+v, want four connections named and 1 more", f)
 		}
 	})
 	t.Run("findings sorted errors first", func(t *testing.T) {

@@ -127,7 +127,7 @@ var logRules = []logRule{
 		do:    func(a *logAnalyzer, l *logLine, m []string) { a.addInterfaces(m[1], "bootstrap", l.host) },
 	},
 	{
-		// 2.2-2.3 "NET : Using interface eth0:10.0.0.1<0>".
+		// 2.0-2.3 "NET : Using interface eth0:10.0.0.1<0>".
 		group: "lists",
 		gate:  hasPrefix("NET"),
 		re:    regexp.MustCompile(`^NET ?: ?Using interface (.*)$`),
@@ -144,7 +144,7 @@ var logRules = []logRule{
 		},
 	},
 	{
-		// 2.2-2.3 "NET/IB : Using interface ib0 for sideband communication".
+		// 2.0-2.3 "NET/IB : Using interface ib0 for sideband communication".
 		group: "lists",
 		gate:  hasPrefix("NET"),
 		re:    regexp.MustCompile(`^NET/IB ?: ?Using interface (\S+) for sideband`),
@@ -152,7 +152,7 @@ var logRules = []logRule{
 	},
 	{
 		// transport/net_ib.cc "NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE [RO]; OOB ib0:10.0.0.1<0>"
-		// (2.4+; "/SHARP" and other flags from the rdma-sharp plugin; 2.2-2.3
+		// (2.4+; "/SHARP" and other flags from the rdma-sharp plugin; 2.0-2.3
 		// "NET/IB: [0] mlx5_0:1/IB").
 		group: "lists",
 		gate:  hasPrefix("NET/IB"),
@@ -177,7 +177,7 @@ var logRules = []logRule{
 		do:   func(a *logAnalyzer, _ *logLine, m []string) { a.setHCAQP(m) },
 	},
 	{
-		// init.cc "Using network IB" (2.5+), "Using internal Network Socket" (2.2-2.4).
+		// init.cc "Using network IB" (2.5+), "Using internal Network Socket" (2.0-2.4).
 		gate: contains("Using"),
 		re:   regexp.MustCompile(`^Using (?:network|internal Network) (.+?)\s*$`),
 		do:   func(a *logAnalyzer, _ *logLine, m []string) { a.netUsing = m[1] },
@@ -256,14 +256,16 @@ var logRules = []logRule{
 
 	// Channel lines: a connection or a ring listing.
 	{
-		// "Ring 00 : 0[0] -> 1[1] via P2P/IPC" (2.2-2.4), "Ring 00 : 7 -> 8
-		// [send] via NET/AWS Libfabric/0", "Channel 00 : 2[c7000] -> 0[87000]
-		// [receive] via NET/IB/5/GDRDMA" (2.5+), "Channel 00/1 : 0[0] -> 1[1]
-		// via P2P/CUMEM/read" (2.19+); the part after "via" is read by
+		// "1 -> 2 via P2P/IPC" (2.0-2.2), "Ring 00 : 0[0] -> 1[1] via P2P/IPC"
+		// (2.3-2.4), "Ring 00 : 7 -> 8 [send] via NET/AWS Libfabric/0",
+		// "Channel 00 : 2[c7000] -> 0[87000] [receive] via NET/IB/5/GDRDMA"
+		// (2.5+), "Channel 00/1 : 0[0] -> 1[1] via P2P/CUMEM/read" (2.19+),
+		// and any of their tails pasted alone ("9[1a000] -> 2[6b000] [send]
+		// via NET/IB/0/GDRDMA"); the part after "via" is read by
 		// addChannelConn.
 		group: "channel",
 		gate:  contains(" via "),
-		re:    regexp.MustCompile(`^(?:Ring|Channel) (\d+)(?:/\d+)? ?: (\d+)(?:\[([0-9a-fA-F]+)\])? -> (\d+)(?:\[([0-9a-fA-F]+)\])?(?: \[(send|receive)\])? via (.+)$`),
+		re:    regexp.MustCompile(`^(?:(?:Ring|Channel) (\d+)(?:/\d+)? ?: )?(\d+)(?:\[([0-9a-fA-F]+)\])? -> (\d+)(?:\[([0-9a-fA-F]+)\])?(?: \[(send|receive)\])? via (.+)$`),
 		do:    func(a *logAnalyzer, _ *logLine, m []string) { a.addChannelConn(m) },
 	},
 	{
