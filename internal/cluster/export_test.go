@@ -23,3 +23,6 @@ func Owns(name, ns string) bool    { return owns(name, ns) }
 func (c *Cluster) TBF() []string   { return c.tbf() }
 func (c *Cluster) NetemLimit() int { return c.netemLimit() }
 func Plan(cfg Config) *Cluster     { return plan(cfg) }
+
+// RPSMask is rpsMask.
+func RPSMask(first, n int) string { return rpsMask(first, n) }
