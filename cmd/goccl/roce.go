@@ -8,6 +8,7 @@ import (
 const roceUsage = `usage: goccl roce check-pcap FILE
        goccl roce write-bw|write-lat|read-bw|read-lat|send-bw|send-lat [-s SIZE | -a] [-n ITERS] [-p PORT] [-d IFNAME] [--pcap FILE] [--report_gbits] [SERVER]
        goccl roce devinfo
+       goccl roce rate-plot [-o rate.png] [--link RATE] LOG[=LABEL]...
 
 devinfo lists, in ibv_devinfo's shape, the soft device goccl opens on each
 interface with an Ethernet or IPv4 address (port state from the interface,
@@ -27,6 +28,11 @@ Gb = 10^9 bits with --report_gbits; latency in µs, half the round trip,
 except read-lat, whose READ is a round trip by itself).
 ` + "`" + `goccl roce write-bw -h` + "`" + ` lists the flags.
 
+rate-plot draws the rate logs of write-bw --rate-log (one per flow, e.g.
+the flows of an incast) as goodput and DCQCN rate over time and prints a
+table of each flow's goodput, resends, CNPs and rate cuts; goccl roce
+rate-plot -h says more.
+
 check-pcap reads a pcap or pcapng capture of link type Ethernet (1, with or
 without an 802.1Q tag), Linux cooked v1 or v2 (113, 276: tcpdump -i any) or
 raw IP (101, 12, 228 IPv4, 229 IPv6), decodes every frame as RoCE v2 (UDP
@@ -43,8 +49,8 @@ are good, 2 for usage errors.
 func init() {
 	register(&command{
 		name:    "roce",
-		summary: "soft RoCE tools: check-pcap, devinfo, and perftest's roles (write-bw, write-lat, read-bw, read-lat, send-bw, send-lat)",
-		usage:   "goccl roce check-pcap FILE | devinfo | write-bw|write-lat|read-bw|read-lat|send-bw|send-lat [flags] [SERVER]",
+		summary: "soft RoCE tools: check-pcap, devinfo, rate-plot, and perftest's roles (write-bw, write-lat, read-bw, read-lat, send-bw, send-lat)",
+		usage:   "goccl roce check-pcap FILE | devinfo | rate-plot LOG... | write-bw|write-lat|read-bw|read-lat|send-bw|send-lat [flags] [SERVER]",
 		run:     runRoce,
 	})
 }
@@ -62,6 +68,8 @@ func runRoce(args []string, stdout, stderr io.Writer) int {
 		return runRocePerf(args[0], args[1:], stdout, stderr)
 	case "devinfo":
 		return roceDevinfo(args[1:], stdout, stderr)
+	case "rate-plot":
+		return runRatePlot(args[1:], stdout, stderr)
 	case "check-pcap":
 		if len(args) != 2 {
 			fmt.Fprint(stderr, roceUsage)

@@ -11,6 +11,8 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/goccl/goccl/internal/cluster"
@@ -29,24 +31,27 @@ const (
 )
 
 type rocePerf struct {
-	name     string // write-bw, ...
-	op       qp.WROpcode
-	lat      bool
-	size     int64
-	all      bool
-	iters    int
-	port     int
-	devPort  int
-	txDepth  int
-	timeout  time.Duration
-	server   string
-	pcap     string
-	ifname   string       // -d: RoCE v1 on this interface
-	gbits    bool         // --report_gbits
-	dcqcn    cluster.Rate // --dcqcn: DCQCN at this line rate (bits/s); 0: off
-	tclass   int          // --tclass: the traffic class (DSCP << 2) of RoCE v2 packets
-	bidir    bool         // -b: both sides send at once (write-bw, read-bw)
-	out, err io.Writer
+	name      string // write-bw, ...
+	op        qp.WROpcode
+	lat       bool
+	size      int64
+	all       bool
+	iters     int
+	port      int
+	devPort   int
+	txDepth   int
+	timeout   time.Duration
+	server    string
+	pcap      string
+	ifname    string        // -d: RoCE v1 on this interface
+	gbits     bool          // --report_gbits
+	dcqcn     cluster.Rate  // --dcqcn: DCQCN at this line rate (bits/s); 0: off
+	tclass    int           // --tclass: the traffic class (DSCP << 2) of RoCE v2 packets
+	bidir     bool          // -b: both sides send at once (write-bw, read-bw)
+	rateLog   string        // --rate-log: the client's samples of its progress and DCQCN rate go here
+	rateEvery time.Duration // --rate-interval
+	done      atomic.Int64  // bytes completed so far (bw), for the rate log
+	out, err  io.Writer
 }
 
 func runRocePerf(name string, args []string, stdout, stderr io.Writer) int {
@@ -109,6 +114,8 @@ func parseRocePerf(name string, args []string, stdout, stderr io.Writer) (*roceP
 	fs.DurationVar(&p.timeout, "timeout", 60*time.Second, "give up after this long")
 	fs.StringVar(&p.pcap, "pcap", "", "record every frame sent and received to this pcap file (tshark dissects v2 frames as RRoCE, v1 frames as InfiniBand over Ethernet)")
 	fs.Var(&p.dcqcn, "dcqcn", "RoCE v2 congestion control: DCQCN with ConnectX's defaults at this line rate (tc units: 100mbit, 1gbit; 0: off); packets leave ECN-capable")
+	fs.StringVar(&p.rateLog, "rate-log", "", "bandwidth tests' client: write a CSV sample of the bytes completed, the DCQCN rate and counters to this file every --rate-interval (goccl roce rate-plot draws it)")
+	fs.DurationVar(&p.rateEvery, "rate-interval", 10*time.Millisecond, "the rate log's sampling interval")
 	fs.IntVar(&p.tclass, "tclass", 0, "traffic class of RoCE v2 packets: the IPv4 TOS byte's DSCP bits (NCCL_IB_TC's role; 0 to 252, a multiple of 4)")
 	if status, exit := fs.parseOrExit(args); exit {
 		return nil, status
@@ -130,6 +137,8 @@ func parseRocePerf(name string, args []string, stdout, stderr io.Writer) (*roceP
 		return usageErr("-t %d: the send queue depth is at least 1", p.txDepth)
 	case p.tclass < 0 || p.tclass > 252 || p.tclass%4 != 0:
 		return usageErr("--tclass %d: a DSCP value shifted left by 2: 0 to 252, a multiple of 4", p.tclass)
+	case p.rateEvery <= 0:
+		return usageErr("--rate-interval %v: a positive interval", p.rateEvery)
 	case p.bidir && (p.lat || p.op == qp.WRSend):
 		return usageErr("-b: bidirectional runs are for write-bw and read-bw")
 	}
@@ -223,6 +232,13 @@ func (p *rocePerf) run(ctx context.Context) error {
 		return err
 	}
 	p.header(dev, me, peer)
+	if p.rateLog != "" && p.server != "" && !p.lat {
+		stop, err := p.startRateLog(q, me, peer)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	br := bufio.NewReader(conn)
 	switch {
 	case p.bidir:
@@ -273,6 +289,9 @@ func (p *rocePerf) run(ctx context.Context) error {
 		qs := q.Stats()
 		fmt.Fprintf(p.out, " DCQCN: %d CE-marked packets received, %d CNPs sent, %d received, %d rate cuts, rate now %.1f Mbit/s of %v; %d packets resent (%d timeouts, %d sequence NAKs)\n",
 			dev.Stats().CEReceived, st.CNPsSent, st.CNPsReceived, st.RateCuts, rate*8/1e6, p.dcqcn, qs.Retransmits, qs.Timeouts, qs.SeqNAKs)
+		ds := dev.Stats()
+		fmt.Fprintf(p.out, " device: %d packets sent, %d received (%d ICRC errors, %d malformed, %d for no QP, %d from a foreign source); responder: %d duplicates, %d out of sequence, %d sequence NAKs sent\n",
+			ds.PacketsSent, ds.PacketsReceived, ds.ICRCErrors, ds.Malformed, ds.UnknownQP, ds.ForeignSource, qs.Duplicates, qs.OutOfSequence, qs.SeqNAKsSent)
 	}
 	return nil
 }
@@ -472,6 +491,7 @@ func (p *rocePerf) bw(ctx context.Context, q *rdma.QP, cq *rdma.CQ, mr *rdma.MR,
 				return bwResult{}, fmt.Errorf("WR %d completed with %v", wc.WRID, wc.Status)
 			}
 			done++
+			p.done.Add(int64(n))
 			stamps = append(stamps, now)
 		}
 	}
@@ -649,4 +669,54 @@ func (p *rocePerf) readLat(ctx context.Context, q *rdma.QP, cq *rdma.CQ, mr *rdm
 	}
 	p.latLine(n, rtts)
 	return nil
+}
+
+// rateLogHeader is the rate log's column line (after its comment lines).
+const rateLogHeader = "unix_ns,bytes,rate_bps,cnps_received,rate_cuts,resent,timeouts,seq_naks"
+
+// startRateLog samples the client's progress every p.rateEvery into
+// p.rateLog, as CSV after two comment lines naming the flow: the wall
+// clock (Unix ns, so that logs of flows on several hosts line up), the
+// bytes of the WRs completed so far, the QP's DCQCN rate in bits/s (0
+// without DCQCN) and its counters. stop takes a last sample and closes
+// the file.
+func (p *rocePerf) startRateLog(q *rdma.QP, me, peer rdma.ConnInfo) (stop func(), err error) {
+	f, err := os.Create(p.rateLog)
+	if err != nil {
+		return nil, err
+	}
+	w := bufio.NewWriter(f)
+	fmt.Fprintf(w, "# goccl roce %s rate log: flow %s -> %s, every %v, dcqcn %v\n", p.name,
+		rdma.GIDString(me.GID, me.Port), rdma.GIDString(peer.GID, peer.Port), p.rateEvery, p.dcqcn)
+	fmt.Fprintf(w, "# %s\n", rateLogHeader)
+	sample := func() {
+		st, rate := q.CCStats()
+		qs := q.Stats()
+		fmt.Fprintf(w, "%d,%d,%.0f,%d,%d,%d,%d,%d\n", time.Now().UnixNano(), p.done.Load(), rate*8, st.CNPsReceived, st.RateCuts,
+			qs.Retransmits, qs.Timeouts, qs.SeqNAKs)
+	}
+	sample()
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(p.rateEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				sample()
+			}
+		}
+	})
+	return func() {
+		close(quit)
+		wg.Wait()
+		sample()
+		if err := w.Flush(); err != nil {
+			fmt.Fprintf(p.err, "goccl roce %s: rate log: %v\n", p.name, err)
+		}
+		f.Close()
+	}, nil
 }

@@ -34,6 +34,17 @@
 //     ECN-capable packet finding it full (the "phantom queue" of HULL,
 //     Alizadeh et al., NSDI 2012, at 100 % of the rate). It counts in
 //     frames, so small packets count as whole frames.
+//   - Order and fairness: a veth hands a packet it passes to the backlog
+//     of whichever CPU sent it, so a tbf that a timer dequeues on one CPU
+//     and then another reorders a flow (a RoCE flow, go-back-N from the
+//     first gap, resent most of its packets on this project's 2-CPU
+//     machine with no packet lost). RPS (rx-0/rps_cpus) steers instead:
+//     a host's end by the flow's hash over every CPU, which keeps each
+//     flow in order; a rail's switch ports all to one CPU (rail r to CPU
+//     r mod the CPUs), so that the flows into one port meet in one
+//     backlog in their order of arrival, as in a switch. Steered by hash
+//     there too, two of three incast flows shared a CPU and got half the
+//     share of the third when the CPUs were busy.
 //
 // Every rail's link is shaped alike.
 //
@@ -62,6 +73,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -469,7 +481,8 @@ func (r *runner) build(c *Cluster) error {
 				// frames, not 64 KiB super-packets.
 				steps = append(steps, []string{"-n", h.Name, "link", "set", l.Iface, "gso_max_segs", "1"})
 			}
-			steps = append(steps, []string{"-n", h.Name, "link", "set", l.Iface, "up"})
+			steps = append(steps, []string{"-n", h.Name, "link", "set", l.Iface, "up"},
+				rpsStep(sw, l.Port, rpsMask(l.Rail%runtime.NumCPU(), 1)), rpsStep(h.Name, l.Iface, rpsMask(0, runtime.NumCPU())))
 			for _, s := range steps {
 				if err := r.ipCmd(s...); err != nil {
 					return err
@@ -555,6 +568,33 @@ func (r *runner) loss(c *Cluster) error {
 		}
 	}
 	return nil
+}
+
+// rpsStep is the ip command that has veth end dev in namespace ns steer
+// what it receives to the CPUs of mask by flow hash (RPS; see the package
+// doc). A kernel without RPS (no rps_cpus file) is left as it is.
+func rpsStep(ns, dev, mask string) []string {
+	f := "/sys/class/net/" + dev + "/queues/rx-0/rps_cpus"
+	return []string{"netns", "exec", ns, "sh", "-c", "[ ! -e " + f + " ] || echo " + mask + " > " + f}
+}
+
+// rpsMask is the mask of CPUs first to first+n-1 (n ≥ 1) as rps_cpus
+// reads it: hex, in comma-separated groups of 32 bits, no leading zeros.
+func rpsMask(first, n int) string {
+	n = max(n, 1)
+	var groups []string
+	for lo := 0; lo < first+n; lo += 32 {
+		var g uint64
+		for c := max(lo, first); c < min(lo+32, first+n); c++ {
+			g |= 1 << (c - lo)
+		}
+		groups = append([]string{fmt.Sprintf("%08x", g)}, groups...)
+	}
+	groups[0] = strings.TrimLeft(groups[0], "0")
+	if groups[0] == "" {
+		groups[0] = "0"
+	}
+	return strings.Join(groups, ",")
 }
 
 // shape puts the qdiscs on link l of host: netem and tbf at the host's

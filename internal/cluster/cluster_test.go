@@ -200,3 +200,18 @@ func TestUpRefusals(t *testing.T) {
 		t.Errorf("0 hosts: %v", err)
 	}
 }
+
+// TestRPSMask checks the rps_cpus masks that keep a veth's flows in order.
+func TestRPSMask(t *testing.T) {
+	for _, tc := range []struct {
+		first, n int
+		want     string
+	}{
+		{0, 0, "1"}, {0, 1, "1"}, {0, 2, "3"}, {0, 4, "f"}, {0, 31, "7fffffff"}, {0, 32, "ffffffff"},
+		{0, 33, "1,ffffffff"}, {0, 70, "3f,ffffffff,ffffffff"}, {1, 1, "2"}, {3, 1, "8"}, {32, 1, "1,00000000"}, {40, 1, "100,00000000"},
+	} {
+		if got := cluster.RPSMask(tc.first, tc.n); got != tc.want {
+			t.Errorf("RPSMask(%d, %d) = %q, want %q", tc.first, tc.n, got, tc.want)
+		}
+	}
+}

@@ -24,3 +24,6 @@ func (c *Cluster) TBF() []string     { return c.tbf(false) }
 func (c *Cluster) PortTBF() []string { return c.tbf(true) }
 func (c *Cluster) NetemLimit() int   { return c.netemLimit() }
 func Plan(cfg Config) *Cluster       { return plan(cfg) }
+
+// RPSMask is rpsMask.
+func RPSMask(first, n int) string { return rpsMask(first, n) }

@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -454,6 +455,15 @@ func TestUpDown(t *testing.T) {
 		out, err = exec.Command("ip", "-n", c.Switch, "link", "show", "dev", h.Port).Output()
 		if err != nil || !strings.Contains(string(out), "master br0") || !strings.Contains(string(out), "mtu 9000") {
 			t.Errorf("%s: switch port: %s %v", h.Name, out, err)
+		}
+		// A host's end steers by flow hash over every CPU, the switch's
+		// ends to one CPU (RPS), which keeps flows in order.
+		for _, end := range [][3]string{{h.Name, "eth0", cluster.RPSMask(0, runtime.NumCPU())}, {c.Switch, h.Port, "1"}} {
+			f := "/sys/class/net/" + end[1] + "/queues/rx-0/rps_cpus"
+			out, err := exec.Command("ip", "netns", "exec", end[0], "cat", f).Output()
+			if got := strings.TrimLeft(strings.TrimSpace(string(out)), "0,"); err == nil && got != end[2] {
+				t.Errorf("%s %s: rps_cpus %q, want %s", end[0], end[1], out, end[2])
+			}
 		}
 	}
 	// The machine's own namespace has none of it.
