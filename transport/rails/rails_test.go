@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -13,32 +12,14 @@ import (
 	"github.com/goccl/goccl/transport"
 	"github.com/goccl/goccl/transport/linktest"
 	"github.com/goccl/goccl/transport/rails"
-	"github.com/goccl/goccl/transport/tcp"
 )
 
 // tcpPair is a TCP link between ranks 0 and 1 over loopback, nsocks
 // sockets each way.
 func tcpPair(t *testing.T, nsocks int) (a, b transport.Link) {
 	t.Helper()
-	var eps [2]*tcp.Endpoint
-	for r := range eps {
-		ep, err := tcp.Listen(r, net.IPv4(127, 0, 0, 1), "rails-test")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ep.Close() })
-		eps[r] = ep
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	errc := make(chan error, 1)
-	go func() {
-		var err error
-		b, err = eps[1].Connect(ctx, 0, eps[0].Addr(), nsocks)
-		errc <- err
-	}()
-	a, err := eps[0].Connect(ctx, 1, eps[1].Addr(), nsocks)
-	if err := errors.Join(err, <-errc); err != nil {
+	a, b, err := dialPair(nsocks)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return a, b
