@@ -306,6 +306,11 @@ func (l *link) brokenErr(cause error) error {
 			} else {
 				l.byeErr = fmt.Errorf("%w by the peer", transport.ErrClosed)
 			}
+		case errors.Is(err, net.ErrClosed) && l.closed.Load():
+			// This side closed the link while it waited (a rails link
+			// closes its other rails when one fails): the peer's goodbye
+			// went unread, and a closed link is what the call met.
+			l.byeErr = transport.ErrClosed
 		default:
 			l.byeErr = &transport.LostError{Rank: l.peer, Via: -1, Cause: cause}
 		}

@@ -50,3 +50,32 @@ func TestPeerLost(t *testing.T) {
 		})
 	}
 }
+
+// TestClosedWhileJudging: a side that closes its link while it waits for
+// the peer's goodbye on a broken connection (a rails link closes its
+// other rails when one fails) reports a closed link, not a lost peer: the
+// goodbye went unread because of this side, not the peer. The peer's
+// sending connections break while its receiving ones, which carry the
+// goodbye, stay open and silent, so the wait is under way when Close
+// comes.
+func TestClosedWhileJudging(t *testing.T) {
+	la, lb := connectPair(t, 0, 1, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	recvErr := make(chan error, 1)
+	go func() {
+		h := hdr(1, 8<<20)
+		recvErr <- lb.Recv(ctx, &h, make([]byte, 8<<20), nil)
+	}()
+	time.Sleep(20 * time.Millisecond)
+	l := la.(*link)
+	l.closed.Store(true)
+	l.tx[0].conn.Close()
+	time.Sleep(100 * time.Millisecond) // lb reads EOF and waits for a goodbye (goodbyeWait)
+	lb.Close()
+	err := <-recvErr
+	if !errors.Is(err, transport.ErrClosed) || errors.Is(err, transport.ErrPeerLost) {
+		t.Fatalf("Recv: got %v, want ErrClosed and no lost peer", err)
+	}
+	l.rx[0].conn.Close()
+}
