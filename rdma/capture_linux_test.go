@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gopacket/gopacket/pcapgo"
 	"golang.org/x/sys/unix"
@@ -42,6 +43,7 @@ func captureWhile(t *testing.T, ifname string, fn func()) [][]byte {
 		}
 	})
 	fn()
+	time.Sleep(50 * time.Millisecond) // the reader drains what the socket holds
 	h.Close()
 	wg.Wait()
 	return frames

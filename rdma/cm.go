@@ -25,11 +25,17 @@ type ConnInfo struct {
 	RKey uint32   `json:"rkey,omitempty"`
 	Addr uint64   `json:"addr,omitempty"`
 	Len  int      `json:"len,omitempty"`
+	// SrcPort is the UDP source port the queue pair sends from (v2;
+	// QPSource), 0 when it is Port.
+	SrcPort uint16 `json:"sport,omitempty"`
 }
 
 // LocalInfo describes q (a random first PSN) and, when mr is not nil, mr.
 func (q *QP) LocalInfo(mr *MR) ConnInfo {
 	ci := ConnInfo{QPN: q.QPN(), PSN: rand.Uint32() & 0xffffff, GID: q.d.GID(), Port: q.d.Addr().Port(), MTU: q.d.ActiveMTU()}
+	if p := q.Source().Port(); p != ci.Port {
+		ci.SrcPort = p
+	}
 	if mr != nil {
 		ci.RKey, ci.Addr, ci.Len = mr.RKey(), mr.Addr(), len(mr.buf)
 	}
@@ -100,7 +106,7 @@ func (q *QP) Connect(local, remote ConnInfo, o ConnectOptions) error {
 	}{
 		{qp.Attr{State: qp.StateInit, Port: 1, AccessFlags: o.Access}, qp.AttrState | qp.AttrPKeyIndex | qp.AttrPort | qp.AttrAccessFlags},
 		{qp.Attr{State: qp.StateRTR, PathMTU: o.PathMTU, DestQPN: remote.QPN, RQPSN: remote.PSN, MaxDestRdAtomic: o.RdAtomic, MinRNRTimer: 12,
-			AV: qp.AddressVector{DGID: remote.GID, DPort: remote.Port}},
+			AV: qp.AddressVector{DGID: remote.GID, DPort: remote.Port, SPort: remote.SrcPort}},
 			qp.AttrState | qp.AttrAV | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN | qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer},
 		{qp.Attr{State: qp.StateRTS, SQPSN: local.PSN, Timeout: o.Timeout, RetryCnt: o.RetryCnt, RNRRetry: o.RNRRetry, MaxQPRdAtomic: o.RdAtomic},
 			qp.AttrState | qp.AttrSQPSN | qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxQPRdAtomic},

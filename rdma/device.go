@@ -67,6 +67,9 @@ type Device struct {
 	rng      *rand.Rand
 	held     []byte // a packet held back to be sent after the next one (reordering)
 	heldPeer netip.AddrPort
+	heldSrc  int
+
+	sources int // WithSourcePorts
 }
 
 // Faults makes the device misbehave on purpose, for tests: each packet it
@@ -87,10 +90,11 @@ func WithFaults(f Faults) Option {
 	}
 }
 
-// transmit sends one datagram through the fault injector (device lock held).
-func (d *Device) transmit(b []byte, to netip.AddrPort) {
+// transmit sends one datagram from source src through the fault injector
+// (device lock held).
+func (d *Device) transmit(b []byte, src int, to netip.AddrPort) {
 	if d.rng == nil {
-		d.write(b, to)
+		d.write(b, src, to)
 		return
 	}
 	f := &d.faults
@@ -102,27 +106,27 @@ func (d *Device) transmit(b []byte, to netip.AddrPort) {
 		c := append([]byte(nil), b...)
 		c[d.rng.IntN(len(c))] ^= 0x10
 		d.stats.InjectedCorruptions++
-		d.write(c, to)
+		d.write(c, src, to)
 		return
 	case r < f.Drop+f.Corrupt+f.Reorder && d.held == nil:
-		d.held, d.heldPeer = append([]byte(nil), b...), to
+		d.held, d.heldPeer, d.heldSrc = append([]byte(nil), b...), to, src
 		d.stats.InjectedReorders++
 		return
 	}
-	d.write(b, to)
+	d.write(b, src, to)
 	if d.rng.Float64() < f.Duplicate {
 		d.stats.InjectedDuplicates++
-		d.write(b, to)
+		d.write(b, src, to)
 	}
 	if d.held != nil {
-		d.write(d.held, d.heldPeer)
+		d.write(d.held, d.heldSrc, d.heldPeer)
 		d.held = nil
 	}
 }
 
-// write queues a packet (ib and ICRC); flushTx sends the queue (device
+// write queues a packet (ib and ICRC); flushTx sends the queues (device
 // lock held for both).
-func (d *Device) write(b []byte, to netip.AddrPort) { d.lk.queue(b, to) }
+func (d *Device) write(b []byte, src int, to netip.AddrPort) { d.lk.queue(b, src, to) }
 
 func (d *Device) flushTx() { d.stats.PacketsSent += uint64(d.lk.flush()) }
 
@@ -142,6 +146,22 @@ func WithDCQCN(p qp.DCQCN) Option {
 	p.Burst = max(p.Burst, int(p.LineRate*0.002))
 	return func(d *Device) { d.cc = &p }
 }
+
+// WithSourcePorts makes a RoCE v2 device send from n UDP source ports:
+// its own and n-1 more on its address (ports the kernel picks). A queue
+// pair sends everything, requests and acknowledgements, from one of them,
+// chosen when it is created (QPSource): as a NIC derives a queue pair's
+// UDP source port from its flow label or QP numbers, so that switches
+// hashing the 5-tuple (ECMP) spread a host's queue pairs over their paths.
+// The destination port stays the peer device's. A v1 device (no UDP) has
+// one source whatever n.
+func WithSourcePorts(n int) Option {
+	return func(d *Device) { d.sources = n }
+}
+
+// Sources is how many source ports the device sends from (WithSourcePorts;
+// 1 without).
+func (d *Device) Sources() int { return d.sources }
 
 // WithTrafficClass gives the device's RoCE v2 packets the traffic class
 // tc (the IPv4 TOS byte's DSCP bits, tc >> 2; its ECN bits are the
@@ -208,7 +228,11 @@ func Open(addr string, opts ...Option) (*Device, error) {
 			return nil, fmt.Errorf("rdma: open %q: interface MTU %d is below the smallest IB MTU (256) plus headers", addr, ifMTU)
 		}
 	}
-	return start(l, 2, l.addr, gid, mtu, opts), nil
+	d, err := start(l, 2, l.addr, gid, mtu, opts)
+	if err != nil {
+		return nil, fmt.Errorf("rdma: open %q: %w", addr, err)
+	}
+	return d, nil
 }
 
 // V2ActiveMTU is the largest IB MTU whose RoCE v2 datagrams fit an IP MTU
@@ -261,7 +285,7 @@ func OpenV1(ifname string, opts ...Option) (*Device, error) {
 		l.close()
 		return nil, fmt.Errorf("rdma: open RoCE v1 on %q: interface MTU %d is below the smallest IB MTU (256) plus headers", ifname, l.ifMTU)
 	}
-	return start(l, 1, netip.AddrPortFrom(netip.AddrFrom16(l.gid), 0), l.gid, mtu, opts), nil
+	return start(l, 1, netip.AddrPortFrom(netip.AddrFrom16(l.gid), 0), l.gid, mtu, opts)
 }
 
 // V1ActiveMTU is the largest IB MTU (4096, 2048, 1024, 512 or 256) whose
@@ -277,7 +301,7 @@ func V1ActiveMTU(ifMTU int) int {
 	return 0
 }
 
-func start(l link, version int, addr netip.AddrPort, gid [16]byte, mtu int, opts []Option) *Device {
+func start(l link, version int, addr netip.AddrPort, gid [16]byte, mtu int, opts []Option) (*Device, error) {
 	d := &Device{lk: l, version: version, addr: addr, gid: gid, mtu: mtu, qps: map[uint32]*QP{}, mrs: map[uint32]*MR{},
 		nextQPN: 0x11, nextKey: 0x100, done: make(chan struct{}), start: time.Now()}
 	if version == 1 {
@@ -289,6 +313,18 @@ func start(l link, version int, addr netip.AddrPort, gid [16]byte, mtu int, opts
 	}
 	for _, o := range opts {
 		o(d)
+	}
+	if u, ok := l.(*udpLink); ok && d.sources > 1 {
+		if d.sources > maxSources {
+			l.close()
+			return nil, fmt.Errorf("%d source ports: at most %d", d.sources, maxSources)
+		}
+		if err := u.addSources(d.sources - 1); err != nil {
+			l.close()
+			return nil, fmt.Errorf("opening its source ports: %w", err)
+		}
+	} else {
+		d.sources = 1
 	}
 	if d.cc != nil || d.tc != 0 {
 		tos := d.tc &^ ecnMask
@@ -305,8 +341,11 @@ func start(l link, version int, addr netip.AddrPort, gid [16]byte, mtu int, opts
 		l.readLoop(d)
 	}()
 	go d.timerLoop()
-	return d
+	return d, nil
 }
+
+// maxSources bounds WithSourcePorts (a socket each).
+const maxSources = 64
 
 // Version is the device's RoCE version, 1 or 2.
 func (d *Device) Version() int { return d.version }
@@ -381,7 +420,7 @@ func (d *Device) receiveLocked(ib []byte, icrcOK bool, from netip.AddrPort, ce b
 		d.stats.UnknownQP++
 		return
 	}
-	if q.peer.IsValid() && (from.Port() != q.peer.Port() || from.Addr().Unmap() != q.peer.Addr().Unmap()) {
+	if q.peer.IsValid() && (from.Port() != q.peerSrc || from.Addr().Unmap() != q.peer.Addr().Unmap()) {
 		// An RC QP takes packets from its peer only (a v1 frame meant for
 		// another process's device on this interface, a stale peer).
 		d.stats.ForeignSource++

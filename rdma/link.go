@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"syscall"
+	"time"
 
 	"golang.org/x/net/ipv4"
 
@@ -20,10 +21,16 @@ import (
 // with the device lock held.
 type link interface {
 	// icrc is the ICRC of ib (BTH to the end of the pad) sent from this
-	// device to the peer to, over the headers this link puts in front.
-	icrc(to netip.AddrPort, ib []byte) (uint32, error)
-	// queue copies pkt (ib and its ICRC) into the send queue for to.
-	queue(pkt []byte, to netip.AddrPort)
+	// device's source src to the peer to, over the headers this link puts
+	// in front.
+	icrc(src int, to netip.AddrPort, ib []byte) (uint32, error)
+	// queue copies pkt (ib and its ICRC) into source src's send queue for
+	// to.
+	queue(pkt []byte, src int, to netip.AddrPort)
+	// source is the address source src sends from: src 0 is the
+	// device's own (Device.Addr), the others WithSourcePorts' (v2 only;
+	// v1 has one source).
+	source(src int) netip.AddrPort
 	// flush sends the queue and returns how many packets left.
 	flush() int
 	// appendFrame appends the Ethernet frame a NIC would send for ib
@@ -65,20 +72,25 @@ type link interface {
 // 5.0+) the receiving socket gets such runs back as one buffer and the
 // segment size; over loopback they are never split at all.
 type udpLink struct {
-	conn     *net.UDPConn
-	pc       *ipv4.PacketConn
-	addr     netip.AddrPort
-	txq      []ipv4.Message // super-datagrams queued for the next sendmmsg
-	txSegs   []udpRun       // what each of txq holds
-	txBufs   [][]byte
-	txOOB    [][]byte
-	udpAddrs map[netip.AddrPort]*net.UDPAddr
-	gso      bool                    // send runs with UDP_SEGMENT
-	hdr      [28]byte                // IPv4 and UDP headers for the ICRC (device lock held)
-	noGSO    map[netip.AddrPort]bool // peers whose path refused a run
-	idDelta  map[int]*idDeltas       // by packet length: wire.ICRCv2IDDelta of the IDs of a run
-	sent     int                     // datagrams sent since the last flush returned
-	runsSent int                     // buffers of more than one datagram sent (for tests)
+	conn        *net.UDPConn
+	pc          *ipv4.PacketConn
+	addr        netip.AddrPort
+	txq         []ipv4.Message // super-datagrams queued for the next sendmmsg
+	txSegs      []udpRun       // what each of txq holds
+	txBufs      [][]byte
+	txOOB       [][]byte
+	udpAddrs    map[netip.AddrPort]*net.UDPAddr
+	gso         bool                    // send runs with UDP_SEGMENT
+	hdr         [28]byte                // IPv4 and UDP headers for the ICRC (device lock held)
+	noGSO       map[netip.AddrPort]bool // peers whose path refused a run
+	idDelta     map[int]*idDeltas       // by packet length: wire.ICRCv2IDDelta of the IDs of a run
+	sent        int                     // datagrams sent since the last flush returned
+	runsSent    int                     // buffers of more than one datagram sent (for tests)
+	egressWaits int                     // sends the host's egress queue refused, retried (ENOBUFS)
+	// extra are WithSourcePorts' sockets, send-only, on the same IPv4
+	// address and ports of their own: sources 1, 2, ... (this link is
+	// source 0).
+	extra []*udpLink
 }
 
 // idDeltas caches wire.ICRCv2IDDelta for one packet length: the term for
@@ -152,17 +164,45 @@ func openUDPLink(addr string) (*udpLink, error) {
 		conn.Close()
 		return nil, fmt.Errorf("rdma: setting DF on the UDP socket (IP_MTU_DISCOVER): %w", err)
 	}
+	setRecvErr(conn) // best effort: without it a full egress queue loses packets, which RC resends
 	l := &udpLink{conn: conn, pc: ipv4.NewPacketConn(conn), addr: conn.LocalAddr().(*net.UDPAddr).AddrPort(),
 		txq: make([]ipv4.Message, 0, txBatch), udpAddrs: map[netip.AddrPort]*net.UDPAddr{}}
 	l.gso = udpOffload(conn)
 	return l, nil
 }
 
-func (l *udpLink) icrc(to netip.AddrPort, ib []byte) (uint32, error) {
-	return icrcV2(&l.hdr, l.addr, to, ib)
+// addSources opens n more sockets to send from, on l's IPv4 address and
+// ports the kernel picks (WithSourcePorts).
+func (l *udpLink) addSources(n int) error {
+	for range n {
+		e, err := openUDPLink(netip.AddrPortFrom(l.addr.Addr(), 0).String())
+		if err != nil {
+			return err
+		}
+		l.extra = append(l.extra, e)
+	}
+	return nil
 }
 
-func (l *udpLink) queue(b []byte, to netip.AddrPort) {
+// src is source i's socket (i < 1+len(l.extra); the device checks).
+func (l *udpLink) src(i int) *udpLink {
+	if i == 0 {
+		return l
+	}
+	return l.extra[i-1]
+}
+
+func (l *udpLink) source(i int) netip.AddrPort { return l.src(i).addr }
+
+func (l *udpLink) icrc(src int, to netip.AddrPort, ib []byte) (uint32, error) {
+	s := l.src(src)
+	return icrcV2(&s.hdr, s.addr, to, ib)
+}
+
+func (l *udpLink) queue(b []byte, src int, to netip.AddrPort) { l.src(src).queueOwn(b, to) }
+
+// queueOwn queues b on this socket.
+func (l *udpLink) queueOwn(b []byte, to netip.AddrPort) {
 	if k := len(l.txq) - 1; l.gso && k >= 0 && !l.noGSO[to] {
 		r := &l.txSegs[k]
 		if r.to == to && !r.closed && len(b) <= r.segSize && r.segs < gsoMaxSegs && len(l.txBufs[k])+len(b) <= gsoMaxBytes {
@@ -210,6 +250,15 @@ func (l *udpLink) setSegment(k int) {
 }
 
 func (l *udpLink) flush() int {
+	n := l.flushOwn()
+	for _, e := range l.extra {
+		n += e.flushOwn()
+	}
+	return n
+}
+
+// flushOwn sends this socket's queue.
+func (l *udpLink) flushOwn() int {
 	l.flushSome()
 	n := l.sent
 	l.sent = 0
@@ -219,28 +268,57 @@ func (l *udpLink) flush() int {
 // flushSome sends the queue (also when queue finds it full), adding to
 // l.sent.
 func (l *udpLink) flushSome() {
+	var waited time.Duration
+	wait := egressPoll
 	for q, runs := l.txq, l.txSegs; len(q) > 0; {
 		n, err := l.pc.WriteBatch(q, 0)
 		if err != nil && l.gso && n <= 0 && q[0].OOB != nil && l.refused(err, runs[0]) {
 			l.requeue(q, runs)
 			return
 		}
-		if err != nil {
+		switch {
+		case err == nil:
+		case errors.Is(err, syscall.ENOBUFS) && waited < egressWait:
+			// The host's egress queue is full: wait for it to drain
+			// and send the rest again, as a NIC holds its send queue.
+			q, runs = l.sentOK(q, runs, max(n, 0))
+			d := min(wait, egressWait-waited)
+			time.Sleep(d)
+			waited, wait = waited+d, min(2*wait, egressPollMax)
+			l.egressWaits++
+			continue
+		default:
 			// Dropped like a lost packet; RC retransmits. (WriteBatch
 			// says -1 when the first message failed.)
-			n = max(n, 1)
-		} else {
-			for _, r := range runs[:n] {
-				l.sent += r.segs
-				if r.segs > 1 {
-					l.runsSent++
-				}
-			}
+			q, runs = q[max(n, 1):], runs[max(n, 1):]
+			continue
 		}
-		q, runs = q[n:], runs[n:]
+		q, runs = l.sentOK(q, runs, n)
 	}
 	l.txq = l.txq[:0]
 }
+
+// sentOK counts the first n of q (and runs) as sent and returns the rest.
+func (l *udpLink) sentOK(q []ipv4.Message, runs []udpRun, n int) ([]ipv4.Message, []udpRun) {
+	for _, r := range runs[:n] {
+		l.sent += r.segs
+		if r.segs > 1 {
+			l.runsSent++
+		}
+	}
+	return q[n:], runs[n:]
+}
+
+// egressPoll, egressPollMax and egressWait pace the retries of a send the
+// host's egress queue refused (ENOBUFS): the first after egressPoll, then
+// twice as long each time up to egressPollMax, giving up (the packets are
+// lost, and RC resends them) after egressWait in all. 64 KiB leave a
+// 100 Mbit/s link in 5 ms.
+const (
+	egressPoll    = 20 * time.Microsecond
+	egressPollMax = time.Millisecond
+	egressWait    = 20 * time.Millisecond
+)
 
 // refused decides what a failed send of run r means: the path to r's peer
 // cannot take runs (EMSGSIZE; EINVAL from kernels before 6.14 when a
@@ -284,7 +362,7 @@ func (l *udpLink) requeue(q []ipv4.Message, runs []udpRun) {
 	}
 	l.txq = l.txq[:0]
 	for i, b := range pending {
-		l.queue(b, to[i])
+		l.queueOwn(b, to[i])
 	}
 	l.flushSome()
 }
@@ -307,6 +385,7 @@ func (l *udpLink) readLoop(d *Device) {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
+			drainErrors(l.conn) // an ICMP error reported (IP_RECVERR)
 			continue
 		}
 		d.mu.Lock()
@@ -358,9 +437,21 @@ func (l *udpLink) findID(n int, off uint32) (int, bool) {
 	return 0, false
 }
 
-func (l *udpLink) close() error { return l.conn.Close() }
+func (l *udpLink) close() error {
+	for _, e := range l.extra {
+		e.close()
+	}
+	return l.conn.Close()
+}
 
-func (l *udpLink) setTOS(tos int) error { return setTOS(l.conn, tos) }
+func (l *udpLink) setTOS(tos int) error {
+	for _, e := range l.extra {
+		if err := setTOS(e.conn, tos); err != nil {
+			return err
+		}
+	}
+	return setTOS(l.conn, tos)
+}
 
 // The IPv4 ECN field (RFC 3168): the TOS byte's low two bits.
 const (

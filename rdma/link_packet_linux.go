@@ -79,13 +79,17 @@ func (l *packetLink) grh(dgid [16]byte, ibLen int) wire.GRH {
 	return wire.GRH{IPVer: 6, PayLen: uint16(ibLen + wire.ICRCSize), NextHeader: wire.NextHeaderBTH, HopLimit: 1, SGID: l.gid, DGID: dgid}
 }
 
-func (l *packetLink) icrc(to netip.AddrPort, ib []byte) (uint32, error) {
+func (l *packetLink) source(int) netip.AddrPort {
+	return netip.AddrPortFrom(netip.AddrFrom16(l.gid), 0)
+}
+
+func (l *packetLink) icrc(_ int, to netip.AddrPort, ib []byte) (uint32, error) {
 	g := l.grh(to.Addr().As16(), len(ib))
 	var hdr [wire.GRHSize]byte
 	return wire.ICRCv1(g.Append(hdr[:0]), ib)
 }
 
-func (l *packetLink) queue(pkt []byte, to netip.AddrPort) {
+func (l *packetLink) queue(pkt []byte, _ int, to netip.AddrPort) {
 	dgid := to.Addr().As16()
 	dmac, ok := wire.MACFromLinkLocalGID(dgid)
 	if !ok {

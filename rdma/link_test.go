@@ -68,7 +68,7 @@ func TestUDPRuns(t *testing.T) {
 		for i, n := range sizes {
 			p := make([]byte, n)
 			p[0] = byte(i)
-			l.queue(p, to)
+			l.queue(p, 0, to)
 		}
 	}
 	queue(a, 4128, 4112, 4112) // a WRITE's FIRST (RETH), then MIDDLEs: the shorter MIDDLE closes the run

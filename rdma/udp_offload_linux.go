@@ -97,3 +97,42 @@ func setTOS(conn *net.UDPConn, tos int) error {
 	}
 	return serr
 }
+
+// setRecvErr has the kernel report a datagram that the host's own egress
+// queue (the interface's qdisc) dropped as ENOBUFS from the send call
+// (IP_RECVERR; without it UDP drops such datagrams silently), so that the
+// device can hold them back and send them again, as a NIC's send queue
+// never loses what its host posted. ICMP errors then queue on the socket
+// too (drainErrors reads them).
+func setRecvErr(conn *net.UDPConn) error {
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_RECVERR, 1)
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
+// drainErrors reads and discards the errors queued on conn (IP_RECVERR's
+// queue: ICMP port unreachable from a peer whose device closed, ...),
+// which would otherwise take room from its receive buffer.
+func drainErrors(conn *net.UDPConn) {
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		return
+	}
+	var b [256]byte
+	var oob [256]byte
+	rc.Read(func(fd uintptr) bool {
+		for {
+			if _, _, _, _, err := unix.Recvmsg(int(fd), b[:], oob[:], unix.MSG_ERRQUEUE|unix.MSG_DONTWAIT); err != nil {
+				return true // EAGAIN: empty
+			}
+		}
+	})
+}

@@ -244,11 +244,25 @@ type QP struct {
 	eng            *qp.QP
 	sendCQ, recvCQ *CQ
 	peer           netip.AddrPort
+	peerSrc        uint16 // the UDP port the peer's packets come from (v2)
+	src            int    // the device's source this QP sends from
 	sendBuf        []byte
 }
 
+// QPOption configures CreateQP.
+type QPOption func(*QP)
+
+// QPSource makes the queue pair send from the device's source port i mod
+// Device.Sources() (WithSourcePorts), as a NIC picks a queue pair's UDP
+// source port from its flow label; the default is source 0, the device's
+// own port. Queue pairs to one peer on different sources are different
+// flows to a switch that hashes the 5-tuple.
+func QPSource(i int) QPOption {
+	return func(q *QP) { q.src = i }
+}
+
 // CreateQP creates an RC QP in state RESET.
-func (pd *PD) CreateQP(sendCQ, recvCQ *CQ) (*QP, error) {
+func (pd *PD) CreateQP(sendCQ, recvCQ *CQ, opts ...QPOption) (*QP, error) {
 	d := pd.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -256,6 +270,12 @@ func (pd *PD) CreateQP(sendCQ, recvCQ *CQ) (*QP, error) {
 		return nil, errClosed
 	}
 	q := &QP{d: d, pd: pd, sendCQ: sendCQ, recvCQ: recvCQ}
+	for _, o := range opts {
+		o(q)
+	}
+	if q.src %= d.sources; q.src < 0 {
+		q.src += d.sources
+	}
 	q.eng = qp.New(d.nextQPN, pdMemory{pd})
 	if d.cc != nil {
 		q.eng.SetDCQCN(*d.cc)
@@ -276,6 +296,10 @@ func (q *QP) Destroy() {
 
 // QPN is the queue pair number.
 func (q *QP) QPN() uint32 { return q.eng.QPN }
+
+// Source is the address the queue pair's packets come from: the device's
+// address with the UDP source port of its source (QPSource) for RoCE v2.
+func (q *QP) Source() netip.AddrPort { return q.d.lk.source(q.src) }
 
 // State is the QP's state.
 func (q *QP) State() qp.State {
@@ -305,7 +329,10 @@ func (q *QP) Modify(a *qp.Attr, mask qp.AttrMask) error {
 		return err
 	}
 	if mask&qp.AttrAV != 0 {
-		q.peer = peer
+		q.peer, q.peerSrc = peer, a.AV.SPort
+		if q.peerSrc == 0 {
+			q.peerSrc = peer.Port()
+		}
 	}
 	q.deliverLocked()
 	return nil
@@ -401,13 +428,13 @@ func (q *QP) Stats() qp.Stats {
 func (q *QP) flushLocked() {
 	for _, p := range q.eng.Packets() {
 		q.sendBuf = p.Append(q.sendBuf[:0])
-		icrc, err := q.d.lk.icrc(q.peer, q.sendBuf)
+		icrc, err := q.d.lk.icrc(q.src, q.peer, q.sendBuf)
 		if err != nil {
 			continue
 		}
 		q.sendBuf = wire.PutICRC(q.sendBuf, icrc)
-		q.d.record(q.d.addr, q.peer, q.sendBuf[:len(q.sendBuf)-wire.ICRCSize])
-		q.d.transmit(q.sendBuf, q.peer)
+		q.d.record(q.d.lk.source(q.src), q.peer, q.sendBuf[:len(q.sendBuf)-wire.ICRCSize])
+		q.d.transmit(q.sendBuf, q.src, q.peer)
 	}
 	q.deliverLocked()
 }

@@ -122,6 +122,10 @@ type AddressVector struct {
 	// DPort is the peer device's UDP port (a soft-device extension:
 	// several soft devices can share a host); 0 means 4791.
 	DPort uint16
+	// SPort is the UDP source port the peer queue pair's packets come
+	// from (a soft-device extension: it checks that a connected queue
+	// pair's packets come from its peer); 0 means DPort.
+	SPort uint16
 }
 
 // Limits of the soft device (what ibv_query_device would report).
