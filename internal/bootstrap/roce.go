@@ -10,6 +10,7 @@ import (
 	"github.com/goccl/goccl/rdma"
 	"github.com/goccl/goccl/rdma/qp"
 	"github.com/goccl/goccl/transport"
+	"github.com/goccl/goccl/transport/rails"
 	"github.com/goccl/goccl/transport/roce"
 	"github.com/goccl/goccl/transport/tcp"
 )
@@ -32,6 +33,7 @@ type roceNet struct {
 	timeout, retryCnt uint8
 	nsocks            int           // sockets of the TCP control links
 	devOpts           []rdma.Option // SetRoCEDeviceOptions's
+	qps               int           // queue pairs per connection (GOCCL_IB_QPS_PER_CONNECTION)
 }
 
 // roceDeviceOptions are given to every RoCE device a Connect opens: set
@@ -50,10 +52,11 @@ func roceFromEnv() (provider, error) {
 	}
 	r := roceNet{on: true, hca: config.IBHCA.Get(), gidIndex: -1, devOpts: roceDeviceOptions}
 	timeout, retry := 0, 0
+	r.qps = 1
 	for _, v := range []struct {
 		dst *int
 		v   *config.Var
-	}{{&r.gidIndex, config.IBGIDIndex}, {&timeout, config.IBTimeout}, {&retry, config.IBRetryCnt}} {
+	}{{&r.gidIndex, config.IBGIDIndex}, {&timeout, config.IBTimeout}, {&retry, config.IBRetryCnt}, {&r.qps, config.IBQPsPerConnection}} {
 		n, ok, err := v.v.Int()
 		if err != nil {
 			return nil, err
@@ -68,6 +71,9 @@ func roceFromEnv() (provider, error) {
 		return nil, err
 	}
 	r.devOpts = append(cc, r.devOpts...)
+	if r.qps > 1 {
+		r.devOpts = append(r.devOpts, rdma.WithSourcePorts(r.qps))
+	}
 	r.nsocks, err = nsocksFromEnv()
 	return r, err
 }
@@ -205,12 +211,27 @@ func (r roceNet) ifaces(b *boot) ([]tcp.Interface, error) {
 }
 
 // dial makes the RoCE link to ctrl's peer in dom (nil: no device, the peer
-// falls back too).
+// falls back too): one queue pair, or with GOCCL_IB_QPS_PER_CONNECTION
+// several, each on its own UDP source port, under a rails.Link that splits
+// messages over them.
 func (r roceNet) dial(ctx context.Context, b *boot, dom *roce.Domain, ctrl transport.Link) (transport.Link, error) {
-	l, fallback, err := roce.Dial(ctx, ctrl, dom, roce.Options{Timeout: r.timeout, RetryCnt: r.retryCnt})
+	links, fallback, err := roce.DialQPs(ctx, ctrl, dom, roce.Options{Timeout: r.timeout, RetryCnt: r.retryCnt}, r.qps)
 	if err != nil {
 		ctrl.Close()
 		return nil, err
+	}
+	l := links[0]
+	if len(links) > 1 {
+		qps := make([]rails.Rail, len(links))
+		for i, q := range links {
+			qps[i] = rails.Rail{Link: q, Iface: fmt.Sprintf("qp%d", i)}
+		}
+		if l, err = rails.New(qps, rails.Options{Unit: "queue pairs"}); err != nil {
+			for _, q := range links {
+				q.Close()
+			}
+			return nil, err
+		}
 	}
 	if fallback && dom != nil {
 		b.p.Log(slog.LevelWarn, "NET", []slog.Attr{slog.Int("peer", ctrl.Peer())},

@@ -65,6 +65,9 @@ type Options struct {
 	// StallAfter is how long a rail goes unacknowledged before it is
 	// reported stalled (DefaultStallAfter when 0).
 	StallAfter time.Duration
+	// Unit names the links in the Link's name ("rails" when ""; the
+	// bootstrap stripes over several queue pairs to one peer too).
+	Unit string
 
 	// Failover, when Control and Dial are set (and there are several
 	// rails): Self is this rank; Control holds a link per rail, to the
@@ -150,7 +153,11 @@ func New(rails []Rail, o Options) (*Link, error) {
 			l.ctl = append(l.ctl, &control{link: c})
 		}
 	}
-	l.name = fmt.Sprintf("%d rails [%s]", len(rails), strings.Join(parts, "; "))
+	unit := o.Unit
+	if unit == "" {
+		unit = "rails"
+	}
+	l.name = fmt.Sprintf("%d %s [%s]", len(rails), unit, strings.Join(parts, "; "))
 	l.timer = time.NewTimer(time.Hour)
 	l.timer.Stop()
 	if l.o.StallAfter == 0 {

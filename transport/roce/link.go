@@ -97,6 +97,9 @@ type Options struct {
 	// Timeout and RetryCnt are the queue pair's local ACK timeout exponent
 	// (4.096 µs × 2^Timeout) and retry count: 14 (67 ms) and 7 when 0.
 	Timeout, RetryCnt uint8
+	// Source is the device's UDP source port the queue pair sends from
+	// (rdma.QPSource; DialQPs sets it per queue pair).
+	Source int
 }
 
 func (o *Options) fill() error {
@@ -195,6 +198,7 @@ func (s *setup) encode(b []byte) {
 	binary.LittleEndian.PutUint32(b[43:], uint32(s.info.Len))
 	binary.LittleEndian.PutUint32(b[47:], uint32(s.slots))
 	binary.LittleEndian.PutUint32(b[51:], uint32(s.per))
+	binary.LittleEndian.PutUint16(b[55:], s.info.SrcPort)
 }
 
 func (s *setup) decode(b []byte) error {
@@ -212,6 +216,7 @@ func (s *setup) decode(b []byte) error {
 	s.info.Len = int(binary.LittleEndian.Uint32(b[43:]))
 	s.slots = int(binary.LittleEndian.Uint32(b[47:]))
 	s.per = int(binary.LittleEndian.Uint32(b[51:]))
+	s.info.SrcPort = binary.LittleEndian.Uint16(b[55:])
 	if s.slots < 2 || s.per < hdrRoom+64 || s.per%64 != 0 || s.info.Len != s.slots*s.per+fifoBytes {
 		return fmt.Errorf("roce: the peer's receive ring is %d slots of %d bytes in %d bytes", s.slots, s.per, s.info.Len)
 	}
@@ -243,6 +248,44 @@ func exchange(ctx context.Context, ctrl transport.Link, mine *setup) (setup, err
 // belongs to the returned link (its control channel); on error Dial closes
 // what it made but not ctrl.
 func Dial(ctx context.Context, ctrl transport.Link, dom *Domain, o Options) (l transport.Link, fallback bool, err error) {
+	l, fallback, err = dial(ctx, ctrl, dom, o, true)
+	if err == nil && !fallback {
+		go l.(*Link).watchCtrl()
+	}
+	return l, fallback, err
+}
+
+// DialQPs is Dial making n links to the peer, their queue pairs on the
+// device's source ports 0 to n-1 (rdma.WithSourcePorts): NCCL_IB_QPS_PER_CONNECTION's
+// queue pairs, separate flows to switches that spread flows over paths
+// (ECMP). The first link keeps ctrl as its control channel; the others
+// have none, so whoever holds them must close them all once one fails (a
+// rails.Link does): the peer's goodbye, or its loss, reaches the first.
+// With fallback, links is ctrl alone.
+func DialQPs(ctx context.Context, ctrl transport.Link, dom *Domain, o Options, n int) (links []transport.Link, fallback bool, err error) {
+	if n < 1 {
+		return nil, false, fmt.Errorf("roce: %d queue pairs per connection", n)
+	}
+	for k := range n {
+		o.Source = k
+		l, fb, err := dial(ctx, ctrl, dom, o, k == 0)
+		if err != nil {
+			for _, l := range links {
+				l.(*Link).Abort(transport.NoLostRank)
+			}
+			return nil, false, err
+		}
+		if fb {
+			return []transport.Link{ctrl}, true, nil
+		}
+		links = append(links, l)
+	}
+	go links[0].(*Link).watchCtrl()
+	return links, false, nil
+}
+
+// dial is Dial; the link keeps ctrl as its control channel if keep.
+func dial(ctx context.Context, ctrl transport.Link, dom *Domain, o Options, keep bool) (l transport.Link, fallback bool, err error) {
 	if err := o.fill(); err != nil {
 		return nil, false, err
 	}
@@ -257,7 +300,7 @@ func Dial(ctx context.Context, ctrl transport.Link, dom *Domain, o Options) (l t
 	}
 	theirs, err := exchange(ctx, ctrl, &mine)
 	if err == nil && rl != nil && theirs.hasDev {
-		err = rl.connect(ctx, ctrl, mine.info, theirs, o)
+		err = rl.connect(ctx, ctrl, mine.info, theirs, o, keep)
 	}
 	if err != nil || rl == nil || !theirs.hasDev {
 		if rl != nil {
@@ -277,7 +320,7 @@ func newLink(dom *Domain, peer int, o Options) (*Link, error) {
 	pd := dom.pd
 	l.cq = dom.dev.CreateCQ()
 	var err error
-	if l.qp, err = pd.CreateQP(l.cq, l.cq); err != nil {
+	if l.qp, err = pd.CreateQP(l.cq, l.cq, rdma.QPSource(o.Source)); err != nil {
 		return nil, err
 	}
 	if l.rmr, err = pd.RegMR(make([]byte, o.Slots*o.SlotBytes+fifoBytes), rdma.AccessLocalWrite|rdma.AccessRemoteWrite); err != nil {
@@ -294,7 +337,7 @@ func newLink(dom *Domain, peer int, o Options) (*Link, error) {
 // receive WRs, and waits until the peer has done the same (a WRITE that
 // reaches a queue pair not yet ready to receive would be dropped and only
 // resent at the retry timeout).
-func (l *Link) connect(ctx context.Context, ctrl transport.Link, local rdma.ConnInfo, peer setup, o Options) error {
+func (l *Link) connect(ctx context.Context, ctrl transport.Link, local rdma.ConnInfo, peer setup, o Options, keep bool) error {
 	l.pslots, l.pslot, l.raddr, l.rkey = peer.slots, peer.per, peer.info.Addr, peer.info.RKey
 	var err error
 	if l.smr, err = l.rmr.PD().RegMR(make([]byte, l.pslots*l.pslot), rdma.AccessLocalWrite); err != nil {
@@ -318,13 +361,17 @@ func (l *Link) connect(ctx context.Context, ctrl transport.Link, local rdma.Conn
 	if _, err := exchange(ctx, ctrl, &ready); err != nil {
 		return err
 	}
-	l.ctrl = ctrl
 	l.name = fmt.Sprintf("NET/RoCE/v%d qpn %#x to %v qpn %#x, %d x %d KiB slots", l.rmr.PD().Device().Version(),
 		local.QPN, peerAddr(peer.info), peer.info.QPN, l.pslots, l.pslot>>10)
+	if local.SrcPort != 0 {
+		l.name += fmt.Sprintf(", source port %d", local.SrcPort)
+	}
 	l.sendTimer, l.recvTimer = time.NewTimer(time.Hour), time.NewTimer(time.Hour)
 	l.sendTimer.Stop()
 	l.recvTimer.Stop()
-	go l.watchCtrl()
+	if keep {
+		l.ctrl = ctrl // watched once the peer is done with it (watchCtrl)
+	}
 	return nil
 }
 
@@ -432,7 +479,9 @@ func (l *Link) Abort(lost int) error {
 	l.local = true
 	l.mu.Unlock()
 	l.fail(transport.ErrClosed)
-	l.ctrl.Abort(lost)
+	if l.ctrl != nil {
+		l.ctrl.Abort(lost)
+	}
 	l.release()
 	return nil
 }
