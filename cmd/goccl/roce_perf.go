@@ -46,6 +46,7 @@ type rocePerf struct {
 	ifname    string        // -d: RoCE v1 on this interface
 	gbits     bool          // --report_gbits
 	dcqcn     cluster.Rate  // --dcqcn: DCQCN at this line rate (bits/s); 0: off
+	ccParams  string        // --dcqcn-params: mlx5-named parameters (qp.DCQCN.Set)
 	tclass    int           // --tclass: the traffic class (DSCP << 2) of RoCE v2 packets
 	bidir     bool          // -b: both sides send at once (write-bw, read-bw)
 	rateLog   string        // --rate-log: the client's samples of its progress and DCQCN rate go here
@@ -114,6 +115,7 @@ func parseRocePerf(name string, args []string, stdout, stderr io.Writer) (*roceP
 	fs.DurationVar(&p.timeout, "timeout", 60*time.Second, "give up after this long")
 	fs.StringVar(&p.pcap, "pcap", "", "record every frame sent and received to this pcap file (tshark dissects v2 frames as RRoCE, v1 frames as InfiniBand over Ethernet)")
 	fs.Var(&p.dcqcn, "dcqcn", "RoCE v2 congestion control: DCQCN with ConnectX's defaults at this line rate (tc units: 100mbit, 1gbit; 0: off); packets leave ECN-capable")
+	fs.StringVar(&p.ccParams, "dcqcn-params", "", "with --dcqcn, parameters other than ConnectX's defaults by their mlx5 names and units, name=value,... (rpg_time_reset=9ms,min_time_between_cnps=4ms,...; times in µs or with a unit)")
 	fs.StringVar(&p.rateLog, "rate-log", "", "bandwidth tests' client: write a CSV sample of the bytes completed, the DCQCN rate and counters to this file every --rate-interval (goccl roce rate-plot draws it)")
 	fs.DurationVar(&p.rateEvery, "rate-interval", 10*time.Millisecond, "the rate log's sampling interval")
 	fs.IntVar(&p.tclass, "tclass", 0, "traffic class of RoCE v2 packets: the IPv4 TOS byte's DSCP bits (NCCL_IB_TC's role; 0 to 252, a multiple of 4)")
@@ -141,6 +143,13 @@ func parseRocePerf(name string, args []string, stdout, stderr io.Writer) (*roceP
 		return usageErr("--rate-interval %v: a positive interval", p.rateEvery)
 	case p.bidir && (p.lat || p.op == qp.WRSend):
 		return usageErr("-b: bidirectional runs are for write-bw and read-bw")
+	case p.ccParams != "" && p.dcqcn == 0:
+		return usageErr("--dcqcn-params without --dcqcn: give the line rate too")
+	}
+	if cc := qp.DefaultDCQCN(1); p.ccParams != "" {
+		if err := cc.Set(p.ccParams); err != nil {
+			return usageErr("--dcqcn-params: %v", err)
+		}
 	}
 	if len(hosts) == 1 {
 		p.server = hosts[0]
@@ -197,7 +206,11 @@ func (p *rocePerf) run(ctx context.Context) error {
 		opts = append(opts, rdma.WithPcap(f))
 	}
 	if p.dcqcn > 0 {
-		opts = append(opts, rdma.WithDCQCN(qp.DefaultDCQCN(float64(p.dcqcn)/8)))
+		cc := qp.DefaultDCQCN(float64(p.dcqcn) / 8)
+		if err := cc.Set(p.ccParams); err != nil {
+			return fmt.Errorf("--dcqcn-params: %w", err)
+		}
+		opts = append(opts, rdma.WithDCQCN(cc))
 	}
 	if p.tclass > 0 {
 		opts = append(opts, rdma.WithTrafficClass(p.tclass))

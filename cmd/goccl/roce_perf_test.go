@@ -147,6 +147,9 @@ func TestRocePerfArgs(t *testing.T) {
 		{[]string{"a", "b"}, "", "", "", false, 2},
 		{[]string{"a", "-h"}, "", "", "", false, 0},
 		{[]string{"a", "--help"}, "", "", "", false, 0},
+		{[]string{"a", "--dcqcn", "200mbit", "--dcqcn-params", "rpg_time_reset=9ms,min_time_between_cnps=4000"}, "a", "65536", "5000", false, -1},
+		{[]string{"a", "--dcqcn", "200mbit", "--dcqcn-params", "rpg_time_rest=9ms"}, "", "", "", false, 2},
+		{[]string{"a", "--dcqcn-params", "rpg_time_reset=9ms"}, "", "", "", false, 2},
 	} {
 		p, st := parseRocePerf("write-bw", tc.args, io.Discard, io.Discard)
 		if p == nil {

@@ -94,7 +94,11 @@ func congestionOptions() ([]rdma.Option, error) {
 		return nil, err
 	}
 	if mbps > 0 {
-		opts = append(opts, rdma.WithDCQCN(qp.DefaultDCQCN(float64(mbps)*1e6/8)))
+		cc := qp.DefaultDCQCN(float64(mbps) * 1e6 / 8)
+		if err := cc.Set(config.IBDCQCNParams.Get()); err != nil {
+			return nil, fmt.Errorf("%s: %w", config.IBDCQCNParams.Name, err)
+		}
+		opts = append(opts, rdma.WithDCQCN(cc))
 	}
 	return opts, nil
 }

@@ -108,7 +108,8 @@ func checkRegistrar(t *testing.T, reg Registrar) {
 }
 
 // TestRoCECongestionVariables: GOCCL_IB_TC and GOCCL_IB_DCQCN become the
-// devices' options; values out of range are errors naming the variable.
+// devices' options; values out of range, and DCQCN parameters that are
+// not, are errors naming the variable.
 func TestRoCECongestionVariables(t *testing.T) {
 	t.Setenv("GOCCL_NET", "roce")
 	count := func() int {
@@ -128,7 +129,7 @@ func TestRoCECongestionVariables(t *testing.T) {
 	if got := count(); got != base+2 {
 		t.Errorf("GOCCL_IB_DCQCN=500: %d device options, want %d", got, base+2)
 	}
-	for _, kv := range [][2]string{{"GOCCL_IB_TC", "256"}, {"GOCCL_IB_DCQCN", "-1"}, {"GOCCL_IB_DCQCN", "fast"}, {"GOCCL_IB_QPS_PER_CONNECTION", "0"}, {"GOCCL_IB_QPS_PER_CONNECTION", "65"}} {
+	for _, kv := range [][2]string{{"GOCCL_IB_TC", "256"}, {"GOCCL_IB_DCQCN", "-1"}, {"GOCCL_IB_DCQCN", "fast"}, {"GOCCL_IB_QPS_PER_CONNECTION", "0"}, {"GOCCL_IB_QPS_PER_CONNECTION", "65"}, {"GOCCL_IB_DCQCN_PARAMS", "rpg_time_rest=9ms"}} {
 		t.Run(kv[0]+"="+kv[1], func(t *testing.T) {
 			t.Setenv(kv[0], kv[1])
 			if _, err := roceFromEnv(); err == nil || !strings.Contains(err.Error(), kv[0]) {

@@ -122,6 +122,8 @@ var (
 		Doc: "with GOCCL_NET=roce, the traffic class of the RoCE v2 packets (as NCCL_IB_TC): the IPv4 TOS byte's DSCP bits (106, DSCP 26, is a common RoCE class; the low 2 bits, ECN's, are the device's)"})
 	IBDCQCN = define(Var{Name: "GOCCL_IB_DCQCN", Kind: Int, Default: "0", Min: 0, Max: 1000000,
 		Doc: "with GOCCL_NET=roce, RoCE v2 congestion control: DCQCN at this line rate in Mbit/s (ConnectX's default parameters, rdma/qp.DefaultDCQCN), packets sent ECN-capable and CNPs returned for CE marks; 0: off"})
+	IBDCQCNParams = define(Var{Name: "GOCCL_IB_DCQCN_PARAMS", Kind: String,
+		Doc: "with GOCCL_IB_DCQCN, DCQCN parameters other than ConnectX's defaults, by their mlx5 names and units (roce_rp/roce_np: rpg_time_reset, rpg_ai_rate, min_time_between_cnps, rate_reduce_monitor_period, dce_tcp_rtt, ...; times in µs or as 4ms), comma-separated name=value: a fabric slower than a NIC's microseconds needs its times scaled up"})
 	IBQPsPerConnection = define(Var{Name: "GOCCL_IB_QPS_PER_CONNECTION", Kind: Int, Default: "1", Min: 1, Max: 64,
 		Doc: "with GOCCL_NET=roce, queue pairs per connection (as NCCL_IB_QPS_PER_CONNECTION), each sending from a UDP source port of its own so that switches hashing the 5-tuple (ECMP) can spread a pair's traffic over their paths; messages of 1 MiB and more are split over them, smaller ones take them in turn. Above 1, links to a peer use neither registered buffers' zero-copy path nor symmetric-memory windows"})
 	CollNetEnable = define(Var{Name: "GOCCL_COLLNET_ENABLE", Kind: Bool, Default: "0",
