@@ -12,6 +12,7 @@
 //	ibv        ibv_devinfo, ibstat, ibstatus and show_gids outputs
 //	host       the live host: sysfs, /dev, the environment, the tools above
 //	flightrec  flight-recorder dumps of every rank, goccl's and PyTorch's
+//	trace      PyTorch profiler (Kineto) traces of every rank
 //
 // Every reader takes the text as posted (launcher prefixes, ANSI remnants,
 // interleaved lines) and never panics; each returns a report whose
@@ -20,7 +21,7 @@
 // it imports none of them, so the shared types live here rather than in a
 // separate report package: there is no import cycle to break.
 //
-// The CLI is `goccl doctor nccl-log|nccl-tests|topo|ibv|host|flight-recorder`, each with
+// The CLI is `goccl doctor nccl-log|nccl-tests|topo|ibv|host|flight-recorder|trace`, each with
 // --json printing the report as JSON.
 package doctor
 

@@ -20,6 +20,7 @@ import (
 	"github.com/goccl/goccl/doctor/nccllog"
 	"github.com/goccl/goccl/doctor/nccltests"
 	topodoc "github.com/goccl/goccl/doctor/topo"
+	tracedoc "github.com/goccl/goccl/doctor/trace"
 	"github.com/goccl/goccl/internal/config"
 )
 
@@ -29,6 +30,7 @@ var doctorUsage = `usage: goccl doctor host [--json]
        goccl doctor topo FILE|- [--json]
        goccl doctor ibv FILE|- [--json]
        goccl doctor flight-recorder DUMP|DIR... [--json]
+       goccl doctor trace TRACE|DIR... [--json]
 
 host        checks this machine: RDMA devices and /dev/infiniband (containers),
             port states, RoCE GIDs and the NCCL_IB_GID_INDEX to use, interface
@@ -46,6 +48,10 @@ flight-recorder
             is read whole), matches the operations across ranks by process
             group and sequence number, and names the culprit rank of a hang
             or mismatch (missing rank, type, size, dtype, state)
+trace       reads PyTorch profiler (Kineto) traces, one per rank, JSON or
+            gzipped (a folder is read whole): each rank's GPU time as idle,
+            compute and non-compute, and the share of communication that
+            overlaps computation, as Holistic Trace Analysis defines them
 
 FILE is read as posted (launcher prefixes and colour codes are fine); - is
 standard input. Flags may come before or after FILE, with two dashes or
@@ -59,8 +65,8 @@ errors and unreadable input.
 func init() {
 	register(&command{
 		name:    "doctor",
-		summary: "diagnose a setup: this host, NCCL logs, nccl-tests tables, nvidia-smi topo -m, ibv_devinfo, flight-recorder dumps",
-		usage:   "goccl doctor host|nccl-log|nccl-tests|topo|ibv|flight-recorder [FILE|-] [--json]",
+		summary: "diagnose a setup: this host, NCCL logs, nccl-tests tables, nvidia-smi topo -m, ibv_devinfo, flight-recorder dumps, profiler traces",
+		usage:   "goccl doctor host|nccl-log|nccl-tests|topo|ibv|flight-recorder|trace [FILE|-] [--json]",
 		run:     runDoctor,
 	})
 }
@@ -151,6 +157,16 @@ var doctorSubs = []doctorSub{
 				return doctorResult{}, doctorUsageError{err}
 			}
 			rep := flightrec.Analyze(dumps)
+			return doctorResult{report: rep, text: rep.WriteText, findings: rep.Findings}, nil
+		}
+	}},
+	{name: "trace", files: func(fs *pflag.FlagSet) doctorFilesFunc {
+		return func(_ context.Context, paths []string) (doctorResult, error) {
+			rks, err := tracedoc.ReadPaths(paths)
+			if err != nil {
+				return doctorResult{}, doctorUsageError{err}
+			}
+			rep := tracedoc.Analyze(rks)
 			return doctorResult{report: rep, text: rep.WriteText, findings: rep.Findings}, nil
 		}
 	}},

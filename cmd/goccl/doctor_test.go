@@ -73,7 +73,7 @@ func TestDoctorUsage(t *testing.T) {
 	if code := cli([]string{"doctor", "-h"}, &o, &e); code != 0 {
 		t.Errorf("-h: exit %d", code)
 	}
-	for _, sub := range []string{"host", "nccl-log FILE|-", "nccl-tests FILE|- [--expect-busbw GBPS]", "topo FILE|-", "ibv FILE|-", "flight-recorder DUMP|DIR..."} {
+	for _, sub := range []string{"host", "nccl-log FILE|-", "nccl-tests FILE|- [--expect-busbw GBPS]", "topo FILE|-", "ibv FILE|-", "flight-recorder DUMP|DIR...", "trace TRACE|DIR..."} {
 		if !strings.Contains(o.String(), "goccl doctor "+sub) {
 			t.Errorf("usage lacks %q:\n%s", sub, o.String())
 		}
@@ -282,5 +282,35 @@ func TestDoctorFlightRecorder(t *testing.T) {
 		if code := cli(args, &o, &e); code != 2 {
 			t.Errorf("%q: exit %d, want 2", args, code)
 		}
+	}
+}
+
+// TestDoctorTrace runs `goccl doctor trace` on HTA's two-rank trace_filter
+// folder: both ranks' overlap as HTA computes it (11.81 and 20.05 %), the
+// JSON form, and a missing file as a usage error (exit 2).
+func TestDoctorTrace(t *testing.T) {
+	dir := filepath.Join("..", "..", "doctor", "trace", "testdata", "hta", "trace_filter")
+	var o, e bytes.Buffer
+	if code := cli([]string{"doctor", "trace", dir}, &o, &e); code != 0 {
+		t.Fatalf("exit %d, want 0: %s", code, e.String())
+	}
+	if !strings.Contains(o.String(), "11.81") || !strings.Contains(o.String(), "WARN  exposed-communication: rank 1") {
+		t.Errorf("text report:\n%s", o.String())
+	}
+	o.Reset()
+	if code := cli([]string{"doctor", "trace", "--json", dir}, &o, &e); code != 0 {
+		t.Fatalf("--json: exit %d: %s", code, e.String())
+	}
+	var rep struct {
+		Ranks []struct {
+			Rank       int      `json:"rank"`
+			OverlapPct *float64 `json:"overlap_pct"`
+		} `json:"ranks"`
+	}
+	if err := json.Unmarshal(o.Bytes(), &rep); err != nil || len(rep.Ranks) != 2 || rep.Ranks[1].OverlapPct == nil || *rep.Ranks[1].OverlapPct != 20.05 {
+		t.Errorf("json %v: %s", err, o.String())
+	}
+	if code := cli([]string{"doctor", "trace", filepath.Join(t.TempDir(), "none.json")}, &o, &e); code != 2 {
+		t.Errorf("a missing file: exit %d, want 2", code)
 	}
 }

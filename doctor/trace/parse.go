@@ -1,0 +1,243 @@
+package trace
+
+import (
+	"bufio"
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// event is what the analyses keep of a trace event: the GPU-side events
+// (a stream other than -1) whole, the host side only as the launches'
+// correlation ids and the profiler steps.
+type event struct {
+	name        string
+	ts, end     float64 // µs, rounded as HTA rounds sub-µs traces
+	stream      int64
+	correlation int64
+}
+
+// Rank is one trace file read: its rank and the events the analyses use.
+type Rank struct {
+	File  string // as given
+	Rank  int    // distributedInfo.rank, 0 when the trace has none (as HTA)
+	gpu   []event
+	steps []event // ProfilerStep#N on the host
+	// hostCorr is, per correlation id of a host event (a launch), the
+	// earliest start among the host events carrying it.
+	hostCorr map[int64]float64
+	hostAny  bool    // any host event at all
+	hostMin  float64 // earliest host event start
+	events   int     // trace events read
+	floatTS  bool    // some ts is not a whole number (HTA then rounds every event)
+}
+
+// rawEvent is a trace event as JSON (Chrome trace format, as Kineto writes
+// it).
+type rawEvent struct {
+	Name string          `json:"name"`
+	Cat  *string         `json:"cat"`
+	Ts   json.Number     `json:"ts"`
+	Dur  json.Number     `json:"dur"`
+	Args json.RawMessage `json:"args"`
+}
+
+type rawArgs struct {
+	Stream      json.RawMessage `json:"stream"`
+	Correlation json.RawMessage `json:"correlation"`
+}
+
+// Read reads one Kineto (PyTorch profiler) trace, JSON or gzipped JSON,
+// streaming its events: memory grows with the GPU events and launches it
+// holds, not with the file.
+func Read(r io.Reader, file string) (*Rank, error) {
+	br := bufio.NewReaderSize(r, 1<<16)
+	if magic, err := br.Peek(2); err == nil && magic[0] == 0x1f && magic[1] == 0x8b {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		defer zr.Close()
+		br = bufio.NewReaderSize(zr, 1<<16)
+	}
+	dec := json.NewDecoder(br)
+	dec.UseNumber()
+	rk := &Rank{File: file, hostCorr: map[int64]float64{}}
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, fmt.Errorf("%s: not a Chrome trace (a JSON object with traceEvents): %v", file, tokenOrErr(t, err))
+	}
+	for dec.More() {
+		kt, err := dec.Token()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		key, _ := kt.(string)
+		switch key {
+		case "traceEvents":
+			if t, err := dec.Token(); err != nil || t != json.Delim('[') {
+				return nil, fmt.Errorf("%s: traceEvents is not an array: %v", file, tokenOrErr(t, err))
+			}
+			for dec.More() {
+				var e rawEvent
+				if err := dec.Decode(&e); err != nil {
+					return nil, fmt.Errorf("%s: trace event %d: %w", file, rk.events, err)
+				}
+				rk.events++
+				if err := rk.add(&e); err != nil {
+					return nil, fmt.Errorf("%s: trace event %d: %w", file, rk.events-1, err)
+				}
+			}
+			if _, err := dec.Token(); err != nil {
+				return nil, fmt.Errorf("%s: %w", file, err)
+			}
+		case "distributedInfo":
+			var di struct {
+				Rank *json.Number `json:"rank"`
+			}
+			if err := dec.Decode(&di); err != nil {
+				return nil, fmt.Errorf("%s: distributedInfo: %w", file, err)
+			}
+			if di.Rank != nil {
+				n, err := strconv.Atoi(di.Rank.String())
+				if err != nil || n < 0 {
+					return nil, fmt.Errorf("%s: distributedInfo.rank %q: want a rank ≥ 0", file, di.Rank.String())
+				}
+				rk.Rank = n
+			}
+		default:
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return nil, fmt.Errorf("%s: %q: %w", file, key, err)
+			}
+		}
+	}
+	rk.round()
+	return rk, nil
+}
+
+func tokenOrErr(t json.Token, err error) any {
+	if err != nil {
+		return err
+	}
+	return t
+}
+
+// add keeps what the analyses need of e. Like HTA, only events with both
+// dur and cat count (complete events: ph X), and not cat "Trace".
+func (rk *Rank) add(e *rawEvent) error {
+	if e.Ts == "" {
+		rk.floatTS = true // pandas makes the column float when a ts is missing
+	} else if strings.ContainsAny(string(e.Ts), ".eE") {
+		rk.floatTS = true
+	}
+	if e.Dur == "" || e.Cat == nil || *e.Cat == "Trace" {
+		return nil
+	}
+	ts, err := e.Ts.Float64()
+	if err != nil {
+		return fmt.Errorf("ts %q: %w", e.Ts, err)
+	}
+	dur, err := e.Dur.Float64()
+	if err != nil {
+		return fmt.Errorf("dur %q: %w", e.Dur, err)
+	}
+	stream, corr := int64(-1), int64(-1)
+	if len(e.Args) > 0 && e.Args[0] == '{' {
+		var a rawArgs
+		if json.Unmarshal(e.Args, &a) == nil {
+			stream, corr = intArg(a.Stream), intArg(a.Correlation)
+		}
+	}
+	ev := event{name: e.Name, ts: ts, end: ts + dur, stream: stream, correlation: corr}
+	switch {
+	case isGPU(&ev):
+		if stream != -1 {
+			rk.gpu = append(rk.gpu, ev)
+		}
+	default:
+		if !rk.hostAny || ts < rk.hostMin {
+			rk.hostMin = ts
+		}
+		rk.hostAny = true
+		if isStep(e.Name) {
+			rk.steps = append(rk.steps, ev)
+		}
+		if old, ok := rk.hostCorr[corr]; !ok || ts < old {
+			rk.hostCorr[corr] = ts
+		}
+		if stream != -1 {
+			// A host event with a stream (Triton's cpu_op on stream 0)
+			// counts in the breakdown like a GPU one.
+			ev.correlation = -2 // never filtered by launch
+			rk.gpu = append(rk.gpu, ev)
+		}
+	}
+	return nil
+}
+
+// intArg reads a stream or correlation argument as pandas' to_numeric
+// would: a number, or a numeric string; anything else (absent, "0x0") is
+// -1.
+func intArg(raw json.RawMessage) int64 {
+	s := strings.TrimSpace(string(raw))
+	if s == "" || s == "null" {
+		return -1
+	}
+	if s[0] == '"' {
+		var str string
+		if json.Unmarshal(raw, &str) != nil {
+			return -1
+		}
+		s = strings.TrimSpace(str)
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return -1
+	}
+	return int64(f)
+}
+
+// isGPU is HTA's GPU-event predicate: on a stream with a launch's
+// correlation, or a device-wide synchronization.
+func isGPU(e *event) bool {
+	return e.stream >= 0 && e.correlation >= 0 || e.name == "Event Sync" || e.name == "Context Sync"
+}
+
+// isStep reports whether name is a profiler step, ProfilerStep#N.
+func isStep(name string) bool {
+	n, ok := strings.CutPrefix(name, "ProfilerStep#")
+	if !ok || n == "" {
+		return false
+	}
+	for _, c := range n {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// round applies HTA's rounding of sub-µs traces: where any ts is not a
+// whole number, every event's start rounds up and its end down.
+func (rk *Rank) round() {
+	if !rk.floatTS {
+		return
+	}
+	for _, s := range [][]event{rk.gpu, rk.steps} {
+		for i := range s {
+			s[i].ts, s[i].end = math.Ceil(s[i].ts), math.Floor(s[i].end)
+		}
+	}
+	for c, ts := range rk.hostCorr {
+		rk.hostCorr[c] = math.Ceil(ts)
+	}
+	rk.hostMin = math.Ceil(rk.hostMin)
+}
+
+// ErrNoGPU is returned for a trace with no GPU events to analyse.
+var ErrNoGPU = errors.New("no GPU events (kernels, memory copies) in the trace")
