@@ -107,17 +107,25 @@ type Breakdown struct {
 	OverlapPct  float64 `json:"overlap_pct"`     // of communication time; NaN without communication (JSON: null)
 	ExposedComm float64 `json:"exposed_comm_us"` // communication with no computation beside it
 	Events      int     `json:"gpu_events"`
+	// Goccl says the trace is goccl's (GOCCL_TRACE_FILE): the window is
+	// the program's, its spans the computation and the operations the
+	// communication, and Events counts both.
+	Goccl bool `json:"goccl,omitempty"`
 }
 
 // breakdown computes rk's breakdown over events evs (after the step
 // filter).
 func breakdown(rk *Rank, evs []event) Breakdown {
-	b := Breakdown{Rank: rk.Rank, File: rk.File, Events: len(evs), OverlapPct: math.NaN()}
+	b := Breakdown{Rank: rk.Rank, File: rk.File, Events: len(evs), OverlapPct: math.NaN(), Goccl: rk.goccl}
 	var all, comp, comm []interval
 	for _, e := range evs {
 		iv := interval{e.ts, e.end}
 		all = append(all, iv)
-		switch kindOf(e.name) {
+		k := e.kind
+		if k == byName {
+			k = kindOf(e.name)
+		}
+		switch k {
 		case Computation:
 			comp = append(comp, iv)
 		case Communication:

@@ -16,6 +16,7 @@ import (
 // (a stream other than -1) whole, the host side only as the launches'
 // correlation ids and the profiler steps.
 type event struct {
+	kind        Kind // byName: from the name (Kineto); else set by the reader (goccl's traces)
 	name        string
 	ts, end     float64 // µs, rounded as HTA rounds sub-µs traces
 	stream      int64
@@ -35,6 +36,7 @@ type Rank struct {
 	hostMin  float64 // earliest host event start
 	events   int     // trace events read
 	floatTS  bool    // some ts is not a whole number (HTA then rounds every event)
+	goccl    bool    // a goccl trace (GOCCL_TRACE_FILE), not Kineto's
 }
 
 // rawEvent is a trace event as JSON (Chrome trace format, as Kineto writes
@@ -42,6 +44,9 @@ type Rank struct {
 type rawEvent struct {
 	Name string          `json:"name"`
 	Cat  *string         `json:"cat"`
+	Ph   string          `json:"ph"`
+	Pid  json.RawMessage `json:"pid"` // Kineto's may be strings
+	Tid  json.RawMessage `json:"tid"`
 	Ts   json.Number     `json:"ts"`
 	Dur  json.Number     `json:"dur"`
 	Args json.RawMessage `json:"args"`
@@ -68,8 +73,12 @@ func Read(r io.Reader, file string) (*Rank, error) {
 	dec := json.NewDecoder(br)
 	dec.UseNumber()
 	rk := &Rank{File: file, hostCorr: map[int64]float64{}}
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return nil, fmt.Errorf("%s: not a Chrome trace (a JSON object with traceEvents): %v", file, tokenOrErr(t, err))
+	t, err := dec.Token()
+	if err == nil && t == json.Delim('[') {
+		return rk, rk.readGoccl(dec)
+	}
+	if err != nil || t != json.Delim('{') {
+		return nil, fmt.Errorf("%s: not a Chrome trace (a JSON object with traceEvents, or goccl's array): %v", file, tokenOrErr(t, err))
 	}
 	for dec.More() {
 		kt, err := dec.Token()
@@ -153,7 +162,7 @@ func (rk *Rank) add(e *rawEvent) error {
 			stream, corr = intArg(a.Stream), intArg(a.Correlation)
 		}
 	}
-	ev := event{name: e.Name, ts: ts, end: ts + dur, stream: stream, correlation: corr}
+	ev := event{kind: byName, name: e.Name, ts: ts, end: ts + dur, stream: stream, correlation: corr}
 	switch {
 	case isGPU(&ev):
 		if stream != -1 {
@@ -241,3 +250,53 @@ func (rk *Rank) round() {
 
 // ErrNoGPU is returned for a trace with no GPU events to analyse.
 var ErrNoGPU = errors.New("no GPU events (kernels, memory copies) in the trace")
+
+// byName marks an event whose kind comes from its name.
+const byName Kind = -1
+
+// readGoccl reads the rest of a goccl trace (GOCCL_TRACE_FILE: the JSON
+// array form, one complete event per operation on track 0 and per span the
+// program adds on track 1, the rank as pid; µs since the epoch). Its
+// operations are the communication; the program's spans (forward,
+// backward, optimizer, ddp's "ddp compute") the computation, except spans
+// that wait on communication (names ending in "wait", ddp's "ddp wait").
+// There are no streams: the window is that of everything recorded.
+func (rk *Rank) readGoccl(dec *json.Decoder) error {
+	rankSet := false
+	for dec.More() {
+		var e rawEvent
+		if err := dec.Decode(&e); err != nil {
+			return fmt.Errorf("%s: trace event %d: %w", rk.File, rk.events, err)
+		}
+		rk.events++
+		if e.Ph != "X" {
+			continue
+		}
+		ts, err1 := e.Ts.Float64()
+		dur, err2 := e.Dur.Float64()
+		pid, err3 := strconv.Atoi(string(e.Pid))
+		if err := errors.Join(err1, err2, err3); err != nil || pid < 0 {
+			return fmt.Errorf("%s: trace event %d (%s): ts %q, dur %q, pid %q: want numbers", rk.File, rk.events-1, e.Name, e.Ts, e.Dur, e.Pid)
+		}
+		if !rankSet {
+			rk.Rank, rankSet = pid, true
+		} else if pid != rk.Rank {
+			return fmt.Errorf("%s: events of ranks %d and %d: give one rank's trace per file (goccl trace merge joins them for viewing)", rk.File, rk.Rank, pid)
+		}
+		ev := event{name: e.Name, ts: ts, end: ts + dur, stream: 0, correlation: -2}
+		switch {
+		case string(e.Tid) == "0":
+			ev.kind = Communication
+		case strings.HasSuffix(e.Name, "wait"):
+			ev.kind = Other
+		default:
+			ev.kind = Computation
+		}
+		rk.gpu = append(rk.gpu, ev)
+	}
+	if _, err := dec.Token(); err != nil {
+		return fmt.Errorf("%s: %w", rk.File, err)
+	}
+	rk.goccl = true
+	return nil
+}

@@ -26,11 +26,16 @@
 //   - a trace with any fractional ts has every start rounded up and end
 //     down to the µs (HTA's handling of nanosecond traces).
 //
+// goccl's own traces (GOCCL_TRACE_FILE, the JSON array form) are read
+// too: there the operations are the communication and the program's spans
+// (forward, backward, optimizer, ddp's "ddp compute"; not those ending in
+// "wait") the computation, over the window of everything recorded.
+//
 // Differences from HTA: the rank is distributedInfo.rank (HTA matches
 // "rank": followed by whitespace in the text, which Kineto writes the
 // same); an MTIA trace's own filter is not modelled.
 //
-// Finding codes: exposed-communication (warn), gpu-idle (warn),
+// Finding codes: exposed-communication (warn), gpu-idle (warn; Kineto only),
 // rank-imbalance (warn), no-gpu-events (error).
 package trace
 
@@ -94,7 +99,7 @@ func (rep *Report) find() {
 				"rank %d: communication takes %.1f %% of the GPU window and only %.2f %% of it overlaps computation (%.1f ms exposed)",
 				b.Rank, 100*b.Comm/b.Window, b.OverlapPct, b.ExposedComm/1e3)
 		}
-		if b.IdlePct >= idleMin {
+		if b.IdlePct >= idleMin && !b.Goccl { // a goccl trace's gaps are untraced program work
 			add(doctor.SevWarn, "gpu-idle",
 				"look at the host side of the idle gaps: data loading (more DataLoader workers, pinned memory), a synchronize or .item() each step, many small kernels (CUDA graphs)",
 				"rank %d: the GPU is idle %.2f %% of its window (%.1f ms of %.1f)", b.Rank, b.IdlePct, b.Idle/1e3, b.Window/1e3)
@@ -115,7 +120,15 @@ func (rep *Report) find() {
 
 // WriteText prints the per-rank table and the findings.
 func (rep *Report) WriteText(w io.Writer) error {
-	fmt.Fprintf(w, "GPU time per rank (HTA's temporal breakdown and communication/computation overlap; µs)")
+	goccl := len(rep.Ranks) > 0
+	for _, b := range rep.Ranks {
+		goccl = goccl && b.Goccl
+	}
+	if goccl {
+		fmt.Fprintf(w, "Time per rank in goccl traces (the program's spans are the computation, goccl's operations the communication; µs)")
+	} else {
+		fmt.Fprintf(w, "GPU time per rank (HTA's temporal breakdown and communication/computation overlap; µs)")
+	}
 	if rep.StepsFiltered {
 		fmt.Fprintf(w, ", the last profiler step dropped")
 	}

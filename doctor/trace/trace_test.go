@@ -123,7 +123,7 @@ func TestReadEdges(t *testing.T) {
 	if js, err := json.Marshal(Analyze([]*Rank{noComm})); err != nil || !strings.Contains(string(js), `"overlap_pct":null`) {
 		t.Errorf("no communication: JSON %s, %v; want overlap_pct null", js, err)
 	}
-	for _, bad := range []string{"", "[]", `{"traceEvents": {}}`, `{"traceEvents": [{"ts": "x", "dur": 1, "cat": "k"}]}`, `{"traceEvents": [`, `{"distributedInfo": {"rank": -1}}`} {
+	for _, bad := range []string{"", `[{"ph": "X", "pid": "x", "ts": 1, "dur": 1}]`, `[{"ph": "X", "pid": 0, "ts": 1, "dur": 1}, {"ph": "X", "pid": 1, "ts": 1, "dur": 1}]`, `{"traceEvents": {}}`, `{"traceEvents": [{"ts": "x", "dur": 1, "cat": "k"}]}`, `{"traceEvents": [`, `{"distributedInfo": {"rank": -1}}`} {
 		if _, err := Read(strings.NewReader(bad), "bad.json"); err == nil || !strings.Contains(err.Error(), "bad.json") {
 			t.Errorf("%q: error %v, want one naming the file", bad, err)
 		}
@@ -159,5 +159,34 @@ func TestFindings(t *testing.T) {
 	var text strings.Builder
 	if err := rep.WriteText(&text); err != nil || !strings.Contains(text.String(), "11.81") || !strings.Contains(text.String(), "20.05") {
 		t.Errorf("text %q, %v: want both ranks' overlap", text.String(), err)
+	}
+}
+
+// TestGocclTrace: goccl's own trace (GOCCL_TRACE_FILE's array form): the
+// operations are the communication, the program's spans the computation
+// but for ddp's wait. AllReduce 100-200 beside backward 50-150 and a ddp
+// wait 150-200: 50 of its 100 µs overlap, 50 exposed.
+func TestGocclTrace(t *testing.T) {
+	const doc = `[
+{"name":"process_name","ph":"M","pid":2,"tid":0,"args":{"name":"rank 2"}},
+{"name":"forward","ph":"X","pid":2,"tid":1,"ts":1000000000000000.000,"dur":50.000},
+{"name":"backward","ph":"X","pid":2,"tid":1,"ts":1000000000000050.000,"dur":100.000},
+{"name":"AllReduce","ph":"X","pid":2,"tid":0,"ts":1000000000000100.000,"dur":100.000,"args":{"seq":1,"bytes":4096}},
+{"name":"ddp wait","ph":"X","pid":2,"tid":1,"ts":1000000000000150.000,"dur":50.000}
+]
+`
+	rk, err := Read(strings.NewReader(doc), "trace-2.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := Analyze([]*Rank{rk})
+	b := rep.Ranks[0]
+	if b.Rank != 2 || !b.Goccl || b.Window != 200 || b.Comm != 100 || b.Overlap != 50 || b.OverlapPct != 50 || b.ExposedComm != 50 || b.Compute != 150 || b.Idle != 0 {
+		t.Errorf("%+v", b)
+	}
+	var text strings.Builder
+	rep.WriteText(&text)
+	if !strings.Contains(text.String(), "goccl traces") {
+		t.Errorf("text:\n%s", text.String())
 	}
 }
