@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -155,4 +157,36 @@ func OrDefault(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// ExpandPaths lists the files the paths name: a file as given, a folder as
+// its regular files that keep accepts, in name order (the readers that
+// take every rank's file, as PyTorch's fr_trace and HTA read a folder). A
+// folder with none is an error naming it.
+func ExpandPaths(paths []string, keep func(name string) bool) ([]string, error) {
+	var files []string
+	for _, p := range paths {
+		st, err := os.Stat(p)
+		if err != nil {
+			return nil, err
+		}
+		if !st.IsDir() {
+			files = append(files, p)
+			continue
+		}
+		ents, err := os.ReadDir(p)
+		if err != nil {
+			return nil, err
+		}
+		n := len(files)
+		for _, e := range ents {
+			if e.Type().IsRegular() && keep(e.Name()) {
+				files = append(files, filepath.Join(p, e.Name()))
+			}
+		}
+		if len(files) == n {
+			return nil, fmt.Errorf("%s: no files to read in the folder", p)
+		}
+	}
+	return files, nil
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -145,19 +146,7 @@ func TestCaptureLoopback(t *testing.T) {
 // TestCaptureVeth: RoCE v2 across a veth pair, one device in a network
 // namespace of its own, captured on the other end.
 func TestCaptureVeth(t *testing.T) {
-	ifa, ifb := vethPair(t)
-	ns := fmt.Sprintf("gcap%d", os.Getpid()%100000)
-	n := os.Getpid() % 250
-	addrA, addrB := fmt.Sprintf("10.79.%d.1", n), fmt.Sprintf("10.79.%d.2", n)
-	for _, args := range [][]string{{"netns", "add", ns}, {"link", "set", ifa, "netns", ns},
-		{"-n", ns, "addr", "add", addrA + "/24", "dev", ifa}, {"-n", ns, "link", "set", ifa, "up"}, {"-n", ns, "link", "set", "lo", "up"},
-		{"addr", "add", addrB + "/24", "dev", ifb}} {
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			exec.Command("ip", "netns", "del", ns).Run()
-			t.Skipf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	ns, _, ifb, addrA, addrB := vethNetns(t, "gcap", 79)
 	da, err := openInNetns(ns, addrA+":4791")
 	if err != nil {
 		t.Fatal(err)
@@ -167,6 +156,39 @@ func TestCaptureVeth(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkCapture(t, ifb, da, db)
+}
+
+// vethNetns makes a veth pair with end A in a network namespace of its own
+// (named prefix and the pid) at 10.NET.n.1/24 and end B here at
+// 10.NET.n.2/24, runs the commands setup gives for A's namespace (IFA
+// stands for A's interface), and removes it all at the test's end; it
+// skips the test where the machine cannot.
+func vethNetns(t *testing.T, prefix string, net int, setup ...[]string) (ns, ifa, ifb, addrA, addrB string) {
+	t.Helper()
+	ifa, ifb = vethPair(t)
+	ns = fmt.Sprintf("%s%d", prefix, os.Getpid()%100000)
+	n := os.Getpid()%250 + 1
+	addrA, addrB = fmt.Sprintf("10.%d.%d.1", net, n), fmt.Sprintf("10.%d.%d.2", net, n)
+	cmds := [][]string{{"ip", "netns", "add", ns}, {"ip", "link", "set", ifa, "netns", ns},
+		{"ip", "-n", ns, "addr", "add", addrA + "/24", "dev", ifa}, {"ip", "-n", ns, "link", "set", ifa, "up"}, {"ip", "-n", ns, "link", "set", "lo", "up"},
+		{"ip", "addr", "add", addrB + "/24", "dev", ifb}}
+	for _, c := range setup {
+		c = slices.Clone(c)
+		for i, a := range c {
+			if a == "IFA" {
+				c[i] = ifa
+			}
+		}
+		cmds = append(cmds, append([]string{"ip", "netns", "exec", ns}, c...))
+	}
+	for _, args := range cmds {
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			exec.Command("ip", "netns", "del", ns).Run()
+			t.Skipf("%s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	return ns, ifa, ifb, addrA, addrB
 }
 
 // openInNetns opens a device whose socket lives in the network namespace
@@ -209,22 +231,10 @@ func TestDCQCNOverVeth(t *testing.T) {
 	if err != nil {
 		t.Skip("nft (nftables) not installed: it marks the packets CE")
 	}
-	ifa, ifb := vethPair(t)
-	ns := fmt.Sprintf("gdcq%d", os.Getpid()%100000)
-	n := os.Getpid()%250 + 1
-	addrA, addrB := fmt.Sprintf("10.78.%d.1", n), fmt.Sprintf("10.78.%d.2", n)
-	for _, args := range [][]string{{"ip", "netns", "add", ns}, {"ip", "link", "set", ifa, "netns", ns},
-		{"ip", "-n", ns, "addr", "add", addrA + "/24", "dev", ifa}, {"ip", "-n", ns, "link", "set", ifa, "up"}, {"ip", "-n", ns, "link", "set", "lo", "up"},
-		{"ip", "addr", "add", addrB + "/24", "dev", ifb},
-		{"ip", "netns", "exec", ns, nft, "add", "table", "ip", "g"},
-		{"ip", "netns", "exec", ns, nft, "add", "chain", "ip", "g", "out", "{ type filter hook output priority 0; }"},
-		{"ip", "netns", "exec", ns, nft, "add", "rule", "ip", "g", "out", "udp", "dport", "4791", "ip", "ecn", "ect0", "ip", "ecn", "set", "ce"}} {
-		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
-			exec.Command("ip", "netns", "del", ns).Run()
-			t.Skipf("%s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	ns, _, ifb, addrA, addrB := vethNetns(t, "gdcq", 78,
+		[]string{nft, "add", "table", "ip", "g"},
+		[]string{nft, "add", "chain", "ip", "g", "out", "{ type filter hook output priority 0; }"},
+		[]string{nft, "add", "rule", "ip", "g", "out", "udp", "dport", "4791", "ip", "ecn", "ect0", "ip", "ecn", "set", "ce"})
 	p := qp.DefaultDCQCN(1e9)
 	da, err := openInNetns(ns, addrA+":4791", WithDCQCN(p))
 	if err != nil {
@@ -242,7 +252,9 @@ func TestDCQCNOverVeth(t *testing.T) {
 	})
 	st, rate := a.qp.CCStats()
 	t.Logf("B: %d packets marked CE received; A's QP: %+v, rate now %.0f MB/s", db.Stats().CEReceived, st, rate/1e6)
-	if db.Stats().CEReceived == 0 || st.CNPsReceived == 0 || st.RateCuts == 0 || rate >= p.LineRate {
+	// The rate itself may be back at the line rate by now (fast recovery every
+	// 300 µs): the cuts counted are what shows the reaction.
+	if db.Stats().CEReceived == 0 || st.CNPsReceived == 0 || st.RateCuts == 0 {
 		t.Errorf("CE seen %d, A's QP %+v rate %v: want CE, CNPs and a cut", db.Stats().CEReceived, st, rate)
 	}
 	ect, ce := 0, 0

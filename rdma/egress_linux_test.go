@@ -1,12 +1,9 @@
 package rdma
 
 import (
-	"fmt"
-	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
-	"strings"
 	"testing"
 )
 
@@ -21,22 +18,9 @@ func TestEgressHeldBack(t *testing.T) {
 	if err != nil {
 		t.Skip("tc (iproute2) not installed: it shapes the interface")
 	}
-	ifa, ifb := vethPair(t)
-	ns := fmt.Sprintf("gegr%d", os.Getpid()%100000)
-	n := os.Getpid()%250 + 1
-	addrA, addrB := fmt.Sprintf("10.77.%d.1", n), fmt.Sprintf("10.77.%d.2", n)
-	for _, args := range [][]string{{"ip", "netns", "add", ns}, {"ip", "link", "set", ifa, "netns", ns},
-		{"ip", "-n", ns, "addr", "add", addrA + "/24", "dev", ifa}, {"ip", "-n", ns, "link", "set", ifa, "up"}, {"ip", "-n", ns, "link", "set", "lo", "up"},
-		{"ip", "addr", "add", addrB + "/24", "dev", ifb},
-		// A burst above the largest UDP_SEGMENT buffer (64 KiB): the
-		// queue takes or refuses a buffer whole.
-		{tc, "-n", ns, "qdisc", "add", "dev", ifa, "root", "tbf", "rate", "50mbit", "burst", "128kb", "limit", "256kb"}} {
-		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
-			exec.Command("ip", "netns", "del", ns).Run()
-			t.Skipf("%s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	// A burst above the largest UDP_SEGMENT buffer (64 KiB): the queue
+	// takes or refuses a buffer whole.
+	ns, ifa, _, addrA, addrB := vethNetns(t, "gegr", 77, []string{tc, "qdisc", "add", "dev", "IFA", "root", "tbf", "rate", "50mbit", "burst", "128kb", "limit", "256kb"})
 	da, err := openInNetns(ns, addrA+":4791")
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +33,7 @@ func TestEgressHeldBack(t *testing.T) {
 	a, b := newSideOn(t, da, 2*size), newSideOn(t, db, size)
 	connect(t, a, b, 14, 7)
 	writeReadSend(t, a, b, size, "held back")
-	out, err := exec.Command(tc, "-n", ns, "-s", "qdisc", "show", "dev", ifa).CombinedOutput()
+	out, err := exec.Command("ip", "netns", "exec", ns, tc, "-s", "qdisc", "show", "dev", ifa).CombinedOutput()
 	if err != nil {
 		t.Fatalf("tc -s qdisc show: %v: %s", err, out)
 	}

@@ -16,6 +16,8 @@ import (
 
 	"github.com/nlpodyssey/gopickle/pickle"
 	"github.com/nlpodyssey/gopickle/types"
+
+	"github.com/goccl/goccl/doctor"
 )
 
 // maxDump bounds what one dump file may hold (PyTorch's default ring of
@@ -264,25 +266,9 @@ func plainList(xs []interface{}) (interface{}, error) {
 // is read (as PyTorch's fr_trace reads a folder of dumps). Two dumps of
 // one rank and process group are an error.
 func ReadPaths(paths []string) ([]*Dump, error) {
-	var files []string
-	for _, p := range paths {
-		st, err := os.Stat(p)
-		if err != nil {
-			return nil, err
-		}
-		if !st.IsDir() {
-			files = append(files, p)
-			continue
-		}
-		ents, err := os.ReadDir(p)
-		if err != nil {
-			return nil, err
-		}
-		for _, e := range ents {
-			if e.Type().IsRegular() && !strings.HasSuffix(e.Name(), ".tmp") {
-				files = append(files, filepath.Join(p, e.Name()))
-			}
-		}
+	files, err := doctor.ExpandPaths(paths, func(name string) bool { return !strings.HasSuffix(name, ".tmp") })
+	if err != nil {
+		return nil, err
 	}
 	var dumps []*Dump
 	seen := map[string]string{} // rank and process group: the file

@@ -45,7 +45,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -162,29 +161,11 @@ func (b Breakdown) MarshalJSON() ([]byte, error) {
 // ReadPaths reads the traces named: files, or folders whose .json and .gz
 // files are read (as HTA reads a trace folder).
 func ReadPaths(paths []string) ([]*Rank, error) {
-	var files []string
-	for _, p := range paths {
-		st, err := os.Stat(p)
-		if err != nil {
-			return nil, err
-		}
-		if !st.IsDir() {
-			files = append(files, p)
-			continue
-		}
-		ents, err := os.ReadDir(p)
-		if err != nil {
-			return nil, err
-		}
-		n := len(files)
-		for _, e := range ents {
-			if !e.IsDir() && (strings.HasSuffix(e.Name(), ".json") || strings.HasSuffix(e.Name(), ".gz")) {
-				files = append(files, filepath.Join(p, e.Name()))
-			}
-		}
-		if len(files) == n {
-			return nil, fmt.Errorf("%s: no .json or .gz trace files in the folder", p)
-		}
+	files, err := doctor.ExpandPaths(paths, func(name string) bool {
+		return strings.HasSuffix(name, ".json") || strings.HasSuffix(name, ".gz")
+	})
+	if err != nil {
+		return nil, err
 	}
 	var rks []*Rank
 	seen := map[int]string{}
