@@ -87,6 +87,7 @@ type udpLink struct {
 	sent        int                     // datagrams sent since the last flush returned
 	runsSent    int                     // buffers of more than one datagram sent (for tests)
 	egressWaits int                     // sends the host's egress queue refused, retried (ENOBUFS)
+	sendOnly    bool                    // one of extra
 	// extra are WithSourcePorts' sockets, send-only, on the same IPv4
 	// address and ports of their own: sources 1, 2, ... (this link is
 	// source 0).
@@ -179,6 +180,7 @@ func (l *udpLink) addSources(n int) error {
 		if err != nil {
 			return err
 		}
+		e.sendOnly = true
 		l.extra = append(l.extra, e)
 	}
 	return nil
@@ -289,7 +291,14 @@ func (l *udpLink) flushSome() {
 			continue
 		default:
 			// Dropped like a lost packet; RC retransmits. (WriteBatch
-			// says -1 when the first message failed.)
+			// says -1 when the first message failed.) An ICMP error
+			// reported here (IP_RECVERR: a peer's port closed) leaves
+			// its copy queued on the socket; a send-only source has no
+			// read loop to drain it (source 0's, which does, holds the
+			// socket's read lock while it waits).
+			if l.sendOnly {
+				drainErrors(l.conn)
+			}
 			q, runs = q[max(n, 1):], runs[max(n, 1):]
 			continue
 		}

@@ -271,7 +271,7 @@ func DialQPs(ctx context.Context, ctrl transport.Link, dom *Domain, o Options, n
 		l, fb, err := dial(ctx, ctrl, dom, o, k == 0)
 		if err != nil {
 			for _, l := range links {
-				l.(*Link).Abort(transport.NoLostRank)
+				l.(*Link).release() // ctrl stays the caller's, as Dial leaves it
 			}
 			return nil, false, err
 		}
