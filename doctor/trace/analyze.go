@@ -110,13 +110,14 @@ type Breakdown struct {
 	// Goccl says the trace is goccl's (GOCCL_TRACE_FILE): the window is
 	// the program's, its spans the computation and the operations the
 	// communication, and Events counts both.
-	Goccl bool `json:"goccl,omitempty"`
+	Goccl     bool `json:"goccl,omitempty"`
+	Truncated bool `json:"truncated,omitempty"` // a goccl trace cut short (Rank.Truncated)
 }
 
 // breakdown computes rk's breakdown over events evs (after the step
 // filter).
 func breakdown(rk *Rank, evs []event) Breakdown {
-	b := Breakdown{Rank: rk.Rank, File: rk.File, Events: len(evs), OverlapPct: math.NaN(), Goccl: rk.goccl}
+	b := Breakdown{Rank: rk.Rank, File: rk.File, Events: len(evs), OverlapPct: math.NaN(), Goccl: rk.goccl, Truncated: rk.Truncated}
 	var all, comp, comm []interval
 	for _, e := range evs {
 		iv := interval{e.ts, e.end}

@@ -37,6 +37,9 @@ type Rank struct {
 	events   int     // trace events read
 	floatTS  bool    // some ts is not a whole number (HTA then rounds every event)
 	goccl    bool    // a goccl trace (GOCCL_TRACE_FILE), not Kineto's
+	// Truncated says a goccl trace ended without its closing ']' (its
+	// process was killed): what it holds up to the cut is read.
+	Truncated bool
 }
 
 // rawEvent is a trace event as JSON (Chrome trace format, as Kineto writes
@@ -266,6 +269,10 @@ func (rk *Rank) readGoccl(dec *json.Decoder) error {
 	for dec.More() {
 		var e rawEvent
 		if err := dec.Decode(&e); err != nil {
+			if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+				rk.Truncated = true // cut in an event: a killed process's file
+				break
+			}
 			return fmt.Errorf("%s: trace event %d: %w", rk.File, rk.events, err)
 		}
 		rk.events++
@@ -294,9 +301,16 @@ func (rk *Rank) readGoccl(dec *json.Decoder) error {
 		}
 		rk.gpu = append(rk.gpu, ev)
 	}
+	rk.goccl = true
+	if rk.Truncated {
+		return nil
+	}
 	if _, err := dec.Token(); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			rk.Truncated = true // no closing ']': the recorder never closed the file
+			return nil
+		}
 		return fmt.Errorf("%s: %w", rk.File, err)
 	}
-	rk.goccl = true
 	return nil
 }

@@ -36,6 +36,7 @@
 // same); an MTIA trace's own filter is not modelled.
 //
 // Finding codes: exposed-communication (warn), gpu-idle (warn; Kineto only),
+// trace-truncated (info; a goccl trace cut short),
 // rank-imbalance (warn), no-gpu-events (error).
 package trace
 
@@ -87,6 +88,10 @@ func (rep *Report) find() {
 	}
 	lo, hi := -1, -1
 	for i, b := range rep.Ranks {
+		if b.Truncated {
+			add(doctor.SevInfo, "trace-truncated", "the rank's process probably died: its flight-recorder dump (goccl doctor flight-recorder) says what it was doing",
+				"rank %d (%s): the trace ends without its closing bracket; read up to the cut", b.Rank, b.File)
+		}
 		if b.Events == 0 {
 			add(doctor.SevError, "no-gpu-events", "profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] and keep at least one step after the warm-up",
 				"rank %d (%s): no GPU events to analyse", b.Rank, b.File)

@@ -189,4 +189,15 @@ func TestGocclTrace(t *testing.T) {
 	if !strings.Contains(text.String(), "goccl traces") {
 		t.Errorf("text:\n%s", text.String())
 	}
+	// A killed process's file: no closing bracket, or cut inside an event.
+	for _, cut := range []string{doc[:strings.LastIndex(doc, "]")], doc[:strings.LastIndex(doc, "dur")]} {
+		rk, err := Read(strings.NewReader(cut), "trace-2.json")
+		if err != nil {
+			t.Fatalf("a trace cut short: %v", err)
+		}
+		rep := Analyze([]*Rank{rk})
+		if !rk.Truncated || rep.Ranks[0].Comm != 100 || len(rep.Findings) == 0 || rep.Findings[0].Code != "trace-truncated" {
+			t.Errorf("cut at %d bytes: truncated %v, %+v, findings %+v", len(cut), rk.Truncated, rep.Ranks[0], rep.Findings)
+		}
+	}
 }
