@@ -31,7 +31,9 @@ func TestEgressHeldBack(t *testing.T) {
 	}
 	const size = 4 << 20
 	a, b := newSideOn(t, da, 2*size), newSideOn(t, db, size)
-	connect(t, a, b, 14, 7)
+	// An ACK timeout of 1.07 s (18) above any queueing here (256 KiB at 50
+	// Mbit/s is 42 ms, plus the device's waits): a resend then means a loss.
+	connect(t, a, b, 18, 7)
 	writeReadSend(t, a, b, size, "held back")
 	out, err := exec.Command("ip", "netns", "exec", ns, tc, "-s", "qdisc", "show", "dev", ifa).CombinedOutput()
 	if err != nil {
