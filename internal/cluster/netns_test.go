@@ -21,6 +21,7 @@ import (
 	"reflect"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -36,6 +37,7 @@ import (
 const (
 	helperEnv = "GOCCL_CLUSTER_HELPER" // serve, rtt, send or bursts
 	addrEnv   = "GOCCL_CLUSTER_ADDR"   // host:port to serve or reach
+	startEnv  = "GOCCL_CLUSTER_START"  // udpect: when to start (Unix nanoseconds)
 	port      = "29611"
 )
 
@@ -215,16 +217,25 @@ func udpECT(addr string) {
 	if err := ipv4.NewConn(conn).SetTOS(0x02); err != nil {
 		fatal(err)
 	}
+	if at, err := strconv.ParseInt(os.Getenv(startEnv), 10, 64); err == nil {
+		time.Sleep(time.Until(time.Unix(0, at)))
+	}
+	// Paced by the clock, not by counting sleeps, so that a loaded machine
+	// whose sleeps run long still offers the rate; a stall is made up by at
+	// most 2 ms of frames at once, well within the marking queue's depth.
+	const gap = 100 * time.Microsecond // 10 frames of 1,082 bytes per millisecond: 87 Mbit/s
 	b := make([]byte, 1082-14-20-8)
-	n := 0
-	for end := time.Now().Add(time.Second); time.Now().Before(end); {
-		for range 10 { // 10 frames of 1,082 bytes per millisecond: 87 Mbit/s
+	start := time.Now()
+	sent, next := 0, 0 // frames written; the next frame's slot
+	for elapsed := time.Duration(0); elapsed < time.Second; elapsed = time.Since(start) {
+		due := int(elapsed / gap)
+		for next = max(next, due-20); next < due; next++ {
 			conn.Write(b)
-			n++
+			sent++
 		}
 		time.Sleep(time.Millisecond)
 	}
-	json.NewEncoder(os.Stdout).Encode(map[string]int{"sent": n})
+	json.NewEncoder(os.Stdout).Encode(map[string]int{"sent": sent})
 }
 
 // helper returns the command running this test binary as helper mode on
@@ -720,19 +731,20 @@ func TestECNMarking(t *testing.T) {
 		t.Fatal(err)
 	}
 	alone := stats[1].Links[0].ECNMarks
+	// Both start at one moment, after the time their processes take to start.
+	t.Setenv(startEnv, strconv.FormatInt(time.Now().Add(500*time.Millisecond).UnixNano(), 10))
 	var wg sync.WaitGroup
+	both := make([]map[string]int, 3)
 	for _, i := range []int{0, 2} {
-		wg.Go(func() {
-			var sent map[string]int
-			runHelperT(t, c, i, "udpect", dst, &sent)
-		})
+		wg.Go(func() { runHelperT(t, c, i, "udpect", dst, &both[i]) })
 	}
 	wg.Wait()
 	if stats, err = c.Stats(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	in := stats[1].Links[0]
-	t.Logf("one sender: %d marks; two: %d marks of %d packets to h1", alone, in.ECNMarks-alone, in.RxPackets)
+	t.Logf("one sender (%d frames): %d marks; two (%d and %d frames): %d marks of %d packets to h1",
+		sent["sent"], alone, both[0]["sent"], both[2]["sent"], in.ECNMarks-alone, in.RxPackets)
 	if alone > 100 || in.ECNMarks-alone < 1000 {
 		t.Errorf("marks to h1: %d with one sender at 0.85 of the rate, %d with two; want next to none, then many", alone, in.ECNMarks-alone)
 	}
