@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/cpu"
 	"golang.org/x/sys/unix"
@@ -61,6 +62,27 @@ func (r Request) Test() (bool, error) {
 	return r.q.result(r.ticket)
 }
 
+// Span reports when the operation ran: from the moment it started (after
+// the operations issued before it on the communicator, which run in
+// order) to its end, the interval its GOCCL_TRACE_FILE event spans. It is
+// the counterpart of PyTorch's Work.get_duration with timing enabled, and
+// lets a program measure how much of its communication its computation
+// hid. ok is false while the operation is not done, when it failed before
+// it started (Close, Abort), and once QueueDepth later operations have
+// been issued on the communicator (its slot is reused).
+func (r Request) Span() (start, end time.Time, ok bool) {
+	if r.q == nil {
+		return time.Time{}, time.Time{}, false
+	}
+	r.q.mu.Lock()
+	defer r.q.mu.Unlock()
+	s := &r.q.slots[r.ticket%QueueDepth]
+	if s.ticket != r.ticket || s.doneAt.Load() != r.ticket || s.start.IsZero() {
+		return time.Time{}, time.Time{}, false
+	}
+	return s.start, s.end, true
+}
+
 // slot is one operation of the queue: the call (a copy of the caller's
 // descriptor), its context, and once done its error.
 type slot struct {
@@ -70,6 +92,9 @@ type slot struct {
 	doneAt atomic.Uint64 // the last ticket done in the slot: set by the runner after err, without q.mu
 	err    error
 	wake   chan struct{} // capacity 1: a token when the operation is done (see wait)
+	// When the operation ran (Request.Span): set by the runner before
+	// doneAt; zero when it never started.
+	start, end time.Time
 }
 
 // opQueue runs a communicator's non-blocking operations, in issue order, on
@@ -181,7 +206,7 @@ func (c *Comm) issue(ctx context.Context, a *call) (Request, error) {
 	t := q.next
 	q.next++
 	s := &q.slots[t%QueueDepth]
-	s.a, s.ctx, s.ticket, s.err = *a, ctx, t, nil
+	s.a, s.ctx, s.ticket, s.err, s.start = *a, ctx, t, nil, time.Time{}
 	if c.fr != nil && a.kind != opGroup { // a group is recorded as its parts start
 		c.fr.Schedule(c.flightCall(a))
 	}
@@ -282,7 +307,9 @@ func (q *opQueue) runBatch(c *Comm, end uint64) {
 		if why := q.halt.Load(); why != nil {
 			err = c.errorf(s.a.errKind(), 0, "%w", *why)
 		} else {
+			s.start = time.Now()
 			err = c.run(s.ctx, &s.a)
+			s.end = time.Now()
 		}
 		q.complete(s, err, false)
 	}

@@ -157,6 +157,7 @@ func interleaved(c *goccl.Comm, rounds int) error {
 // first returns ctx's error and does not cancel the operation.
 func TestNonBlockingTestPolling(t *testing.T) {
 	joined := make(chan struct{})
+	var joinedAt time.Time // rank 0's, set before joined closes
 	errs := goroutineRanks(t, 2, time.Minute, func(c *goccl.Comm) error {
 		ctx := context.Background()
 		buf := []float32{float32(c.Rank() + 1), 2}
@@ -171,12 +172,16 @@ func TestNonBlockingTestPolling(t *testing.T) {
 			if done, err := req.Test(); done || err != nil {
 				return fmt.Errorf("Test before the peer joined: done %v, %v", done, err)
 			}
+			if _, _, ok := req.Span(); ok {
+				return errors.New("Span ok before the peer joined")
+			}
 			wctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 			err := req.Wait(wctx)
 			cancel()
 			if !errors.Is(err, context.DeadlineExceeded) {
 				return fmt.Errorf("Wait with an expired ctx: %v, want DeadlineExceeded", err)
 			}
+			joinedAt = time.Now()
 			close(joined)
 		}
 		polls := 0
@@ -195,6 +200,26 @@ func TestNonBlockingTestPolling(t *testing.T) {
 		}
 		if buf[0] != 2 || buf[1] != 4 {
 			return fmt.Errorf("result %v after %d polls, want [2 4]", buf, polls)
+		}
+		start, end, ok := req.Span()
+		if c.Rank() == 0 && (!ok || end.Before(start) || end.Before(joinedAt) || end.After(time.Now())) {
+			// It could not end before the peer joined.
+			return fmt.Errorf("Span %v to %v (ok %v); the peer joined at %v", start, end, ok, joinedAt)
+		}
+		// A second operation starts after the first ends: they run in order.
+		reqs := make([]goccl.Request, 2)
+		for i := range reqs {
+			if reqs[i], err = goccl.IAllReduce(ctx, c, buf, buf, 2, goccl.Sum); err != nil {
+				return err
+			}
+		}
+		if err := reqs[1].Wait(ctx); err != nil {
+			return err
+		}
+		_, end0, ok0 := reqs[0].Span()
+		start1, end1, ok1 := reqs[1].Span()
+		if !ok0 || !ok1 || start1.Before(end0) || end1.Before(start1) {
+			return fmt.Errorf("two operations in a row: spans end %v (ok %v), then %v to %v (ok %v)", end0, ok0, start1, end1, ok1)
 		}
 		return nil
 	})
@@ -376,6 +401,9 @@ func TestNonBlockingStaleRequest(t *testing.T) {
 	if done, err := zero.Test(); !done || !errors.Is(err, goccl.ErrInvalidArgument) {
 		t.Errorf("zero Request Test: %v, %v", done, err)
 	}
+	if _, _, ok := zero.Span(); ok {
+		t.Error("zero Request Span: ok")
+	}
 	errs := goroutineRanks(t, 2, 30*time.Second, func(c *goccl.Comm) error {
 		ctx := context.Background()
 		buf := []int64{int64(c.Rank() + 1)}
@@ -402,6 +430,9 @@ func TestNonBlockingStaleRequest(t *testing.T) {
 		}
 		if done, err := first.Test(); !done || err != nil {
 			return fmt.Errorf("stale first Request: %v, %v", done, err)
+		}
+		if _, _, ok := first.Span(); ok {
+			return errors.New("stale first Request: Span ok after its slot was reused")
 		}
 		return first.Wait(ctx)
 	})

@@ -108,6 +108,13 @@ type Stats struct {
 	// the moment the DDP saw it done (it looks at a MarkReady and in Wait,
 	// so this is an upper bound).
 	BucketComm []time.Duration
+	// Comm is the time the buckets' AllReduces ran in the last step (the
+	// union of their Request.Span intervals, which GOCCL_TRACE_FILE shows
+	// as the operations), and CommHidden the part of it before Wait was
+	// called, hidden behind the step's compute; Comm - CommHidden ran
+	// while Wait was blocked. Both are 0 with a Hook (its Work has no
+	// span).
+	Comm, CommHidden time.Duration
 	// CommBytes is the gradient payload this rank handed to AllReduce in
 	// the last step: the buckets' lengths times 4 bytes (float32), or 2
 	// with FP16Compress and BF16Compress (a Hook from outside this package
@@ -118,6 +125,7 @@ type Stats struct {
 
 	// Sums over the Steps steps.
 	TotalStep, TotalCompute, TotalExposed time.Duration
+	TotalComm, TotalCommHidden            time.Duration
 	TotalCommBytes                        int64
 }
 
@@ -354,6 +362,48 @@ func (d *DDP) poll() {
 	}
 }
 
+// commSpans is the union of the step's bucket AllReduces' spans (they run
+// in issue order, so the spans come sorted) and its part before
+// blockStart, when Wait was called.
+func (d *DDP) commSpans(blockStart time.Time) (comm, hidden time.Duration) {
+	if d.hook != nil || d.c == nil {
+		return 0, 0
+	}
+	var lo, hi time.Time // the merged interval being built
+	flush := func() {
+		comm += hi.Sub(lo)
+		if e := minTime(hi, blockStart); e.After(lo) {
+			hidden += e.Sub(lo)
+		}
+	}
+	for b := range d.buckets {
+		start, end, ok := d.buckets[b].req.Span()
+		if !ok {
+			continue
+		}
+		if !lo.IsZero() && start.After(hi) {
+			flush()
+			lo = time.Time{}
+		}
+		if lo.IsZero() {
+			lo, hi = start, end
+		} else if end.After(hi) {
+			hi = end
+		}
+	}
+	if !lo.IsZero() {
+		flush()
+	}
+	return comm, hidden
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
 func (d *DDP) resetMarks() {
 	clear(d.ready)
 	d.nReady = 0
@@ -441,9 +491,12 @@ func (d *DDP) Wait(ctx context.Context) error {
 	for b := range d.buckets {
 		s.BucketComm[b] = d.buckets[b].comm
 	}
+	s.Comm, s.CommHidden = d.commSpans(blockStart)
 	s.TotalStep += s.Step
 	s.TotalCompute += s.Compute
 	s.TotalExposed += s.Exposed
+	s.TotalComm += s.Comm
+	s.TotalCommHidden += s.CommHidden
 	s.TotalCommBytes += s.CommBytes
 	d.resetMarks()
 	d.stepStart = end

@@ -423,7 +423,7 @@ func TestSteadyStateAllocations(t *testing.T) {
 	}
 }
 
-// TestStats: the timings add up.
+// TestStats: the timings add up, the communication's spans among them.
 func TestStats(t *testing.T) {
 	runRanks(t, 2, func(ctx context.Context, c *goccl.Comm) error {
 		params := [][]float32{make([]float32, 1000), make([]float32, 1000)}
@@ -452,6 +452,12 @@ func TestStats(t *testing.T) {
 			if x <= 0 {
 				return fmt.Errorf("bucket %d: communication time %v", b, x)
 			}
+		}
+		// The AllReduces' spans: the part not hidden ran while Wait was
+		// blocked, so it is at most Exposed.
+		if s.Comm <= 0 || s.CommHidden < 0 || s.CommHidden > s.Comm || s.Comm-s.CommHidden > s.Exposed ||
+			s.TotalComm < s.Comm || s.TotalCommHidden < s.CommHidden || s.TotalComm-s.TotalCommHidden > s.TotalExposed {
+			return fmt.Errorf("communication %v, hidden %v, exposed %v; totals %v, %v, %v", s.Comm, s.CommHidden, s.Exposed, s.TotalComm, s.TotalCommHidden, s.TotalExposed)
 		}
 		return nil
 	})
