@@ -30,7 +30,7 @@ var doctorUsage = `usage: goccl doctor host [--json]
        goccl doctor topo FILE|- [--json]
        goccl doctor ibv FILE|- [--json]
        goccl doctor flight-recorder DUMP|DIR... [--json]
-       goccl doctor trace TRACE|DIR... [--json]
+       goccl doctor trace TRACE|DIR... [--skip N] [--per-step] [--json]
 
 host        checks this machine: RDMA devices and /dev/infiniband (containers),
             port states, RoCE GIDs and the NCCL_IB_GID_INDEX to use, interface
@@ -49,9 +49,14 @@ flight-recorder
             group and sequence number, and names the culprit rank of a hang
             or mismatch (missing rank, type, size, dtype, state)
 trace       reads PyTorch profiler (Kineto) traces, one per rank, JSON or
-            gzipped (a folder is read whole): each rank's GPU time as idle,
-            compute and non-compute, and the share of communication that
-            overlaps computation, as Holistic Trace Analysis defines them
+            gzipped, or goccl's (` + config.TraceFile.Name + `; a folder is read
+            whole): each rank's GPU time as idle, compute and non-compute,
+            and the share of communication that overlaps computation, as
+            Holistic Trace Analysis defines them; per step (ProfilerStep#N,
+            ddp's steps) the communication, its overlap and exposed tail,
+            host synchronizations (.item(), synchronize, D2H cudaMemcpy) and
+            data-loader time, means over the steps after --skip; the
+            last rank to reach each collective (stragglers)
 
 FILE is read as posted (launcher prefixes and colour codes are fine); - is
 standard input. Flags may come before or after FILE, with two dashes or
@@ -161,12 +166,17 @@ var doctorSubs = []doctorSub{
 		}
 	}},
 	{name: "trace", files: func(fs *pflag.FlagSet) doctorFilesFunc {
+		skip := fs.Int("skip", 0, "warm-up steps of each rank that the step summary leaves out")
+		perStep := fs.Bool("per-step", false, "print every step's figures")
 		return func(_ context.Context, paths []string) (doctorResult, error) {
+			if *skip < 0 {
+				return doctorResult{}, doctorUsageError{fmt.Errorf("--skip %d: must be a number of steps ≥ 0", *skip)}
+			}
 			rks, err := tracedoc.ReadPaths(paths)
 			if err != nil {
 				return doctorResult{}, doctorUsageError{err}
 			}
-			rep := tracedoc.Analyze(rks)
+			rep := tracedoc.Analyze(rks, tracedoc.Options{Skip: *skip, PerStep: *perStep})
 			return doctorResult{report: rep, text: rep.WriteText, findings: rep.Findings}, nil
 		}
 	}},

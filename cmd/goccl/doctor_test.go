@@ -287,7 +287,8 @@ func TestDoctorFlightRecorder(t *testing.T) {
 
 // TestDoctorTrace runs `goccl doctor trace` on HTA's two-rank trace_filter
 // folder: both ranks' overlap as HTA computes it (11.81 and 20.05 %), the
-// JSON form, and a missing file as a usage error (exit 2).
+// JSON form, and a missing file as a usage error (exit 2); then the steps
+// of trace_diff.
 func TestDoctorTrace(t *testing.T) {
 	dir := filepath.Join("..", "..", "doctor", "trace", "testdata", "hta", "trace_filter")
 	var o, e bytes.Buffer
@@ -312,5 +313,20 @@ func TestDoctorTrace(t *testing.T) {
 	}
 	if code := cli([]string{"doctor", "trace", filepath.Join(t.TempDir(), "none.json")}, &o, &e); code != 2 {
 		t.Errorf("a missing file: exit %d, want 2", code)
+	}
+	// Steps: trace_diff's 5 steps each printed, 4 summarized after one
+	// skipped, with its .item() calls found.
+	diff := filepath.Join("..", "..", "doctor", "trace", "testdata", "hta", "trace_diff")
+	o.Reset()
+	if code := cli([]string{"doctor", "trace", "--skip", "1", "--per-step", diff}, &o, &e); code != 0 {
+		t.Fatalf("--skip 1 --per-step: exit %d: %s", code, e.String())
+	}
+	for _, want := range []string{"after the first 1 skipped", "     1      4  ", "  1013  ", "WARN  host-sync: rank 1: 11.0 host synchronizations per step (item ×20, stream-synchronize ×24 over 4 steps)"} {
+		if !strings.Contains(o.String(), want) {
+			t.Errorf("--skip 1 --per-step: no %q in\n%s", want, o.String())
+		}
+	}
+	if code := cli([]string{"doctor", "trace", "--skip", "-1", diff}, &o, &e); code != 2 || !strings.Contains(e.String(), "--skip -1") {
+		t.Errorf("--skip -1: exit %d, %q; want 2 and the flag named", code, e.String())
 	}
 }

@@ -112,6 +112,10 @@ type Breakdown struct {
 	// communication, and Events counts both.
 	Goccl     bool `json:"goccl,omitempty"`
 	Truncated bool `json:"truncated,omitempty"` // a goccl trace cut short (Rank.Truncated)
+	// Steps are the rank's training steps (steps.go), Summary their means
+	// after the warm-up; none without step annotations.
+	Steps   []Step       `json:"steps,omitempty"`
+	Summary *StepSummary `json:"step_summary,omitempty"`
 }
 
 // breakdown computes rk's breakdown over events evs (after the step

@@ -21,6 +21,12 @@ type event struct {
 	ts, end     float64 // µs, rounded as HTA rounds sub-µs traces
 	stream      int64
 	correlation int64
+	// goccl operations: the sequence number and, when the communicator
+	// knew it, the rank that entered last and how long after the first
+	// (lastRank -1: not known).
+	seq      int64
+	lastRank int
+	lag      float64 // µs
 }
 
 // Rank is one trace file read: its rank and the events the analyses use.
@@ -28,7 +34,12 @@ type Rank struct {
 	File  string // as given
 	Rank  int    // distributedInfo.rank, 0 when the trace has none (as HTA)
 	gpu   []event
-	steps []event // ProfilerStep#N on the host
+	steps []event // ProfilerStep#N on the host; goccl: ddp's steps (steps.go)
+	// syncs are the host events that block on the GPU (syncKind), loader
+	// the data loader's (names holding "DataLoader"): what the per-step
+	// figures count.
+	syncs  []event
+	loader []event
 	// hostCorr is, per correlation id of a host event (a launch), the
 	// earliest start among the host events carrying it.
 	hostCorr map[int64]float64
@@ -176,8 +187,13 @@ func (rk *Rank) add(e *rawEvent) error {
 			rk.hostMin = ts
 		}
 		rk.hostAny = true
-		if isStep(e.Name) {
+		switch {
+		case isStep(e.Name):
 			rk.steps = append(rk.steps, ev)
+		case syncKind(e.Name) != "":
+			rk.syncs = append(rk.syncs, ev)
+		case strings.Contains(e.Name, "DataLoader"):
+			rk.loader = append(rk.loader, ev)
 		}
 		if old, ok := rk.hostCorr[corr]; !ok || ts < old {
 			rk.hostCorr[corr] = ts
@@ -240,7 +256,7 @@ func (rk *Rank) round() {
 	if !rk.floatTS {
 		return
 	}
-	for _, s := range [][]event{rk.gpu, rk.steps} {
+	for _, s := range [][]event{rk.gpu, rk.steps, rk.syncs, rk.loader} {
 		for i := range s {
 			s[i].ts, s[i].end = math.Ceil(s[i].ts), math.Floor(s[i].end)
 		}
@@ -290,10 +306,21 @@ func (rk *Rank) readGoccl(dec *json.Decoder) error {
 		} else if pid != rk.Rank {
 			return fmt.Errorf("%s: events of ranks %d and %d: give one rank's trace per file (goccl trace merge joins them for viewing)", rk.File, rk.Rank, pid)
 		}
-		ev := event{name: e.Name, ts: ts, end: ts + dur, stream: 0, correlation: -2}
+		ev := event{name: e.Name, ts: ts, end: ts + dur, stream: 0, correlation: -2, lastRank: -1}
 		switch {
 		case string(e.Tid) == "0":
 			ev.kind = Communication
+			var a struct {
+				Seq      int64    `json:"seq"`
+				LastRank *int     `json:"last_rank"`
+				Lag      *float64 `json:"lag_us"`
+			}
+			if len(e.Args) > 0 && json.Unmarshal(e.Args, &a) == nil {
+				ev.seq = a.Seq
+				if a.LastRank != nil && a.Lag != nil {
+					ev.lastRank, ev.lag = *a.LastRank, *a.Lag
+				}
+			}
 		case strings.HasSuffix(e.Name, "wait"):
 			ev.kind = Other
 		default:

@@ -1,5 +1,6 @@
 // Package trace is goccl's doctor for training traces: PyTorch profiler
-// (Kineto) Chrome traces, one file per rank, plain or gzipped.
+// (Kineto) Chrome traces, one file per rank, plain or gzipped, and
+// goccl's own (GOCCL_TRACE_FILE).
 //
 // Per rank it gives the GPU time's temporal breakdown and the share of
 // communication that overlaps computation, with the definitions of Meta's
@@ -35,9 +36,16 @@
 // "rank": followed by whitespace in the text, which Kineto writes the
 // same); an MTIA trace's own filter is not modelled.
 //
+// Per step (steps.go: ProfilerStep#N, or ddp's steps in a goccl trace):
+// compute, communication, overlap, the exposed tail of the communication,
+// the host's synchronizations with the GPU and the data loader's time,
+// summarized after a warm-up (Options.Skip). Across ranks (arrival.go):
+// the last rank to reach each collective and how late.
+//
 // Finding codes: exposed-communication (warn), gpu-idle (warn; Kineto only),
 // trace-truncated (info; a goccl trace cut short),
-// rank-imbalance (warn), no-gpu-events (error).
+// rank-imbalance (warn), no-gpu-events (error), host-sync, data-loader,
+// comm-tail, straggler (warn).
 package trace
 
 import (
@@ -58,18 +66,35 @@ type Report struct {
 	Ranks []Breakdown `json:"ranks"`
 	// StepsFiltered says the last profiler step was dropped (two or more
 	// steps in the traces, HTA's default).
-	StepsFiltered bool             `json:"steps_filtered"`
-	Findings      []doctor.Finding `json:"findings"`
+	StepsFiltered bool      `json:"steps_filtered"`
+	Arrivals      *Arrivals `json:"arrivals,omitempty"` // the stragglers, with two ranks or more
+	// PerStep says WriteText prints every step (Options.PerStep).
+	PerStep  bool             `json:"-"`
+	Findings []doctor.Finding `json:"findings"`
 }
 
-// Analyze computes the breakdown of every rank and the findings.
-func Analyze(rks []*Rank) *Report {
-	rep := &Report{StepsFiltered: stepNames(rks) >= 2}
+// Options are the analysis' choices.
+type Options struct {
+	// Skip is how many first steps of each rank the step summary leaves
+	// out (the warm-up).
+	Skip int
+	// PerStep makes WriteText print every step's figures.
+	PerStep bool
+}
+
+// Analyze computes the breakdown of every rank, its steps, the arrivals at
+// the collectives, and the findings.
+func Analyze(rks []*Rank, opt Options) *Report {
+	rep := &Report{StepsFiltered: stepNames(rks) >= 2, PerStep: opt.PerStep}
 	for _, rk := range rks {
-		b := breakdown(rk, stepFilter(rk, rep.StepsFiltered))
+		gpu := stepFilter(rk, rep.StepsFiltered)
+		b := breakdown(rk, gpu)
+		b.Steps = rk.stepFigures(gpu, rep.StepsFiltered)
+		b.Summary = summarize(b.Steps, opt.Skip)
 		rep.Ranks = append(rep.Ranks, b)
 	}
 	sort.SliceStable(rep.Ranks, func(i, j int) bool { return rep.Ranks[i].Rank < rep.Ranks[j].Rank })
+	rep.Arrivals = arrivals(rks)
 	rep.find()
 	return rep
 }
@@ -81,6 +106,55 @@ const (
 	idleMin      = 30 // % of the window idle
 	imbalanceMin = 10 // percentage points of compute between ranks
 )
+
+// Thresholds of the step findings.
+const (
+	syncsMin     = 1    // host synchronizations per step
+	loaderShare  = 10   // % of the step in the data loader
+	tailShare    = 10   // % of the step in the exposed tail
+	stragglerMin = 4    // collectives matched
+	stragglerLag = 1000 // µs, mean lag when last
+)
+
+type addFunc func(sev doctor.Severity, code, fix, format string, a ...any)
+
+// findSteps adds the findings of b's steps after the warm-up.
+func (rep *Report) findSteps(add addFunc, b Breakdown) {
+	s := b.Summary
+	if s == nil || s.Steps == 0 {
+		return
+	}
+	if s.Syncs >= syncsMin {
+		add(doctor.SevWarn, "host-sync",
+			"take .item(), printing or logging of CUDA tensors and torch.cuda.synchronize() out of the step (accumulate metrics on the GPU, read them every N steps): each sync stalls the host until the GPU drains, so the next launches cannot run ahead",
+			"rank %d: %.1f host synchronizations per step (%s over %d steps), %.2f ms per step blocked",
+			b.Rank, s.Syncs, kindsText(s.SyncKinds), s.Steps, s.SyncTime/1e3)
+	}
+	if s.Dur > 0 && 100*s.Loader/s.Dur >= loaderShare {
+		add(doctor.SevWarn, "data-loader",
+			"the input pipeline holds the step: more DataLoader workers (num_workers), pin_memory=True, a larger prefetch_factor, faster storage or cached, pre-decoded samples",
+			"rank %d: the data loader takes %.2f ms of each %.2f ms step (%.1f %%)", b.Rank, s.Loader/1e3, s.Dur/1e3, 100*s.Loader/s.Dur)
+	}
+	if s.Dur > 0 && 100*s.Tail/s.Dur >= tailShare {
+		add(doctor.SevWarn, "comm-tail",
+			"the last gradient bucket's AllReduce runs alone after backward: a smaller bucket_cap_mb (the last bucket reduced holds the first layers), or overlap it with the optimizer step",
+			"rank %d: %.2f ms of communication per step runs after the last computation (%.1f %% of the %.2f ms step)", b.Rank, s.Tail/1e3, 100*s.Tail/s.Dur, s.Dur/1e3)
+	}
+}
+
+// kindsText is "item ×5, stream-synchronize ×1", by kind's name.
+func kindsText(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s ×%d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
+}
 
 func (rep *Report) find() {
 	add := func(sev doctor.Severity, code, fix, format string, a ...any) {
@@ -115,6 +189,19 @@ func (rep *Report) find() {
 			hi = i
 		}
 	}
+	for _, b := range rep.Ranks {
+		rep.findSteps(add, b)
+	}
+	if a := rep.Arrivals; a != nil && a.Collectives >= stragglerMin {
+		for _, r := range a.Ranks {
+			if 2*r.Last >= a.Collectives && r.MeanLag >= stragglerLag {
+				add(doctor.SevWarn, "straggler",
+					"the other ranks wait for this one at every collective: look at its host (CPU load, data loading, throttling, a slower device) and its share of the work",
+					"rank %d reached %d of %d collectives last, %.2f ms after the first rank on average (at most %.2f ms; %s)",
+					r.Rank, r.Last, a.Collectives, r.MeanLag/1e3, r.MaxLag/1e3, a.Source)
+			}
+		}
+	}
 	if lo >= 0 && rep.Ranks[hi].ComputePct-rep.Ranks[lo].ComputePct >= imbalanceMin {
 		add(doctor.SevWarn, "rank-imbalance",
 			"give the ranks equal work (shard sizes, sequence lengths); the others wait for the busiest at every collective",
@@ -140,27 +227,97 @@ func (rep *Report) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "rank\twindow\tidle %\tcompute %\tnon-compute %\tcommunication\toverlap %\texposed comm\tGPU events\t")
 	for _, b := range rep.Ranks {
-		ov := "-"
-		if !math.IsNaN(b.OverlapPct) {
-			ov = fmt.Sprintf("%.2f", b.OverlapPct)
-		}
-		fmt.Fprintf(tw, "%d\t%.0f\t%.2f\t%.2f\t%.2f\t%.0f\t%s\t%.0f\t%d\t\n", b.Rank, b.Window, b.IdlePct, b.ComputePct, b.NonCompPct, b.Comm, ov, b.ExposedComm, b.Events)
+		fmt.Fprintf(tw, "%d\t%.0f\t%.2f\t%.2f\t%.2f\t%.0f\t%s\t%.0f\t%d\t\n", b.Rank, b.Window, b.IdlePct, b.ComputePct, b.NonCompPct, b.Comm, pctText(b.OverlapPct), b.ExposedComm, b.Events)
 	}
 	tw.Flush()
+	rep.writeSteps(w)
+	if a := rep.Arrivals; a != nil {
+		fmt.Fprintf(w, "\nThe last rank to reach each of %d collectives (%s)\n", a.Collectives, a.Source)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "rank\tlast in\tmean lag ms\tmax lag ms\t")
+		for _, r := range a.Ranks {
+			fmt.Fprintf(tw, "%d\t%d\t%.3f\t%.3f\t\n", r.Rank, r.Last, r.MeanLag/1e3, r.MaxLag/1e3)
+		}
+		tw.Flush()
+	}
 	return doctor.WriteFindings(w, rep.Findings)
+}
+
+// writeSteps prints the step summaries and, with PerStep, every step.
+func (rep *Report) writeSteps(w io.Writer) {
+	var with []Breakdown
+	for _, b := range rep.Ranks {
+		if b.Summary != nil {
+			with = append(with, b)
+		}
+	}
+	if len(with) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nPer step (ms; means over the steps after the first %d skipped)\n", with[0].Summary.Skipped)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "rank\tsteps\tstep\tcommunication\toverlap %\texposed comm\ttail\tsyncs\tsync\tdata loader\t")
+	for _, b := range with {
+		s := b.Summary
+		fmt.Fprintf(tw, "%d\t%d\t%.3f\t%.3f\t%s\t%.3f\t%.3f\t%.1f\t%.3f\t%.3f\t\n", b.Rank, s.Steps, s.Dur/1e3, s.Comm/1e3, pctText(s.OverlapPct),
+			s.ExposedComm/1e3, s.Tail/1e3, s.Syncs, s.SyncTime/1e3, s.Loader/1e3)
+	}
+	tw.Flush()
+	if !rep.PerStep {
+		return
+	}
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w)
+	fmt.Fprintln(tw, "rank\tstep\tstart µs\tstep\tcompute\tcommunication\toverlap %\texposed comm\ttail\tsyncs\tdata loader\t")
+	for _, b := range with {
+		for _, st := range b.Steps {
+			ov := math.NaN()
+			if st.Comm > 0 {
+				ov = pct(st.Overlap / st.Comm)
+			}
+			n := 0
+			for _, c := range st.Syncs {
+				n += c
+			}
+			fmt.Fprintf(tw, "%d\t%d\t%.0f\t%.3f\t%.3f\t%.3f\t%s\t%.3f\t%.3f\t%d\t%.3f\t\n", b.Rank, st.Index, st.Start, st.Dur/1e3, st.Compute/1e3, st.Comm/1e3, pctText(ov),
+				st.ExposedComm/1e3, st.Tail/1e3, n, st.Loader/1e3)
+		}
+	}
+	tw.Flush()
+}
+
+// pctText prints a percentage, "-" for NaN.
+func pctText(p float64) string {
+	if math.IsNaN(p) {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", p)
+}
+
+// MarshalJSON writes OverlapPct as null where it is NaN (no communication).
+func (s StepSummary) MarshalJSON() ([]byte, error) {
+	type plain StepSummary
+	return json.Marshal(struct {
+		plain
+		OverlapPct *float64 `json:"overlap_pct"`
+	}{plain(s), nanNull(s.OverlapPct)})
+}
+
+// nanNull is &f, or nil for NaN.
+func nanNull(f float64) *float64 {
+	if math.IsNaN(f) {
+		return nil
+	}
+	return &f
 }
 
 // MarshalJSON writes OverlapPct as null where it is NaN (no communication).
 func (b Breakdown) MarshalJSON() ([]byte, error) {
 	type plain Breakdown
-	var ov *float64
-	if !math.IsNaN(b.OverlapPct) {
-		ov = &b.OverlapPct
-	}
 	return json.Marshal(struct {
 		plain
 		OverlapPct *float64 `json:"overlap_pct"`
-	}{plain(b), ov})
+	}{plain(b), nanNull(b.OverlapPct)})
 }
 
 // ReadPaths reads the traces named: files, or folders whose .json and .gz

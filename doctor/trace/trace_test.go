@@ -37,7 +37,7 @@ func TestHTAAgreement(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rep := Analyze(rks)
+			rep := Analyze(rks, Options{})
 			if len(rep.Ranks) != len(tc.ranks) {
 				t.Fatalf("%d ranks, want %d", len(rep.Ranks), len(tc.ranks))
 			}
@@ -106,7 +106,7 @@ func TestReadEdges(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b := Analyze([]*Rank{rk}).Ranks[0]
+		b := Analyze([]*Rank{rk}, Options{}).Ranks[0]
 		// gemm 100-150, nccl 120-180: window 80, compute 50, comm 60 of which 30 overlap.
 		if b.Rank != 3 || b.Window != 80 || b.Compute != 50 || b.NonCompute != 30 || b.Comm != 60 || b.Overlap != 30 || b.OverlapPct != 50 || b.Events != 2 {
 			t.Errorf("%+v", b)
@@ -120,7 +120,7 @@ func TestReadEdges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if js, err := json.Marshal(Analyze([]*Rank{noComm})); err != nil || !strings.Contains(string(js), `"overlap_pct":null`) {
+	if js, err := json.Marshal(Analyze([]*Rank{noComm}, Options{})); err != nil || !strings.Contains(string(js), `"overlap_pct":null`) {
 		t.Errorf("no communication: JSON %s, %v; want overlap_pct null", js, err)
 	}
 	for _, bad := range []string{"", `[{"ph": "X", "pid": "x", "ts": 1, "dur": 1}]`, `[{"ph": "X", "pid": 0, "ts": 1, "dur": 1}, {"ph": "X", "pid": 1, "ts": 1, "dur": 1}]`, `{"traceEvents": {}}`, `{"traceEvents": [{"ts": "x", "dur": 1, "cat": "k"}]}`, `{"traceEvents": [`, `{"distributedInfo": {"rank": -1}}`} {
@@ -145,7 +145,7 @@ func TestFindings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := Analyze(rks)
+	rep := Analyze(rks, Options{})
 	count := map[string]int{}
 	for _, f := range rep.Findings {
 		count[f.Code]++
@@ -179,7 +179,7 @@ func TestGocclTrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := Analyze([]*Rank{rk})
+	rep := Analyze([]*Rank{rk}, Options{})
 	b := rep.Ranks[0]
 	if b.Rank != 2 || !b.Goccl || b.Window != 200 || b.Comm != 100 || b.Overlap != 50 || b.OverlapPct != 50 || b.ExposedComm != 50 || b.Compute != 150 || b.Idle != 0 {
 		t.Errorf("%+v", b)
@@ -195,7 +195,7 @@ func TestGocclTrace(t *testing.T) {
 		if err != nil {
 			t.Fatalf("a trace cut short: %v", err)
 		}
-		rep := Analyze([]*Rank{rk})
+		rep := Analyze([]*Rank{rk}, Options{})
 		if !rk.Truncated || rep.Ranks[0].Comm != 100 || len(rep.Findings) == 0 || rep.Findings[0].Code != "trace-truncated" {
 			t.Errorf("cut at %d bytes: truncated %v, %+v, findings %+v", len(cut), rk.Truncated, rep.Ranks[0], rep.Findings)
 		}
