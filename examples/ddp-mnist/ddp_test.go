@@ -3,17 +3,22 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
-	"github.com/goccl/goccl/examples/internal/mnist"
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/goccl/goccl/examples/internal/mnist"
+
 	"github.com/goccl/goccl"
+	tracedoc "github.com/goccl/goccl/doctor/trace"
 	gocclconfig "github.com/goccl/goccl/internal/config"
 	"github.com/goccl/goccl/internal/progress/ptytest"
 	"github.com/goccl/goccl/internal/ranktest"
@@ -343,5 +348,54 @@ func TestEpochBars(t *testing.T) {
 	}
 	if len(last) != 2 || strings.Contains(out.String(), "\x1b") {
 		t.Errorf("bars %q; output %q", last, out.String())
+	}
+}
+
+// TestTraceOverlapAgrees is issue 31's check of goccl doctor trace: on the
+// GOCCL_TRACE_FILE traces of a 4-rank run, rank 0's overlap over the steps
+// after the warm-up (doctor/trace, Options.Skip) is the comm_overlap_pct
+// the example prints, within 1 percentage point, and its communication
+// per step the comm_ms, within 2 %.
+func TestTraceOverlapAgrees(t *testing.T) {
+	const world = 4
+	dir := t.TempDir()
+	t.Setenv(gocclconfig.TraceFile.Name, filepath.Join(dir, "trace-%r.json"))
+	train0, test0 := loadForTest(t)
+	test0 = test0.Subset(500)
+	cfg, err := parseFlags([]string{"-steps", "24", "-batch", "64"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	runRanks(t, world, func(ctx context.Context, c *goccl.Comm) (err error) {
+		w := io.Discard
+		if c.Rank() == 0 {
+			w = &out
+		}
+		_, err = train(ctx, c, cfg, train0, test0, w)
+		return err
+	})
+	kv := checkOutput(t, out.String(), 1, world)
+	printed, err1 := strconv.ParseFloat(kv["comm_overlap_pct"], 64)
+	commMS, err2 := strconv.ParseFloat(kv["comm_ms"], 64)
+	warmup, err3 := strconv.Atoi(kv["warmup"])
+	if err := errors.Join(err1, err2, err3); err != nil {
+		t.Fatalf("summary %v: %v", kv, err)
+	}
+	rks, err := tracedoc.ReadPaths([]string{dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := tracedoc.Analyze(rks, tracedoc.Options{Skip: warmup})
+	if len(rep.Ranks) != world {
+		t.Fatalf("%d ranks in the traces, want %d", len(rep.Ranks), world)
+	}
+	s := rep.Ranks[0].Summary
+	if s == nil || s.Steps != 24-warmup {
+		t.Fatalf("rank 0's step summary %+v, want %d steps", s, 24-warmup)
+	}
+	t.Logf("printed: comm_ms=%.3f comm_overlap_pct=%.2f; doctor trace: %.3f ms, %.2f %%", commMS, printed, s.Comm/1e3, s.OverlapPct)
+	if math.Abs(s.OverlapPct-printed) > 1 || math.Abs(s.Comm/1e3-commMS) > 0.02*commMS {
+		t.Errorf("doctor trace: overlap %.2f %% of %.3f ms per step; the example printed %.2f %% of %.3f ms", s.OverlapPct, s.Comm/1e3, printed, commMS)
 	}
 }

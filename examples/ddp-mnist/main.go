@@ -24,7 +24,7 @@
 // scripts (on a terminal it also shows a bar over each epoch's steps on
 // stderr, see GOCCL_PROGRESS):
 //
-//	summary: ranks=4 batch=128 steps=200 warmup=10 step_ms=21.5 compute_ms=16.2 wait_ms=5.3 bytes_per_step=4275240 accuracy=0.9512 loss=0.1623 overlap=true bucket_mb=0.5 compress=none wait_ms_overlap=5.3 wait_ms_nooverlap=0 chunk_rows=128 step_p50_ms=21.1 step_p99_ms=24.8
+//	summary: ranks=4 batch=128 steps=200 warmup=10 step_ms=21.5 compute_ms=16.2 wait_ms=5.3 bytes_per_step=4275240 accuracy=0.9512 loss=0.1623 overlap=true bucket_mb=0.5 compress=none wait_ms_overlap=5.3 wait_ms_nooverlap=0 chunk_rows=128 step_p50_ms=21.1 step_p99_ms=24.8 comm_ms=9.6 comm_overlap_pct=44.79
 //
 // step_ms is rank 0's mean wall time of a whole step (batch preparation,
 // forward, backward, gradient reduction, Adam update) over the steps after
@@ -34,7 +34,12 @@
 // wait_ms_overlap and wait_ms_nooverlap wait_ms over the steps of each
 // overlap setting; step_p50_ms and step_p99_ms the median and 99th
 // percentile (nearest rank) of rank 0's step times after the warmup, the
-// step-time jitter a congested fabric shows.
+// step-time jitter a congested fabric shows; comm_ms the mean time the
+// gradient AllReduces ran per step (the union of their spans, Stats.Comm)
+// and comm_overlap_pct the share of it that ran before Wait, behind the
+// step's compute (Stats.CommHidden): what `goccl doctor trace --skip
+// WARMUP` reports as rank 0's overlap on the GOCCL_TRACE_FILE trace of
+// the run.
 package main
 
 import (
@@ -232,6 +237,7 @@ func trainElastic(ctx context.Context, c *goccl.Comm, cfg config, trainSet, test
 	}
 	warmup := warmupSteps(totalSteps)
 	var timed, waited time.Duration // over the steps after the warm-up
+	var comm, hidden time.Duration  // the gradient AllReduces' time and its part before Wait, ditto
 	var stepTimes []time.Duration   // each step's after the warm-up
 	var bytesPerStep int64
 	var modes [2]modeStats // [0]: steps without overlap, [1]: with, after the warm-up
@@ -278,6 +284,8 @@ func trainElastic(ctx context.Context, c *goccl.Comm, cfg config, trainSet, test
 				stepTimes = append(stepTimes, dt)
 				timed += dt
 				waited += st.Exposed
+				comm += st.Comm
+				hidden += st.CommHidden
 				bytesPerStep = st.CommBytes
 				modes[m].add(dt, st.Exposed)
 			}
@@ -315,10 +323,19 @@ func trainElastic(ctx context.Context, c *goccl.Comm, cfg config, trainSet, test
 			modes[1].exposedMS(), modes[1].exposedPct(), modes[1].stepMS(), modes[0].exposedMS(), modes[0].exposedPct(), modes[0].stepMS())
 	}
 	ms := func(d time.Duration) float64 { return d.Seconds() * 1e3 / float64(max(step-warmup, 1)) }
-	fmt.Fprintf(w(), "summary: ranks=%d batch=%d steps=%d warmup=%d step_ms=%.3f compute_ms=%.3f wait_ms=%.3f bytes_per_step=%d accuracy=%.4f loss=%.4f overlap=%v bucket_mb=%g compress=%s wait_ms_overlap=%.3f wait_ms_nooverlap=%.3f chunk_rows=%d step_p50_ms=%.3f step_p99_ms=%.3f\n",
+	fmt.Fprintf(w(), "summary: ranks=%d batch=%d steps=%d warmup=%d step_ms=%.3f compute_ms=%.3f wait_ms=%.3f bytes_per_step=%d accuracy=%.4f loss=%.4f overlap=%v bucket_mb=%g compress=%s wait_ms_overlap=%.3f wait_ms_nooverlap=%.3f chunk_rows=%d step_p50_ms=%.3f step_p99_ms=%.3f comm_ms=%.3f comm_overlap_pct=%.2f\n",
 		t.size, cfg.batch, step, warmup, ms(timed), ms(timed-waited), ms(waited), bytesPerStep, res.testAccuracy, res.lastLoss, cfg.overlap.String(), cfg.tr.bucketMB, cmp.Or(cfg.tr.compress, "none"),
-		modes[1].exposedMS(), modes[0].exposedMS(), cfg.tr.chunkRows, percentileMS(stepTimes, 50), percentileMS(stepTimes, 99))
+		modes[1].exposedMS(), modes[0].exposedMS(), cfg.tr.chunkRows, percentileMS(stepTimes, 50), percentileMS(stepTimes, 99),
+		ms(comm), overlapPct(hidden, comm))
 	return res, nil
+}
+
+// overlapPct is hidden as a percentage of comm (0 without communication).
+func overlapPct(hidden, comm time.Duration) float64 {
+	if comm <= 0 {
+		return 0
+	}
+	return 100 * hidden.Seconds() / comm.Seconds()
 }
 
 // percentileMS is the p-th percentile of ds in milliseconds, by the
