@@ -9,9 +9,12 @@ import (
 )
 
 // TestPerfEveryCollective3Ranks runs `goccl perf C -np 3 -d all -o all` for
-// every collective over the real library, sizes 8 B to 16 MiB (factor 8 to
-// keep CI short; the issue's full factor-2 sweep is the same code path), and
-// requires #wrong 0 and no out-of-bounds writes, over shared memory and TCP.
+// every collective over the real library, sizes 8 B to 2 MiB (factor 8 to
+// keep CI short; the issue's full factor-2 sweep is the same code path),
+// then 16 MiB in float32 sums (every type at that size cost most of the
+// test, and the root package's matrix runs every type at 1000003
+// elements), and requires #wrong 0 and no out-of-bounds writes, over
+// shared memory and TCP.
 func TestPerfEveryCollective3Ranks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end sweep; the full suite runs it")
@@ -20,21 +23,23 @@ func TestPerfEveryCollective3Ranks(t *testing.T) {
 		for _, coll := range []string{"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "alltoall", "sendrecv"} {
 			t.Run(coll+"/shm_disable="+shmOff, func(t *testing.T) {
 				t.Setenv("GOCCL_SHM_DISABLE", shmOff)
-				stdout, stderr, code := runGoccl(t, "perf", coll, "-np", "3", "-b", "8", "-e", "16M", "-f", "8",
-					"-n", "1", "-w", "0", "-d", "all", "-o", "all")
-				if code != 0 {
-					t.Fatalf("exit code %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
-				}
-				rows, tail := parseReport(t, stdout, 3)
-				if len(rows) == 0 || tail[0] != "# Out of bounds values : 0 OK" {
-					t.Fatalf("%d rows, tail %q", len(rows), tail)
-				}
 				sawMax := false
-				for _, r := range rows {
-					if r.wrongOOP != "0" || (r.wrongIP != "0" && r.wrongIP != "N/A") {
-						t.Errorf("row %+v", r)
+				for _, args := range [][]string{{"-b", "8", "-e", "2M", "-f", "8", "-d", "all", "-o", "all"}, {"-b", "16M", "-e", "16M", "-d", "float", "-o", "sum"}} {
+					args = append([]string{"perf", coll, "-np", "3", "-n", "1", "-w", "0"}, args...)
+					stdout, stderr, code := runGoccl(t, args...)
+					if code != 0 {
+						t.Fatalf("%v: exit code %d\nstdout:\n%s\nstderr:\n%s", args, code, stdout, stderr)
 					}
-					sawMax = sawMax || r.size > 15<<20 // 16 MiB, rounded to whole per-rank blocks
+					rows, tail := parseReport(t, stdout, 3)
+					if len(rows) == 0 || tail[0] != "# Out of bounds values : 0 OK" {
+						t.Fatalf("%v: %d rows, tail %q", args, len(rows), tail)
+					}
+					for _, r := range rows {
+						if r.wrongOOP != "0" || (r.wrongIP != "0" && r.wrongIP != "N/A") {
+							t.Errorf("%v: row %+v", args, r)
+						}
+						sawMax = sawMax || r.size > 15<<20 // 16 MiB, rounded to whole per-rank blocks
+					}
 				}
 				if !sawMax {
 					t.Errorf("no row near 16 MiB")
