@@ -12,6 +12,7 @@
 //	ibv        ibv_devinfo, ibstat, ibstatus and show_gids outputs
 //	host       the live host: sysfs, /dev, the environment, the tools above
 //	flightrec  flight-recorder dumps of every rank, goccl's and PyTorch's
+//	k8s        Kubernetes pods: kubectl get -o json|yaml, describe, manifests
 //	trace      PyTorch profiler (Kineto) traces of every rank
 //
 // Every reader takes the text as posted (launcher prefixes, ANSI remnants,
@@ -21,7 +22,7 @@
 // it imports none of them, so the shared types live here rather than in a
 // separate report package: there is no import cycle to break.
 //
-// The CLI is `goccl doctor nccl-log|nccl-tests|topo|ibv|host|flight-recorder|trace`, each with
+// The CLI is `goccl doctor nccl-log|nccl-tests|topo|ibv|host|flight-recorder|k8s|trace`, each with
 // --json printing the report as JSON.
 package doctor
 

@@ -17,6 +17,7 @@ import (
 	"github.com/goccl/goccl/doctor/flightrec"
 	"github.com/goccl/goccl/doctor/host"
 	"github.com/goccl/goccl/doctor/ibv"
+	k8sdoc "github.com/goccl/goccl/doctor/k8s"
 	"github.com/goccl/goccl/doctor/nccllog"
 	"github.com/goccl/goccl/doctor/nccltests"
 	topodoc "github.com/goccl/goccl/doctor/topo"
@@ -30,6 +31,7 @@ var doctorUsage = `usage: goccl doctor host [--json]
        goccl doctor topo FILE|- [--json]
        goccl doctor ibv FILE|- [--json]
        goccl doctor flight-recorder DUMP|DIR... [--json]
+       goccl doctor k8s FILE|DIR... [--json]
        goccl doctor trace TRACE|DIR... [--skip N] [--per-step] [--json]
 
 host        checks this machine: RDMA devices and /dev/infiniband (containers),
@@ -48,6 +50,12 @@ flight-recorder
             is read whole), matches the operations across ranks by process
             group and sequence number, and names the culprit rank of a hang
             or mismatch (missing rank, type, size, dtype, state)
+k8s         reads kubectl get pod -o json|yaml, manifests (a Deployment's
+            or a job's pod template too) and kubectl describe pod output,
+            whole or in pieces: RDMA, SR-IOV and GPU resources and pods the
+            scheduler cannot place, IPC_LOCK, /dev/shm and /dev/infiniband
+            mounts, hugepages, Multus networks asked for and attached, CNI
+            failures, NCCL_* variables that turn fast paths off
 trace       reads PyTorch profiler (Kineto) traces, one per rank, JSON or
             gzipped, or goccl's (` + config.TraceFile.Name + `; a folder is read
             whole): each rank's GPU time as idle, compute and non-compute,
@@ -70,8 +78,8 @@ errors and unreadable input.
 func init() {
 	register(&command{
 		name:    "doctor",
-		summary: "diagnose a setup: this host, NCCL logs, nccl-tests tables, nvidia-smi topo -m, ibv_devinfo, flight-recorder dumps, profiler traces",
-		usage:   "goccl doctor host|nccl-log|nccl-tests|topo|ibv|flight-recorder|trace [FILE|-] [--json]",
+		summary: "diagnose a setup: this host, NCCL logs, nccl-tests tables, nvidia-smi topo -m, ibv_devinfo, flight-recorder dumps, Kubernetes pods, profiler traces",
+		usage:   "goccl doctor host|nccl-log|nccl-tests|topo|ibv|flight-recorder|k8s|trace [FILE|-] [--json]",
 		run:     runDoctor,
 	})
 }
@@ -162,6 +170,15 @@ var doctorSubs = []doctorSub{
 				return doctorResult{}, doctorUsageError{err}
 			}
 			rep := flightrec.Analyze(dumps)
+			return doctorResult{report: rep, text: rep.WriteText, findings: rep.Findings}, nil
+		}
+	}},
+	{name: "k8s", files: func(fs *pflag.FlagSet) doctorFilesFunc {
+		return func(_ context.Context, paths []string) (doctorResult, error) {
+			rep, err := k8sdoc.ReadPaths(paths)
+			if err != nil {
+				return doctorResult{}, doctorUsageError{err}
+			}
 			return doctorResult{report: rep, text: rep.WriteText, findings: rep.Findings}, nil
 		}
 	}},

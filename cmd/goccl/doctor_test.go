@@ -73,7 +73,7 @@ func TestDoctorUsage(t *testing.T) {
 	if code := cli([]string{"doctor", "-h"}, &o, &e); code != 0 {
 		t.Errorf("-h: exit %d", code)
 	}
-	for _, sub := range []string{"host", "nccl-log FILE|-", "nccl-tests FILE|- [--expect-busbw GBPS]", "topo FILE|-", "ibv FILE|-", "flight-recorder DUMP|DIR...", "trace TRACE|DIR..."} {
+	for _, sub := range []string{"host", "nccl-log FILE|-", "nccl-tests FILE|- [--expect-busbw GBPS]", "topo FILE|-", "ibv FILE|-", "flight-recorder DUMP|DIR...", "k8s FILE|DIR...", "trace TRACE|DIR..."} {
 		if !strings.Contains(o.String(), "goccl doctor "+sub) {
 			t.Errorf("usage lacks %q:\n%s", sub, o.String())
 		}
@@ -282,6 +282,37 @@ func TestDoctorFlightRecorder(t *testing.T) {
 		if code := cli(args, &o, &e); code != 2 {
 			t.Errorf("%q: exit %d, want 2", args, code)
 		}
+	}
+}
+
+// TestDoctorK8s runs `goccl doctor k8s` on a folder of real pod outputs
+// (doctor/k8s/testdata, each file's header holds its thread): the
+// unschedulable pods are errors (exit 1), the JSON lists every pod.
+func TestDoctorK8s(t *testing.T) {
+	dir := filepath.Join("..", "..", "doctor", "k8s", "testdata")
+	var o, e bytes.Buffer
+	if code := cli([]string{"doctor", "k8s", dir}, &o, &e); code != 1 {
+		t.Fatalf("exit %d, want 1 (errors found): %s", code, e.String())
+	}
+	for _, want := range []string{"ERROR unschedulable: pod nvidia/cuda-vector-add", "WARN  no-ipc-lock: pod default/nccl-sleep", "pod jsh/rdma-test-node7"} {
+		if !strings.Contains(o.String(), want) {
+			t.Errorf("no %q in\n%s", want, o.String())
+		}
+	}
+	o.Reset()
+	if code := cli([]string{"doctor", "k8s", "--json", dir}, &o, &e); code != 1 {
+		t.Fatalf("--json: exit %d", code)
+	}
+	var rep struct {
+		Pods []struct {
+			Name string `json:"name"`
+		} `json:"pods"`
+		Findings []struct {
+			Code string `json:"code"`
+		} `json:"findings"`
+	}
+	if err := json.Unmarshal(o.Bytes(), &rep); err != nil || len(rep.Pods) != 13 || len(rep.Findings) == 0 {
+		t.Errorf("json: %v, %d pods, %d findings", err, len(rep.Pods), len(rep.Findings))
 	}
 }
 
