@@ -8,7 +8,7 @@ import (
 
 // Kind is a GPU event's class, by its name alone, as HTA classifies
 // kernels (hta/utils/utils.py get_kernel_type).
-type Kind int
+type Kind int8
 
 // Kinds.
 const (
@@ -53,7 +53,7 @@ type interval struct{ lo, hi float64 }
 // joined), as HTA merges: ivs is sorted in place.
 func merge(ivs []interval) []interval {
 	sort.Slice(ivs, func(i, j int) bool { return ivs[i].lo < ivs[j].lo })
-	var out []interval
+	out := ivs[:0] // in place: each write is at or before the read
 	for _, iv := range ivs {
 		if n := len(out); n > 0 && iv.lo <= out[n-1].hi {
 			out[n-1].hi = max(out[n-1].hi, iv.hi)
@@ -126,11 +126,7 @@ func breakdown(rk *Rank, evs []event) Breakdown {
 	for _, e := range evs {
 		iv := interval{e.ts, e.end}
 		all = append(all, iv)
-		k := e.kind
-		if k == byName {
-			k = kindOf(e.name)
-		}
-		switch k {
+		switch e.kind {
 		case Computation:
 			comp = append(comp, iv)
 		case Communication:
@@ -176,7 +172,7 @@ func stepFilter(rk *Rank, on bool) []event {
 			last = s.ts
 		}
 	}
-	var out []event
+	out := make([]event, 0, len(rk.gpu))
 	for _, e := range rk.gpu {
 		if e.correlation == -2 {
 			if e.ts < last {
@@ -184,7 +180,7 @@ func stepFilter(rk *Rank, on bool) []event {
 			}
 			continue
 		}
-		if ts, ok := rk.hostCorr[e.correlation]; ok && ts < last {
+		if ts, ok := rk.launchAt(e.correlation); ok && ts < last {
 			out = append(out, e)
 		}
 	}

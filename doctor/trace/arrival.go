@@ -60,7 +60,7 @@ func arrivals(rks []*Rank) *Arrivals {
 	if recorded := recordedArrivals(rks); len(recorded) > 0 {
 		a.Source = ArrivalRecorded
 		for _, e := range recorded {
-			note(e.lastRank, e.lag)
+			note(int(e.lastRank), float64(e.lag))
 		}
 	} else {
 		a.Source = ArrivalStarts
@@ -116,11 +116,7 @@ func matchCollectives(rks []*Rank) [][]event {
 	per := make([][]event, len(rks))
 	for i, rk := range rks {
 		for _, e := range rk.gpu {
-			k := e.kind
-			if k == byName {
-				k = kindOf(e.name)
-			}
-			if k == Communication && (rk.goccl && e.seq > 0 || !rk.goccl && !pointToPoint(e.name)) {
+			if e.kind == Communication && (rk.goccl && e.seq > 0 || !rk.goccl && !e.p2p) {
 				per[i] = append(per[i], e)
 			}
 		}

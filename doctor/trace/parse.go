@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -16,17 +18,17 @@ import (
 // (a stream other than -1) whole, the host side only as the launches'
 // correlation ids and the profiler steps.
 type event struct {
-	kind        Kind // byName: from the name (Kineto); else set by the reader (goccl's traces)
-	name        string
 	ts, end     float64 // µs, rounded as HTA rounds sub-µs traces
-	stream      int64
 	correlation int64
+	name        string // host events and goccl's; "" for Kineto's GPU events (kind and flags kept instead)
 	// goccl operations: the sequence number and, when the communicator
 	// knew it, the rank that entered last and how long after the first
 	// (lastRank -1: not known).
-	seq      int64
-	lastRank int
-	lag      float64 // µs
+	seq       int64
+	lag       float32 // µs
+	lastRank  int32
+	kind      Kind
+	p2p, dtoh bool // a point-to-point NCCL kernel; a device-to-host copy
 }
 
 // Rank is one trace file read: its rank and the events the analyses use.
@@ -40,9 +42,12 @@ type Rank struct {
 	// figures count.
 	syncs  []event
 	loader []event
-	// hostCorr is, per correlation id of a host event (a launch), the
-	// earliest start among the host events carrying it.
-	hostCorr map[int64]float64
+	// launches are the host events' correlation ids (the launches) with
+	// the earliest start among the host events carrying each, sorted by id
+	// once read (launchAt); noCorr is the earliest host event without one.
+	launches []launch
+	noCorr   float64
+	anyNo    bool
 	hostAny  bool    // any host event at all
 	hostMin  float64 // earliest host event start
 	events   int     // trace events read
@@ -86,7 +91,7 @@ func Read(r io.Reader, file string) (*Rank, error) {
 	}
 	dec := json.NewDecoder(br)
 	dec.UseNumber()
-	rk := &Rank{File: file, hostCorr: map[int64]float64{}}
+	rk := &Rank{File: file}
 	t, err := dec.Token()
 	if err == nil && t == json.Delim('[') {
 		return rk, rk.readGoccl(dec)
@@ -139,6 +144,7 @@ func Read(r io.Reader, file string) (*Rank, error) {
 			}
 		}
 	}
+	rk.sortLaunches()
 	rk.round()
 	return rk, nil
 }
@@ -176,33 +182,37 @@ func (rk *Rank) add(e *rawEvent) error {
 			stream, corr = intArg(a.Stream), intArg(a.Correlation)
 		}
 	}
-	ev := event{kind: byName, name: e.Name, ts: ts, end: ts + dur, stream: stream, correlation: corr}
+	ev := event{ts: ts, end: ts + dur, correlation: corr}
 	switch {
-	case isGPU(&ev):
+	case isGPU(stream, corr, e.Name):
 		if stream != -1 {
-			rk.gpu = append(rk.gpu, ev)
+			rk.gpu = append(rk.gpu, gpuEvent(ev, e.Name))
 		}
 	default:
 		if !rk.hostAny || ts < rk.hostMin {
 			rk.hostMin = ts
 		}
 		rk.hostAny = true
+		named := ev
+		named.name = e.Name
 		switch {
 		case isStep(e.Name):
-			rk.steps = append(rk.steps, ev)
+			rk.steps = append(rk.steps, named)
 		case syncKind(e.Name) != "":
-			rk.syncs = append(rk.syncs, ev)
+			rk.syncs = append(rk.syncs, named)
 		case strings.Contains(e.Name, "DataLoader"):
-			rk.loader = append(rk.loader, ev)
+			rk.loader = append(rk.loader, named)
 		}
-		if old, ok := rk.hostCorr[corr]; !ok || ts < old {
-			rk.hostCorr[corr] = ts
+		if corr >= 0 {
+			rk.launches = append(rk.launches, launch{corr, ts})
+		} else if !rk.anyNo || ts < rk.noCorr {
+			rk.noCorr, rk.anyNo = ts, true
 		}
 		if stream != -1 {
 			// A host event with a stream (Triton's cpu_op on stream 0)
 			// counts in the breakdown like a GPU one.
 			ev.correlation = -2 // never filtered by launch
-			rk.gpu = append(rk.gpu, ev)
+			rk.gpu = append(rk.gpu, gpuEvent(ev, e.Name))
 		}
 	}
 	return nil
@@ -232,8 +242,50 @@ func intArg(raw json.RawMessage) int64 {
 
 // isGPU is HTA's GPU-event predicate: on a stream with a launch's
 // correlation, or a device-wide synchronization.
-func isGPU(e *event) bool {
-	return e.stream >= 0 && e.correlation >= 0 || e.name == "Event Sync" || e.name == "Context Sync"
+func isGPU(stream, corr int64, name string) bool {
+	return stream >= 0 && corr >= 0 || name == "Event Sync" || name == "Context Sync"
+}
+
+// gpuEvent is ev as a Kineto GPU event keeps it: its kind and flags from
+// name, not the name (whose copies took most of the memory of a large
+// trace).
+func gpuEvent(ev event, name string) event {
+	ev.kind = kindOf(name)
+	ev.p2p = ev.kind == Communication && pointToPoint(name)
+	ev.dtoh = strings.HasPrefix(name, "Memcpy DtoH")
+	return ev
+}
+
+// launch is a correlation id and the earliest host event carrying it.
+type launch struct {
+	corr int64
+	ts   float64
+}
+
+// sortLaunches sorts the launches by id and keeps the earliest of each.
+func (rk *Rank) sortLaunches() {
+	l := rk.launches
+	sort.Slice(l, func(i, j int) bool { return l[i].corr < l[j].corr || l[i].corr == l[j].corr && l[i].ts < l[j].ts })
+	out := l[:0]
+	for i, x := range l {
+		if i == 0 || x.corr != l[i-1].corr {
+			out = append(out, x)
+		}
+	}
+	rk.launches = slices.Clip(out)
+}
+
+// launchAt is the start of the earliest host event with correlation id
+// corr (-1: those with none).
+func (rk *Rank) launchAt(corr int64) (float64, bool) {
+	if corr < 0 {
+		return rk.noCorr, rk.anyNo && corr == -1
+	}
+	i := sort.Search(len(rk.launches), func(i int) bool { return rk.launches[i].corr >= corr })
+	if i < len(rk.launches) && rk.launches[i].corr == corr {
+		return rk.launches[i].ts, true
+	}
+	return 0, false
 }
 
 // isStep reports whether name is a profiler step, ProfilerStep#N.
@@ -261,17 +313,15 @@ func (rk *Rank) round() {
 			s[i].ts, s[i].end = math.Ceil(s[i].ts), math.Floor(s[i].end)
 		}
 	}
-	for c, ts := range rk.hostCorr {
-		rk.hostCorr[c] = math.Ceil(ts)
+	for i := range rk.launches {
+		rk.launches[i].ts = math.Ceil(rk.launches[i].ts)
 	}
+	rk.noCorr = math.Ceil(rk.noCorr)
 	rk.hostMin = math.Ceil(rk.hostMin)
 }
 
 // ErrNoGPU is returned for a trace with no GPU events to analyse.
 var ErrNoGPU = errors.New("no GPU events (kernels, memory copies) in the trace")
-
-// byName marks an event whose kind comes from its name.
-const byName Kind = -1
 
 // readGoccl reads the rest of a goccl trace (GOCCL_TRACE_FILE: the JSON
 // array form, one complete event per operation on track 0 and per span the
@@ -306,7 +356,7 @@ func (rk *Rank) readGoccl(dec *json.Decoder) error {
 		} else if pid != rk.Rank {
 			return fmt.Errorf("%s: events of ranks %d and %d: give one rank's trace per file (goccl trace merge joins them for viewing)", rk.File, rk.Rank, pid)
 		}
-		ev := event{name: e.Name, ts: ts, end: ts + dur, stream: 0, correlation: -2, lastRank: -1}
+		ev := event{name: e.Name, ts: ts, end: ts + dur, correlation: -2, lastRank: -1}
 		switch {
 		case string(e.Tid) == "0":
 			ev.kind = Communication
@@ -318,7 +368,7 @@ func (rk *Rank) readGoccl(dec *json.Decoder) error {
 			if len(e.Args) > 0 && json.Unmarshal(e.Args, &a) == nil {
 				ev.seq = a.Seq
 				if a.LastRank != nil && a.Lag != nil {
-					ev.lastRank, ev.lag = *a.LastRank, *a.Lag
+					ev.lastRank, ev.lag = int32(*a.LastRank), float32(*a.Lag)
 				}
 			}
 		case strings.HasSuffix(e.Name, "wait"):

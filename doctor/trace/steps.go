@@ -83,14 +83,14 @@ func (rk *Rank) stepFigures(gpu []event, dropLast bool) []Step {
 	}
 	dtoh := map[int64]bool{} // correlations of device-to-host copies
 	for _, e := range rk.gpu {
-		if strings.HasPrefix(e.name, "Memcpy DtoH") {
+		if e.dtoh {
 			dtoh[e.correlation] = true
 		}
 	}
 	out := make([]Step, len(steps))
 	per := make([][]event, len(steps))
 	for _, e := range gpu {
-		launch, ok := rk.hostCorr[e.correlation]
+		launch, ok := rk.launchAt(e.correlation)
 		if !ok {
 			continue
 		}
@@ -183,11 +183,7 @@ func clipEvents(evs []event, lo, hi float64, dst []event) []event {
 func (st *Step) fill(evs []event, lo, hi float64) {
 	var comp, comm []interval
 	for _, e := range evs {
-		k := e.kind
-		if k == byName {
-			k = kindOf(e.name)
-		}
-		switch k {
+		switch e.kind {
 		case Computation:
 			comp = append(comp, interval{e.ts, e.end})
 		case Communication:
