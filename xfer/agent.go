@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/goccl/goccl/internal/closed"
+	"github.com/goccl/goccl/internal/trace"
 	"github.com/goccl/goccl/rdma"
 	"github.com/goccl/goccl/rendezvous"
 	"github.com/goccl/goccl/topo"
@@ -90,6 +92,13 @@ type Options struct {
 	// HostID overrides the host identity (topo.HostID) that decides
 	// whether a peer is on the same host.
 	HostID string
+	// TraceFile, when set, is a Chrome trace file (the form of
+	// GOCCL_TRACE_FILE; %p is the process id, %h the host name) to which
+	// the agent writes every request that ends: the operation (READ,
+	// WRITE), its bytes, post to end, the lanes it took ("path": rdma,
+	// tcp, shm, local) and the remote agent; `goccl doctor trace` reads
+	// it. The file is complete once Close returns.
+	TraceFile string
 }
 
 func (o *Options) fill() error {
@@ -157,6 +166,7 @@ type Agent struct {
 	conns   map[net.Conn]struct{} // accepted, under closeMu
 	wg      sync.WaitGroup
 	ctr     counters
+	rec     *trace.Recorder // Options.TraceFile's; nil: none
 
 	smu      sync.Mutex
 	ownStore rendezvous.Store // opened from GOCCL_XFER_STORE
@@ -186,8 +196,14 @@ func NewAgent(name string, o Options) (*Agent, error) {
 		a.addrs = advertised(ln.Addr().(*net.TCPAddr))
 	}
 	a.work = newWorkQueue(o.Workers, &a.wg)
-	a.local = &memLane{w: a.work, ctr: &a.ctr.local}
-	a.shm = &memLane{w: a.work, ctr: &a.ctr.shm}
+	a.local = &memLane{w: a.work, ctr: &a.ctr.local, name: "local"}
+	a.shm = &memLane{w: a.work, ctr: &a.ctr.shm, name: "shm"}
+	if o.TraceFile != "" {
+		if a.rec, err = trace.New(os.Getpid(), 1, trace.ExpandPath(o.TraceFile, os.Getpid())); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("xfer: agent %q: %w", name, err)
+		}
+	}
 	a.wg.Add(1)
 	go a.accept()
 	return a, nil
@@ -272,7 +288,7 @@ func (a *Agent) Close() error {
 	}
 	a.reg.regs = nil
 	a.mu.Unlock()
-	return nil
+	return a.rec.Close()
 }
 
 // GetNotifs returns the notifications that arrived since the last call,

@@ -21,6 +21,8 @@ type lane interface {
 	fail(err error)
 	// count adds n bytes, finished on this lane, to the agent's Stats.
 	count(n uint64)
+	// path names the lane in traces: "shm", "local", "tcp" or "rdma".
+	path() string
 }
 
 // chunk is one piece of a request, made once by MakeXferReq and reused

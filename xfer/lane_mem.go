@@ -27,12 +27,14 @@ const helpMax = 4 << 20
 // memLane is the agent's workers seen from one kind of copy: its own
 // memory, or peers' mapped memory (each counted in its own Stats field).
 type memLane struct {
-	w   *workQueue
-	ctr *atomic.Uint64
+	w    *workQueue
+	ctr  *atomic.Uint64
+	name string // "local" or "shm"
 }
 
 func (l *memLane) inline() bool   { return true }
 func (l *memLane) count(n uint64) { l.ctr.Add(n) }
+func (l *memLane) path() string   { return l.name }
 
 // fail closes the work queue, which both memory lanes (a.local, a.shm)
 // share, so it ends both; unlike the network lanes' fail, what is queued is

@@ -31,6 +31,7 @@ type rdmaLane struct {
 func (l *rdmaLane) post(cs []*chunk) { l.current().enqueueAll(cs) }
 func (l *rdmaLane) inline() bool     { return false }
 func (l *rdmaLane) count(n uint64)   { l.p.a.ctr.rdma.Add(n) }
+func (l *rdmaLane) path() string     { return "rdma" }
 
 // current returns the queue pair (made, not yet connected, on first use).
 func (l *rdmaLane) current() *rdmaQP {

@@ -71,6 +71,7 @@ func (s *stream) post(cs []*chunk) {
 
 func (s *stream) inline() bool   { return false }
 func (s *stream) count(n uint64) { s.p.a.ctr.tcp.Add(n) }
+func (s *stream) path() string   { return "tcp" }
 
 // start dials the stream (once), in the background.
 func (s *stream) start() {

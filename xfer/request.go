@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/goccl/goccl/internal/trace"
 )
 
 // Op is a transfer's direction (nixl_xfer_op_t).
@@ -154,6 +157,10 @@ type XferReq struct {
 	regs  []*region  // local registrations kept busy while posted
 	maps  []*mapping // peer mappings kept while posted
 	dead  bool       // released
+
+	path   string    // the lanes' names, for the trace
+	bytes  int64     // the chunks' bytes, for the trace
+	postAt time.Time // the last post's start, when the agent traces
 
 	state     atomic.Int32
 	remaining atomic.Int64
@@ -401,6 +408,9 @@ func (a *Agent) PostXferReq(r *XferReq) (Status, error) {
 	r.mu.Unlock()
 	r.remaining.Store(int64(len(r.chunks)))
 	r.sortChunks()
+	if a.rec != nil {
+		r.postAt = time.Now()
+	}
 	// A request may use several lanes (a peer's Alloc region mapped,
 	// another of its regions over TCP or RDMA).
 	for _, g := range r.lanes {
@@ -443,6 +453,17 @@ func (r *XferReq) sortChunks() {
 			r.lanes = append(r.lanes, laneGroup{l: c.lane})
 		}
 		r.lanes[g].cs = append(r.lanes[g].cs, c)
+	}
+	var names []string
+	for _, g := range r.lanes {
+		if n := g.l.path(); !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	r.path = strings.Join(names, "+")
+	for i := range r.chunks {
+		r.bytes += int64(r.chunks[i].l.d.Len)
 	}
 	slices.SortStableFunc(r.lanes, func(a, b laneGroup) int {
 		switch {
@@ -514,6 +535,13 @@ func (r *XferReq) chunkDone(err error) {
 		r.a.ctr.reqs.Add(1)
 	}
 	r.state.Store(int32(st))
+	if r.a.rec != nil && r.chunks != nil {
+		e := trace.Event{Name: r.op.String(), Seq: r.id, Bytes: r.bytes, Start: r.postAt, End: time.Now(), Path: r.path, Peer: r.remote}
+		if r.err != nil {
+			e.Err = r.err.Error()
+		}
+		r.a.rec.Record(&e)
+	}
 	close(r.done)
 	r.mu.Unlock()
 }

@@ -3,7 +3,9 @@ package xfer
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -817,5 +819,83 @@ func TestMapFile(t *testing.T) {
 	onDisk, _ := os.ReadFile(path)
 	if !bytes.Equal(onDisk[1<<20:2<<20], src) || ini.Stats().SHMBytes != 1<<20 {
 		t.Fatalf("the file differs, or the bytes did not go by the mapping (%+v)", ini.Stats())
+	}
+}
+
+// TestTraceFile: with Options.TraceFile an agent writes each request that
+// ends (operation, bytes, the lanes it took, the remote agent) to a goccl
+// trace file, complete once Close returns; a request that posts twice is
+// two events.
+func TestTraceFile(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		o    Options
+		path string
+	}{{"tcp", Options{NoSHM: true}, "tcp"}, {"shm", Options{}, "shm"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := tc.o
+			o.Listen = "127.0.0.1:0"
+			o.TraceFile = filepath.Join(dir, tc.name+"-%p.json")
+			ini, err := NewAgent("ini", o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tgt := newAgent(t, "tgt", Options{NoSHM: tc.o.NoSHM})
+			src := make([]byte, 3<<20)
+			dst := make([]byte, 3<<20)
+			if tc.name == "shm" { // Alloc memory: mapped by a peer on the same host
+				if src, _, err = ini.Alloc(3 << 20); err != nil {
+					t.Fatal(err)
+				}
+				if dst, _, err = tgt.Alloc(3 << 20); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				ini.RegisterDRAM(src)
+				tgt.RegisterDRAM(dst)
+			}
+			load(t, ini, tgt)
+			r, err := ini.CreateXferReq(ctxT(t), WRITE, DRAM, []Desc{{Addr: addrOf(src), Len: 3 << 20}}, "tgt", DRAM, []Desc{{Addr: addrOf(dst), Len: 3 << 20}}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 2 {
+				if err := run(t, ini, r); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := ini.Close(); err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("%s-%d.json", tc.name, os.Getpid())))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var evs []struct {
+				Name, Ph string
+				Ts, Dur  float64
+				Args     struct {
+					Bytes int64  `json:"bytes"`
+					Path  string `json:"path"`
+					Peer  string `json:"peer"`
+				} `json:"args"`
+			}
+			if err := json.Unmarshal(b, &evs); err != nil {
+				t.Fatalf("%v:\n%s", err, b)
+			}
+			n := 0
+			for _, e := range evs {
+				if e.Ph == "X" {
+					n++
+					if e.Name != "WRITE" || e.Args.Bytes != 3<<20 || e.Args.Path != tc.path || e.Dur <= 0 {
+						t.Errorf("event %+v, want WRITE of 3 MiB by %s", e, tc.path)
+					}
+				}
+			}
+			if n != 2 || !strings.Contains(string(b), `"peer":"tgt"`) {
+				t.Errorf("%d transfers in the trace, want 2 naming peer tgt:\n%s", n, b)
+			}
+		})
 	}
 }

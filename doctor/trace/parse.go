@@ -42,6 +42,8 @@ type Rank struct {
 	// figures count.
 	syncs  []event
 	loader []event
+	// transfers are an xfer agent's requests (goccl traces with "path").
+	transfers []transfer
 	// launches are the host events' correlation ids (the launches) with
 	// the earliest start among the host events carrying each, sorted by id
 	// once read (launchAt); noCorr is the earliest host event without one.
@@ -364,11 +366,19 @@ func (rk *Rank) readGoccl(dec *json.Decoder) error {
 				Seq      int64    `json:"seq"`
 				LastRank *int     `json:"last_rank"`
 				Lag      *float64 `json:"lag_us"`
+				Bytes    int64    `json:"bytes"`
+				Path     string   `json:"path"`
+				Peer     string   `json:"peer"`
+				Error    string   `json:"error"`
 			}
 			if len(e.Args) > 0 && json.Unmarshal(e.Args, &a) == nil {
 				ev.seq = a.Seq
 				if a.LastRank != nil && a.Lag != nil {
 					ev.lastRank, ev.lag = int32(*a.LastRank), float32(*a.Lag)
+				}
+				if a.Path != "" { // an xfer agent's request (xfer.Options.TraceFile)
+					ev.seq = 0 // numbered per agent, not a collective
+					rk.transfers = append(rk.transfers, transfer{op: e.Name, path: a.Path, peer: a.Peer, bytes: a.Bytes, ts: ts, dur: dur, failed: a.Error != ""})
 				}
 			}
 		case strings.HasSuffix(e.Name, "wait"):

@@ -45,7 +45,9 @@
 // Finding codes: exposed-communication (warn), gpu-idle (warn; Kineto only),
 // trace-truncated (info; a goccl trace cut short),
 // rank-imbalance (warn), no-gpu-events (error), host-sync, data-loader,
-// comm-tail, straggler (warn).
+// comm-tail, straggler (warn); for xfer agents' traces (transfer.go, the
+// requests by path: rdma, tcp, shm, local) slow-path (warn: TCP to an agent
+// others reached by RDMA) and transfer-failed (error).
 package trace
 
 import (
@@ -68,6 +70,9 @@ type Report struct {
 	// steps in the traces, HTA's default).
 	StepsFiltered bool      `json:"steps_filtered"`
 	Arrivals      *Arrivals `json:"arrivals,omitempty"` // the stragglers, with two ranks or more
+	// Transfers are the xfer agents' requests by path (their traces:
+	// xfer.Options.TraceFile).
+	Transfers []PathStats `json:"transfers,omitempty"`
 	// PerStep says WriteText prints every step (Options.PerStep).
 	PerStep  bool             `json:"-"`
 	Findings []doctor.Finding `json:"findings"`
@@ -95,7 +100,8 @@ func Analyze(rks []*Rank, opt Options) *Report {
 	}
 	sort.SliceStable(rep.Ranks, func(i, j int) bool { return rep.Ranks[i].Rank < rep.Ranks[j].Rank })
 	rep.Arrivals = arrivals(rks)
-	rep.find()
+	rep.Transfers = pathStats(rks)
+	rep.find(rks)
 	return rep
 }
 
@@ -156,7 +162,7 @@ func kindsText(m map[string]int) string {
 	return strings.Join(parts, ", ")
 }
 
-func (rep *Report) find() {
+func (rep *Report) find(rks []*Rank) {
 	add := func(sev doctor.Severity, code, fix, format string, a ...any) {
 		rep.Findings = append(rep.Findings, doctor.Finding{Severity: sev, Code: code, Message: fmt.Sprintf(format, a...), Fix: fix})
 	}
@@ -202,6 +208,7 @@ func (rep *Report) find() {
 			}
 		}
 	}
+	rep.findTransfers(rks, add)
 	if lo >= 0 && rep.Ranks[hi].ComputePct-rep.Ranks[lo].ComputePct >= imbalanceMin {
 		add(doctor.SevWarn, "rank-imbalance",
 			"give the ranks equal work (shard sizes, sequence lengths); the others wait for the busiest at every collective",
@@ -237,6 +244,15 @@ func (rep *Report) WriteText(w io.Writer) error {
 		fmt.Fprintln(tw, "rank\tlast in\tmean lag ms\tmax lag ms\t")
 		for _, r := range a.Ranks {
 			fmt.Fprintf(tw, "%d\t%d\t%.3f\t%.3f\t\n", r.Rank, r.Last, r.MeanLag/1e3, r.MaxLag/1e3)
+		}
+		tw.Flush()
+	}
+	if len(rep.Transfers) > 0 {
+		fmt.Fprintf(w, "\nTransfers of the xfer agents, by path (post to end)\n")
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "file\tpath\ttransfers\tfailed\tbytes\tp50 ms\tp99 ms\tGB/s\tmedian GB/s\t")
+		for _, s := range rep.Transfers {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t\n", s.File, s.Path, s.Count, s.Failed, s.Bytes, s.P50/1e3, s.P99/1e3, s.GBps, s.MedGBps)
 		}
 		tw.Flush()
 	}

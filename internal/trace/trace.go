@@ -39,6 +39,10 @@ type Event struct {
 	Start time.Time
 	End   time.Time
 	Err   string // "" on success
+	// Path and Peer describe a transfer of the xfer agent: the lanes it
+	// took (args "path": "rdma", "tcp", "shm", "local", joined by "+") and
+	// the remote agent ("peer"); "" for a communicator's operations.
+	Path, Peer string
 	// KnowsLast says that this rank knows which rank entered the
 	// operation last (LastRank) and how long after the first (Lag): the
 	// args last_rank and lag_us.
@@ -144,6 +148,14 @@ func (r *Recorder) Record(e *Event) {
 		b = strconv.AppendInt(b, int64(e.LastRank), 10)
 		b = append(b, `,"lag_us":`...)
 		b = appendMicros(b, e.Lag.Nanoseconds())
+	}
+	if e.Path != "" {
+		b = append(b, `,"path":`...)
+		b = strconv.AppendQuote(b, e.Path)
+	}
+	if e.Peer != "" {
+		b = append(b, `,"peer":`...)
+		b = strconv.AppendQuote(b, e.Peer)
 	}
 	if e.Err != "" {
 		b = append(b, `,"error":`...)
