@@ -42,8 +42,10 @@ type Rank struct {
 	// figures count.
 	syncs  []event
 	loader []event
-	// transfers are an xfer agent's requests (goccl traces with "path").
+	// transfers are an xfer agent's requests (goccl traces with "path");
+	// serving the inference requests of serving spans (serving.go).
 	transfers []transfer
+	serving   map[int64]*servingReq
 	// launches are the host events' correlation ids (the launches) with
 	// the earliest start among the host events carrying each, sorted by id
 	// once read (launchAt); noCorr is the earliest host event without one.
@@ -359,6 +361,9 @@ func (rk *Rank) readGoccl(dec *json.Decoder) error {
 			return fmt.Errorf("%s: events of ranks %d and %d: give one rank's trace per file (goccl trace merge joins them for viewing)", rk.File, rk.Rank, pid)
 		}
 		ev := event{name: e.Name, ts: ts, end: ts + dur, correlation: -2, lastRank: -1}
+		if string(e.Tid) != "0" && servingSpan[e.Name] {
+			rk.addServing(e.Name, ts, dur, e.Args)
+		}
 		switch {
 		case string(e.Tid) == "0":
 			ev.kind = Communication

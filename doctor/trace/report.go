@@ -47,7 +47,10 @@
 // rank-imbalance (warn), no-gpu-events (error), host-sync, data-loader,
 // comm-tail, straggler (warn); for xfer agents' traces (transfer.go, the
 // requests by path: rdma, tcp, shm, local) slow-path (warn: TCP to an agent
-// others reached by RDMA) and transfer-failed (error).
+// others reached by RDMA) and transfer-failed (error); for serving spans
+// (serving.go: TTFT, its KV transfer share at p50 and p99, TPOT, by KV
+// path) kv-transfer-dominates and slow-path (warn: a path 1.5× slower
+// than the fastest, e.g. staging).
 package trace
 
 import (
@@ -73,6 +76,8 @@ type Report struct {
 	// Transfers are the xfer agents' requests by path (their traces:
 	// xfer.Options.TraceFile).
 	Transfers []PathStats `json:"transfers,omitempty"`
+	// Serving sums the inference requests of serving spans by KV path.
+	Serving []ServingStats `json:"serving,omitempty"`
 	// PerStep says WriteText prints every step (Options.PerStep).
 	PerStep  bool             `json:"-"`
 	Findings []doctor.Finding `json:"findings"`
@@ -101,6 +106,7 @@ func Analyze(rks []*Rank, opt Options) *Report {
 	sort.SliceStable(rep.Ranks, func(i, j int) bool { return rep.Ranks[i].Rank < rep.Ranks[j].Rank })
 	rep.Arrivals = arrivals(rks)
 	rep.Transfers = pathStats(rks)
+	rep.Serving = servingStats(rks)
 	rep.find(rks)
 	return rep
 }
@@ -209,6 +215,7 @@ func (rep *Report) find(rks []*Rank) {
 		}
 	}
 	rep.findTransfers(rks, add)
+	rep.findServing(add)
 	if lo >= 0 && rep.Ranks[hi].ComputePct-rep.Ranks[lo].ComputePct >= imbalanceMin {
 		add(doctor.SevWarn, "rank-imbalance",
 			"give the ranks equal work (shard sizes, sequence lengths); the others wait for the busiest at every collective",
@@ -256,7 +263,30 @@ func (rep *Report) WriteText(w io.Writer) error {
 		}
 		tw.Flush()
 	}
+	if len(rep.Serving) > 0 {
+		fmt.Fprintf(w, "\nInference requests by KV transfer path (ms; share: the transfer's part of the time to first token)\n")
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "file\tpath\trequests\tTTFT p50\tTTFT p99\tprefill p50\tKV p50\tKV p99\tshare p50 %\tshare p99 %\tTPOT p50\t")
+		for _, s := range rep.Serving {
+			tpot := "-"
+			if !math.IsNaN(s.TPOTP50) {
+				tpot = fmt.Sprintf("%.3f", s.TPOTP50)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f\t%.1f\t%s\t\n", s.File, orNone(s.Path), s.Requests, s.TTFTP50, s.TTFTP99,
+				s.PrefillP50, s.TransferP50, s.TransferP99, s.ShareP50, s.ShareP99, tpot)
+		}
+		tw.Flush()
+	}
 	return doctor.WriteFindings(w, rep.Findings)
+}
+
+// MarshalJSON writes TPOTP50 as null where it is NaN.
+func (s ServingStats) MarshalJSON() ([]byte, error) {
+	type plain ServingStats
+	return json.Marshal(struct {
+		plain
+		TPOTP50 *float64 `json:"tpot_p50_ms"`
+	}{plain(s), nanNull(s.TPOTP50)})
 }
 
 // writeSteps prints the step summaries and, with PerStep, every step.

@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"reflect"
@@ -198,5 +199,44 @@ func TestStepsGoccl(t *testing.T) {
 	}
 	if math.IsNaN(b.OverlapPct) {
 		t.Error("whole-trace overlap NaN")
+	}
+}
+
+// TestServing: serving spans (a request's prefill, KV transfer with its
+// path, decode steps, its number as seq) give the time to first token,
+// the transfer's share of it and the time per output token by path; a
+// path far slower than the fastest is named.
+func TestServing(t *testing.T) {
+	span := func(name string, seq, ts, dur int, path string) string {
+		p := ""
+		if path != "" {
+			p = fmt.Sprintf(`,"path":%q`, path)
+		}
+		return fmt.Sprintf(`{"name":%q,"ph":"X","pid":9,"tid":1,"ts":%d,"dur":%d,"args":{"seq":%d,"bytes":0%s}}`, name, ts, dur, seq, p)
+	}
+	doc := "[\n" + strings.Join([]string{
+		span("request", 1, 0, 1000, ""), span("prefill", 1, 0, 200, ""), span("kv transfer", 1, 200, 300, "direct"),
+		span("decode", 1, 500, 100, ""), span("decode", 1, 600, 100, ""), span("decode", 1, 700, 100, ""),
+		span("request", 2, 1000, 2000, ""), span("prefill", 2, 1000, 200, ""), span("kv transfer", 2, 1200, 1500, "staging"),
+		span("decode", 2, 2700, 100, ""),
+		span("request", 3, 3000, 100, ""), // no transfer or decode: not counted
+	}, ",\n") + "\n]\n"
+	rep := analyzeDocs(t, Options{}, doc)
+	if len(rep.Serving) != 2 {
+		t.Fatalf("serving %+v", rep.Serving)
+	}
+	d, s := rep.Serving[0], rep.Serving[1]
+	if d.Path != "direct" || d.Requests != 1 || d.TTFTP50 != 0.6 || d.TransferP50 != 0.3 || d.ShareP50 != 50 || d.TPOTP50 != 0.1 || d.PrefillP50 != 0.2 {
+		t.Errorf("direct: %+v", d)
+	}
+	if s.Path != "staging" || s.TTFTP99 != 1.8 || math.Abs(s.ShareP99-100*1500.0/1800) > 1e-9 || !math.IsNaN(s.TPOTP50) {
+		t.Errorf("staging: %+v", s)
+	}
+	if c := codes(rep); c["slow-path"] != 1 || c["kv-transfer-dominates"] != 2 {
+		t.Errorf("findings %+v", rep.Findings)
+	}
+	js, err := json.Marshal(rep.Serving)
+	if err != nil || !strings.Contains(string(js), `"tpot_p50_ms":null`) {
+		t.Errorf("json %s %v", js, err)
 	}
 }

@@ -34,6 +34,15 @@
 // decode's unpacking); throughput is bytes over the sum of latencies.
 // Decode checks a signature in every 512 bytes of every block it got
 // (wrong: blocks with any mismatch, 0 expected).
+//
+// With GOCCL_TRACE_FILE set (%p: the process id), decode writes each
+// request's serving spans to that trace: "request" (decode asks prefill
+// for it) holding "prefill" (up to prefill's "ready"), "kv transfer" (the
+// READ, and for staging the unpacking; its path arg is the mode) and
+// "decode" (the pass that reads every KV byte once, as a first decode
+// step's attention does: here the signature check), each with the
+// request's number as seq. `goccl doctor trace` gives the time to first
+// token and the KV transfer's share of it per mode.
 package main
 
 import (
@@ -55,7 +64,9 @@ import (
 	"strings"
 	"time"
 
+	gocclconfig "github.com/goccl/goccl/internal/config"
 	"github.com/goccl/goccl/internal/memcpy"
+	"github.com/goccl/goccl/internal/trace"
 	"github.com/goccl/goccl/rdma"
 	"github.com/goccl/goccl/xfer"
 )
@@ -172,6 +183,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // side is one process's agent and memory.
 type side struct {
+	rec     *trace.Recorder // the serving spans (GOCCL_TRACE_FILE); nil: none
 	a       *xfer.Agent
 	dev     *rdma.Device // -net roce
 	cache   []byte
@@ -322,6 +334,12 @@ func decode(c config, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer s.close()
+	if path := os.Getenv(gocclconfig.TraceFile.Name); path != "" && os.Getenv("KV_HANDOFF_CHILD") == "" {
+		if s.rec, err = trace.New(os.Getpid(), 1, trace.ExpandPath(path, os.Getpid())); err != nil {
+			return err
+		}
+		defer s.rec.Close()
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return err
@@ -396,9 +414,12 @@ func decode(c config, args []string, stdout, stderr io.Writer) error {
 		// the first pass over memory is several times slower on a VM whose
 		// host backs guest memory lazily.
 		id++
+		rec := s.rec
+		s.rec = nil // not traced either
 		if _, err := handOver(ctx, c, s, mode, id, c.pool()*c.blockTokens, pcache, pstage, pfile); err != nil {
 			return fmt.Errorf("%s warm-up request: %w", mode, err)
 		}
+		s.rec = rec
 		var res []result
 		for i, tokens := range lens {
 			id++
@@ -419,6 +440,7 @@ func decode(c config, args []string, stdout, stderr io.Writer) error {
 }
 
 func handOver(ctx context.Context, c config, s *side, mode string, id, tokens int, pcache, pstage, pfile xfer.Desc) (result, error) {
+	tReq := time.Now()
 	if err := s.a.GenNotif(ctx, "prefill", []byte(fmt.Sprintf("req %d %d %s", id, tokens, mode))); err != nil {
 		return result{}, err
 	}
@@ -477,7 +499,8 @@ func handOver(ctx context.Context, c config, s *side, mode string, id, tokens in
 			}
 		}
 	}
-	lat := time.Since(t0)
+	tLanded := time.Now()
+	lat := tLanded.Sub(t0)
 	if mode == "staging" {
 		lat += time.Duration(prepNs) // prefill's packing
 	}
@@ -487,6 +510,24 @@ func handOver(ctx context.Context, c config, s *side, mode string, id, tokens in
 			if !signed(s.cache[c.off(l, local[j]):c.off(l, local[j])+uint64(bb)], id, l, j) {
 				res.wrong++
 			}
+		}
+	}
+	if s.rec != nil {
+		// The serving spans of the request (goccl doctor trace reads
+		// them), on this process's clock: prefill is the request to its
+		// "ready" (prefill's work and the messages), the KV transfer the
+		// READ (and for staging the unpacking), decode the pass that reads
+		// every KV byte once, as a first decode step's attention does (here
+		// the signature check); the first token follows it.
+		end := time.Now()
+		for _, sp := range []trace.Event{
+			{Name: "request", Start: tReq, End: end},
+			{Name: "prefill", Start: tReq, End: t0},
+			{Name: "kv transfer", Start: t0, End: tLanded, Path: mode, Bytes: int64(res.bytes)},
+			{Name: "decode", Start: tLanded, End: end},
+		} {
+			sp.Track, sp.Seq = 1, uint64(id)
+			s.rec.Record(&sp)
 		}
 	}
 	return res, nil

@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	tracedoc "github.com/goccl/goccl/doctor/trace"
+	gocclconfig "github.com/goccl/goccl/internal/config"
 )
 
 // TestMain makes the test binary the example's prefill process when the
@@ -31,11 +34,17 @@ func TestHandoff(t *testing.T) {
 					t.Errorf("left behind: %q", left)
 				}
 			}()
+			if net == "tcp" { // the serving spans: goccl doctor trace reads them
+				t.Setenv(gocclconfig.TraceFile.Name, filepath.Join(tmp, "serving-%p.json"))
+			}
 			var out, errb bytes.Buffer
 			code := run([]string{"-layers", "2", "-kv-heads", "2", "-head-dim", "64", "-requests", "5",
 				"-min-tokens", "16", "-max-tokens", "600", "-reps-4096", "2", "-net", net}, &out, &errb)
 			if code != 0 {
 				t.Fatalf("exit %d: %s\n%s", code, errb.String(), out.String())
+			}
+			if net == "tcp" {
+				checkServing(t, tmp)
 			}
 			rows := 0
 			for _, l := range strings.Split(out.String(), "\n") {
@@ -60,6 +69,32 @@ func TestFlags(t *testing.T) {
 		var out, errb bytes.Buffer
 		if code := run(args, &out, &errb); code != 2 || errb.Len() == 0 {
 			t.Errorf("%q: exit %d, %q", args, code, errb.String())
+		}
+	}
+}
+
+// checkServing reads the serving spans decode wrote (one trace, decode's)
+// with goccl doctor trace: 7 requests per mode, each one's time to first
+// token holding its prefill and KV transfer, the transfer a share of it.
+func checkServing(t *testing.T, dir string) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "serving-*.json"))
+	if len(files) != 1 {
+		t.Fatalf("serving traces %q, want decode's one", files)
+	}
+	rks, err := tracedoc.ReadPaths(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := tracedoc.Analyze(rks, tracedoc.Options{})
+	if len(rep.Serving) != 3 {
+		t.Fatalf("serving %+v, want a row per mode", rep.Serving)
+	}
+	for i, mode := range []string{"direct", "file", "staging"} {
+		s := rep.Serving[i]
+		if s.Path != mode || s.Requests != 7 || s.ShareP50 <= 0 || s.ShareP99 > 100 || s.ShareP50 > s.ShareP99 ||
+			s.TTFTP50 < s.TransferP50 || s.TTFTP99 < s.TTFTP50 || s.PrefillP50 <= 0 {
+			t.Errorf("%s: %+v", mode, s)
 		}
 	}
 }
