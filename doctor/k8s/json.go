@@ -169,6 +169,9 @@ func readJSON(text, file string) ([]*Pod, error) {
 // stateText is "Waiting CrashLoopBackOff" from a container state.
 func stateText(m map[string]st) string {
 	for k, v := range m {
+		if k == "" {
+			continue
+		}
 		return strings.TrimSpace(strings.ToUpper(k[:1]) + k[1:] + " " + v.Reason)
 	}
 	return ""

@@ -308,6 +308,8 @@ func FuzzRead(f *testing.F) {
 	f.Add(podJSON)
 	f.Add(describe)
 	f.Add("  - name: X\n    value: 1\nk8s.v1.cni.cncf.io/network-status: [{\n")
+	f.Add(`{"kind":"Pod","status":{"containerStatuses":[{"name":"a","state":{"":{}}}]}}`)
+	f.Add("mountPath: /dev/shm\nname: x\nmedium: Memory\nsizeLimit: 1Gi\npath: /dev/infiniband\n")
 	f.Fuzz(func(t *testing.T, s string) {
 		pods, err := Read(strings.NewReader(s), "fuzz")
 		if err != nil {

@@ -253,9 +253,11 @@ func (s *scanner) apply(raw string, indent int, key, val string, isKey, item boo
 			s.container().Env[s.item["env"]] = val
 		}
 	case "mountpath":
-		s.item["path"] = val
 		s.container().MountsSeen = true
-		s.mount()
+		if s.item != nil {
+			s.item["path"] = val
+			s.mount()
+		}
 	case "volumemounts":
 		s.container().MountsSeen = true
 	case "emptydir":
