@@ -133,10 +133,10 @@ const (
 // tail's TTFT) and slow-path (a path whose transfers take 1.5× the
 // fastest path's, e.g. staging beside direct).
 func (rep *Report) findServing(add addFunc) {
-	best := map[string]float64{}
+	best := map[string]ServingStats{} // the fastest path of each file
 	for _, s := range rep.Serving {
-		if b, ok := best[s.File]; !ok || s.TransferP50 < b {
-			best[s.File] = s.TransferP50
+		if b, ok := best[s.File]; !ok || s.TransferP50 < b.TransferP50 {
+			best[s.File] = s
 		}
 	}
 	for _, s := range rep.Serving {
@@ -146,11 +146,11 @@ func (rep *Report) findServing(add addFunc) {
 				"%s: the KV transfer is %.0f %% of the time to first token at p99 (%.0f %% at p50) for the %d %s requests (TTFT p99 %.2f ms)",
 				s.File, s.ShareP99, s.ShareP50, s.Requests, orNone(s.Path), s.TTFTP99)
 		}
-		if b := best[s.File]; b > 0 && s.TransferP50 >= slowerMin*b {
+		if b := best[s.File]; b.TransferP50 > 0 && s.TransferP50 >= slowerMin*b.TransferP50 {
 			add(doctor.SevWarn, "slow-path",
-				"staging (pack, READ, unpack) and cold tiers (FILE) copy every byte more than once: hand the blocks over with one READ of their descriptor list",
-				"%s: %s requests' KV transfer takes %.2f ms at p50, %.1f× the fastest path's %.2f ms",
-				s.File, orNone(s.Path), s.TransferP50, s.TransferP50/b, b)
+				"staging (pack, READ, unpack) and cold tiers copy every byte more than once; a direct READ slower than another path points at its lane: the agents' traces (xfer.Options.TraceFile) name the lanes each request took (rdma, tcp, shm)",
+				"%s: %s requests' KV transfer takes %.2f ms at p50, %.1f× the fastest path's (%s) %.2f ms",
+				s.File, orNone(s.Path), s.TransferP50, s.TransferP50/b.TransferP50, orNone(b.Path), b.TransferP50)
 		}
 	}
 }
