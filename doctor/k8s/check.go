@@ -3,8 +3,10 @@ package k8s
 import (
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -270,14 +272,7 @@ func clip(s string, n int) string {
 	return s
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
-}
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
 // WriteText prints each pod and the findings.
 func (rep *Report) WriteText(w io.Writer) error {

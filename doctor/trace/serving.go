@@ -2,6 +2,7 @@ package trace
 
 import (
 	"encoding/json"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -90,12 +91,7 @@ func servingStats(rks []*Rank) []ServingStats {
 				by[r.path] = append(by[r.path], r)
 			}
 		}
-		paths := make([]string, 0, len(by))
-		for p := range by {
-			paths = append(paths, p)
-		}
-		slices.Sort(paths)
-		for _, p := range paths {
+		for _, p := range slices.Sorted(maps.Keys(by)) {
 			s := ServingStats{File: rk.File, Path: p, Requests: len(by[p]), TPOTP50: math.NaN()}
 			var ttft, pre, xfer, share, tpot []float64
 			for _, r := range by[p] {

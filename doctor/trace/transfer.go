@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -38,12 +39,7 @@ func pathStats(rks []*Rank) []PathStats {
 		for _, t := range rk.transfers {
 			by[t.path] = append(by[t.path], t)
 		}
-		paths := make([]string, 0, len(by))
-		for p := range by {
-			paths = append(paths, p)
-		}
-		slices.Sort(paths)
-		for _, p := range paths {
+		for _, p := range slices.Sorted(maps.Keys(by)) {
 			ts := by[p]
 			s := PathStats{File: rk.File, Path: p, Count: len(ts)}
 			var durs, rates []float64
@@ -99,12 +95,7 @@ func (rep *Report) findTransfers(rks []*Rank, add addFunc) {
 				slow[t.peer]++
 			}
 		}
-		peers := make([]string, 0, len(slow))
-		for p := range slow {
-			peers = append(peers, p)
-		}
-		slices.Sort(peers)
-		for _, p := range peers {
+		for _, p := range slices.Sorted(maps.Keys(slow)) {
 			add(doctor.SevWarn, "slow-path",
 				"a request goes by RDMA only between DRAM regions that both agents registered with an RDMA device (xfer.Options.RDMA); FILE regions, and memory registered on an agent without one, go over TCP: bring such blocks into registered DRAM first",
 				"%s: %d transfer(s) to agent %q went over TCP while %d to it went by RDMA", rk.File, slow[p], p, rdmaPeers[p])
