@@ -534,14 +534,14 @@ func (r *XferReq) chunkDone(err error) {
 	case r.chunks != nil: // not a GenNotif
 		r.a.ctr.reqs.Add(1)
 	}
-	r.state.Store(int32(st))
-	if r.a.rec != nil && r.chunks != nil {
+	if r.a.rec != nil && r.chunks != nil { // before the request is seen done
 		e := trace.Event{Name: r.op.String(), Seq: r.id, Bytes: r.bytes, Start: r.postAt, End: time.Now(), Path: r.path, Peer: r.remote}
 		if r.err != nil {
 			e.Err = r.err.Error()
 		}
 		r.a.rec.Record(&e)
 	}
+	r.state.Store(int32(st))
 	close(r.done)
 	r.mu.Unlock()
 }
