@@ -51,7 +51,6 @@ type Pod struct {
 	Events     []Event            `json:"events,omitempty"`         // warnings
 	known      map[string]bool    // "metadata", "annotations", "network-status", "volumes"
 	byName     map[string]*Container
-	env        map[string][]string // variable -> containers (for reports)
 }
 
 // Container is one container of a pod.

@@ -4,6 +4,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -127,13 +128,9 @@ func stepAt(steps []event, ts float64) int {
 
 // stepIndex is N of ProfilerStep#N, or def.
 func stepIndex(name string, def int) int {
-	n := 0
-	rest, ok := strings.CutPrefix(name, "ProfilerStep#")
-	if !ok || rest == "" {
+	n, err := strconv.Atoi(strings.TrimPrefix(name, "ProfilerStep#"))
+	if err != nil || !isStep(name) {
 		return def
-	}
-	for _, c := range rest {
-		n = 10*n + int(c-'0')
 	}
 	return n
 }
